@@ -1,0 +1,93 @@
+//! Storage: a revisioned key-value store behind one trait.
+//!
+//! The API layer sees objects as JSON values under string keys of the form
+//! `<group>/<resource>/<workspace>/<namespace>/<name>` (the core group is `core`, and a
+//! cluster-scoped object has an empty namespace). Every write bumps one store-wide
+//! revision, which becomes the object's `metadata.resourceVersion`, the way etcd's
+//! revision does for kube-apiserver. Writes are compare-and-swap on the revision an
+//! object was read at, so optimistic concurrency lives here and not in the handlers.
+//!
+//! The trait is shaped after etcd's model (point reads, prefix ranges, CAS transactions
+//! on a key's mod revision, watch from a revision) so that an etcd implementation can
+//! sit behind it unchanged.
+
+mod sqlite;
+mod window;
+
+use std::sync::Arc;
+
+use futures::future::BoxFuture;
+use serde_json::Value;
+
+pub use sqlite::SqliteStore;
+pub use window::{Event, EventType, WatchStream, EVENT_WINDOW};
+
+/// A store-wide revision; every write gets the next one.
+pub type Revision = u64;
+
+/// One stored object with the revision of its last write.
+#[derive(Debug, Clone)]
+pub struct Entry {
+    /// The revision of the write that produced this value.
+    pub rev: Revision,
+    /// The object, with `metadata.resourceVersion` already set to `rev`.
+    pub value: Arc<Value>,
+}
+
+/// A write request. The store stamps `metadata.resourceVersion` on the value it stores.
+#[derive(Debug, Clone)]
+pub enum WriteOp {
+    /// Create; fails with [`StoreError::AlreadyExists`] when the key exists.
+    Create { key: String, value: Value },
+    /// Replace; fails with [`StoreError::Conflict`] unless the key's revision equals `expected`.
+    Update { key: String, value: Value, expected: Revision },
+    /// Remove; `expected` of `None` deletes whatever is there.
+    Delete { key: String, expected: Option<Revision> },
+}
+
+impl WriteOp {
+    /// The key this operation writes.
+    pub fn key(&self) -> &str {
+        match self {
+            WriteOp::Create { key, .. } | WriteOp::Update { key, .. } | WriteOp::Delete { key, .. } => key,
+        }
+    }
+}
+
+/// Why a store operation failed.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum StoreError {
+    /// Create on an existing key.
+    #[error("key {0} already exists")]
+    AlreadyExists(String),
+    /// Update or delete of a key that does not exist.
+    #[error("key {0} not found")]
+    NotFound(String),
+    /// The key's revision moved since it was read.
+    #[error("key {key} was modified: expected revision {expected}, found {actual}")]
+    Conflict { key: String, expected: Revision, actual: Revision },
+    /// The requested revision has left the event window.
+    #[error("too old resource version: {requested} ({oldest})")]
+    Expired { requested: Revision, oldest: Revision },
+    /// The write could not be made durable; nothing was changed.
+    #[error("storage failure: {0}")]
+    Backend(String),
+}
+
+/// A revisioned, watchable key-value store.
+pub trait Store: Send + Sync + 'static {
+    /// Durably applies one write and returns the stored entry (for deletes, the
+    /// last value stamped with the deletion revision). The future resolves only
+    /// after the write is durable.
+    fn write(&self, op: WriteOp) -> BoxFuture<'static, Result<Entry, StoreError>>;
+    /// The current value of a key.
+    fn get(&self, key: &str) -> Option<Entry>;
+    /// Every entry whose key starts with `prefix`, in key order, starting after
+    /// `start_after` when given (for pagination), and the revision the list reflects.
+    fn list(&self, prefix: &str, start_after: Option<&str>, limit: Option<usize>) -> (Vec<(String, Entry)>, Revision);
+    /// The latest revision.
+    fn revision(&self) -> Revision;
+    /// Events for keys under `prefix` with a revision greater than `from`, then
+    /// live events, or `Expired` when `from` has left the window.
+    fn watch(&self, prefix: &str, from: Revision) -> Result<WatchStream, StoreError>;
+}

@@ -1,0 +1,197 @@
+//! The in-memory event window that serves every watch.
+//!
+//! Watchers never query the database. Each committed write is appended here once and
+//! fanned out through a broadcast channel; a watch that starts from an older revision
+//! replays from the window first. A revision that has already been trimmed from the
+//! window is answered with `Expired`, which the API turns into the 410 ERROR event
+//! that makes kube-runtime relist.
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
+
+use serde_json::Value;
+use tokio::sync::broadcast;
+
+use super::{Revision, StoreError};
+
+/// How many events the window keeps, across all keys. kube-apiserver's watch cache
+/// keeps a per-resource window sized for roughly a minute of churn; one shared window
+/// of this size covers several minutes at the write rates a control plane of a few
+/// thousand workloads sees (status heartbeats dominate), while costing only a pointer
+/// and a key per event, since values are shared with the object index.
+pub const EVENT_WINDOW: usize = 100_000;
+
+/// Live fan-out depth. A watcher that falls further behind than this re-reads from the
+/// window, so the value only trades memory for how often slow watchers take that path.
+const BROADCAST_CAPACITY: usize = 16_384;
+
+/// What happened to a key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EventType {
+    /// The key was created.
+    Added,
+    /// The key was replaced.
+    Modified,
+    /// The key was removed.
+    Deleted,
+}
+
+/// One committed change.
+#[derive(Debug)]
+pub struct Event {
+    /// The revision of the write.
+    pub rev: Revision,
+    /// The key written.
+    pub key: String,
+    /// What happened.
+    pub kind: EventType,
+    /// The new value; for a delete, the last value stamped with the deletion revision.
+    pub object: Arc<Value>,
+    /// The value before the write, when there was one. Filtered watches need it to
+    /// turn "no longer matches" into a DELETED event, as the apiserver's watch cache does.
+    pub prev: Option<Arc<Value>>,
+}
+
+struct Inner {
+    events: VecDeque<Arc<Event>>,
+    /// Every event with a revision above this one is still in `events`.
+    oldest: Revision,
+}
+
+/// The shared window and its broadcast channel.
+pub(crate) struct Window {
+    inner: Mutex<Inner>,
+    tx: broadcast::Sender<Arc<Event>>,
+}
+
+impl Window {
+    /// A window that starts empty at `rev`: watches from `rev` or later can be served.
+    pub(crate) fn new(rev: Revision) -> Arc<Self> {
+        let (tx, _) = broadcast::channel(BROADCAST_CAPACITY);
+        Arc::new(Self { inner: Mutex::new(Inner { events: VecDeque::new(), oldest: rev }), tx })
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        // A poisoned lock only means a panic elsewhere while holding it; the deque itself
+        // is always consistent between statements, so keep serving.
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Appends committed events (in revision order) and sends them to live watchers.
+    pub(crate) fn publish(&self, events: Vec<Arc<Event>>) {
+        let mut inner = self.lock();
+        for ev in events {
+            inner.events.push_back(ev.clone());
+            // No receivers is not an error: nobody is watching right now.
+            let _ = self.tx.send(ev);
+        }
+        while inner.events.len() > EVENT_WINDOW {
+            if let Some(old) = inner.events.pop_front() {
+                inner.oldest = old.rev;
+            }
+        }
+    }
+
+    /// Starts a watch on keys under `prefix` from revision `from` (exclusive).
+    pub(crate) fn subscribe(self: &Arc<Self>, prefix: &str, from: Revision) -> Result<WatchStream, StoreError> {
+        let inner = self.lock();
+        let replay = Self::replay(&inner, prefix, from)?;
+        // Subscribing under the lock means nothing published after the replay snapshot
+        // can be missed, and nothing in it is received twice (we also skip by revision).
+        let rx = self.tx.subscribe();
+        Ok(WatchStream { replay, rx, prefix: prefix.to_string(), last: from, window: self.clone() })
+    }
+
+    fn replay(inner: &Inner, prefix: &str, from: Revision) -> Result<VecDeque<Arc<Event>>, StoreError> {
+        if from < inner.oldest {
+            return Err(StoreError::Expired { requested: from, oldest: inner.oldest });
+        }
+        // Events are in revision order, so binary-search the start instead of scanning.
+        let start = inner.events.partition_point(|e| e.rev <= from);
+        Ok(inner.events.range(start..).filter(|e| e.key.starts_with(prefix)).cloned().collect())
+    }
+}
+
+/// A stream of events for one watch.
+pub struct WatchStream {
+    replay: VecDeque<Arc<Event>>,
+    rx: broadcast::Receiver<Arc<Event>>,
+    prefix: String,
+    last: Revision,
+    window: Arc<Window>,
+}
+
+impl WatchStream {
+    /// The next event, `Err(Expired)` when this watcher fell out of the window, or
+    /// `None` when the store shut down.
+    pub async fn next(&mut self) -> Option<Result<Arc<Event>, StoreError>> {
+        loop {
+            if let Some(ev) = self.replay.pop_front() {
+                self.last = ev.rev;
+                return Some(Ok(ev));
+            }
+            match self.rx.recv().await {
+                Ok(ev) => {
+                    if ev.rev <= self.last || !ev.key.starts_with(&self.prefix) {
+                        continue;
+                    }
+                    self.last = ev.rev;
+                    return Some(Ok(ev));
+                }
+                Err(broadcast::error::RecvError::Lagged(_)) => {
+                    // Too slow for the live channel: catch up from the window, which
+                    // holds far more history, and resubscribe.
+                    let inner = self.window.lock();
+                    match Window::replay(&inner, &self.prefix, self.last) {
+                        Ok(replay) => {
+                            self.replay = replay;
+                            self.rx = self.window.tx.subscribe();
+                        }
+                        Err(e) => return Some(Err(e)),
+                    }
+                }
+                Err(broadcast::error::RecvError::Closed) => return None,
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn ev(rev: Revision, key: &str) -> Arc<Event> {
+        Arc::new(Event { rev, key: key.into(), kind: EventType::Added, object: Arc::new(json!({})), prev: None })
+    }
+
+    #[tokio::test]
+    async fn replays_from_revision_then_streams_live() {
+        let w = Window::new(0);
+        w.publish(vec![ev(1, "a/x"), ev(2, "b/y"), ev(3, "a/z")]);
+        let mut s = w.subscribe("a/", 1).unwrap();
+        assert_eq!(s.next().await.unwrap().unwrap().rev, 3);
+        w.publish(vec![ev(4, "b/q"), ev(5, "a/w")]);
+        assert_eq!(s.next().await.unwrap().unwrap().key, "a/w");
+    }
+
+    #[tokio::test]
+    async fn revision_before_window_is_expired() {
+        let w = Window::new(10);
+        match w.subscribe("", 9) {
+            Err(StoreError::Expired { requested: 9, oldest: 10 }) => {}
+            other => panic!("expected Expired, got {:?}", other.map(|_| ())),
+        }
+        assert!(w.subscribe("", 10).is_ok());
+    }
+
+    #[tokio::test]
+    async fn trimming_moves_the_oldest_revision() {
+        let w = Window::new(0);
+        let events: Vec<_> = (1..=(EVENT_WINDOW as u64 + 5)).map(|r| ev(r, "k")).collect();
+        w.publish(events);
+        assert!(matches!(w.subscribe("", 4), Err(StoreError::Expired { oldest: 5, .. })));
+        let mut s = w.subscribe("", 5).unwrap();
+        assert_eq!(s.next().await.unwrap().unwrap().rev, 6);
+    }
+}
