@@ -1,4 +1,30 @@
 //! Flotilla's control plane: a Kubernetes-compatible API server that serves many
 //! logical clusters (workspaces) from one process and one store.
+//!
+//! Layers, bottom up: [`store`] (revisioned key-value store and watch window),
+//! [`registry`] and [`kinds`]/[`crd`] (what is served and its rules), [`api`] (the one
+//! generic resource engine), [`watch`], [`discovery`], [`openapi`] and [`table`]
+//! (wire formats), [`http`] (routing, auth, negotiation) and [`server`] (running it).
 
+pub mod api;
+pub mod auth;
+pub mod controllers;
+pub mod crd;
+pub mod discovery;
+pub mod error;
+pub mod fsutil;
+pub mod http;
+pub mod jsonpath;
+pub mod kinds;
+pub mod kubeconfig;
+pub mod metrics;
+pub mod objmeta;
+pub mod openapi;
+pub mod patch;
+pub mod registry;
+pub mod selector;
+pub mod server;
 pub mod store;
+pub mod table;
+pub mod tls;
+pub mod watch;

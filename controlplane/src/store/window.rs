@@ -122,6 +122,12 @@ pub struct WatchStream {
 }
 
 impl WatchStream {
+    /// The highest revision this stream has passed, delivered or filtered out. Every
+    /// matching event up to it has been returned, so a bookmark may claim it.
+    pub fn progress(&self) -> Revision {
+        self.last
+    }
+
     /// The next event, `Err(Expired)` when this watcher fell out of the window, or
     /// `None` when the store shut down.
     pub async fn next(&mut self) -> Option<Result<Arc<Event>, StoreError>> {
@@ -132,7 +138,12 @@ impl WatchStream {
             }
             match self.rx.recv().await {
                 Ok(ev) => {
-                    if ev.rev <= self.last || !ev.key.starts_with(&self.prefix) {
+                    if ev.rev <= self.last {
+                        continue;
+                    }
+                    if !ev.key.starts_with(&self.prefix) {
+                        // Still progress: a bookmark may claim this revision.
+                        self.last = ev.rev;
                         continue;
                     }
                     self.last = ev.rev;

@@ -1,0 +1,996 @@
+//! The generic resource engine: one admission and storage pipeline for every type in
+//! the registry. HTTP handlers and the in-process controllers both call it, so a
+//! controller's write is validated, versioned and watched exactly like a client's.
+
+use std::sync::Arc;
+
+use serde_json::{json, Map, Value};
+
+use crate::error::{ApiError, Cause, ObjRef};
+use crate::kinds::{self, Builtin};
+use crate::objmeta::{self, meta_str, NameRule};
+use crate::patch;
+use crate::registry::{Behavior, Registry, ResourceType};
+use crate::selector::{FieldSelector, LabelSelector};
+use crate::store::{Entry, Revision, Store, StoreError, WriteOp};
+
+/// Annotation that names an object's workspace on wildcard responses (kcp's convention).
+pub const CLUSTER_ANNOTATION: &str = "kcp.io/cluster";
+
+/// How many times a patch is retried against a concurrently changing object before
+/// answering 409, matching the apiserver's patcher retry budget.
+const PATCH_RETRIES: usize = 5;
+
+/// `fieldValidation` query parameter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum FieldValidation {
+    /// Unknown fields are a 400.
+    Strict,
+    /// Unknown fields produce a `Warning` header (the server default).
+    #[default]
+    Warn,
+    /// Unknown fields are dropped silently.
+    Ignore,
+}
+
+impl FieldValidation {
+    /// Parses the query parameter value.
+    pub fn parse(s: Option<&str>) -> Result<Self, ApiError> {
+        match s {
+            None | Some("") | Some("Warn") => Ok(Self::Warn),
+            Some("Strict") => Ok(Self::Strict),
+            Some("Ignore") => Ok(Self::Ignore),
+            Some(other) => Err(ApiError::bad_request(format!(
+                "fieldValidation: Unsupported value: \"{other}\": supported values: \"Ignore\", \"Strict\", \"Warn\""
+            ))),
+        }
+    }
+}
+
+/// Options common to writes.
+#[derive(Debug, Clone, Default)]
+pub struct WriteOptions {
+    /// The field manager recorded in managedFields.
+    pub field_manager: String,
+    /// Unknown-field handling.
+    pub validation: FieldValidation,
+    /// `dryRun=All`: run admission, write nothing.
+    pub dry_run: bool,
+}
+
+/// The result of a write.
+#[derive(Debug)]
+pub struct Written {
+    /// The object as stored (or as it would be, for dry runs).
+    pub object: Value,
+    /// Whether the write created the object (201).
+    pub created: bool,
+    /// `Warning` headers for the client.
+    pub warnings: Vec<String>,
+}
+
+/// Patch content types.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PatchKind {
+    /// `application/json-patch+json`.
+    Json,
+    /// `application/merge-patch+json`.
+    Merge,
+    /// `application/strategic-merge-patch+json`.
+    Strategic,
+    /// `application/apply-patch+yaml` (server-side apply).
+    Apply { force: bool },
+}
+
+/// Which part of an object a write addresses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Sub {
+    /// The object itself.
+    Main,
+    /// `/status`.
+    Status,
+}
+
+impl Sub {
+    fn name(self) -> Option<&'static str> {
+        match self {
+            Sub::Main => None,
+            Sub::Status => Some("status"),
+        }
+    }
+}
+
+/// `DeleteOptions` that matter here.
+#[derive(Debug, Clone, Default)]
+pub struct DeleteOptions {
+    /// Background, Foreground or Orphan.
+    pub propagation: Option<String>,
+    /// `preconditions.uid`.
+    pub uid: Option<String>,
+    /// `preconditions.resourceVersion`.
+    pub resource_version: Option<String>,
+    /// `dryRun=All`.
+    pub dry_run: bool,
+}
+
+/// List options.
+#[derive(Debug, Clone, Default)]
+pub struct ListOptions {
+    /// Parsed `labelSelector`.
+    pub labels: Option<LabelSelector>,
+    /// Parsed `fieldSelector`.
+    pub fields: Option<FieldSelector>,
+    /// `limit`.
+    pub limit: Option<usize>,
+    /// `continue`.
+    pub continue_token: Option<String>,
+}
+
+/// Where a request points: a type, a workspace (or `*`), and a namespace.
+#[derive(Debug, Clone)]
+pub struct Scope {
+    /// The resource type.
+    pub rt: Arc<ResourceType>,
+    /// Workspace name, or `*` for every workspace.
+    pub workspace: String,
+    /// Namespace, or "" for cluster-scoped types and all-namespace requests.
+    pub namespace: String,
+}
+
+impl Scope {
+    /// Whether this scope spans every workspace.
+    pub fn wildcard(&self) -> bool {
+        self.workspace == "*"
+    }
+    fn obj<'a>(&'a self, name: &'a str) -> ObjRef<'a> {
+        ObjRef { group: &self.rt.group, resource: &self.rt.plural, name }
+    }
+    fn key(&self, name: &str) -> String {
+        self.rt.key(&self.workspace, &self.namespace, name)
+    }
+    /// The store prefix of this collection.
+    pub fn prefix(&self) -> String {
+        let ws = (!self.wildcard()).then_some(self.workspace.as_str());
+        let ns = (!self.namespace.is_empty()).then_some(self.namespace.as_str());
+        self.rt.prefix(ws, ns)
+    }
+}
+
+/// The engine.
+pub struct Api {
+    /// The store.
+    pub store: Arc<dyn Store>,
+    /// The served types.
+    pub registry: Arc<Registry>,
+}
+
+/// A continue token: where the next page starts and the revision of the first page.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct ContinueToken {
+    rv: Revision,
+    start: String,
+}
+
+impl Api {
+    /// The engine over a store and registry.
+    pub fn new(store: Arc<dyn Store>, registry: Arc<Registry>) -> Arc<Self> {
+        Arc::new(Self { store, registry })
+    }
+
+    fn entry(&self, scope: &Scope, name: &str) -> Result<Entry, ApiError> {
+        self.store.get(&scope.key(name)).ok_or_else(|| ApiError::not_found(scope.obj(name)))
+    }
+
+    /// GET one object.
+    pub fn get(&self, scope: &Scope, name: &str) -> Result<Value, ApiError> {
+        let e = self.entry(scope, name)?;
+        Ok(present(scope, &scope.workspace, &e.value))
+    }
+
+    /// The stored object and its revision, without presentation.
+    pub fn get_raw(&self, scope: &Scope, name: &str) -> Option<Entry> {
+        self.store.get(&scope.key(name))
+    }
+
+    /// LIST a collection. Returns the list object (kind `<Kind>List`).
+    pub fn list(&self, scope: &Scope, opts: &ListOptions) -> Result<Value, ApiError> {
+        let (items, rv, cont) = self.list_items(scope, opts)?;
+        let mut metadata = json!({"resourceVersion": rv.to_string()});
+        if let Some(c) = cont {
+            metadata["continue"] = json!(c);
+        }
+        Ok(json!({
+            "kind": scope.rt.list_kind(),
+            "apiVersion": scope.rt.api_version(),
+            "metadata": metadata,
+            "items": items,
+        }))
+    }
+
+    /// The matching objects of a collection, the list revision, and a continue token.
+    pub fn list_items(&self, scope: &Scope, opts: &ListOptions) -> Result<(Vec<Value>, Revision, Option<String>), ApiError> {
+        self.check_field_selector(scope, opts.fields.as_ref())?;
+        let prefix = scope.prefix();
+        let (mut start, mut list_rv) = (None, None);
+        if let Some(tok) = opts.continue_token.as_deref().filter(|t| !t.is_empty()) {
+            let t = decode_continue(tok)?;
+            if !t.start.starts_with(&prefix) {
+                return Err(ApiError::bad_request("continue key is not valid for this collection"));
+            }
+            // A page must not claim a revision the event window cannot resume from.
+            if self.store.watch("", t.rv).is_err() {
+                return Err(ApiError::expired(
+                    "The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter.",
+                ));
+            }
+            start = Some(t.start);
+            list_rv = Some(t.rv);
+        }
+        let (entries, rv) = self.store.list(&prefix, start.as_deref(), None);
+        let list_rv = list_rv.unwrap_or(rv);
+        let limit = opts.limit.filter(|l| *l > 0);
+        let mut items = Vec::new();
+        let mut cont = None;
+        let mut last_key = None;
+        for (key, entry) in entries {
+            if !matches(scope, &entry.value, opts) {
+                continue;
+            }
+            if limit.is_some_and(|l| items.len() >= l) {
+                cont = last_key.map(|k: String| encode_continue(&ContinueToken { rv: list_rv, start: k }));
+                break;
+            }
+            let ws = crate::registry::split_key(&key).map(|(w, _, _)| w).unwrap_or_default();
+            items.push(present(scope, ws, &entry.value));
+            last_key = Some(key);
+        }
+        Ok((items, list_rv, cont))
+    }
+
+    fn check_field_selector(&self, scope: &Scope, fields: Option<&FieldSelector>) -> Result<(), ApiError> {
+        let Some(fs) = fields else { return Ok(()) };
+        let extra = scope.rt.builtin().map(Builtin::selectable_fields).unwrap_or_default();
+        for f in fs.fields() {
+            let ok = f == "metadata.name" || (f == "metadata.namespace" && scope.rt.namespaced) || extra.contains(&f);
+            if !ok {
+                return Err(ApiError::bad_request(format!(
+                    "\"{f}\" is not a known field selector: only \"metadata.name\", \"metadata.namespace\"{}",
+                    extra.iter().map(|e| format!(", \"{e}\"")).collect::<String>()
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// CREATE.
+    pub async fn create(&self, scope: &Scope, mut obj: Value, opts: &WriteOptions) -> Result<Written, ApiError> {
+        if scope.wildcard() {
+            return Err(ApiError::method_not_allowed("writes are not allowed through the wildcard workspace; use /clusters/<workspace>"));
+        }
+        let mut warnings = Vec::new();
+        self.fill_identity(scope, &mut obj, None)?;
+        if meta_str(&obj, "name").unwrap_or_default().is_empty() {
+            if let Some(prefix) = meta_str(&obj, "generateName").map(String::from).filter(|p| !p.is_empty()) {
+                objmeta::meta_mut(&mut obj).insert("name".into(), json!(objmeta::generate_name(&prefix)));
+            }
+        }
+        if meta_str(&obj, "resourceVersion").is_some_and(|rv| !rv.is_empty()) {
+            return Err(ApiError::bad_request("resourceVersion should not be set on objects to be created"));
+        }
+        let name = meta_str(&obj, "name").unwrap_or_default().to_string();
+        self.check_namespace_writable(scope)?;
+        let mut obj = self.admit(scope, &name, obj, None, Sub::Main, opts, &mut warnings)?;
+        {
+            let m = objmeta::meta_mut(&mut obj);
+            m.insert("uid".into(), json!(uuid::Uuid::new_v4().to_string()));
+            m.insert("creationTimestamp".into(), json!(objmeta::now_rfc3339()));
+            for f in ["deletionTimestamp", "deletionGracePeriodSeconds", "selfLink"] {
+                m.remove(f);
+            }
+        }
+        if has_generation(&scope.rt) {
+            objmeta::meta_mut(&mut obj).insert("generation".into(), json!(1));
+        }
+        // A freshly created object has no status when a status subresource owns it.
+        if scope.rt.status && scope.rt.builtin() != Some(Builtin::Namespace) {
+            if let Some(o) = obj.as_object_mut() {
+                o.remove("status");
+            }
+        }
+        match scope.rt.builtin() {
+            Some(Builtin::Namespace) => {
+                obj["spec"] = json!({"finalizers": ["kubernetes"]});
+                obj["status"] = json!({"phase": "Active"});
+            }
+            Some(Builtin::Crd) => {
+                obj["status"] = json!({"storedVersions": []});
+            }
+            _ => {}
+        }
+        patch::apply::track_update(None, &mut obj, &opts.field_manager, &scope.rt.api_version(), &objmeta::now_rfc3339(), scope.rt.patch_meta(), None);
+        if opts.dry_run {
+            return Ok(Written { object: present(scope, &scope.workspace, &obj), created: true, warnings });
+        }
+        let stored = self
+            .store
+            .write(WriteOp::Create { key: scope.key(&name), value: obj })
+            .await
+            .map_err(|e| ApiError::from_store(e, scope.obj(&name)))?;
+        Ok(Written { object: present(scope, &scope.workspace, &stored.value), created: true, warnings })
+    }
+
+    /// UPDATE (PUT) of the object or its status.
+    pub async fn update(&self, scope: &Scope, name: &str, obj: Value, sub: Sub, opts: &WriteOptions) -> Result<Written, ApiError> {
+        if scope.wildcard() {
+            return Err(ApiError::method_not_allowed("writes are not allowed through the wildcard workspace; use /clusters/<workspace>"));
+        }
+        let current = self.entry(scope, name)?;
+        let rv = meta_str(&obj, "resourceVersion").filter(|s| !s.is_empty()).map(String::from);
+        let expected = match rv {
+            Some(rv) => rv.parse::<Revision>().map_err(|_| ApiError::bad_request(format!("invalid resourceVersion {rv:?}")))?,
+            None if scope.rt.is_custom() => {
+                return Err(ApiError::invalid(
+                    &scope.rt.kind,
+                    scope.obj(name),
+                    vec![Cause::new("FieldValueInvalid", "metadata.resourceVersion", "Invalid value: 0x0: must be specified for an update")],
+                ))
+            }
+            // Built-ins allow unconditional updates (AllowUnconditionalUpdate).
+            None => current.rev,
+        };
+        if expected != current.rev {
+            return Err(ApiError::conflict(scope.obj(name)));
+        }
+        self.write_update(scope, name, &current, obj, sub, opts, Vec::new(), None).await
+    }
+
+    /// The shared tail of update and patch: admission, system fields, storage.
+    #[allow(clippy::too_many_arguments)]
+    async fn write_update(
+        &self,
+        scope: &Scope,
+        name: &str,
+        current: &Entry,
+        mut obj: Value,
+        sub: Sub,
+        opts: &WriteOptions,
+        mut warnings: Vec<String>,
+        applied: Option<Value>,
+    ) -> Result<Written, ApiError> {
+        let old = &*current.value;
+        self.fill_identity(scope, &mut obj, Some(name))?;
+        let mut obj = if sub == Sub::Status {
+            // A status write changes only status; everything else comes from storage.
+            let mut merged = old.clone();
+            merged["status"] = obj.get("status").cloned().unwrap_or(Value::Null);
+            if merged["status"].is_null() {
+                merged.as_object_mut().map(|o| o.remove("status"));
+            }
+            merged
+        } else {
+            obj
+        };
+        obj = self.admit(scope, name, obj, Some(old), sub, opts, &mut warnings)?;
+        {
+            let old_meta = objmeta::meta(old).cloned().unwrap_or_default();
+            let m = objmeta::meta_mut(&mut obj);
+            for f in ["uid", "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds", "generation"] {
+                match old_meta.get(f) {
+                    Some(v) => m.insert(f.into(), v.clone()),
+                    None => m.remove(f),
+                };
+            }
+        }
+        if sub == Sub::Main && scope.rt.status {
+            // The main resource cannot change status when a status subresource exists.
+            match old.get("status") {
+                Some(s) => obj["status"] = s.clone(),
+                None => {
+                    obj.as_object_mut().map(|o| o.remove("status"));
+                }
+            }
+        }
+        if sub == Sub::Main {
+            if let Some(b) = scope.rt.builtin() {
+                if b == Builtin::Namespace {
+                    obj["spec"] = old.get("spec").cloned().unwrap_or(Value::Null);
+                }
+            }
+        }
+        bump_generation(&scope.rt, old, &mut obj);
+        let now = objmeta::now_rfc3339();
+        match applied {
+            Some(full) => obj = self.merge_apply_fields(obj, full),
+            None => patch::apply::track_update(Some(old), &mut obj, &opts.field_manager, &scope.rt.api_version(), &now, scope.rt.patch_meta(), sub.name()),
+        }
+        if opts.dry_run {
+            return Ok(Written { object: present(scope, &scope.workspace, &obj), created: false, warnings });
+        }
+        // An object that is being deleted goes away once its last finalizer is removed.
+        let deleting = objmeta::meta_str(old, "deletionTimestamp").is_some();
+        let ns_finalizers = scope.rt.builtin() == Some(Builtin::Namespace)
+            && obj.pointer("/spec/finalizers").and_then(Value::as_array).is_some_and(|a| !a.is_empty());
+        if deleting && objmeta::finalizers(&obj).is_empty() && !ns_finalizers {
+            self.store
+                .write(WriteOp::Delete { key: scope.key(name), expected: Some(current.rev) })
+                .await
+                .map_err(|e| ApiError::from_store(e, scope.obj(name)))?;
+            return Ok(Written { object: present(scope, &scope.workspace, &obj), created: false, warnings });
+        }
+        let stored = self
+            .store
+            .write(WriteOp::Update { key: scope.key(name), value: obj, expected: current.rev })
+            .await
+            .map_err(|e| ApiError::from_store(e, scope.obj(name)))?;
+        Ok(Written { object: present(scope, &scope.workspace, &stored.value), created: false, warnings })
+    }
+
+    /// Server-side apply computes managedFields itself; keep what it produced.
+    fn merge_apply_fields(&self, mut obj: Value, applied: Value) -> Value {
+        if let Some(mf) = applied.pointer("/metadata/managedFields") {
+            objmeta::meta_mut(&mut obj).insert("managedFields".into(), mf.clone());
+        }
+        obj
+    }
+
+    /// PATCH of the object or its status.
+    pub async fn patch(&self, scope: &Scope, name: &str, kind: PatchKind, body: &[u8], sub: Sub, opts: &WriteOptions) -> Result<Written, ApiError> {
+        if scope.wildcard() {
+            return Err(ApiError::method_not_allowed("writes are not allowed through the wildcard workspace; use /clusters/<workspace>"));
+        }
+        if kind == PatchKind::Strategic && scope.rt.is_custom() {
+            return Err(ApiError::unsupported_media_type(
+                "application/strategic-merge-patch+json",
+                &["application/json-patch+json", "application/merge-patch+json", "application/apply-patch+yaml"],
+            ));
+        }
+        let patch_doc: Value = match kind {
+            PatchKind::Apply { .. } => parse_yaml_or_json(body)?,
+            _ => serde_json::from_slice(body).map_err(|e| ApiError::bad_request(format!("error decoding patch: {e}")))?,
+        };
+        if let PatchKind::Apply { .. } = kind {
+            if opts.field_manager.is_empty() {
+                return Err(ApiError::bad_request("PATCH of type apply requires the fieldManager query parameter"));
+            }
+        }
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let current = match self.store.get(&scope.key(name)) {
+                Some(c) => c,
+                None => {
+                    if let PatchKind::Apply { force } = kind {
+                        return self.apply_create(scope, name, patch_doc, force, sub, opts).await;
+                    }
+                    return Err(ApiError::not_found(scope.obj(name)));
+                }
+            };
+            let old = to_external(scope, &current.value);
+            let mut applied_full = None;
+            let patched = match kind {
+                PatchKind::Json => json_patch_apply(&old, &patch_doc)?,
+                PatchKind::Merge => {
+                    let mut v = old.clone();
+                    json_patch::merge(&mut v, &patch_doc);
+                    v
+                }
+                PatchKind::Strategic => patch::strategic::apply(&old, &patch_doc, scope.rt.patch_meta())
+                    .map_err(|e| ApiError::bad_request(format!("strategic merge patch: {e}")))?,
+                PatchKind::Apply { force } => {
+                    let full = self.server_side_apply(scope, name, Some(&old), &patch_doc, force, sub, opts)?;
+                    applied_full = Some(full.clone());
+                    full
+                }
+            };
+            // A resourceVersion inside the patch is a precondition.
+            let requested_rv = meta_str(&patched, "resourceVersion").map(String::from);
+            let mut patched = patched;
+            if let Some(rv) = requested_rv.as_deref().filter(|rv| *rv != current.rev.to_string()) {
+                if matches!(kind, PatchKind::Apply { .. }) || meta_str(&patch_doc, "resourceVersion") == Some(rv) {
+                    return Err(ApiError::conflict(scope.obj(name)));
+                }
+            }
+            objmeta::meta_mut(&mut patched).insert("resourceVersion".into(), json!(current.rev.to_string()));
+            let patched = to_internal(scope, patched);
+            match self.write_update(scope, name, &current, patched, sub, opts, Vec::new(), applied_full).await {
+                Err(e) if e.reason == "Conflict" && e.details.as_ref().and_then(|d| d.get("causes")).is_none() && attempt < PATCH_RETRIES && meta_str(&patch_doc, "resourceVersion").is_none() => continue,
+                other => return other,
+            }
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn server_side_apply(&self, scope: &Scope, name: &str, live: Option<&Value>, applied: &Value, force: bool, sub: Sub, opts: &WriteOptions) -> Result<Value, ApiError> {
+        if applied.get("apiVersion").and_then(Value::as_str).is_none() || applied.get("kind").and_then(Value::as_str).is_none() {
+            return Err(ApiError::bad_request("apiVersion and kind are required in an apply configuration"));
+        }
+        let api_version = scope.rt.api_version();
+        patch::apply::apply(live, applied, &opts.field_manager, force, &api_version, &objmeta::now_rfc3339(), scope.rt.patch_meta(), sub.name()).map_err(|conflicts| {
+            let causes = conflicts
+                .iter()
+                .map(|c| Cause::new("FieldManagerConflict", &c.field, format!("conflict with \"{}\" using {api_version}", c.manager)))
+                .collect();
+            ApiError::conflict_with(scope.obj(name), patch::apply::conflict_message(&conflicts, &api_version), causes)
+        })
+    }
+
+    async fn apply_create(&self, scope: &Scope, name: &str, applied: Value, force: bool, sub: Sub, opts: &WriteOptions) -> Result<Written, ApiError> {
+        if sub != Sub::Main {
+            return Err(ApiError::not_found(scope.obj(name)));
+        }
+        let mut full = self.server_side_apply(scope, name, None, &applied, force, sub, opts)?;
+        let managed = full.pointer("/metadata/managedFields").cloned();
+        objmeta::meta_mut(&mut full).insert("name".into(), json!(name));
+        let full = to_internal(scope, full);
+        let mut written = self.create(scope, full, &WriteOptions { field_manager: opts.field_manager.clone(), ..opts.clone() }).await?;
+        // create() recorded an Update entry; the apply entry is the truth.
+        if let Some(mf) = managed {
+            let cur = self.entry(scope, name)?;
+            let mut v = (*cur.value).clone();
+            objmeta::meta_mut(&mut v).insert("managedFields".into(), mf);
+            if !opts.dry_run {
+                let stored = self
+                    .store
+                    .write(WriteOp::Update { key: scope.key(name), value: v, expected: cur.rev })
+                    .await
+                    .map_err(|e| ApiError::from_store(e, scope.obj(name)))?;
+                written.object = present(scope, &scope.workspace, &stored.value);
+            }
+        }
+        Ok(written)
+    }
+
+    /// DELETE one object.
+    pub async fn delete(&self, scope: &Scope, name: &str, opts: &DeleteOptions) -> Result<Value, ApiError> {
+        if scope.wildcard() {
+            return Err(ApiError::method_not_allowed("writes are not allowed through the wildcard workspace; use /clusters/<workspace>"));
+        }
+        let current = self.entry(scope, name)?;
+        let obj = &*current.value;
+        if let Some(uid) = &opts.uid {
+            let actual = meta_str(obj, "uid").unwrap_or_default();
+            if uid != actual {
+                return Err(ApiError::conflict_with(
+                    scope.obj(name),
+                    format!("Precondition failed: UID in precondition: {uid}, UID in object meta: {actual}"),
+                    vec![],
+                ));
+            }
+        }
+        if let Some(rv) = &opts.resource_version {
+            if *rv != current.rev.to_string() {
+                return Err(ApiError::conflict_with(
+                    scope.obj(name),
+                    format!("Precondition failed: ResourceVersion in precondition: {rv}, ResourceVersion in object meta: {}", current.rev),
+                    vec![],
+                ));
+            }
+        }
+        let mut finalizers = objmeta::finalizers(obj);
+        if opts.propagation.as_deref() == Some("Foreground") && !finalizers.iter().any(|f| f == "foregroundDeletion") {
+            finalizers.push("foregroundDeletion".into());
+        }
+        let is_namespace = scope.rt.builtin() == Some(Builtin::Namespace);
+        if is_namespace && matches!(name, "default" | "kube-system" | "kube-public") {
+            return Err(ApiError::forbidden(format!("namespaces \"{name}\" is forbidden: this namespace may not be deleted")));
+        }
+        if !finalizers.is_empty() || is_namespace {
+            // Graceful: mark for deletion, and let the finalizers' owners finish it.
+            if meta_str(obj, "deletionTimestamp").is_some() {
+                return Ok(present(scope, &scope.workspace, obj));
+            }
+            let mut v = obj.clone();
+            {
+                let m = objmeta::meta_mut(&mut v);
+                m.insert("deletionTimestamp".into(), json!(objmeta::now_rfc3339()));
+                m.insert("deletionGracePeriodSeconds".into(), json!(0));
+                m.insert("finalizers".into(), json!(finalizers));
+                if finalizers.is_empty() {
+                    m.remove("finalizers");
+                }
+            }
+            if is_namespace {
+                v["status"] = json!({"phase": "Terminating"});
+            }
+            if opts.dry_run {
+                return Ok(present(scope, &scope.workspace, &v));
+            }
+            let stored = self
+                .store
+                .write(WriteOp::Update { key: scope.key(name), value: v, expected: current.rev })
+                .await
+                .map_err(|e| ApiError::from_store(e, scope.obj(name)))?;
+            return Ok(present(scope, &scope.workspace, &stored.value));
+        }
+        if opts.dry_run {
+            return Ok(present(scope, &scope.workspace, obj));
+        }
+        let deleted = self
+            .store
+            .write(WriteOp::Delete { key: scope.key(name), expected: Some(current.rev) })
+            .await
+            .map_err(|e| ApiError::from_store(e, scope.obj(name)))?;
+        Ok(present(scope, &scope.workspace, &deleted.value))
+    }
+
+    /// DELETE a collection: every object that matches the selectors.
+    pub async fn delete_collection(&self, scope: &Scope, list: &ListOptions, opts: &DeleteOptions) -> Result<Value, ApiError> {
+        let (items, _, _) = self.list_items(scope, &ListOptions { limit: None, continue_token: None, ..list.clone() })?;
+        let mut deleted = Vec::new();
+        for item in items {
+            let name = meta_str(&item, "name").unwrap_or_default().to_string();
+            let s = Scope { namespace: meta_str(&item, "namespace").unwrap_or_default().to_string(), ..scope.clone() };
+            match self.delete(&s, &name, opts).await {
+                Ok(v) => deleted.push(v),
+                Err(e) if e.code == 404 => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(json!({"kind": scope.rt.list_kind(), "apiVersion": scope.rt.api_version(), "metadata": {"resourceVersion": self.store.revision().to_string()}, "items": deleted}))
+    }
+
+    /// GET of the scale subresource.
+    pub fn get_scale(&self, scope: &Scope, name: &str) -> Result<Value, ApiError> {
+        let e = self.entry(scope, name)?;
+        scale_of(scope, &e.value)
+    }
+
+    /// PUT or PATCH of the scale subresource: the new Scale's `spec.replicas` is
+    /// written to the object, with the object's own resourceVersion as precondition.
+    pub async fn write_scale(&self, scope: &Scope, name: &str, scale_body: ScaleWrite<'_>, opts: &WriteOptions) -> Result<Value, ApiError> {
+        let paths = scope.rt.scale.clone().ok_or_else(|| ApiError::no_route("scale"))?;
+        let current = self.entry(scope, name)?;
+        let old_scale = scale_of(scope, &current.value)?;
+        let new_scale = match scale_body {
+            ScaleWrite::Replace(v) => v,
+            ScaleWrite::Patch(kind, body) => {
+                let doc: Value = serde_json::from_slice(body).map_err(|e| ApiError::bad_request(format!("error decoding patch: {e}")))?;
+                match kind {
+                    PatchKind::Json => json_patch_apply(&old_scale, &doc)?,
+                    PatchKind::Apply { .. } => {
+                        let mut v = old_scale.clone();
+                        json_patch::merge(&mut v, &doc);
+                        v
+                    }
+                    _ => {
+                        let mut v = old_scale.clone();
+                        json_patch::merge(&mut v, &doc);
+                        v
+                    }
+                }
+            }
+        };
+        if let Some(rv) = meta_str(&new_scale, "resourceVersion").filter(|rv| !rv.is_empty()) {
+            if rv != current.rev.to_string() {
+                return Err(ApiError::conflict(scope.obj(name)));
+            }
+        }
+        let replicas = new_scale.pointer("/spec/replicas").and_then(Value::as_i64).unwrap_or(0);
+        if replicas < 0 {
+            return Err(ApiError::invalid("Scale", ObjRef { group: "autoscaling", resource: "scale", name }, vec![Cause::new("FieldValueInvalid", "spec.replicas", format!("Invalid value: {replicas}: must be greater than or equal to 0"))]));
+        }
+        let mut obj = to_external(scope, &current.value);
+        set_json_path(&mut obj, &paths.spec_replicas, json!(replicas));
+        let written = self
+            .write_update(scope, name, &current, to_internal(scope, obj), Sub::Main, opts, Vec::new(), None)
+            .await?;
+        scale_of(scope, &to_internal(scope, written.object))
+    }
+
+    fn fill_identity(&self, scope: &Scope, obj: &mut Value, url_name: Option<&str>) -> Result<(), ApiError> {
+        if !obj.is_object() {
+            return Err(ApiError::bad_request("the request body must be a JSON or YAML object"));
+        }
+        let api_version = scope.rt.api_version();
+        match obj.get("apiVersion").and_then(Value::as_str) {
+            Some(v) if v != api_version => {
+                return Err(ApiError::bad_request(format!(
+                    "the API version in the data ({v}) does not match the expected API version ({api_version})"
+                )))
+            }
+            _ => obj["apiVersion"] = json!(api_version),
+        }
+        match obj.get("kind").and_then(Value::as_str) {
+            Some(k) if k != scope.rt.kind && !(k == "Scale") => {
+                return Err(ApiError::bad_request(format!("the kind in the data ({k}) does not match the expected kind ({})", scope.rt.kind)))
+            }
+            _ => obj["kind"] = json!(scope.rt.kind),
+        }
+        let m = objmeta::meta_mut(obj);
+        if scope.rt.namespaced {
+            match m.get("namespace").and_then(Value::as_str) {
+                Some(ns) if !ns.is_empty() && ns != scope.namespace => {
+                    return Err(ApiError::bad_request(
+                        "the namespace of the provided object does not match the namespace sent on the request",
+                    ))
+                }
+                _ => {
+                    m.insert("namespace".into(), json!(scope.namespace));
+                }
+            }
+        } else {
+            m.remove("namespace");
+        }
+        if let Some(url) = url_name {
+            match m.get("name").and_then(Value::as_str) {
+                Some(n) if n != url => {
+                    return Err(ApiError::bad_request(format!("the name of the object ({n}) does not match the name on the URL ({url})")))
+                }
+                _ => {
+                    m.insert("name".into(), json!(url));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn check_namespace_writable(&self, scope: &Scope) -> Result<(), ApiError> {
+        if !scope.rt.namespaced {
+            return Ok(());
+        }
+        if scope.namespace.is_empty() {
+            return Err(ApiError::bad_request("a namespace is required to create a namespaced object"));
+        }
+        let ns_rt = self.registry.lookup(&scope.workspace, "", "v1", "namespaces").ok_or_else(|| ApiError::internal("namespaces are not registered"))?;
+        let key = ns_rt.key(&scope.workspace, "", &scope.namespace);
+        match self.store.get(&key) {
+            None => Err(ApiError::not_found(ObjRef { group: "", resource: "namespaces", name: &scope.namespace })),
+            Some(ns) if meta_str(&ns.value, "deletionTimestamp").is_some() => Err(ApiError::forbidden(format!(
+                "{} \"{}\" is forbidden: unable to create new content in namespace {} because it is being terminated",
+                scope.rt.plural, "", scope.namespace
+            ))),
+            Some(_) => Ok(()),
+        }
+    }
+
+    /// Decoding, defaulting and validation: what the apiserver's decoder, defaulters
+    /// and strategy Validate do, for built-ins and custom resources alike.
+    #[allow(clippy::too_many_arguments)]
+    fn admit(&self, scope: &Scope, name: &str, obj: Value, old: Option<&Value>, sub: Sub, opts: &WriteOptions, warnings: &mut Vec<String>) -> Result<Value, ApiError> {
+        let _ = (old, sub);
+        let (mut obj, unknown, rule) = match &scope.rt.behavior {
+            Behavior::Builtin(b) => {
+                // events.k8s.io objects arrive in their own shape and are stored as core Events.
+                let decoded = b.decode(&obj).map_err(ApiError::bad_request)?;
+                let mut v = decoded.value;
+                if *b == Builtin::EventV1 {
+                    v = kinds::event_from_v1(&v);
+                }
+                (v, decoded.unknown, b.name_rule())
+            }
+            Behavior::Custom(def) => {
+                let mut v = obj;
+                let mut unknown = prune_meta(&mut v);
+                unknown.extend(crate::crd::schema::prune(&mut v, &def.schema));
+                (v, unknown, NameRule::PathSegment)
+            }
+        };
+        if !unknown.is_empty() {
+            match opts.validation {
+                FieldValidation::Strict => {
+                    let list: Vec<String> = unknown.iter().map(|u| format!("unknown field \"{u}\"")).collect();
+                    return Err(ApiError::bad_request(format!(
+                        "{} in version \"{}\" cannot be handled as a {}: strict decoding error: {}",
+                        scope.rt.kind,
+                        scope.rt.version,
+                        scope.rt.kind,
+                        list.join(", ")
+                    )));
+                }
+                FieldValidation::Warn => warnings.extend(unknown.iter().map(|u| format!("unknown field \"{u}\""))),
+                FieldValidation::Ignore => {}
+            }
+        }
+        let mut causes = objmeta::validate_meta(&obj, rule);
+        if meta_str(&obj, "name") != Some(name) && !name.is_empty() {
+            causes.push(Cause::new("FieldValueInvalid", "metadata.name", "Invalid value: the name may not change"));
+        }
+        match &scope.rt.behavior {
+            Behavior::Builtin(b) => {
+                b.default(&mut obj);
+                causes.extend(b.validate(&obj));
+            }
+            Behavior::Custom(def) => {
+                crate::crd::schema::apply_defaults(&mut obj, &def.schema);
+                causes.extend(crate::crd::schema::validate(&obj, &def.schema).into_iter().map(|c| Cause::new(c.reason, &c.field, c.message)));
+            }
+        }
+        if !causes.is_empty() {
+            return Err(ApiError::invalid(&scope.rt.kind, scope.obj(if name.is_empty() { meta_str(&obj, "name").unwrap_or_default() } else { name }), causes));
+        }
+        Ok(obj)
+    }
+}
+
+/// The body of a scale write.
+pub enum ScaleWrite<'a> {
+    /// PUT with a full Scale.
+    Replace(Value),
+    /// PATCH of the Scale.
+    Patch(PatchKind, &'a [u8]),
+}
+
+fn has_generation(rt: &ResourceType) -> bool {
+    match rt.builtin() {
+        Some(b) => b.generation_changed(&Value::Null, &Value::Null).is_some(),
+        None => true,
+    }
+}
+
+fn bump_generation(rt: &ResourceType, old: &Value, new: &mut Value) {
+    let changed = match rt.builtin() {
+        Some(b) => b.generation_changed(old, new),
+        // A custom resource's generation moves on any change outside metadata and status.
+        None => {
+            let strip = |v: &Value| {
+                let mut m = v.as_object().cloned().unwrap_or_default();
+                m.remove("metadata");
+                m.remove("status");
+                m
+            };
+            Some(strip(old) != strip(new))
+        }
+    };
+    if changed == Some(true) {
+        let g = old.pointer("/metadata/generation").and_then(Value::as_i64).unwrap_or(0);
+        objmeta::meta_mut(new).insert("generation".into(), json!(g + 1));
+    }
+}
+
+/// ObjectMeta fields a custom resource may carry; everything else in metadata is pruned.
+const OBJECT_META_FIELDS: &[&str] = &[
+    "name", "generateName", "namespace", "selfLink", "uid", "resourceVersion", "generation", "creationTimestamp",
+    "deletionTimestamp", "deletionGracePeriodSeconds", "labels", "annotations", "ownerReferences", "finalizers", "managedFields",
+];
+
+fn prune_meta(obj: &mut Value) -> Vec<String> {
+    let mut unknown = Vec::new();
+    if let Some(m) = obj.get_mut("metadata").and_then(Value::as_object_mut) {
+        let extra: Vec<String> = m.keys().filter(|k| !OBJECT_META_FIELDS.contains(&k.as_str())).cloned().collect();
+        for k in extra {
+            m.remove(&k);
+            unknown.push(format!("metadata.{k}"));
+        }
+    }
+    unknown
+}
+
+fn matches(scope: &Scope, obj: &Value, opts: &ListOptions) -> bool {
+    if let Some(ls) = &opts.labels {
+        let empty = Map::new();
+        let labels = obj.pointer("/metadata/labels").and_then(Value::as_object).unwrap_or(&empty);
+        if !ls.matches(labels) {
+            return false;
+        }
+    }
+    if let Some(fs) = &opts.fields {
+        let _ = scope;
+        if !fs.matches(|f| kinds::field_value(obj, f)) {
+            return false;
+        }
+    }
+    true
+}
+
+/// Whether a stored object passes a scope's selectors (used by watch).
+pub fn selected(obj: &Value, labels: Option<&LabelSelector>, fields: Option<&FieldSelector>) -> bool {
+    let empty = Map::new();
+    let l = obj.pointer("/metadata/labels").and_then(Value::as_object).unwrap_or(&empty);
+    labels.is_none_or(|s| s.matches(l)) && fields.is_none_or(|f| f.matches(|p| kinds::field_value(obj, p)))
+}
+
+/// The object as the client sees it: converted to the requested group's shape, and
+/// annotated with its workspace on wildcard requests.
+pub fn present(scope: &Scope, workspace: &str, stored: &Value) -> Value {
+    let mut v = to_external(scope, stored);
+    if scope.wildcard() {
+        let m = objmeta::meta_mut(&mut v);
+        let ann = m.entry("annotations").or_insert_with(|| json!({}));
+        if let Some(a) = ann.as_object_mut() {
+            a.insert(CLUSTER_ANNOTATION.into(), json!(workspace));
+        }
+    }
+    v
+}
+
+fn to_external(scope: &Scope, stored: &Value) -> Value {
+    match scope.rt.builtin() {
+        Some(Builtin::EventV1) => kinds::event_to_v1(stored),
+        _ => stored.clone(),
+    }
+}
+
+/// Patches and scale writes work on the external shape; admission converts it back.
+fn to_internal(_scope: &Scope, external: Value) -> Value {
+    external
+}
+
+fn scale_of(scope: &Scope, obj: &Value) -> Result<Value, ApiError> {
+    let paths = scope.rt.scale.as_ref().ok_or_else(|| ApiError::no_route("scale"))?;
+    let get = |p: &str| crate::jsonpath::JsonPath::parse(p).ok().and_then(|jp| jp.eval(obj).first().map(|v| (*v).clone()));
+    let spec = get(&paths.spec_replicas).unwrap_or(json!(0));
+    let status = get(&paths.status_replicas).unwrap_or(json!(0));
+    let selector = match &paths.label_selector {
+        Some(p) => get(p).unwrap_or(json!("")),
+        // Deployments report their selector in label-query form.
+        None => json!(obj
+            .pointer("/spec/selector/matchLabels")
+            .and_then(Value::as_object)
+            .map(|m| m.iter().map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or_default())).collect::<Vec<_>>().join(","))
+            .unwrap_or_default()),
+    };
+    let m = objmeta::meta(obj).cloned().unwrap_or_default();
+    let pick = |f: &str| m.get(f).cloned().unwrap_or(Value::Null);
+    Ok(json!({
+        "kind": "Scale",
+        "apiVersion": "autoscaling/v1",
+        "metadata": {"name": pick("name"), "namespace": pick("namespace"), "uid": pick("uid"), "resourceVersion": pick("resourceVersion"), "creationTimestamp": pick("creationTimestamp")},
+        "spec": {"replicas": spec},
+        "status": {"replicas": status, "selector": selector},
+    }))
+}
+
+fn set_json_path(obj: &mut Value, path: &str, value: Value) {
+    let segs: Vec<&str> = path.trim_start_matches('.').split('.').collect();
+    let mut cur = obj;
+    for (i, seg) in segs.iter().enumerate() {
+        if i == segs.len() - 1 {
+            cur[*seg] = value;
+            return;
+        }
+        if !cur.get(*seg).is_some_and(Value::is_object) {
+            cur[*seg] = json!({});
+        }
+        cur = &mut cur[*seg];
+    }
+}
+
+/// Applies an RFC 6902 patch. A `test` of `null` against a missing path passes:
+/// kube-runtime's finalizer helper sends exactly that for an object with no finalizers.
+pub fn json_patch_apply(doc: &Value, patch_doc: &Value) -> Result<Value, ApiError> {
+    let ops = patch_doc.as_array().ok_or_else(|| ApiError::bad_request("a JSON patch must be a list of operations"))?;
+    let kept: Vec<Value> = ops
+        .iter()
+        .filter(|op| {
+            let is_null_test = op.get("op").and_then(Value::as_str) == Some("test") && op.get("value").is_some_and(Value::is_null);
+            let path = op.get("path").and_then(Value::as_str).unwrap_or_default();
+            !(is_null_test && doc.pointer(path).is_none_or(Value::is_null))
+        })
+        .cloned()
+        .collect();
+    let p: json_patch::Patch = serde_json::from_value(Value::Array(kept)).map_err(|e| ApiError::bad_request(format!("invalid JSON patch: {e}")))?;
+    let mut out = doc.clone();
+    json_patch::patch(&mut out, &p).map_err(|e| match e.kind {
+        json_patch::PatchErrorKind::TestFailed => ApiError::invalid("Patch", ObjRef { group: "", resource: "", name: "" }, vec![Cause::new("FieldValueInvalid", "", format!("the server rejected our request due to an error in our request: {e}"))]),
+        _ => ApiError::invalid("Patch", ObjRef { group: "", resource: "", name: "" }, vec![Cause::new("FieldValueInvalid", "", format!("the server rejected our request due to an error in our request: {e}"))]),
+    })?;
+    Ok(out)
+}
+
+/// Parses a body that may be YAML or JSON (JSON is YAML).
+pub fn parse_yaml_or_json(body: &[u8]) -> Result<Value, ApiError> {
+    if let Ok(v) = serde_json::from_slice::<Value>(body) {
+        return Ok(v);
+    }
+    let v: Value = serde_yaml::from_slice(body).map_err(|e| ApiError::bad_request(format!("error decoding YAML: {e}")))?;
+    Ok(v)
+}
+
+fn encode_continue(t: &ContinueToken) -> String {
+    use base64::Engine;
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(serde_json::to_vec(t).unwrap_or_default())
+}
+
+fn decode_continue(s: &str) -> Result<ContinueToken, ApiError> {
+    use base64::Engine;
+    let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(s)
+        .map_err(|_| ApiError::bad_request("continue key is not valid: not base64"))?;
+    serde_json::from_slice(&bytes).map_err(|_| ApiError::bad_request("continue key is not valid"))
+}
+
+impl From<StoreError> for ApiError {
+    fn from(e: StoreError) -> Self {
+        ApiError::from_store(e, ObjRef { group: "", resource: "", name: "" })
+    }
+}

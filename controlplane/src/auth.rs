@@ -1,0 +1,142 @@
+//! Bearer-token authentication and workspace scoping.
+//!
+//! The admin token (random, `<data-dir>/admin.token`, mode 0600) is valid in every
+//! workspace. A workspace token is `fws1.<workspace>.<mac>`, where the MAC is an
+//! HMAC-SHA256 over the workspace's name and uid with a key kept in the data dir: it is
+//! valid only in that workspace, needs no storage, and dies with the workspace, since a
+//! recreated workspace gets a new uid.
+
+use std::path::Path;
+
+use hmac::{Hmac, Mac};
+use sha2::Sha256;
+
+use crate::error::ApiError;
+use crate::fsutil::write_private;
+
+/// Who a request is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Principal {
+    /// The admin: every workspace.
+    Admin,
+    /// Scoped to one workspace.
+    Workspace(String),
+}
+
+impl Principal {
+    /// A readable user name, for messages.
+    pub fn user(&self) -> String {
+        match self {
+            Principal::Admin => "flotilla-admin".into(),
+            Principal::Workspace(ws) => format!("flotilla:workspace:{ws}"),
+        }
+    }
+}
+
+/// The server's token authority.
+pub struct Auth {
+    admin: String,
+    key: Vec<u8>,
+}
+
+fn random_hex(bytes: usize) -> String {
+    use rand::RngCore;
+    let mut buf = vec![0u8; bytes];
+    rand::rng().fill_bytes(&mut buf);
+    hex::encode(buf)
+}
+
+fn load_or_create_secret(path: &Path) -> std::io::Result<String> {
+    match std::fs::read_to_string(path) {
+        Ok(s) if !s.trim().is_empty() => Ok(s.trim().to_string()),
+        _ => {
+            let s = random_hex(32);
+            write_private(path, s.as_bytes())?;
+            Ok(s)
+        }
+    }
+}
+
+impl Auth {
+    /// Loads or creates the admin token and the signing key in `dir`.
+    pub fn load_or_create(dir: &Path) -> std::io::Result<Self> {
+        let admin = load_or_create_secret(&dir.join("admin.token"))?;
+        let key = load_or_create_secret(&dir.join("token-signing.key"))?.into_bytes();
+        Ok(Self { admin, key })
+    }
+
+    /// The admin token.
+    pub fn admin_token(&self) -> &str {
+        &self.admin
+    }
+
+    fn mac(&self, workspace: &str, uid: &str) -> String {
+        let mut mac = Hmac::<Sha256>::new_from_slice(&self.key).expect("HMAC accepts any key length");
+        mac.update(workspace.as_bytes());
+        mac.update(b"\0");
+        mac.update(uid.as_bytes());
+        hex::encode(mac.finalize().into_bytes())
+    }
+
+    /// The token scoped to a workspace with the given uid.
+    pub fn workspace_token(&self, workspace: &str, uid: &str) -> String {
+        format!("fws1.{workspace}.{}", self.mac(workspace, uid))
+    }
+
+    /// Authenticates an `Authorization` header. `uid_of` resolves a workspace's uid.
+    pub fn authenticate(&self, header: Option<&str>, uid_of: impl Fn(&str) -> Option<String>) -> Result<Principal, ApiError> {
+        let token = header.and_then(|h| h.strip_prefix("Bearer ")).map(str::trim).ok_or_else(ApiError::unauthorized)?;
+        if constant_time_eq(token.as_bytes(), self.admin.as_bytes()) {
+            return Ok(Principal::Admin);
+        }
+        let mut parts = token.splitn(3, '.');
+        if let (Some("fws1"), Some(ws), Some(mac)) = (parts.next(), parts.next(), parts.next()) {
+            if let Some(uid) = uid_of(ws) {
+                if constant_time_eq(mac.as_bytes(), self.mac(ws, &uid).as_bytes()) {
+                    return Ok(Principal::Workspace(ws.to_string()));
+                }
+            }
+        }
+        Err(ApiError::unauthorized())
+    }
+}
+
+/// Authorizes a principal for a workspace (`*` is the wildcard).
+pub fn authorize(p: &Principal, workspace: &str) -> Result<(), ApiError> {
+    match p {
+        Principal::Admin => Ok(()),
+        Principal::Workspace(ws) if ws == workspace => Ok(()),
+        Principal::Workspace(_) => Err(ApiError::forbidden(format!(
+            "User \"{}\" cannot access workspace \"{workspace}\": its token is scoped to another workspace; use the context named after the workspace",
+            p.user()
+        ))),
+    }
+}
+
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn workspace_tokens_are_scoped_and_die_with_the_uid() {
+        let dir = tempfile::tempdir().unwrap();
+        let auth = Auth::load_or_create(dir.path()).unwrap();
+        let tok = auth.workspace_token("team-a", "uid-1");
+        let header = format!("Bearer {tok}");
+        let p = auth.authenticate(Some(&header), |_| Some("uid-1".into())).unwrap();
+        assert_eq!(p, Principal::Workspace("team-a".into()));
+        assert!(authorize(&p, "team-a").is_ok());
+        assert_eq!(authorize(&p, "team-b").unwrap_err().code, 403);
+        // Recreated workspace (new uid): the old token no longer works.
+        assert_eq!(auth.authenticate(Some(&header), |_| Some("uid-2".into())).unwrap_err().code, 401);
+        assert_eq!(auth.authenticate(None, |_| None).unwrap_err().code, 401);
+        let admin = format!("Bearer {}", auth.admin_token());
+        assert_eq!(auth.authenticate(Some(&admin), |_| None).unwrap(), Principal::Admin);
+        // The same data dir gives the same admin token.
+        assert_eq!(Auth::load_or_create(dir.path()).unwrap().admin_token(), auth.admin_token());
+    }
+}

@@ -1,0 +1,334 @@
+//! The control plane's own controllers, the part of kube-controller-manager and
+//! apiextensions-apiserver a workspace needs: establishing CRDs, initializing and
+//! emptying workspaces, finishing namespace deletion, and garbage-collecting
+//! dependents by ownerReferences.
+//!
+//! They are level-triggered: store events only say which object to look at, the
+//! handler re-reads it, and anything that cannot finish yet (objects still held by
+//! finalizers) is retried on the next tick. On start, and whenever the event stream
+//! falls behind the window, every object of interest is looked at again.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::{json, Value};
+use tracing::Instrument;
+
+use crate::api::{Api, DeleteOptions, FieldValidation, Scope, Sub, WriteOptions};
+use crate::objmeta::{self, meta_str};
+use crate::registry::split_key;
+use crate::store::{EventType, WriteOp};
+
+/// How often unfinished work (objects waiting on finalizers) is retried.
+const RETRY_INTERVAL: Duration = Duration::from_millis(500);
+
+const CRD_PREFIX: &str = "apiextensions.k8s.io/customresourcedefinitions/";
+const NAMESPACE_PREFIX: &str = "core/namespaces/";
+const MANAGER: &str = "flotilla-controlplane";
+
+/// Namespaces every workspace starts with.
+pub const INITIAL_NAMESPACES: &[&str] = &["default", "kube-system", "kube-public"];
+
+/// One unit of work.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+enum Work {
+    Crd { ws: String, name: String },
+    Namespace { ws: String, name: String },
+    Workspace { name: String },
+    /// Delete the dependents of a deleted owner (background propagation).
+    Orphans { ws: String, ns: String, uid: String },
+    /// An object waiting in foreground deletion for its dependents.
+    Foreground { key: String },
+}
+
+/// Runs the controllers until the store closes.
+pub async fn run(api: Arc<Api>) {
+    let span = tracing::info_span!("controlplane-controllers");
+    async move {
+        let mut queue = initial_work(&api);
+        loop {
+            let from = api.store.revision();
+            // Look at everything once before following events from this revision.
+            queue.extend(initial_work(&api));
+            let mut stream = match api.store.watch("", from) {
+                Ok(s) => s,
+                Err(e) => {
+                    tracing::error!(error = %e, "cannot watch the store; retrying");
+                    tokio::time::sleep(RETRY_INTERVAL).await;
+                    continue;
+                }
+            };
+            let mut tick = tokio::time::interval(RETRY_INTERVAL);
+            loop {
+                tokio::select! {
+                    ev = stream.next() => match ev {
+                        Some(Ok(ev)) => {
+                            if let Some(w) = work_for(&ev.key, ev.kind, &ev.object) {
+                                queue.insert(w);
+                            }
+                            if ev.kind == EventType::Deleted {
+                                if let (Some((ws, ns, _)), Some(uid)) = (split_key(&ev.key), meta_str(&ev.object, "uid")) {
+                                    queue.insert(Work::Orphans { ws: ws.into(), ns: ns.into(), uid: uid.into() });
+                                }
+                            }
+                        }
+                        Some(Err(e)) => {
+                            tracing::warn!(error = %e, "controllers fell behind the event window; resyncing everything");
+                            break;
+                        }
+                        None => return,
+                    },
+                    _ = tick.tick() => {}
+                }
+                let pending = std::mem::take(&mut queue);
+                for w in pending {
+                    match process(&api, &w).await {
+                        Ok(true) => {}
+                        Ok(false) => {
+                            queue.insert(w);
+                        }
+                        Err(e) => {
+                            tracing::warn!(work = ?w, error = %e, "controller work failed; will retry");
+                            queue.insert(w);
+                        }
+                    }
+                }
+            }
+        }
+    }
+    .instrument(span)
+    .await
+}
+
+fn work_for(key: &str, kind: EventType, obj: &Value) -> Option<Work> {
+    let (ws, _, name) = split_key(key)?;
+    if key.starts_with(CRD_PREFIX) {
+        return Some(Work::Crd { ws: ws.into(), name: name.into() });
+    }
+    if key.starts_with(NAMESPACE_PREFIX) {
+        return (kind != EventType::Deleted && meta_str(obj, "deletionTimestamp").is_some())
+            .then(|| Work::Namespace { ws: ws.into(), name: name.into() });
+    }
+    if key == placement_api::workspace_key(name) {
+        return Some(Work::Workspace { name: name.into() });
+    }
+    let foreground = kind != EventType::Deleted
+        && meta_str(obj, "deletionTimestamp").is_some()
+        && objmeta::finalizers(obj).iter().any(|f| f == "foregroundDeletion");
+    foreground.then(|| Work::Foreground { key: key.into() })
+}
+
+fn initial_work(api: &Api) -> BTreeSet<Work> {
+    let mut out = BTreeSet::new();
+    for prefix in [CRD_PREFIX, NAMESPACE_PREFIX, &format!("{}/workspaces/", placement_api::TENANCY_GROUP)] {
+        let (items, _) = api.store.list(prefix, None, None);
+        for (key, e) in items {
+            if let Some(w) = work_for(&key, EventType::Modified, &e.value) {
+                out.insert(w);
+            }
+        }
+    }
+    out
+}
+
+fn opts() -> WriteOptions {
+    WriteOptions { field_manager: MANAGER.into(), validation: FieldValidation::Ignore, dry_run: false }
+}
+
+fn scope(api: &Api, ws: &str, group: &str, version: &str, plural: &str, ns: &str) -> Option<Scope> {
+    let rt = api.registry.lookup(ws, group, version, plural)?;
+    Some(Scope { rt, workspace: ws.into(), namespace: ns.into() })
+}
+
+/// Processes one item; `Ok(false)` means "not finished, retry later".
+async fn process(api: &Api, w: &Work) -> anyhow::Result<bool> {
+    match w {
+        Work::Crd { ws, name } => reconcile_crd(api, ws, name).await,
+        Work::Namespace { ws, name } => finish_namespace(api, ws, name).await,
+        Work::Workspace { name } => reconcile_workspace(api, name).await,
+        Work::Orphans { ws, ns, uid } => delete_dependents(api, ws, ns, uid).await.map(|_| true),
+        Work::Foreground { key } => finish_foreground(api, key).await,
+    }
+}
+
+/// Establishes a CRD and keeps the registry in line with it.
+pub async fn reconcile_crd(api: &Api, ws: &str, name: &str) -> anyhow::Result<bool> {
+    let crd_scope = scope(api, ws, "apiextensions.k8s.io", "v1", "customresourcedefinitions", "").ok_or_else(|| anyhow::anyhow!("CRDs not registered"))?;
+    let Some(entry) = api.get_raw(&crd_scope, name) else {
+        // Deleted: stop serving it and remove its objects, as the CRD cleanup finalizer would.
+        let types: Vec<_> = api.registry.types(ws).into_iter().filter(|t| matches!(&t.behavior, crate::registry::Behavior::Custom(c) if c.crd_name == name)).collect();
+        api.registry.remove_crd(ws, name);
+        for t in types {
+            let (items, _) = api.store.list(&t.prefix(Some(ws), None), None, None);
+            for (key, _) in items {
+                let _ = api.store.write(WriteOp::Delete { key, expected: None }).await;
+            }
+        }
+        return Ok(true);
+    };
+    let crd = &*entry.value;
+    let types = crate::crd::resource_types(crd);
+    // Serve first, then announce: once a client sees Established, requests succeed.
+    api.registry.set_crd(ws, name, types);
+    if !crate::crd::is_established(crd) {
+        let mut v = crd.clone();
+        v["status"] = crate::crd::established_status(crd, &objmeta::now_rfc3339());
+        api.update(&crd_scope, name, v, Sub::Status, &opts()).await?;
+        tracing::info!(workspace = ws, crd = name, "CustomResourceDefinition established");
+    }
+    Ok(true)
+}
+
+async fn finish_namespace(api: &Api, ws: &str, name: &str) -> anyhow::Result<bool> {
+    let Some(ns_scope) = scope(api, ws, "", "v1", "namespaces", "") else { return Ok(true) };
+    let Some(entry) = api.get_raw(&ns_scope, name) else { return Ok(true) };
+    if meta_str(&entry.value, "deletionTimestamp").is_none() {
+        return Ok(true);
+    }
+    let mut remaining = 0usize;
+    for rt in api.registry.types(ws).into_iter().filter(|t| t.namespaced) {
+        let s = Scope { rt: rt.clone(), workspace: ws.into(), namespace: name.into() };
+        let (items, _) = api.store.list(&s.prefix(), None, None);
+        for (key, e) in items {
+            remaining += 1;
+            if meta_str(&e.value, "deletionTimestamp").is_none() {
+                let obj_name = split_key(&key).map(|(_, _, n)| n.to_string()).unwrap_or_default();
+                match api.delete(&s, &obj_name, &DeleteOptions { propagation: Some("Background".into()), ..Default::default() }).await {
+                    Ok(_) => {}
+                    Err(e) if e.code == 404 => {}
+                    Err(e) => return Err(e.into()),
+                }
+            }
+        }
+    }
+    if remaining > 0 {
+        // Deletions were issued; objects with finalizers may take longer.
+        return Ok(false);
+    }
+    if !objmeta::finalizers(&entry.value).is_empty() {
+        return Ok(false);
+    }
+    api.store.write(WriteOp::Delete { key: ns_scope.rt.key(ws, "", name), expected: Some(entry.rev) }).await?;
+    tracing::info!(workspace = ws, namespace = name, "namespace deleted after its contents");
+    Ok(true)
+}
+
+/// Creates a workspace's initial content, or empties a deleted one.
+pub async fn reconcile_workspace(api: &Api, name: &str) -> anyhow::Result<bool> {
+    let root = placement_api::ROOT_WORKSPACE;
+    let Some(ws_scope) = scope(api, root, placement_api::TENANCY_GROUP, placement_api::VERSION, "workspaces", "") else {
+        return Ok(false);
+    };
+    let Some(entry) = api.get_raw(&ws_scope, name) else { return Ok(true) };
+    let obj = &*entry.value;
+    if meta_str(obj, "deletionTimestamp").is_some() {
+        let (all, _) = api.store.list("", None, None);
+        let mut n = 0;
+        for (key, _) in all.into_iter().filter(|(k, _)| split_key(k).is_some_and(|(w, _, _)| w == name)) {
+            api.store.write(WriteOp::Delete { key, expected: None }).await?;
+            n += 1;
+        }
+        api.registry.remove_workspace(name);
+        let mut v = obj.clone();
+        let fins: Vec<String> = objmeta::finalizers(obj).into_iter().filter(|f| f != placement_api::WORKSPACE_FINALIZER).collect();
+        objmeta::meta_mut(&mut v).insert("finalizers".into(), json!(fins));
+        api.update(&ws_scope, name, v, Sub::Main, &opts()).await?;
+        tracing::info!(workspace = name, objects = n, "workspace deleted with its contents");
+        return Ok(true);
+    }
+    if !objmeta::finalizers(obj).iter().any(|f| f == placement_api::WORKSPACE_FINALIZER) {
+        let mut v = obj.clone();
+        let mut fins = objmeta::finalizers(obj);
+        fins.push(placement_api::WORKSPACE_FINALIZER.into());
+        objmeta::meta_mut(&mut v).insert("finalizers".into(), json!(fins));
+        api.update(&ws_scope, name, v, Sub::Main, &opts()).await?;
+        return Ok(false);
+    }
+    ensure_namespaces(api, name).await?;
+    if obj.pointer("/status/phase").and_then(Value::as_str) != Some("Ready") {
+        let mut v = obj.clone();
+        v["status"] = json!({"phase": "Ready", "url": format!("/clusters/{name}")});
+        api.update(&ws_scope, name, v, Sub::Status, &opts()).await?;
+        tracing::info!(workspace = name, "workspace ready");
+    }
+    Ok(true)
+}
+
+/// Creates the initial namespaces of a workspace when missing.
+pub async fn ensure_namespaces(api: &Api, ws: &str) -> anyhow::Result<()> {
+    let s = scope(api, ws, "", "v1", "namespaces", "").ok_or_else(|| anyhow::anyhow!("namespaces not registered"))?;
+    for ns in INITIAL_NAMESPACES {
+        if api.get_raw(&s, ns).is_none() {
+            match api.create(&s, json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}), &opts()).await {
+                Ok(_) => {}
+                Err(e) if e.code == 409 => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Finds objects in the owner's workspace (and namespace, for a namespaced owner)
+/// whose ownerReferences name `uid`. Returns (scope, name, object) triples.
+fn dependents(api: &Api, ws: &str, ns: &str, uid: &str) -> Vec<(Scope, String, Value)> {
+    let mut out = Vec::new();
+    for rt in api.registry.types(ws) {
+        if rt.builtin() == Some(crate::kinds::Builtin::EventV1) {
+            continue; // shares storage with core Events
+        }
+        let namespace = if rt.namespaced { ns } else { "" };
+        let s = Scope { rt: rt.clone(), workspace: ws.into(), namespace: namespace.into() };
+        let prefix = if ns.is_empty() { rt.prefix(Some(ws), None) } else { s.prefix() };
+        let (items, _) = api.store.list(&prefix, None, None);
+        for (key, e) in items {
+            let owned = e.value.pointer("/metadata/ownerReferences").and_then(Value::as_array).is_some_and(|refs| refs.iter().any(|r| r["uid"] == uid));
+            if owned {
+                let (_, obj_ns, name) = split_key(&key).unwrap_or_default();
+                let s = Scope { namespace: obj_ns.into(), ..s.clone() };
+                out.push((s, name.to_string(), (*e.value).clone()));
+            }
+        }
+    }
+    out
+}
+
+async fn delete_dependents(api: &Api, ws: &str, ns: &str, uid: &str) -> anyhow::Result<usize> {
+    let deps = dependents(api, ws, ns, uid);
+    let mut n = 0;
+    for (s, name, obj) in deps {
+        if meta_str(&obj, "deletionTimestamp").is_some() {
+            continue;
+        }
+        match api.delete(&s, &name, &DeleteOptions { propagation: Some("Background".into()), ..Default::default() }).await {
+            Ok(_) => n += 1,
+            Err(e) if e.code == 404 => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    if n > 0 {
+        tracing::debug!(workspace = ws, namespace = ns, owner = uid, deleted = n, "garbage-collected dependents");
+    }
+    Ok(n)
+}
+
+async fn finish_foreground(api: &Api, key: &str) -> anyhow::Result<bool> {
+    let Some(entry) = api.store.get(key) else { return Ok(true) };
+    let Some((ws, ns, name)) = split_key(key) else { return Ok(true) };
+    let Some(uid) = meta_str(&entry.value, "uid") else { return Ok(true) };
+    delete_dependents(api, ws, ns, uid).await?;
+    if !dependents(api, ws, ns, uid).is_empty() {
+        return Ok(false);
+    }
+    let mut v = (*entry.value).clone();
+    let fins: Vec<String> = objmeta::finalizers(&v).into_iter().filter(|f| f != "foregroundDeletion").collect();
+    objmeta::meta_mut(&mut v).insert("finalizers".into(), json!(fins));
+    let api_version = v.get("apiVersion").and_then(Value::as_str).unwrap_or_default();
+    let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
+    let plural = key.split('/').nth(1).unwrap_or_default();
+    if let Some(s) = scope(api, ws, group, version, plural, ns) {
+        api.update(&s, name, v, Sub::Main, &opts()).await?;
+    }
+    Ok(true)
+}

@@ -1,0 +1,473 @@
+//! The built-in kinds and their rules: how each is validated (by decoding into the
+//! `k8s-openapi` type, the way kube-apiserver decodes into its Go types), defaulted,
+//! shown in tables, and which field selectors it supports.
+
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use serde_json::{json, Map, Value};
+
+use crate::error::Cause;
+use crate::objmeta::{self, NameRule};
+use crate::registry::{Behavior, ResourceType, ScalePaths};
+
+/// The built-in kinds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Builtin {
+    /// core/v1 Namespace.
+    Namespace,
+    /// core/v1 ConfigMap.
+    ConfigMap,
+    /// core/v1 Secret.
+    Secret,
+    /// core/v1 ServiceAccount.
+    ServiceAccount,
+    /// core/v1 Event.
+    Event,
+    /// events.k8s.io/v1 Event, stored as core/v1 Events.
+    EventV1,
+    /// apps/v1 Deployment.
+    Deployment,
+    /// coordination.k8s.io/v1 Lease.
+    Lease,
+    /// apiextensions.k8s.io/v1 CustomResourceDefinition.
+    Crd,
+}
+
+fn rt(group: &str, version: &str, kind: &str, plural: &str, namespaced: bool, short: &[&str], b: Builtin) -> ResourceType {
+    ResourceType {
+        group: group.into(),
+        version: version.into(),
+        kind: kind.into(),
+        plural: plural.into(),
+        singular: kind.to_lowercase(),
+        namespaced,
+        short_names: short.iter().map(|s| s.to_string()).collect(),
+        categories: vec![],
+        status: false,
+        scale: None,
+        behavior: Behavior::Builtin(b),
+    }
+}
+
+/// Every built-in resource type.
+pub fn builtin_types() -> Vec<ResourceType> {
+    let mut ns = rt("", "v1", "Namespace", "namespaces", false, &["ns"], Builtin::Namespace);
+    ns.status = true;
+    let mut deploy = rt("apps", "v1", "Deployment", "deployments", true, &["deploy"], Builtin::Deployment);
+    deploy.status = true;
+    deploy.categories = vec!["all".into()];
+    deploy.scale = Some(ScalePaths {
+        spec_replicas: ".spec.replicas".into(),
+        status_replicas: ".status.replicas".into(),
+        label_selector: None,
+    });
+    let mut crd = rt("apiextensions.k8s.io", "v1", "CustomResourceDefinition", "customresourcedefinitions", false, &["crd", "crds"], Builtin::Crd);
+    crd.status = true;
+    vec![
+        ns,
+        rt("", "v1", "ConfigMap", "configmaps", true, &["cm"], Builtin::ConfigMap),
+        rt("", "v1", "Secret", "secrets", true, &[], Builtin::Secret),
+        rt("", "v1", "ServiceAccount", "serviceaccounts", true, &["sa"], Builtin::ServiceAccount),
+        rt("", "v1", "Event", "events", true, &["ev"], Builtin::Event),
+        rt("events.k8s.io", "v1", "Event", "events", true, &["ev"], Builtin::EventV1),
+        deploy,
+        rt("coordination.k8s.io", "v1", "Lease", "leases", true, &[], Builtin::Lease),
+        crd,
+    ]
+}
+
+/// The outcome of decoding a built-in object.
+pub struct Decoded {
+    /// The object as the typed decode understood it (unknown fields dropped).
+    pub value: Value,
+    /// Paths of fields the type does not have, for `fieldValidation`.
+    pub unknown: Vec<String>,
+}
+
+/// Decodes into the `k8s-openapi` type and back. What the type does not know is
+/// reported and dropped, exactly as kube-apiserver's decoder drops unknown fields
+/// unless strict validation turns them into an error.
+fn roundtrip<T: DeserializeOwned + Serialize>(kind: &str, input: &Value) -> Result<Decoded, String> {
+    let typed: T = serde_json::from_value(input.clone())
+        .map_err(|e| format!("{kind} in version \"v1\" cannot be handled as a {kind}: {e}"))?;
+    let value = serde_json::to_value(&typed).map_err(|e| format!("re-encoding {kind}: {e}"))?;
+    let mut unknown = Vec::new();
+    diff_unknown(input, &value, "", &mut unknown);
+    unknown.sort();
+    Ok(Decoded { value, unknown })
+}
+
+fn diff_unknown(input: &Value, known: &Value, path: &str, out: &mut Vec<String>) {
+    match (input, known) {
+        (Value::Object(i), Value::Object(k)) => {
+            for (key, v) in i {
+                let p = if path.is_empty() { key.clone() } else { format!("{path}.{key}") };
+                match k.get(key) {
+                    Some(kv) => diff_unknown(v, kv, &p, out),
+                    // A null is "unset", which the typed decode also drops.
+                    None if !v.is_null() => out.push(p),
+                    None => {}
+                }
+            }
+        }
+        (Value::Array(i), Value::Array(k)) => {
+            for (n, (iv, kv)) in i.iter().zip(k).enumerate() {
+                diff_unknown(iv, kv, &format!("{path}[{n}]"), out);
+            }
+        }
+        _ => {}
+    }
+}
+
+impl Builtin {
+    /// The name format this kind requires.
+    pub fn name_rule(self) -> NameRule {
+        match self {
+            Builtin::Namespace => NameRule::Label,
+            Builtin::Event | Builtin::EventV1 => NameRule::PathSegment,
+            _ => NameRule::Subdomain,
+        }
+    }
+
+    /// Decodes and normalises an object of this kind.
+    pub fn decode(self, obj: &Value) -> Result<Decoded, String> {
+        use k8s_openapi::api::{apps::v1 as apps, coordination::v1 as coord, core::v1 as core, events::v1 as events};
+        use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1 as ext;
+        match self {
+            Builtin::Namespace => roundtrip::<core::Namespace>("Namespace", obj),
+            Builtin::ConfigMap => roundtrip::<core::ConfigMap>("ConfigMap", obj),
+            Builtin::Secret => roundtrip::<core::Secret>("Secret", obj),
+            Builtin::ServiceAccount => roundtrip::<core::ServiceAccount>("ServiceAccount", obj),
+            Builtin::Event => roundtrip::<core::Event>("Event", obj),
+            Builtin::EventV1 => roundtrip::<events::Event>("Event", obj),
+            Builtin::Deployment => roundtrip::<apps::Deployment>("Deployment", obj),
+            Builtin::Lease => roundtrip::<coord::Lease>("Lease", obj),
+            Builtin::Crd => roundtrip::<ext::CustomResourceDefinition>("CustomResourceDefinition", obj),
+        }
+    }
+
+    /// Fills defaults on create and update, as the Kubernetes defaulters do for the
+    /// fields users see in `kubectl get -o yaml`.
+    pub fn default(self, obj: &mut Value) {
+        match self {
+            Builtin::Deployment => default_deployment(obj),
+            Builtin::Secret => {
+                // stringData is write-only: it is merged into data and never stored.
+                if let Some(Value::Object(sd)) = obj.as_object_mut().and_then(|o| o.remove("stringData")) {
+                    use base64::Engine;
+                    let data = obj.as_object_mut().map(|o| o.entry("data").or_insert_with(|| json!({})));
+                    if let Some(Value::Object(data)) = data {
+                        for (k, v) in sd {
+                            let raw = v.as_str().unwrap_or_default();
+                            data.insert(k, Value::String(base64::engine::general_purpose::STANDARD.encode(raw)));
+                        }
+                    }
+                }
+                set_default(obj, &["type"], json!("Opaque"));
+            }
+            Builtin::Namespace => {
+                let name = objmeta::meta_str(obj, "name").unwrap_or_default().to_string();
+                // The apiserver always labels namespaces with their own name.
+                let labels = objmeta::meta_mut(obj).entry("labels").or_insert_with(|| json!({}));
+                if let Some(l) = labels.as_object_mut() {
+                    l.insert("kubernetes.io/metadata.name".into(), Value::String(name));
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// Kind-specific validation beyond decoding (422 causes).
+    pub fn validate(self, obj: &Value) -> Vec<Cause> {
+        match self {
+            Builtin::Deployment => validate_deployment(obj),
+            Builtin::Crd => crate::crd::validate_crd(obj),
+            _ => Vec::new(),
+        }
+    }
+
+    /// Whether a change bumps `metadata.generation`, and whether the kind has one.
+    /// Deployments bump on spec or annotation changes (kubernetes
+    /// pkg/registry/apps/deployment/strategy.go); CRDs bump on spec changes.
+    pub fn generation_changed(self, old: &Value, new: &Value) -> Option<bool> {
+        match self {
+            Builtin::Deployment => Some(
+                old.get("spec") != new.get("spec")
+                    || old.pointer("/metadata/annotations") != new.pointer("/metadata/annotations"),
+            ),
+            Builtin::Crd => Some(old.get("spec") != new.get("spec")),
+            _ => None,
+        }
+    }
+
+    /// Field selectors this kind supports beyond metadata.name and metadata.namespace.
+    pub fn selectable_fields(self) -> &'static [&'static str] {
+        match self {
+            Builtin::Event | Builtin::EventV1 => &[
+                "involvedObject.kind",
+                "involvedObject.namespace",
+                "involvedObject.name",
+                "involvedObject.uid",
+                "involvedObject.apiVersion",
+                "involvedObject.resourceVersion",
+                "involvedObject.fieldPath",
+                "reason",
+                "reportingComponent",
+                "source",
+                "type",
+            ],
+            Builtin::Namespace => &["status.phase"],
+            Builtin::Secret => &["type"],
+            _ => &[],
+        }
+    }
+}
+
+fn set_default(obj: &mut Value, path: &[&str], value: Value) {
+    let mut cur = obj;
+    for (i, seg) in path.iter().enumerate() {
+        let Some(map) = cur.as_object_mut() else { return };
+        if i == path.len() - 1 {
+            if map.get(*seg).is_none_or(Value::is_null) {
+                map.insert((*seg).into(), value);
+            }
+            return;
+        }
+        cur = map.entry(*seg).or_insert_with(|| json!({}));
+    }
+}
+
+fn default_deployment(obj: &mut Value) {
+    set_default(obj, &["spec", "replicas"], json!(1));
+    set_default(obj, &["spec", "revisionHistoryLimit"], json!(10));
+    set_default(obj, &["spec", "progressDeadlineSeconds"], json!(600));
+    let strategy_type = obj.pointer("/spec/strategy/type").and_then(Value::as_str).unwrap_or("RollingUpdate").to_string();
+    set_default(obj, &["spec", "strategy", "type"], json!(strategy_type));
+    if strategy_type == "RollingUpdate" {
+        set_default(obj, &["spec", "strategy", "rollingUpdate", "maxSurge"], json!("25%"));
+        set_default(obj, &["spec", "strategy", "rollingUpdate", "maxUnavailable"], json!("25%"));
+    }
+    let Some(pod) = obj.pointer_mut("/spec/template/spec") else { return };
+    set_default(pod, &["restartPolicy"], json!("Always"));
+    set_default(pod, &["terminationGracePeriodSeconds"], json!(30));
+    set_default(pod, &["dnsPolicy"], json!("ClusterFirst"));
+    set_default(pod, &["schedulerName"], json!("default-scheduler"));
+    set_default(pod, &["securityContext"], json!({}));
+    for list in ["containers", "initContainers"] {
+        if let Some(Value::Array(cs)) = pod.get_mut(list) {
+            for c in cs {
+                let image = c.get("image").and_then(Value::as_str).unwrap_or_default();
+                // imagePullPolicy defaults to Always for :latest or untagged images.
+                let tag = image.rsplit('/').next().unwrap_or_default();
+                let policy = if !tag.contains(':') || tag.ends_with(":latest") { "Always" } else { "IfNotPresent" };
+                set_default(c, &["imagePullPolicy"], json!(policy));
+                set_default(c, &["terminationMessagePath"], json!("/dev/termination-log"));
+                set_default(c, &["terminationMessagePolicy"], json!("File"));
+                set_default(c, &["resources"], json!({}));
+                if let Some(Value::Array(ports)) = c.get_mut("ports") {
+                    for p in ports {
+                        set_default(p, &["protocol"], json!("TCP"));
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn validate_deployment(obj: &Value) -> Vec<Cause> {
+    let mut causes = Vec::new();
+    if obj.pointer("/spec/replicas").and_then(Value::as_i64).is_some_and(|r| r < 0) {
+        causes.push(Cause::new("FieldValueInvalid", "spec.replicas", "Invalid value: must be greater than or equal to 0"));
+    }
+    let selector = obj.pointer("/spec/selector");
+    let match_labels = selector.and_then(|s| s.get("matchLabels")).and_then(Value::as_object);
+    let has_exprs = selector.and_then(|s| s.get("matchExpressions")).and_then(Value::as_array).is_some_and(|a| !a.is_empty());
+    if match_labels.is_none_or(Map::is_empty) && !has_exprs {
+        causes.push(Cause::new("FieldValueRequired", "spec.selector", "Required value"));
+    }
+    let template_labels = obj.pointer("/spec/template/metadata/labels").and_then(Value::as_object);
+    if let Some(ml) = match_labels {
+        let matches = ml.iter().all(|(k, v)| template_labels.and_then(|t| t.get(k)) == Some(v));
+        if !matches {
+            causes.push(Cause::new(
+                "FieldValueInvalid",
+                "spec.template.metadata.labels",
+                format!(
+                    "Invalid value: {}: `selector` does not match template `labels`",
+                    serde_json::to_string(&template_labels).unwrap_or_default()
+                ),
+            ));
+        }
+    }
+    match obj.pointer("/spec/template/spec/containers").and_then(Value::as_array) {
+        None => causes.push(Cause::new("FieldValueRequired", "spec.template.spec.containers", "Required value")),
+        Some(cs) if cs.is_empty() => causes.push(Cause::new("FieldValueRequired", "spec.template.spec.containers", "Required value")),
+        Some(cs) => {
+            let mut seen = std::collections::HashSet::new();
+            for (i, c) in cs.iter().enumerate() {
+                let field = format!("spec.template.spec.containers[{i}]");
+                match c.get("name").and_then(Value::as_str) {
+                    None | Some("") => causes.push(Cause::new("FieldValueRequired", &format!("{field}.name"), "Required value")),
+                    Some(n) => {
+                        if let Err(e) = objmeta::dns1123_label(n) {
+                            causes.push(Cause::new("FieldValueInvalid", &format!("{field}.name"), format!("Invalid value: \"{n}\": {e}")));
+                        }
+                        if !seen.insert(n.to_string()) {
+                            causes.push(Cause::new("FieldValueDuplicate", &format!("{field}.name"), format!("Duplicate value: \"{n}\"")));
+                        }
+                    }
+                }
+                if c.get("image").and_then(Value::as_str).is_none_or(str::is_empty) {
+                    causes.push(Cause::new("FieldValueRequired", &format!("{field}.image"), "Required value"));
+                }
+            }
+        }
+    }
+    causes
+}
+
+/// A string rendering of the value at a dotted path, for field selectors.
+pub fn field_value(obj: &Value, field: &str) -> Option<String> {
+    let mut cur = obj;
+    for seg in field.split('.') {
+        cur = cur.get(seg)?;
+    }
+    match cur {
+        Value::String(s) => Some(s.clone()),
+        Value::Null => None,
+        other => Some(other.to_string()),
+    }
+}
+
+/// Converts a stored core/v1 Event to its events.k8s.io/v1 shape.
+pub fn event_to_v1(core: &Value) -> Value {
+    let mut out = Map::new();
+    out.insert("apiVersion".into(), json!("events.k8s.io/v1"));
+    out.insert("kind".into(), json!("Event"));
+    let renames = [
+        ("metadata", "metadata"),
+        ("involvedObject", "regarding"),
+        ("related", "related"),
+        ("message", "note"),
+        ("reason", "reason"),
+        ("type", "type"),
+        ("action", "action"),
+        ("eventTime", "eventTime"),
+        ("series", "series"),
+        ("reportingComponent", "reportingController"),
+        ("reportingInstance", "reportingInstance"),
+        ("source", "deprecatedSource"),
+        ("firstTimestamp", "deprecatedFirstTimestamp"),
+        ("lastTimestamp", "deprecatedLastTimestamp"),
+        ("count", "deprecatedCount"),
+    ];
+    for (from, to) in renames {
+        if let Some(v) = core.get(from).filter(|v| !v.is_null()) {
+            out.insert(to.into(), v.clone());
+        }
+    }
+    Value::Object(out)
+}
+
+/// Converts an events.k8s.io/v1 Event to the stored core/v1 shape. The core fields
+/// kubectl prints (count, lastTimestamp) are filled from the series when absent, so
+/// `kubectl describe` shows events that controllers record through the new API.
+pub fn event_from_v1(v1: &Value) -> Value {
+    let mut out = Map::new();
+    out.insert("apiVersion".into(), json!("v1"));
+    out.insert("kind".into(), json!("Event"));
+    let renames = [
+        ("metadata", "metadata"),
+        ("regarding", "involvedObject"),
+        ("related", "related"),
+        ("note", "message"),
+        ("reason", "reason"),
+        ("type", "type"),
+        ("action", "action"),
+        ("eventTime", "eventTime"),
+        ("series", "series"),
+        ("reportingController", "reportingComponent"),
+        ("reportingInstance", "reportingInstance"),
+        ("deprecatedSource", "source"),
+        ("deprecatedFirstTimestamp", "firstTimestamp"),
+        ("deprecatedLastTimestamp", "lastTimestamp"),
+        ("deprecatedCount", "count"),
+    ];
+    for (from, to) in renames {
+        if let Some(v) = v1.get(from).filter(|v| !v.is_null()) {
+            out.insert(to.into(), v.clone());
+        }
+    }
+    if !out.contains_key("involvedObject") {
+        out.insert("involvedObject".into(), json!({}));
+    }
+    Value::Object(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn deployment() -> Value {
+        json!({
+            "apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": "web"},
+            "spec": {
+                "selector": {"matchLabels": {"app": "web"}},
+                "template": {"metadata": {"labels": {"app": "web"}},
+                             "spec": {"containers": [{"name": "c", "image": "nginx:1.27"}]}}
+            }
+        })
+    }
+
+    #[test]
+    fn unknown_fields_are_reported_with_their_paths_and_dropped() {
+        let mut d = deployment();
+        d["spec"]["replicaz"] = json!(3);
+        d["spec"]["template"]["spec"]["containers"][0]["imagee"] = json!("x");
+        let out = Builtin::Deployment.decode(&d).unwrap();
+        assert_eq!(out.unknown, ["spec.replicaz", "spec.template.spec.containers[0].imagee"]);
+        assert!(out.value["spec"].get("replicaz").is_none());
+    }
+
+    #[test]
+    fn wrong_types_fail_to_decode_with_the_kind_named() {
+        let mut d = deployment();
+        d["spec"]["replicas"] = json!("three");
+        let err = Builtin::Deployment.decode(&d).err().unwrap();
+        assert!(err.starts_with("Deployment in version \"v1\" cannot be handled as a Deployment"), "{err}");
+    }
+
+    #[test]
+    fn deployment_defaults_and_selector_validation() {
+        let mut d = deployment();
+        Builtin::Deployment.default(&mut d);
+        assert_eq!(d["spec"]["replicas"], 1);
+        assert_eq!(d["spec"]["strategy"]["rollingUpdate"]["maxSurge"], "25%");
+        assert_eq!(d["spec"]["template"]["spec"]["containers"][0]["imagePullPolicy"], "IfNotPresent");
+        assert!(validate_deployment(&d).is_empty());
+        d["spec"]["template"]["metadata"]["labels"]["app"] = json!("other");
+        let causes = validate_deployment(&d);
+        assert_eq!(causes[0].field, "spec.template.metadata.labels");
+    }
+
+    #[test]
+    fn secret_string_data_becomes_data() {
+        let mut s = json!({"metadata": {"name": "s"}, "stringData": {"k": "hi"}});
+        Builtin::Secret.default(&mut s);
+        assert_eq!(s["data"]["k"], "aGk=");
+        assert!(s.get("stringData").is_none());
+        assert_eq!(s["type"], "Opaque");
+    }
+
+    #[test]
+    fn events_convert_both_ways() {
+        let v1 = json!({"metadata": {"name": "e"}, "regarding": {"name": "web", "kind": "Deployment"}, "note": "hello", "reason": "Scheduled", "type": "Normal", "reportingController": "flotilla"});
+        let core = event_from_v1(&v1);
+        assert_eq!(core["involvedObject"]["name"], "web");
+        assert_eq!(core["message"], "hello");
+        let back = event_to_v1(&core);
+        assert_eq!(back["note"], "hello");
+        assert_eq!(back["reportingController"], "flotilla");
+    }
+}

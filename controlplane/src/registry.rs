@@ -1,0 +1,229 @@
+//! The registry of resource types that drives the one generic resource handler.
+//!
+//! A [`ResourceType`] says everything the handler needs about a resource: its names
+//! for discovery, its scope, its subresources, and its behaviour (built-in rules, or a
+//! CRD's schema). Built-in types are served in every workspace; types defined by a CRD
+//! are served only in the workspace that holds the CRD, once it is Established.
+
+use std::sync::Arc;
+
+use dashmap::DashMap;
+use serde_json::Value;
+
+use crate::jsonpath::JsonPath;
+use crate::kinds::Builtin;
+use crate::patch::meta::{BuiltinPatchMeta, PatchMeta, SchemaPatchMeta};
+
+/// Where the scale subresource finds its fields (CRD `subresources.scale`).
+#[derive(Debug, Clone)]
+pub struct ScalePaths {
+    /// e.g. `.spec.replicas`.
+    pub spec_replicas: String,
+    /// e.g. `.status.replicas`.
+    pub status_replicas: String,
+    /// e.g. `.status.selector`.
+    pub label_selector: Option<String>,
+}
+
+/// An `additionalPrinterColumns` entry, compiled.
+#[derive(Debug, Clone)]
+pub struct PrinterColumn {
+    /// Column header.
+    pub name: String,
+    /// OpenAPI type: string, integer, number, boolean, date.
+    pub type_: String,
+    /// OpenAPI format.
+    pub format: String,
+    /// Description shown by `kubectl explain`-like tools.
+    pub description: String,
+    /// 0 shows by default; higher only with `-o wide`.
+    pub priority: i64,
+    /// The compiled JSONPath.
+    pub path: Arc<JsonPath>,
+}
+
+/// What a CRD version contributes.
+#[derive(Debug)]
+pub struct CustomDef {
+    /// The version's `openAPIV3Schema`.
+    pub schema: Value,
+    /// The version's printer columns.
+    pub columns: Vec<PrinterColumn>,
+    /// List semantics from the schema.
+    pub patch_meta: SchemaPatchMeta,
+    /// The name of the CRD object (`<plural>.<group>`).
+    pub crd_name: String,
+}
+
+/// A type's behaviour.
+#[derive(Debug, Clone)]
+pub enum Behavior {
+    /// A kind built into the server.
+    Builtin(Builtin),
+    /// A custom resource.
+    Custom(Arc<CustomDef>),
+}
+
+/// One served resource.
+#[derive(Debug, Clone)]
+pub struct ResourceType {
+    /// API group; "" for core.
+    pub group: String,
+    /// API version.
+    pub version: String,
+    /// Kind.
+    pub kind: String,
+    /// Plural resource name (the URL segment).
+    pub plural: String,
+    /// Singular name.
+    pub singular: String,
+    /// Whether objects live in namespaces.
+    pub namespaced: bool,
+    /// `kubectl` short names.
+    pub short_names: Vec<String>,
+    /// Categories, such as `all`.
+    pub categories: Vec<String>,
+    /// Whether a `/status` subresource exists.
+    pub status: bool,
+    /// The `/scale` subresource, when it exists.
+    pub scale: Option<ScalePaths>,
+    /// Built-in or custom behaviour.
+    pub behavior: Behavior,
+}
+
+static BUILTIN_META: BuiltinPatchMeta = BuiltinPatchMeta;
+
+impl ResourceType {
+    /// `apps/v1`, or `v1` for the core group.
+    pub fn api_version(&self) -> String {
+        if self.group.is_empty() {
+            self.version.clone()
+        } else {
+            format!("{}/{}", self.group, self.version)
+        }
+    }
+
+    /// `<Kind>List`.
+    pub fn list_kind(&self) -> String {
+        format!("{}List", self.kind)
+    }
+
+    /// Whether this is a custom resource.
+    pub fn is_custom(&self) -> bool {
+        matches!(self.behavior, Behavior::Custom(_))
+    }
+
+    /// The built-in behaviour, if any.
+    pub fn builtin(&self) -> Option<Builtin> {
+        match &self.behavior {
+            Behavior::Builtin(b) => Some(*b),
+            Behavior::Custom(_) => None,
+        }
+    }
+
+    /// List semantics for patches and field ownership.
+    pub fn patch_meta(&self) -> &dyn PatchMeta {
+        match &self.behavior {
+            Behavior::Builtin(_) => &BUILTIN_META,
+            Behavior::Custom(c) => &c.patch_meta,
+        }
+    }
+
+    /// The group and resource under which objects are stored. Kinds served in two
+    /// groups (core and events.k8s.io Events) share one storage, as in Kubernetes.
+    fn storage_group_resource(&self) -> (&str, &str) {
+        match self.builtin() {
+            Some(Builtin::EventV1) => ("core", "events"),
+            _ => (if self.group.is_empty() { "core" } else { &self.group }, &self.plural),
+        }
+    }
+
+    /// The store key of one object.
+    pub fn key(&self, workspace: &str, namespace: &str, name: &str) -> String {
+        let (g, r) = self.storage_group_resource();
+        format!("{g}/{r}/{workspace}/{namespace}/{name}")
+    }
+
+    /// The key prefix for a collection: every workspace (`None`), one workspace, or
+    /// one namespace of one workspace.
+    pub fn prefix(&self, workspace: Option<&str>, namespace: Option<&str>) -> String {
+        let (g, r) = self.storage_group_resource();
+        match (workspace, namespace) {
+            (None, _) => format!("{g}/{r}/"),
+            (Some(ws), None) => format!("{g}/{r}/{ws}/"),
+            (Some(ws), Some(ns)) => format!("{g}/{r}/{ws}/{ns}/"),
+        }
+    }
+}
+
+/// Splits a store key into (workspace, namespace, name).
+pub fn split_key(key: &str) -> Option<(&str, &str, &str)> {
+    let mut parts = key.splitn(5, '/');
+    let (_g, _r, ws, ns, name) = (parts.next()?, parts.next()?, parts.next()?, parts.next()?, parts.next()?);
+    Some((ws, ns, name))
+}
+
+/// The resource types served: the built-ins everywhere, plus each workspace's CRDs.
+#[derive(Default)]
+pub struct Registry {
+    builtins: Vec<Arc<ResourceType>>,
+    custom: DashMap<String, Vec<Arc<ResourceType>>>,
+}
+
+impl Registry {
+    /// A registry with every built-in kind.
+    pub fn new() -> Self {
+        Self { builtins: crate::kinds::builtin_types().into_iter().map(Arc::new).collect(), custom: DashMap::new() }
+    }
+
+    /// Every type served in `workspace`, built-ins first.
+    pub fn types(&self, workspace: &str) -> Vec<Arc<ResourceType>> {
+        let mut all = self.builtins.clone();
+        if workspace == "*" {
+            for entry in self.custom.iter() {
+                for t in entry.value() {
+                    if !all.iter().any(|a| a.group == t.group && a.version == t.version && a.plural == t.plural) {
+                        all.push(t.clone());
+                    }
+                }
+            }
+        } else if let Some(c) = self.custom.get(workspace) {
+            all.extend(c.iter().cloned());
+        }
+        all
+    }
+
+    /// Finds a type by group, version and plural in `workspace` (`*` searches all).
+    pub fn lookup(&self, workspace: &str, group: &str, version: &str, plural: &str) -> Option<Arc<ResourceType>> {
+        let hit = |t: &&Arc<ResourceType>| t.group == group && t.version == version && t.plural == plural;
+        if let Some(t) = self.builtins.iter().find(hit) {
+            return Some(t.clone());
+        }
+        if workspace == "*" {
+            return self.custom.iter().find_map(|e| e.value().iter().find(hit).cloned());
+        }
+        self.custom.get(workspace).and_then(|c| c.iter().find(hit).cloned())
+    }
+
+    /// Whether `group/version` is served at all in `workspace`.
+    pub fn has_group_version(&self, workspace: &str, group: &str, version: &str) -> bool {
+        self.types(workspace).iter().any(|t| t.group == group && t.version == version)
+    }
+
+    /// Replaces the custom types that one CRD contributes to a workspace.
+    pub fn set_crd(&self, workspace: &str, crd_name: &str, types: Vec<ResourceType>) {
+        let mut entry = self.custom.entry(workspace.to_string()).or_default();
+        entry.retain(|t| !matches!(&t.behavior, Behavior::Custom(c) if c.crd_name == crd_name));
+        entry.extend(types.into_iter().map(Arc::new));
+    }
+
+    /// Drops the custom types of one CRD.
+    pub fn remove_crd(&self, workspace: &str, crd_name: &str) {
+        self.set_crd(workspace, crd_name, Vec::new());
+    }
+
+    /// Drops every custom type of a workspace.
+    pub fn remove_workspace(&self, workspace: &str) {
+        self.custom.remove(workspace);
+    }
+}

@@ -1,0 +1,165 @@
+//! Running the control plane: the data dir, TLS, tokens, bootstrap of the root
+//! workspace, the in-process controllers, and the HTTPS server with graceful shutdown.
+
+use std::fs::File;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use serde_json::json;
+
+use crate::api::{Api, FieldValidation, Scope, WriteOptions};
+use crate::auth::Auth;
+use crate::http::{self, AppState};
+use crate::metrics::Metrics;
+use crate::registry::Registry;
+use crate::store::{SqliteStore, Store};
+use crate::{controllers, crd, kubeconfig, tls};
+
+/// How long in-flight requests get to finish on shutdown. Watches are cut at once
+/// (clients resume them); short requests finish well within this.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
+
+/// How the server is run.
+#[derive(Debug, Clone)]
+pub struct ServerConfig {
+    /// Data dir: store, CA, tokens, kubeconfig.
+    pub data_dir: PathBuf,
+    /// Address to listen on.
+    pub listen: SocketAddr,
+    /// Serve one logical cluster at `/` (simulated physical clusters).
+    pub single_cluster: bool,
+    /// Name used for the CA, kubeconfig cluster and context names.
+    pub name: String,
+}
+
+/// A started server.
+pub struct Server {
+    /// The engine, for in-process callers (tests, the simulator).
+    pub api: Arc<Api>,
+    /// The address actually bound (useful with port 0).
+    pub addr: SocketAddr,
+    /// The admin kubeconfig path.
+    pub kubeconfig: PathBuf,
+    /// Token authority.
+    pub auth: Arc<Auth>,
+    handle: axum_server::Handle<SocketAddr>,
+    task: tokio::task::JoinHandle<std::io::Result<()>>,
+    _lock: File,
+}
+
+impl Server {
+    /// Stops serving: new connections are refused, in-flight requests get a grace period.
+    pub async fn shutdown(self) -> anyhow::Result<()> {
+        self.handle.graceful_shutdown(Some(SHUTDOWN_GRACE));
+        self.task.await??;
+        Ok(())
+    }
+}
+
+/// Takes the data dir's lock, so two servers never share one store.
+fn lock_data_dir(dir: &Path) -> anyhow::Result<File> {
+    let path = dir.join("flotilla.lock");
+    let f = File::options().create(true).truncate(false).write(true).open(&path).with_context(|| format!("opening {}", path.display()))?;
+    match f.try_lock() {
+        Ok(()) => Ok(f),
+        Err(std::fs::TryLockError::WouldBlock) => anyhow::bail!(
+            "another flotilla process is already using the data dir {} (it holds {}); stop it first, or pass a different --data-dir",
+            dir.display(),
+            path.display()
+        ),
+        Err(std::fs::TryLockError::Error(e)) => Err(e).with_context(|| format!("locking {}", path.display())),
+    }
+}
+
+/// Opens the data dir, bootstraps, binds and starts serving.
+pub async fn start(config: ServerConfig, prometheus: prometheus::Registry) -> anyhow::Result<Server> {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    std::fs::create_dir_all(&config.data_dir).with_context(|| format!("creating data dir {}", config.data_dir.display()))?;
+    let lock = lock_data_dir(&config.data_dir)?;
+    let store = SqliteStore::open(&config.data_dir.join("store.db")).context("opening the store")?;
+    let store: Arc<dyn Store> = store;
+    let registry = Arc::new(Registry::new());
+    let api = Api::new(store, registry);
+    bootstrap(&api).await.context("bootstrapping the root workspace")?;
+
+    let auth = Arc::new(Auth::load_or_create(&config.data_dir).context("loading tokens")?);
+    let host = config.listen.ip().to_string();
+    let tls = tls::load_or_create(&config.data_dir, &format!("{}-ca", config.name), &[host])?;
+    let listener = std::net::TcpListener::bind(config.listen)
+        .with_context(|| format!("cannot listen on {}: is another server using it? Choose another with --listen", config.listen))?;
+    listener.set_nonblocking(true)?;
+    let addr = listener.local_addr()?;
+    let metrics = Arc::new(Metrics::new(&prometheus)?);
+    let state = Arc::new(AppState {
+        api: api.clone(),
+        auth: auth.clone(),
+        metrics,
+        prometheus,
+        ready: std::sync::atomic::AtomicBool::new(false),
+        single_cluster: config.single_cluster,
+    });
+    tokio::spawn(controllers::run(api.clone()));
+
+    let rustls_config = axum_server::tls_rustls::RustlsConfig::from_pem(tls.cert_pem.into_bytes(), tls.key_pem.into_bytes()).await?;
+    let handle = axum_server::Handle::new();
+    let app = http::router(state.clone());
+    let server = axum_server::from_tcp_rustls(listener, rustls_config)?.handle(handle.clone());
+    let task = tokio::spawn(async move { server.serve(app.into_make_service()).await });
+    let kubeconfig = config.data_dir.join("admin.kubeconfig");
+    let contexts = workspace_contexts(&api, &auth);
+    kubeconfig::write_admin(&kubeconfig, &config.name, addr, &tls.ca_pem, auth.admin_token(), &contexts, config.single_cluster)?;
+    state.ready.store(true, Ordering::Release);
+    tracing::info!(%addr, data_dir = %config.data_dir.display(), "control plane serving");
+    Ok(Server { api, addr, kubeconfig, auth, handle, task, _lock: lock })
+}
+
+/// (workspace, scoped token) for every workspace, for the kubeconfig.
+fn workspace_contexts(api: &Api, auth: &Auth) -> Vec<(String, String)> {
+    let (items, _) = api.store.list(&format!("{}/workspaces/{}//", placement_api::TENANCY_GROUP, placement_api::ROOT_WORKSPACE), None, None);
+    items
+        .iter()
+        .filter_map(|(_, e)| {
+            let name = e.value.pointer("/metadata/name")?.as_str()?;
+            let uid = e.value.pointer("/metadata/uid")?.as_str()?;
+            Some((name.to_string(), auth.workspace_token(name, uid)))
+        })
+        .collect()
+}
+
+/// Makes sure `root` has its namespaces and the Flotilla CRDs, and that every stored
+/// CRD is registered, before the first request is served.
+async fn bootstrap(api: &Arc<Api>) -> anyhow::Result<()> {
+    let root = placement_api::ROOT_WORKSPACE;
+    controllers::ensure_namespaces(api, root).await?;
+    let crd_rt = api.registry.lookup(root, "apiextensions.k8s.io", "v1", "customresourcedefinitions").context("CRDs not registered")?;
+    let crd_scope = Scope { rt: crd_rt, workspace: root.into(), namespace: String::new() };
+    let opts = WriteOptions { field_manager: "flotilla-controlplane".into(), validation: FieldValidation::Ignore, dry_run: false };
+    for c in [placement_api::workspace_crd()] {
+        let name = c["metadata"]["name"].as_str().unwrap_or_default().to_string();
+        match api.get_raw(&crd_scope, &name) {
+            None => {
+                api.create(&crd_scope, c, &opts).await.map_err(|e| anyhow::anyhow!("installing CRD {name}: {e}"))?;
+            }
+            Some(existing) if existing.value.get("spec") != c.get("spec") => {
+                let mut v = (*existing.value).clone();
+                v["spec"] = c["spec"].clone();
+                api.update(&crd_scope, &name, v, crate::api::Sub::Main, &opts).await.map_err(|e| anyhow::anyhow!("upgrading CRD {name}: {e}"))?;
+            }
+            Some(_) => {}
+        }
+    }
+    // Register every stored CRD in every workspace (established ones are served at once).
+    let (crds, _) = api.store.list("apiextensions.k8s.io/customresourcedefinitions/", None, None);
+    for (key, _) in crds {
+        if let Some((ws, _, name)) = crate::registry::split_key(&key) {
+            controllers::reconcile_crd(api, ws, name).await?;
+        }
+    }
+    let _ = json!(null);
+    let _ = crd::is_established;
+    Ok(())
+}

@@ -1,0 +1,174 @@
+//! Watch responses: one compact JSON event per line, as kube-apiserver streams them.
+//!
+//! Covers resuming from a resourceVersion, synthetic ADDED events for the current
+//! state, `sendInitialEvents` with its closing bookmark, periodic bookmarks, selector
+//! transitions (an object that stops matching is sent as DELETED, as the watch cache
+//! does), Table events for `kubectl get -w`, and 410 Expired delivered as an ERROR
+//! event on a 200 response, which is what makes kube-runtime relist.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use serde_json::{json, Value};
+use tokio::sync::mpsc;
+use tracing::Instrument;
+
+use crate::api::{present, selected, Api, ListOptions, Scope};
+use crate::registry::split_key;
+use crate::selector::{FieldSelector, LabelSelector};
+use crate::store::{EventType, Revision, StoreError};
+
+/// How often an idle watch with `allowWatchBookmarks` gets a BOOKMARK. kube-apiserver
+/// sends them about once a minute; more often keeps resume points fresh for clients
+/// of a busy store at the cost of one small line per watcher.
+const BOOKMARK_INTERVAL: Duration = Duration::from_secs(15);
+
+/// A watch that is given no `timeoutSeconds` ends after this long, so that clients
+/// re-establish watches and load spreads across servers, as the apiserver's
+/// randomized 30-60 minute default does.
+const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30 * 60);
+
+/// Watch parameters.
+#[derive(Debug, Clone, Default)]
+pub struct WatchOptions {
+    /// `resourceVersion`.
+    pub resource_version: Option<String>,
+    /// `allowWatchBookmarks`.
+    pub bookmarks: bool,
+    /// `sendInitialEvents`.
+    pub send_initial_events: Option<bool>,
+    /// `timeoutSeconds`.
+    pub timeout: Option<Duration>,
+    /// Selectors.
+    pub labels: Option<LabelSelector>,
+    /// Field selector.
+    pub fields: Option<FieldSelector>,
+    /// Render objects as single-row Tables (`kubectl get -w`).
+    pub table: bool,
+}
+
+/// Starts a watch; returns the receiving end of the response body.
+pub fn start(api: Arc<Api>, scope: Scope, opts: WatchOptions, watchers: prometheus::IntGauge) -> Result<mpsc::Receiver<Bytes>, crate::error::ApiError> {
+    let rv = opts.resource_version.as_deref().filter(|s| !s.is_empty() && *s != "0");
+    let from: Option<Revision> = match rv {
+        Some(s) => Some(s.parse().map_err(|_| crate::error::ApiError::bad_request(format!("invalid resourceVersion {s:?}")))?),
+        None => None,
+    };
+    // Initial state is sent for an unset or "0" resourceVersion, and when asked for.
+    let initial = opts.send_initial_events.unwrap_or(from.is_none());
+    let (tx, rx) = mpsc::channel::<Bytes>(256);
+    let span = tracing::debug_span!("watch", resource = %scope.rt.plural, workspace = %scope.workspace, namespace = %scope.namespace);
+    tokio::spawn(
+        async move {
+            watchers.inc();
+            run(api, scope, opts, from, initial, tx).await;
+            watchers.dec();
+        }
+        .instrument(span),
+    );
+    Ok(rx)
+}
+
+struct Sender {
+    tx: mpsc::Sender<Bytes>,
+    scope: Scope,
+    table: bool,
+    first_table: bool,
+}
+
+impl Sender {
+    async fn send(&mut self, kind: &str, object: Value) -> bool {
+        let object = if self.table {
+            let rv = object.pointer("/metadata/resourceVersion").and_then(Value::as_str).unwrap_or_default().to_string();
+            let t = crate::table::table(&self.scope, std::slice::from_ref(&object), &rv, None, false, self.first_table);
+            self.first_table = false;
+            t
+        } else {
+            object
+        };
+        self.raw(kind, object).await
+    }
+
+    async fn raw(&mut self, kind: &str, object: Value) -> bool {
+        let mut line = serde_json::to_vec(&json!({"type": kind, "object": object})).unwrap_or_default();
+        line.push(b'\n');
+        self.tx.send(Bytes::from(line)).await.is_ok()
+    }
+
+    async fn bookmark(&mut self, rv: Revision, initial_end: bool) -> bool {
+        let mut meta = json!({"resourceVersion": rv.to_string()});
+        if initial_end {
+            meta["annotations"] = json!({"k8s.io/initial-events-end": "true"});
+        }
+        let obj = json!({"kind": self.scope.rt.kind, "apiVersion": self.scope.rt.api_version(), "metadata": meta});
+        self.raw("BOOKMARK", obj).await
+    }
+
+    async fn expired(&mut self, e: &StoreError) -> bool {
+        let status = json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure", "message": e.to_string(), "reason": "Expired", "code": 410});
+        self.raw("ERROR", status).await
+    }
+}
+
+async fn run(api: Arc<Api>, scope: Scope, opts: WatchOptions, from: Option<Revision>, initial: bool, tx: mpsc::Sender<Bytes>) {
+    let mut out = Sender { tx, scope: scope.clone(), table: opts.table, first_table: true };
+    let deadline = tokio::time::Instant::now() + opts.timeout.unwrap_or(DEFAULT_TIMEOUT);
+    let start_rev = if initial {
+        let list_opts = ListOptions { labels: opts.labels.clone(), fields: opts.fields.clone(), ..Default::default() };
+        let (items, rev, _) = match api.list_items(&scope, &list_opts) {
+            Ok(r) => r,
+            Err(e) => {
+                let _ = out.raw("ERROR", e.to_status()).await;
+                return;
+            }
+        };
+        for item in items {
+            if !out.send("ADDED", item).await {
+                return;
+            }
+        }
+        if opts.send_initial_events == Some(true) && !out.bookmark(rev, true).await {
+            return;
+        }
+        rev
+    } else {
+        from.unwrap_or_else(|| api.store.revision())
+    };
+    let mut stream = match api.store.watch(&scope.prefix(), start_rev) {
+        Ok(s) => s,
+        Err(e) => {
+            let _ = out.expired(&e).await;
+            return;
+        }
+    };
+    let mut ticker = tokio::time::interval_at(tokio::time::Instant::now() + BOOKMARK_INTERVAL, BOOKMARK_INTERVAL);
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep_until(deadline) => return,
+            _ = out.tx.closed() => return,
+            _ = ticker.tick(), if opts.bookmarks => {
+                if !out.bookmark(stream.progress(), false).await { return; }
+            }
+            ev = stream.next() => {
+                let ev = match ev {
+                    None => return,
+                    Some(Err(e)) => { let _ = out.expired(&e).await; return; }
+                    Some(Ok(ev)) => ev,
+                };
+                let ws = split_key(&ev.key).map(|(w, _, _)| w).unwrap_or_default();
+                let now_matches = selected(&ev.object, opts.labels.as_ref(), opts.fields.as_ref());
+                let was_matching = ev.prev.as_deref().is_some_and(|p| selected(p, opts.labels.as_ref(), opts.fields.as_ref()));
+                let kind = match (ev.kind, was_matching, now_matches) {
+                    (EventType::Added, _, true) => "ADDED",
+                    (EventType::Modified, true, true) => "MODIFIED",
+                    (EventType::Modified, false, true) => "ADDED",
+                    (EventType::Modified, true, false) => "DELETED",
+                    (EventType::Deleted, true, _) => "DELETED",
+                    _ => continue,
+                };
+                if !out.send(kind, present(&scope, ws, &ev.object)).await { return; }
+            }
+        }
+    }
+}

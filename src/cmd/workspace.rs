@@ -1,0 +1,89 @@
+//! `flotilla workspace create|delete|list`, through the Kubernetes API like any client.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use kube::api::{Api, DeleteParams, DynamicObject, ListParams, PostParams};
+use kube::core::{ApiResource, GroupVersionKind};
+use kube::Client;
+use serde_json::{json, Value};
+
+use crate::cli::WorkspaceCmd;
+
+/// How long `create` and `delete` wait for the control plane to finish.
+const WAIT: Duration = Duration::from_secs(30);
+
+fn workspace_resource() -> ApiResource {
+    ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(placement_api::TENANCY_GROUP, placement_api::VERSION, "Workspace"), "workspaces")
+}
+
+async fn root_client(kubeconfig: &Path) -> anyhow::Result<Client> {
+    let kc = kube::config::Kubeconfig::read_from(kubeconfig)
+        .with_context(|| format!("reading {} (is the control plane started? pass --kubeconfig or --data-dir)", kubeconfig.display()))?;
+    let opts = kube::config::KubeConfigOptions { context: Some("root".into()), ..Default::default() };
+    let config = kube::Config::from_custom_kubeconfig(kc, &opts).await.context("the kubeconfig has no usable \"root\" context")?;
+    Ok(Client::try_from(config)?)
+}
+
+/// Runs a workspace subcommand.
+pub async fn run(kubeconfig: &Path, cmd: WorkspaceCmd) -> anyhow::Result<()> {
+    let client = root_client(kubeconfig).await?;
+    let api: Api<DynamicObject> = Api::all_with(client.clone(), &workspace_resource());
+    match cmd {
+        WorkspaceCmd::Create { name, use_it } => {
+            let obj: DynamicObject = serde_json::from_value(json!({
+                "apiVersion": format!("{}/{}", placement_api::TENANCY_GROUP, placement_api::VERSION),
+                "kind": "Workspace",
+                "metadata": {"name": name},
+            }))?;
+            match api.create(&PostParams::default(), &obj).await {
+                Ok(_) => println!("workspace {name} created"),
+                Err(kube::Error::Api(e)) if e.code == 409 => println!("workspace {name} already exists"),
+                Err(e) => return Err(e).with_context(|| format!("creating workspace {name}")),
+            }
+            let start = Instant::now();
+            loop {
+                let ws = api.get(&name).await?;
+                if ws.data.pointer("/status/phase").and_then(Value::as_str) == Some("Ready") {
+                    break;
+                }
+                if start.elapsed() > WAIT {
+                    anyhow::bail!("workspace {name} is not Ready after {WAIT:?}; check the control plane's log");
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            let req = http::Request::post(format!("/apis/{}/{}/workspaces/{name}/token", placement_api::TENANCY_GROUP, placement_api::VERSION))
+                .body(Vec::new())?;
+            let resp: Value = client.request(req).await.with_context(|| format!("minting a token for workspace {name}"))?;
+            let token = resp.pointer("/status/token").and_then(Value::as_str).context("the token response has no status.token")?;
+            controlplane::kubeconfig::add_workspace_context(kubeconfig, "root", &name, token, use_it)?;
+            println!("context {name} added to {}{}", kubeconfig.display(), if use_it { " and made current" } else { "" });
+            Ok(())
+        }
+        WorkspaceCmd::Delete { name } => {
+            api.delete(&name, &DeleteParams::default()).await.with_context(|| format!("deleting workspace {name}"))?;
+            let start = Instant::now();
+            loop {
+                match api.get_opt(&name).await? {
+                    None => break,
+                    Some(_) if start.elapsed() > WAIT => anyhow::bail!("workspace {name} still exists after {WAIT:?}; check the control plane's log"),
+                    Some(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+                }
+            }
+            controlplane::kubeconfig::remove_workspace_context(kubeconfig, &name)?;
+            println!("workspace {name} deleted");
+            Ok(())
+        }
+        WorkspaceCmd::List => {
+            let list = api.list(&ListParams::default()).await?;
+            println!("{:<24} {:<12} URL", "NAME", "PHASE");
+            for ws in list.items {
+                let phase = ws.data.pointer("/status/phase").and_then(Value::as_str).unwrap_or("Unknown");
+                let name = ws.metadata.name.unwrap_or_default();
+                println!("{name:<24} {phase:<12} /clusters/{name}");
+            }
+            Ok(())
+        }
+    }
+}
