@@ -468,7 +468,7 @@ impl Api {
             let old = to_external(scope, &current.value);
             let mut applied_full = None;
             let patched = match kind {
-                PatchKind::Json => json_patch_apply(&old, &patch_doc)?,
+                PatchKind::Json => json_patch_apply(&old, &patch_doc, &scope.rt.kind, scope.obj(name))?,
                 PatchKind::Merge => {
                     let mut v = old.clone();
                     json_patch::merge(&mut v, &patch_doc);
@@ -646,7 +646,7 @@ impl Api {
             ScaleWrite::Patch(kind, body) => {
                 let doc: Value = serde_json::from_slice(body).map_err(|e| ApiError::bad_request(format!("error decoding patch: {e}")))?;
                 match kind {
-                    PatchKind::Json => json_patch_apply(&old_scale, &doc)?,
+                    PatchKind::Json => json_patch_apply(&old_scale, &doc, "Scale", scope.obj(name))?,
                     PatchKind::Apply { .. } => {
                         let mut v = old_scale.clone();
                         json_patch::merge(&mut v, &doc);
@@ -947,7 +947,7 @@ fn set_json_path(obj: &mut Value, path: &str, value: Value) {
 
 /// Applies an RFC 6902 patch. A `test` of `null` against a missing path passes:
 /// kube-runtime's finalizer helper sends exactly that for an object with no finalizers.
-pub fn json_patch_apply(doc: &Value, patch_doc: &Value) -> Result<Value, ApiError> {
+pub fn json_patch_apply(doc: &Value, patch_doc: &Value, kind: &str, obj: ObjRef<'_>) -> Result<Value, ApiError> {
     let ops = patch_doc.as_array().ok_or_else(|| ApiError::bad_request("a JSON patch must be a list of operations"))?;
     let kept: Vec<Value> = ops
         .iter()
@@ -960,9 +960,8 @@ pub fn json_patch_apply(doc: &Value, patch_doc: &Value) -> Result<Value, ApiErro
         .collect();
     let p: json_patch::Patch = serde_json::from_value(Value::Array(kept)).map_err(|e| ApiError::bad_request(format!("invalid JSON patch: {e}")))?;
     let mut out = doc.clone();
-    json_patch::patch(&mut out, &p).map_err(|e| match e.kind {
-        json_patch::PatchErrorKind::TestFailed => ApiError::invalid("Patch", ObjRef { group: "", resource: "", name: "" }, vec![Cause::new("FieldValueInvalid", "", format!("the server rejected our request due to an error in our request: {e}"))]),
-        _ => ApiError::invalid("Patch", ObjRef { group: "", resource: "", name: "" }, vec![Cause::new("FieldValueInvalid", "", format!("the server rejected our request due to an error in our request: {e}"))]),
+    json_patch::patch(&mut out, &p).map_err(|e| {
+        ApiError::invalid(kind, obj, vec![Cause::new("FieldValueInvalid", "patch", format!("Invalid value: the patch could not be applied: {e}"))])
     })?;
     Ok(out)
 }

@@ -105,6 +105,8 @@ fn split_workspace(path: &str) -> Result<(String, String), ApiError> {
     match path.strip_prefix("/clusters/") {
         Some(rest) => {
             let (ws, tail) = rest.split_once('/').unwrap_or((rest, ""));
+            // Clients percent-encode the wildcard (`/clusters/%2A/...`).
+            let ws = if ws == "%2A" || ws == "%2a" { "*" } else { ws };
             let valid = ws == "*" || crate::objmeta::dns1123_label(ws).is_ok();
             if !valid {
                 return Err(ApiError::bad_request(format!("invalid workspace name {ws:?} in the path")));
