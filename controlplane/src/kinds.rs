@@ -88,8 +88,9 @@ pub struct Decoded {
 /// reported and dropped, exactly as kube-apiserver's decoder drops unknown fields
 /// unless strict validation turns them into an error.
 fn roundtrip<T: DeserializeOwned + Serialize>(kind: &str, input: &Value) -> Result<Decoded, String> {
-    let typed: T = serde_json::from_value(input.clone())
-        .map_err(|e| format!("{kind} in version \"v1\" cannot be handled as a {kind}: {e}"))?;
+    // The path makes the message name the field, as the apiserver's decoder does.
+    let typed: T = serde_path_to_error::deserialize(input.clone())
+        .map_err(|e| format!("{kind} in version \"v1\" cannot be handled as a {kind}: {}: {}", e.path(), e.inner()))?;
     let value = serde_json::to_value(&typed).map_err(|e| format!("re-encoding {kind}: {e}"))?;
     let mut unknown = Vec::new();
     diff_unknown(input, &value, "", &mut unknown);
