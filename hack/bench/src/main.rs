@@ -1,0 +1,391 @@
+//! Flotilla's benchmark harness. Each scenario prints a JSON line and a table row, and
+//! every latency is shown beside its floor measured in the same run, so that machine
+//! noise cancels out in the ratio.
+//!
+//! The control plane runs as its own process (the release `flotilla` binary), so its
+//! RSS and CPU can be read from /proc; load comes from this process over HTTPS
+//! through kube-rs, as a real client's would.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use clap::Parser;
+use futures::{StreamExt, TryStreamExt};
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::{Api, DynamicObject, PostParams, WatchEvent, WatchParams};
+use kube::core::{ApiResource, GroupVersionKind};
+use serde_json::json;
+
+#[derive(Parser, Debug)]
+#[command(about = "Flotilla control-plane benchmarks")]
+struct Args {
+    /// Smaller sizes, for CI (asserts completion, never timings).
+    #[arg(long)]
+    quick: bool,
+    /// The flotilla binary to benchmark.
+    #[arg(long, default_value = "target/release/flotilla")]
+    flotilla: PathBuf,
+    /// Write the JSON results here too.
+    #[arg(long)]
+    json_out: Option<PathBuf>,
+}
+
+struct Sizes {
+    write_clients: usize,
+    write_secs: f64,
+    gets: usize,
+    watchers: usize,
+    watch_writes: usize,
+    workspaces: usize,
+    objects_per_ws: usize,
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    let idx = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[idx.min(sorted.len() - 1)]
+}
+
+fn summarize(mut xs: Vec<f64>) -> (f64, f64, f64) {
+    xs.sort_by(|a, b| a.total_cmp(b));
+    (percentile(&xs, 0.5), percentile(&xs, 0.99), *xs.last().unwrap_or(&f64::NAN))
+}
+
+struct ServerProc {
+    child: Child,
+    _dir: tempfile::TempDir,
+    kubeconfig: PathBuf,
+}
+
+impl ServerProc {
+    fn start(bin: &Path) -> anyhow::Result<Self> {
+        let dir = tempfile::tempdir()?;
+        let mut child = Command::new(bin)
+            .args(["--data-dir", dir.path().to_str().unwrap(), "start", "--listen", "127.0.0.1:0"])
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .with_context(|| format!("starting {} (build it with cargo build --release)", bin.display()))?;
+        use std::io::BufRead;
+        let stdout = child.stdout.take().unwrap();
+        let mut lines = std::io::BufReader::new(stdout).lines();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        for line in lines.by_ref() {
+            if line?.trim() == "ready" {
+                break;
+            }
+            anyhow::ensure!(Instant::now() < deadline, "server did not become ready");
+        }
+        std::thread::spawn(move || for _ in lines {});
+        Ok(Self { child, kubeconfig: dir.path().join("admin.kubeconfig"), _dir: dir })
+    }
+
+    fn rss_mib(&self) -> f64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).unwrap_or_default();
+        status.lines().find_map(|l| l.strip_prefix("VmRSS:")).and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok()).unwrap_or(0.0) / 1024.0
+    }
+
+    fn cpu_secs(&self) -> f64 {
+        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.child.id())).unwrap_or_default();
+        let fields: Vec<&str> = stat.rsplit(')').next().unwrap_or_default().split_whitespace().collect();
+        let ticks: f64 = fields.get(11).and_then(|u| u.parse::<f64>().ok()).unwrap_or(0.0) + fields.get(12).and_then(|s| s.parse::<f64>().ok()).unwrap_or(0.0);
+        ticks / 100.0
+    }
+
+    async fn client(&self, context: &str, path_override: Option<&str>) -> anyhow::Result<kube::Client> {
+        let kc = kube::config::Kubeconfig::read_from(&self.kubeconfig)?;
+        let mut cfg = kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions { context: Some(context.into()), ..Default::default() }).await?;
+        if let Some(p) = path_override {
+            let base = cfg.cluster_url.to_string();
+            let root = base.split("/clusters/").next().unwrap_or(&base).to_string();
+            cfg.cluster_url = format!("{root}/clusters/{p}").parse()?;
+        }
+        cfg.read_timeout = Some(Duration::from_secs(300));
+        Ok(kube::Client::try_from(cfg)?)
+    }
+}
+
+impl Drop for ServerProc {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn cm(name: &str) -> ConfigMap {
+    serde_json::from_value(json!({"metadata": {"name": name, "labels": {"bench": "yes"}}, "data": {"k": "v".repeat(64)}})).unwrap()
+}
+
+struct Report {
+    rows: Vec<(String, String, String, String)>,
+    json: Vec<serde_json::Value>,
+}
+
+impl Report {
+    fn add(&mut self, scenario: &str, figure: String, floor: String, ratio: String, json: serde_json::Value) {
+        println!("{}", serde_json::to_string(&json).unwrap());
+        self.rows.push((scenario.into(), figure, floor, ratio));
+        self.json.push(json);
+    }
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    let s = if args.quick {
+        Sizes { write_clients: 32, write_secs: 3.0, gets: 2_000, watchers: 200, watch_writes: 30, workspaces: 50, objects_per_ws: 20 }
+    } else {
+        Sizes { write_clients: 32, write_secs: 10.0, gets: 20_000, watchers: 1_000, watch_writes: 100, workspaces: 1_000, objects_per_ws: 100 }
+    };
+    let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0);
+    let mem = std::fs::read_to_string("/proc/meminfo").ok().and_then(|m| m.lines().next().map(|l| l.split_whitespace().nth(1).unwrap_or("0").parse::<f64>().unwrap_or(0.0) / 1024.0 / 1024.0)).unwrap_or(0.0);
+    println!("# machine: {cores} cores, {mem:.1} GiB; mode: {}", if args.quick { "quick" } else { "full" });
+    let mut report = Report { rows: vec![], json: vec![] };
+
+    // Floor: durable writes straight into the store, no HTTP, no admission.
+    let store_floor = store_floor(s.write_clients, s.write_secs).await?;
+    report.add("store: durable creates/s (32 writers, in-process)", format!("{store_floor:.0}/s"), "-".into(), "-".into(), json!({"scenario": "store_creates", "per_sec": store_floor, "writers": s.write_clients}));
+
+    let srv = ServerProc::start(&args.flotilla)?;
+    let client = srv.client("root", None).await?;
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
+
+    // Floor: the raw HTTPS round trip of an unauthenticated health check.
+    let mut rtt = Vec::new();
+    for _ in 0..s.gets.min(5_000) {
+        let t = Instant::now();
+        let _: String = client.request_text(http_get("/healthz")).await?;
+        rtt.push(t.elapsed().as_secs_f64() * 1e3);
+    }
+    let (rtt50, rtt99, _) = summarize(rtt);
+
+    // Durable creates through the API with 32 concurrent clients.
+    let (creates_per_sec, create_lat) = api_creates(&cms, s.write_clients, s.write_secs).await?;
+    let (c50, c99, _) = summarize(create_lat);
+    report.add(
+        "API: durable creates/s (32 clients)",
+        format!("{creates_per_sec:.0}/s"),
+        format!("store {store_floor:.0}/s"),
+        format!("{:.2}", creates_per_sec / store_floor),
+        json!({"scenario": "api_creates", "per_sec": creates_per_sec, "p50_ms": c50, "p99_ms": c99, "clients": s.write_clients}),
+    );
+
+    // GET latency (sequential, one client).
+    let mut gets = Vec::new();
+    for i in 0..s.gets {
+        let t = Instant::now();
+        cms.get(&format!("w0-{}", i % 50)).await?;
+        gets.push(t.elapsed().as_secs_f64() * 1e3);
+    }
+    let (g50, g99, _) = summarize(gets);
+    report.add("API: GET p50 / p99", format!("{g50:.2} / {g99:.2} ms"), format!("healthz {rtt50:.2} / {rtt99:.2} ms"), format!("{:.1}x p99", g99 / rtt99), json!({"scenario": "get", "p50_ms": g50, "p99_ms": g99, "floor_p50_ms": rtt50, "floor_p99_ms": rtt99, "n": s.gets}));
+
+    // LIST latency of the whole namespace (everything created above).
+    let mut lists = Vec::new();
+    let mut listed = 0;
+    for _ in 0..20 {
+        let t = Instant::now();
+        listed = cms.list(&Default::default()).await?.items.len();
+        lists.push(t.elapsed().as_secs_f64() * 1e3);
+    }
+    let (l50, l99, _) = summarize(lists);
+    report.add(&format!("API: LIST of {listed} objects p50 / p99"), format!("{l50:.1} / {l99:.1} ms"), "-".into(), "-".into(), json!({"scenario": "list", "objects": listed, "p50_ms": l50, "p99_ms": l99}));
+
+    // Watch fan-out: a write's event at N watchers, measured from the write's acknowledgement.
+    let (w50, w99, wmax, samples) = watch_fanout(&srv, s.watchers, s.watch_writes).await?;
+    report.add(
+        &format!("watch: event at {} watchers after ack p50 / p99", s.watchers),
+        format!("{w50:.1} / {w99:.1} ms (max {wmax:.1})"),
+        format!("create p50 {c50:.2} ms"),
+        "-".into(),
+        json!({"scenario": "watch_fanout", "watchers": s.watchers, "writes": s.watch_writes, "samples": samples, "p50_ms": w50, "p99_ms": w99, "max_ms": wmax}),
+    );
+    drop(cms);
+    drop(client);
+    drop(srv);
+
+    // Memory: many workspaces with objects, on a fresh server.
+    let (rss_idle, rss, cpu, secs) = workspaces_rss(&args.flotilla, s.workspaces, s.objects_per_ws).await?;
+    report.add(
+        &format!("RSS: {} workspaces x {} objects", s.workspaces, s.objects_per_ws),
+        format!("{rss:.0} MiB"),
+        format!("empty server {rss_idle:.0} MiB"),
+        format!("{:.1} KiB/object", (rss - rss_idle) * 1024.0 / (s.workspaces * s.objects_per_ws) as f64),
+        json!({"scenario": "workspaces_rss", "workspaces": s.workspaces, "objects_per_workspace": s.objects_per_ws, "rss_mib": rss, "idle_rss_mib": rss_idle, "server_cpu_secs": cpu, "load_secs": secs}),
+    );
+
+    println!();
+    println!("{:<52} {:<30} {:<26} {}", "SCENARIO", "RESULT", "FLOOR (same run)", "RATIO");
+    for (a, b, c, d) in &report.rows {
+        println!("{a:<52} {b:<30} {c:<26} {d}");
+    }
+    if let Some(p) = args.json_out {
+        std::fs::write(p, serde_json::to_string_pretty(&report.json)?)?;
+    }
+    Ok(())
+}
+
+fn http_get(path: &str) -> http::Request<Vec<u8>> {
+    http::Request::get(path).body(Vec::new()).unwrap()
+}
+
+async fn store_floor(writers: usize, secs: f64) -> anyhow::Result<f64> {
+    use controlplane::store::{SqliteStore, Store, WriteOp};
+    let dir = tempfile::tempdir()?;
+    let store = SqliteStore::open(&dir.path().join("s.db"))?;
+    let deadline = Instant::now() + Duration::from_secs_f64(secs);
+    let start = Instant::now();
+    let tasks: Vec<_> = (0..writers)
+        .map(|w| {
+            let store = store.clone();
+            tokio::spawn(async move {
+                let mut n = 0u64;
+                while Instant::now() < deadline {
+                    let v = json!({"metadata": {"name": format!("{w}-{n}")}, "data": {"k": "v".repeat(64)}});
+                    store.write(WriteOp::Create { key: format!("core/configmaps/root/default/{w}-{n}"), value: v }).await.unwrap();
+                    n += 1;
+                }
+                n
+            })
+        })
+        .collect();
+    let total: u64 = futures::future::try_join_all(tasks).await?.into_iter().sum();
+    Ok(total as f64 / start.elapsed().as_secs_f64())
+}
+
+async fn api_creates(cms: &Api<ConfigMap>, clients: usize, secs: f64) -> anyhow::Result<(f64, Vec<f64>)> {
+    let deadline = Instant::now() + Duration::from_secs_f64(secs);
+    let start = Instant::now();
+    let tasks: Vec<_> = (0..clients)
+        .map(|w| {
+            let cms = cms.clone();
+            tokio::spawn(async move {
+                let mut lat = Vec::new();
+                let mut n = 0;
+                while Instant::now() < deadline {
+                    let t = Instant::now();
+                    cms.create(&PostParams::default(), &cm(&format!("w{w}-{n}"))).await?;
+                    lat.push(t.elapsed().as_secs_f64() * 1e3);
+                    n += 1;
+                }
+                anyhow::Ok(lat)
+            })
+        })
+        .collect();
+    let mut all = Vec::new();
+    for t in tasks {
+        all.extend(t.await??);
+    }
+    Ok((all.len() as f64 / start.elapsed().as_secs_f64(), all))
+}
+
+async fn watch_fanout(srv: &ServerProc, watchers: usize, writes: usize) -> anyhow::Result<(f64, f64, f64, usize)> {
+    let client = srv.client("root", None).await?;
+    let ns: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
+    let _ = ns.create(&PostParams::default(), &serde_json::from_value(json!({"metadata": {"name": "fanout"}}))?).await;
+    let api: Api<ConfigMap> = Api::namespaced(client.clone(), "fanout");
+    let rv = api.list(&Default::default()).await?.metadata.resource_version.unwrap_or_default();
+    let received: Arc<std::sync::Mutex<Vec<(String, Instant)>>> = Default::default();
+    let ready = Arc::new(tokio::sync::Barrier::new(watchers + 1));
+    // Several connections, as many independent clients would open.
+    let mut clients = Vec::new();
+    for _ in 0..8 {
+        clients.push(srv.client("root", None).await?);
+    }
+    let mut tasks = Vec::new();
+    for i in 0..watchers {
+        let api: Api<ConfigMap> = Api::namespaced(clients[i % clients.len()].clone(), "fanout");
+        let (received, ready, rv) = (received.clone(), ready.clone(), rv.clone());
+        tasks.push(tokio::spawn(async move {
+            let stream = api.watch(&WatchParams::default().timeout(240), &rv).await?;
+            ready.wait().await;
+            let mut stream = stream.boxed();
+            let mut got = 0;
+            while let Some(ev) = stream.try_next().await? {
+                if let WatchEvent::Added(o) = ev {
+                    received.lock().unwrap().push((o.metadata.name.unwrap_or_default(), Instant::now()));
+                    got += 1;
+                    if got == writes {
+                        break;
+                    }
+                }
+            }
+            anyhow::Ok(())
+        }));
+    }
+    ready.wait().await;
+    let mut acks = std::collections::HashMap::new();
+    for i in 0..writes {
+        let name = format!("e{i}");
+        api.create(&PostParams::default(), &cm(&name)).await?;
+        acks.insert(name, Instant::now());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    for t in tasks {
+        tokio::time::timeout(Duration::from_secs(120), t).await???;
+    }
+    let got = received.lock().unwrap();
+    // An event can arrive before the client has processed the create's response; that counts as 0.
+    let lat: Vec<f64> = got.iter().map(|(n, at)| at.saturating_duration_since(acks[n]).as_secs_f64() * 1e3).collect();
+    anyhow::ensure!(lat.len() == watchers * writes, "expected {} events, got {}", watchers * writes, lat.len());
+    let n = lat.len();
+    let (a, b, c) = summarize(lat);
+    Ok((a, b, c, n))
+}
+
+async fn workspaces_rss(bin: &Path, workspaces: usize, per_ws: usize) -> anyhow::Result<(f64, f64, f64, f64)> {
+    let srv = ServerProc::start(bin)?;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let idle = srv.rss_mib();
+    let root = srv.client("root", None).await?;
+    let ws_api: Api<DynamicObject> = Api::all_with(root.clone(), &ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("tenancy.flotilla.io", "v1alpha1", "Workspace"), "workspaces"));
+    let start = Instant::now();
+    futures::stream::iter(0..workspaces)
+        .map(|i| {
+            let ws_api = ws_api.clone();
+            async move {
+                let obj: DynamicObject = serde_json::from_value(json!({"apiVersion": "tenancy.flotilla.io/v1alpha1", "kind": "Workspace", "metadata": {"name": format!("ws-{i}")}}))?;
+                ws_api.create(&PostParams::default(), &obj).await?;
+                anyhow::Ok(())
+            }
+        })
+        .buffer_unordered(32)
+        .try_collect::<Vec<_>>()
+        .await?;
+    // Wait until every workspace has its namespaces (Ready).
+    let deadline = Instant::now() + Duration::from_secs(300);
+    loop {
+        let ready = ws_api.list(&Default::default()).await?.items.iter().filter(|w| w.data.pointer("/status/phase").and_then(|p| p.as_str()) == Some("Ready")).count();
+        if ready == workspaces {
+            break;
+        }
+        anyhow::ensure!(Instant::now() < deadline, "only {ready}/{workspaces} workspaces Ready after 300s");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let base = srv.client("root", None).await?;
+    let _ = base;
+    let mut per_ws_clients = Vec::new();
+    for i in 0..workspaces {
+        per_ws_clients.push(srv.client("root", Some(&format!("ws-{i}"))).await?);
+    }
+    futures::stream::iter((0..workspaces).flat_map(|w| (0..per_ws).map(move |o| (w, o))))
+        .map(|(w, o)| {
+            let api: Api<ConfigMap> = Api::namespaced(per_ws_clients[w].clone(), "default");
+            async move {
+                api.create(&PostParams::default(), &cm(&format!("obj-{o}"))).await?;
+                anyhow::Ok(())
+            }
+        })
+        .buffer_unordered(32)
+        .try_collect::<Vec<_>>()
+        .await?;
+    let secs = start.elapsed().as_secs_f64();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    Ok((idle, srv.rss_mib(), srv.cpu_secs(), secs))
+}
