@@ -5,5 +5,5 @@
 # Extra arguments go to the harness (see: hack/bench.sh --help).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-cargo build --release --bin flotilla -p flotilla -p flotilla-bench
+cargo build --release -p flotilla -p flotilla-bench
 exec target/release/flotilla-bench --flotilla target/release/flotilla "$@"

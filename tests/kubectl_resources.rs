@@ -201,3 +201,44 @@ fn deleting_a_namespace_cascades_to_its_contents() {
     let o = f.kubectl(&["get", "ns", "doomed"]);
     assert!(!o.ok && o.stderr.contains("NotFound"), "{}", o.stderr);
 }
+
+#[test]
+fn generate_name_gives_a_unique_name_with_the_prefix() {
+    let f = Flotilla::start();
+    let m = "apiVersion: v1\nkind: ConfigMap\nmetadata: {generateName: job-}\n";
+    let a = f.kubectl_stdin(&["create", "-f", "-", "-o", "name"], m);
+    let b = f.kubectl_stdin(&["create", "-f", "-", "-o", "name"], m);
+    assert!(a.ok && b.ok, "{a:?} {b:?}");
+    assert!(a.stdout.starts_with("configmap/job-") && b.stdout.starts_with("configmap/job-"), "{a:?} {b:?}");
+    assert_ne!(a.stdout, b.stdout);
+}
+
+/// A ConfigMap owned by the Deployment `web`, for cascade tests.
+fn owned_configmap(f: &Flotilla, name: &str) {
+    let uid = f.k(&["get", "deploy", "web", "-o", "jsonpath={.metadata.uid}"]);
+    f.apply(&[], &format!("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {name}\n  ownerReferences: [{{apiVersion: apps/v1, kind: Deployment, name: web, uid: \"{uid}\"}}]\n"));
+}
+
+#[test]
+fn cascading_delete_follows_the_propagation_policy() {
+    let f = Flotilla::start();
+    // Background (kubectl's default): the owner goes at once, the dependent soon after.
+    f.apply(&[], DEPLOY_V1);
+    owned_configmap(&f, "dep-bg");
+    f.k(&["delete", "deploy", "web"]);
+    wait_for("the background-collected dependent to go", Duration::from_secs(10), || {
+        let o = f.kubectl(&["get", "cm", "dep-bg", "-o", "name"]);
+        if o.ok { Err(o.stdout) } else { Ok(()) }
+    });
+    // Foreground: the dependent is deleted before the owner disappears.
+    f.apply(&[], DEPLOY_V1);
+    owned_configmap(&f, "dep-fg");
+    f.k(&["delete", "deploy", "web", "--cascade=foreground", "--timeout=30s"]);
+    assert!(!f.kubectl(&["get", "cm", "dep-fg"]).ok, "foreground delete returned with the dependent still there");
+    // Orphan: the dependent stays, without its owner reference.
+    f.apply(&[], DEPLOY_V1);
+    owned_configmap(&f, "dep-orphan");
+    f.k(&["delete", "deploy", "web", "--cascade=orphan", "--timeout=30s"]);
+    assert!(!f.kubectl(&["get", "deploy", "web"]).ok);
+    assert_eq!(f.k(&["get", "cm", "dep-orphan", "-o", "jsonpath={.metadata.ownerReferences}"]), "", "the orphan keeps no reference to its deleted owner");
+}

@@ -217,17 +217,19 @@ impl Api {
             if !t.start.starts_with(&prefix) {
                 return Err(ApiError::bad_request("continue key is not valid for this collection"));
             }
-            // A page must not claim a revision the event window cannot resume from.
-            if self.store.watch("", t.rv).is_err() {
-                return Err(ApiError::expired(
-                    "The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter.",
-                ));
-            }
             start = Some(t.start);
             list_rv = Some(t.rv);
         }
-        let (entries, rv) = self.store.list(&prefix, start.as_deref(), None);
-        let list_rv = list_rv.unwrap_or(rv);
+        // Every page of one list is served from the snapshot of the first page.
+        let (entries, list_rv) = match list_rv {
+            Some(rv) => (
+                self.store.list_at(&prefix, start.as_deref(), rv).map_err(|_| {
+                    ApiError::expired("The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter.")
+                })?,
+                rv,
+            ),
+            None => self.store.list(&prefix, None, None),
+        };
         let limit = opts.limit.filter(|l| *l > 0);
         let mut items = Vec::new();
         let mut cont = None;
@@ -567,8 +569,22 @@ impl Api {
             }
         }
         let mut finalizers = objmeta::finalizers(obj);
-        if opts.propagation.as_deref() == Some("Foreground") && !finalizers.iter().any(|f| f == "foregroundDeletion") {
-            finalizers.push("foregroundDeletion".into());
+        // Foreground and Orphan are carried out by the garbage collector through these
+        // finalizers, as in Kubernetes; Background needs none.
+        let policy_finalizer = match opts.propagation.as_deref() {
+            Some("Foreground") => Some("foregroundDeletion"),
+            Some("Orphan") => Some("orphan"),
+            None | Some("Background") => None,
+            Some(other) => {
+                return Err(ApiError::bad_request(format!(
+                    "propagationPolicy: Unsupported value: \"{other}\": supported values: \"Background\", \"Foreground\", \"Orphan\""
+                )))
+            }
+        };
+        if let Some(f) = policy_finalizer {
+            if !finalizers.iter().any(|x| x == f) {
+                finalizers.push(f.into());
+            }
         }
         let is_namespace = scope.rt.builtin() == Some(Builtin::Namespace);
         if is_namespace && matches!(name, "default" | "kube-system" | "kube-public") {
@@ -610,7 +626,13 @@ impl Api {
             .write(WriteOp::Delete { key: scope.key(name), expected: Some(current.rev) })
             .await
             .map_err(|e| ApiError::from_store(e, scope.obj(name)))?;
-        Ok(present(scope, &scope.workspace, &deleted.value))
+        // Built-in kinds answer a finished delete with Status Success (kube-rs reads it
+        // as "gone"); custom resources answer with the object, as apiextensions does.
+        if scope.rt.is_custom() {
+            Ok(present(scope, &scope.workspace, &deleted.value))
+        } else {
+            Ok(crate::error::success_status(scope.obj(name), meta_str(&deleted.value, "uid").unwrap_or_default()))
+        }
     }
 
     /// DELETE a collection: every object that matches the selectors.
@@ -779,6 +801,20 @@ impl Api {
                 }
                 FieldValidation::Warn => warnings.extend(unknown.iter().map(|u| format!("unknown field \"{u}\""))),
                 FieldValidation::Ignore => {}
+            }
+        }
+        // ObjectMeta's lists and maps are `omitempty` in Go, so an emptied one disappears.
+        if let Some(m) = obj.get_mut("metadata").and_then(Value::as_object_mut) {
+            for f in ["labels", "annotations", "finalizers", "ownerReferences", "managedFields"] {
+                let empty = match m.get(f) {
+                    Some(Value::Array(a)) => a.is_empty(),
+                    Some(Value::Object(o)) => o.is_empty(),
+                    Some(Value::Null) => true,
+                    _ => false,
+                };
+                if empty {
+                    m.remove(f);
+                }
             }
         }
         let mut causes = objmeta::validate_meta(&obj, rule);

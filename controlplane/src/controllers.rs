@@ -37,9 +37,11 @@ enum Work {
     Namespace { ws: String, name: String },
     Workspace { name: String },
     /// Delete the dependents of a deleted owner (background propagation).
-    Orphans { ws: String, ns: String, uid: String },
+    Dependents { ws: String, ns: String, uid: String },
     /// An object waiting in foreground deletion for its dependents.
     Foreground { key: String },
+    /// An object deleted with Orphan propagation: release its dependents first.
+    Orphan { key: String },
 }
 
 /// Runs the controllers until the store closes.
@@ -69,7 +71,7 @@ pub async fn run(api: Arc<Api>) {
                             }
                             if ev.kind == EventType::Deleted {
                                 if let (Some((ws, ns, _)), Some(uid)) = (split_key(&ev.key), meta_str(&ev.object, "uid")) {
-                                    queue.insert(Work::Orphans { ws: ws.into(), ns: ns.into(), uid: uid.into() });
+                                    queue.insert(Work::Dependents { ws: ws.into(), ns: ns.into(), uid: uid.into() });
                                 }
                             }
                         }
@@ -113,10 +115,17 @@ fn work_for(key: &str, kind: EventType, obj: &Value) -> Option<Work> {
     if key == placement_api::workspace_key(name) {
         return Some(Work::Workspace { name: name.into() });
     }
-    let foreground = kind != EventType::Deleted
-        && meta_str(obj, "deletionTimestamp").is_some()
-        && objmeta::finalizers(obj).iter().any(|f| f == "foregroundDeletion");
-    foreground.then(|| Work::Foreground { key: key.into() })
+    if kind == EventType::Deleted || meta_str(obj, "deletionTimestamp").is_none() {
+        return None;
+    }
+    let fins = objmeta::finalizers(obj);
+    if fins.iter().any(|f| f == "orphan") {
+        Some(Work::Orphan { key: key.into() })
+    } else if fins.iter().any(|f| f == "foregroundDeletion") {
+        Some(Work::Foreground { key: key.into() })
+    } else {
+        None
+    }
 }
 
 fn initial_work(api: &Api) -> BTreeSet<Work> {
@@ -147,8 +156,9 @@ async fn process(api: &Api, w: &Work) -> anyhow::Result<bool> {
         Work::Crd { ws, name } => reconcile_crd(api, ws, name).await,
         Work::Namespace { ws, name } => finish_namespace(api, ws, name).await,
         Work::Workspace { name } => reconcile_workspace(api, name).await,
-        Work::Orphans { ws, ns, uid } => delete_dependents(api, ws, ns, uid).await.map(|_| true),
+        Work::Dependents { ws, ns, uid } => delete_dependents(api, ws, ns, uid).await.map(|_| true),
         Work::Foreground { key } => finish_foreground(api, key).await,
+        Work::Orphan { key } => finish_orphan(api, key).await,
     }
 }
 
@@ -315,17 +325,41 @@ async fn delete_dependents(api: &Api, ws: &str, ns: &str, uid: &str) -> anyhow::
 
 async fn finish_foreground(api: &Api, key: &str) -> anyhow::Result<bool> {
     let Some(entry) = api.store.get(key) else { return Ok(true) };
-    let Some((ws, ns, name)) = split_key(key) else { return Ok(true) };
+    let Some((ws, ns, _)) = split_key(key) else { return Ok(true) };
     let Some(uid) = meta_str(&entry.value, "uid") else { return Ok(true) };
     delete_dependents(api, ws, ns, uid).await?;
     if !dependents(api, ws, ns, uid).is_empty() {
         return Ok(false);
     }
-    let mut v = (*entry.value).clone();
-    let fins: Vec<String> = objmeta::finalizers(&v).into_iter().filter(|f| f != "foregroundDeletion").collect();
+    remove_finalizer(api, key, &entry.value, "foregroundDeletion").await
+}
+
+/// Orphan propagation: drop the owner's reference from every dependent, then let the
+/// owner go. The dependents stay.
+async fn finish_orphan(api: &Api, key: &str) -> anyhow::Result<bool> {
+    let Some(entry) = api.store.get(key) else { return Ok(true) };
+    let Some((ws, ns, _)) = split_key(key) else { return Ok(true) };
+    let Some(uid) = meta_str(&entry.value, "uid") else { return Ok(true) };
+    for (s, name, mut obj) in dependents(api, ws, ns, uid) {
+        if let Some(refs) = obj.pointer_mut("/metadata/ownerReferences").and_then(Value::as_array_mut) {
+            refs.retain(|r| r["uid"] != uid);
+        }
+        match api.update(&s, &name, obj, Sub::Main, &opts()).await {
+            Ok(_) => {}
+            Err(e) if e.code == 404 => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    remove_finalizer(api, key, &entry.value, "orphan").await
+}
+
+async fn remove_finalizer(api: &Api, key: &str, obj: &Value, finalizer: &str) -> anyhow::Result<bool> {
+    let Some((ws, ns, name)) = split_key(key) else { return Ok(true) };
+    let mut v = obj.clone();
+    let fins: Vec<String> = objmeta::finalizers(&v).into_iter().filter(|f| f != finalizer).collect();
     objmeta::meta_mut(&mut v).insert("finalizers".into(), json!(fins));
-    let api_version = v.get("apiVersion").and_then(Value::as_str).unwrap_or_default();
-    let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
+    let api_version = v.get("apiVersion").and_then(Value::as_str).unwrap_or_default().to_string();
+    let (group, version) = api_version.split_once('/').unwrap_or(("", &api_version));
     let plural = key.split('/').nth(1).unwrap_or_default();
     if let Some(s) = scope(api, ws, group, version, plural, ns) {
         api.update(&s, name, v, Sub::Main, &opts()).await?;

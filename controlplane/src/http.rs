@@ -40,6 +40,8 @@ pub struct AppState {
     pub ready: std::sync::atomic::AtomicBool,
     /// Serve only `root` (a simulated physical cluster has one logical cluster).
     pub single_cluster: bool,
+    /// Becomes true on shutdown; open watches end.
+    pub stopping: tokio::sync::watch::Receiver<bool>,
 }
 
 /// The router: everything goes through one handler, because Kubernetes paths are
@@ -284,7 +286,7 @@ async fn resource(
                 return Err(ApiError::invalid("WatchOptions", ObjRef { group: "", resource: "", name: "" }, vec![crate::error::Cause::new(
                     "FieldValueForbidden", "resourceVersionMatch", "Forbidden: sendInitialEvents requires setting resourceVersionMatch to NotOlderThan")]));
             }
-            let rx = watch::start(state.api.clone(), scope, opts, state.metrics.watchers.clone())?;
+            let rx = watch::start(state.api.clone(), scope, opts, state.metrics.watchers.clone(), state.stopping.clone())?;
             let stream = tokio_stream::wrappers::ReceiverStream::new(rx);
             let body = Body::from_stream(futures::StreamExt::map(stream, Ok::<_, std::convert::Infallible>));
             let mut resp = Response::new(body);

@@ -9,7 +9,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
-use serde_json::json;
 
 use crate::api::{Api, FieldValidation, Scope, WriteOptions};
 use crate::auth::Auth;
@@ -17,7 +16,7 @@ use crate::http::{self, AppState};
 use crate::metrics::Metrics;
 use crate::registry::Registry;
 use crate::store::{SqliteStore, Store};
-use crate::{controllers, crd, kubeconfig, tls};
+use crate::{controllers, kubeconfig, tls};
 
 /// How long in-flight requests get to finish on shutdown. Watches are cut at once
 /// (clients resume them); short requests finish well within this.
@@ -48,12 +47,19 @@ pub struct Server {
     pub auth: Arc<Auth>,
     handle: axum_server::Handle<SocketAddr>,
     task: tokio::task::JoinHandle<std::io::Result<()>>,
+    controllers: tokio::task::JoinHandle<()>,
+    stop: tokio::sync::watch::Sender<bool>,
     _lock: File,
 }
 
 impl Server {
     /// Stops serving: new connections are refused, in-flight requests get a grace period.
     pub async fn shutdown(self) -> anyhow::Result<()> {
+        // End watches and controllers first, so the graceful phase only waits for
+        // short requests, and nothing writes to the store after we return.
+        let _ = self.stop.send(true);
+        self.controllers.abort();
+        let _ = self.controllers.await;
         self.handle.graceful_shutdown(Some(SHUTDOWN_GRACE));
         self.task.await??;
         Ok(())
@@ -94,6 +100,7 @@ pub async fn start(config: ServerConfig, prometheus: prometheus::Registry) -> an
     listener.set_nonblocking(true)?;
     let addr = listener.local_addr()?;
     let metrics = Arc::new(Metrics::new(&prometheus)?);
+    let (stop, stopping) = tokio::sync::watch::channel(false);
     let state = Arc::new(AppState {
         api: api.clone(),
         auth: auth.clone(),
@@ -101,8 +108,9 @@ pub async fn start(config: ServerConfig, prometheus: prometheus::Registry) -> an
         prometheus,
         ready: std::sync::atomic::AtomicBool::new(false),
         single_cluster: config.single_cluster,
+        stopping,
     });
-    tokio::spawn(controllers::run(api.clone()));
+    let controllers = tokio::spawn(controllers::run(api.clone()));
 
     let rustls_config = axum_server::tls_rustls::RustlsConfig::from_pem(tls.cert_pem.into_bytes(), tls.key_pem.into_bytes()).await?;
     let handle = axum_server::Handle::new();
@@ -114,7 +122,7 @@ pub async fn start(config: ServerConfig, prometheus: prometheus::Registry) -> an
     kubeconfig::write_admin(&kubeconfig, &config.name, addr, &tls.ca_pem, auth.admin_token(), &contexts, config.single_cluster)?;
     state.ready.store(true, Ordering::Release);
     tracing::info!(%addr, data_dir = %config.data_dir.display(), "control plane serving");
-    Ok(Server { api, addr, kubeconfig, auth, handle, task, _lock: lock })
+    Ok(Server { api, addr, kubeconfig, auth, handle, task, controllers, stop, _lock: lock })
 }
 
 /// (workspace, scoped token) for every workspace, for the kubeconfig.
@@ -159,7 +167,5 @@ async fn bootstrap(api: &Arc<Api>) -> anyhow::Result<()> {
             controllers::reconcile_crd(api, ws, name).await?;
         }
     }
-    let _ = json!(null);
-    let _ = crd::is_established;
     Ok(())
 }

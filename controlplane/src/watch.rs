@@ -49,7 +49,15 @@ pub struct WatchOptions {
 }
 
 /// Starts a watch; returns the receiving end of the response body.
-pub fn start(api: Arc<Api>, scope: Scope, opts: WatchOptions, watchers: prometheus::IntGauge) -> Result<mpsc::Receiver<Bytes>, crate::error::ApiError> {
+/// `stop` flips to true when the server shuts down: streams end at once and clients
+/// resume elsewhere, instead of holding the shutdown for its whole grace period.
+pub fn start(
+    api: Arc<Api>,
+    scope: Scope,
+    opts: WatchOptions,
+    watchers: prometheus::IntGauge,
+    stop: tokio::sync::watch::Receiver<bool>,
+) -> Result<mpsc::Receiver<Bytes>, crate::error::ApiError> {
     let rv = opts.resource_version.as_deref().filter(|s| !s.is_empty() && *s != "0");
     let from: Option<Revision> = match rv {
         Some(s) => Some(s.parse().map_err(|_| crate::error::ApiError::bad_request(format!("invalid resourceVersion {s:?}")))?),
@@ -62,7 +70,7 @@ pub fn start(api: Arc<Api>, scope: Scope, opts: WatchOptions, watchers: promethe
     tokio::spawn(
         async move {
             watchers.inc();
-            run(api, scope, opts, from, initial, tx).await;
+            run(api, scope, opts, from, initial, tx, stop).await;
             watchers.dec();
         }
         .instrument(span),
@@ -111,7 +119,18 @@ impl Sender {
     }
 }
 
-async fn run(api: Arc<Api>, scope: Scope, opts: WatchOptions, from: Option<Revision>, initial: bool, tx: mpsc::Sender<Bytes>) {
+async fn run(
+    api: Arc<Api>,
+    scope: Scope,
+    opts: WatchOptions,
+    from: Option<Revision>,
+    initial: bool,
+    tx: mpsc::Sender<Bytes>,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) {
+    if *stop.borrow() {
+        return;
+    }
     let mut out = Sender { tx, scope: scope.clone(), table: opts.table, first_table: true };
     let deadline = tokio::time::Instant::now() + opts.timeout.unwrap_or(DEFAULT_TIMEOUT);
     let start_rev = if initial {
@@ -147,6 +166,7 @@ async fn run(api: Arc<Api>, scope: Scope, opts: WatchOptions, from: Option<Revis
         tokio::select! {
             _ = tokio::time::sleep_until(deadline) => return,
             _ = out.tx.closed() => return,
+            _ = stop.changed() => return,
             _ = ticker.tick(), if opts.bookmarks => {
                 if !out.bookmark(stream.progress(), false).await { return; }
             }

@@ -101,6 +101,29 @@ impl SqliteStore {
     }
 }
 
+
+impl SqliteStore {
+    fn list_locked(&self, index: &Index, prefix: &str, start_after: Option<&str>, limit: Option<usize>) -> (Vec<(String, Entry)>, Revision) {
+        use std::ops::Bound;
+
+        // Read the revision under the same lock as the data, so the list is a consistent snapshot.
+        let rev = self.rev.load(Ordering::Acquire);
+        let lower = match start_after {
+            Some(k) if k >= prefix => Bound::Excluded(k.to_string()),
+            _ => Bound::Included(prefix.to_string()),
+        };
+        let iter = index
+            .range((lower, Bound::Unbounded))
+            .take_while(|(k, _)| k.starts_with(prefix))
+            .map(|(k, e)| (k.clone(), e.clone()));
+        let items = match limit {
+            Some(n) => iter.take(n).collect(),
+            None => iter.collect(),
+        };
+        (items, rev)
+    }
+}
+
 fn backend(e: rusqlite::Error) -> StoreError {
     StoreError::Backend(e.to_string())
 }
@@ -121,23 +144,26 @@ impl Store for SqliteStore {
     }
 
     fn list(&self, prefix: &str, start_after: Option<&str>, limit: Option<usize>) -> (Vec<(String, Entry)>, Revision) {
-        use std::ops::Bound;
         let index = self.read();
-        // Read the revision under the same lock as the data, so the list is a consistent snapshot.
-        let rev = self.rev.load(Ordering::Acquire);
-        let lower = match start_after {
-            Some(k) if k >= prefix => Bound::Excluded(k.to_string()),
-            _ => Bound::Included(prefix.to_string()),
-        };
-        let iter = index
-            .range((lower, Bound::Unbounded))
-            .take_while(|(k, _)| k.starts_with(prefix))
-            .map(|(k, e)| (k.clone(), e.clone()));
-        let items = match limit {
-            Some(n) => iter.take(n).collect(),
-            None => iter.collect(),
-        };
-        (items, rev)
+        self.list_locked(&index, prefix, start_after, limit)
+    }
+
+    fn list_at(&self, prefix: &str, start_after: Option<&str>, rev: Revision) -> Result<Vec<(String, Entry)>, StoreError> {
+        let index = self.read();
+        let undo = self.window.events_after(rev)?;
+        let in_range = |k: &str| k.starts_with(prefix) && start_after.is_none_or(|s| k > s);
+        let (current, _) = self.list_locked(&index, prefix, start_after, None);
+        let mut view: BTreeMap<String, Option<Entry>> = current.into_iter().map(|(k, e)| (k, Some(e))).collect();
+        // Newest first, so the last write to each key is the oldest event after `rev`,
+        // whose previous value is the key's state at `rev`.
+        for ev in undo.iter().rev().filter(|e| in_range(&e.key)) {
+            let before = ev.prev.as_ref().map(|p| Entry {
+                rev: p.pointer("/metadata/resourceVersion").and_then(|v| v.as_str()).and_then(|v| v.parse().ok()).unwrap_or(0),
+                value: p.clone(),
+            });
+            view.insert(ev.key.clone(), before);
+        }
+        Ok(view.into_iter().filter_map(|(k, e)| e.map(|e| (k, e))).collect())
     }
 
     fn revision(&self) -> Revision {
@@ -241,11 +267,13 @@ impl Writer {
                 };
             }
             self.rev.store(next, Ordering::Release);
+            // Publish under the index lock: a reader holding the index then always finds
+            // every event up to the index's revision in the window (list_at relies on it).
+            // And publish before answering, so a client that watches from its own write's
+            // revision never waits on an event still in flight.
+            let events = staged.iter().filter_map(|s| s.result.as_ref().ok().map(|(_, ev)| ev.clone())).collect();
+            self.window.publish(events);
         }
-        let events = staged.iter().filter_map(|s| s.result.as_ref().ok().map(|(_, ev)| ev.clone())).collect();
-        // Publish before answering, so a client that reads its own write's revision
-        // and then watches from it never waits on an event still in flight.
-        self.window.publish(events);
         for s in staged {
             let _ = s.reply.send(s.result.map(|(entry, _)| entry));
         }

@@ -102,6 +102,11 @@ impl Window {
         Ok(WatchStream { replay, rx, prefix: prefix.to_string(), last: from, window: self.clone() })
     }
 
+    /// Every event after `rev`, in order, or `Expired` when `rev` left the window.
+    pub(crate) fn events_after(&self, rev: Revision) -> Result<Vec<Arc<Event>>, StoreError> {
+        Ok(Self::replay(&self.lock(), "", rev)?.into_iter().collect())
+    }
+
     fn replay(inner: &Inner, prefix: &str, from: Revision) -> Result<VecDeque<Arc<Event>>, StoreError> {
         if from < inner.oldest {
             return Err(StoreError::Expired { requested: from, oldest: inner.oldest });
