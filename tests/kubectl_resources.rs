@@ -242,3 +242,31 @@ fn cascading_delete_follows_the_propagation_policy() {
     assert!(!f.kubectl(&["get", "deploy", "web"]).ok);
     assert_eq!(f.k(&["get", "cm", "dep-orphan", "-o", "jsonpath={.metadata.ownerReferences}"]), "", "the orphan keeps no reference to its deleted owner");
 }
+
+/// kubectl's typed `create` commands send protobuf bodies, not JSON.
+#[test]
+fn kubectl_create_subcommands_send_protobuf_and_are_accepted() {
+    let f = Flotilla::start();
+    assert!(f.k(&["create", "namespace", "pb"]).contains("namespace/pb created"));
+    assert!(f.k(&["create", "configmap", "cfg", "-n", "pb", "--from-literal=k=v", "--from-literal=empty="]).contains("configmap/cfg created"));
+    assert!(f.k(&["create", "secret", "generic", "s", "-n", "pb", "--from-literal=password=hunter2"]).contains("secret/s created"));
+    assert!(f.k(&["create", "serviceaccount", "robot", "-n", "pb"]).contains("serviceaccount/robot created"));
+    assert!(f.k(&["create", "deployment", "api", "-n", "pb", "--image=nginx:1.27", "--replicas=3", "--port=8080"]).contains("deployment.apps/api created"));
+
+    let cm = f.k(&["get", "cm", "cfg", "-n", "pb", "-o", "jsonpath={.data.k}|{.data.empty}|{.metadata.uid}"]);
+    let parts: Vec<&str> = cm.split('|').collect();
+    assert_eq!(parts[..2], ["v", ""], "{cm}");
+    assert!(!parts[2].is_empty(), "the server assigned a uid: {cm}");
+    let secret = f.k(&["get", "secret", "s", "-n", "pb", "-o", "jsonpath={.data.password}"]);
+    assert_eq!(secret, "aHVudGVyMg==", "secret data round-trips as base64");
+    let d = f.k(&[
+        "get", "deploy", "api", "-n", "pb", "-o",
+        "jsonpath={.spec.replicas}|{.spec.selector.matchLabels.app}|{.spec.template.spec.containers[0].image}|{.spec.template.spec.containers[0].ports[0].containerPort}|{.spec.template.spec.containers[0].ports[0].protocol}|{.spec.strategy.type}",
+    ]);
+    // The defaults (protocol, strategy) are applied after decoding, as for JSON bodies.
+    assert_eq!(d, "3|api|nginx:1.27|8080|TCP|RollingUpdate");
+    // An invalid object sent as protobuf is validated like any other.
+    let bad = f.kubectl(&["create", "configmap", "Bad_Name", "-n", "pb"]);
+    assert!(!bad.ok && bad.stderr.contains("Invalid") && bad.stderr.contains("Bad_Name"), "{bad:?}");
+    assert!(f.k(&["get", "--raw", "/readyz"]).contains("ok"));
+}

@@ -131,6 +131,10 @@ impl ApiError {
             format!("the body of the request was in an unknown format - accepted media types include: {}; got {content_type:?}", supported.join(", ")),
         )
     }
+    /// 415 with a message that already says what to send instead.
+    pub fn unsupported_media_type_because(message: String) -> Self {
+        Self::new(415, "UnsupportedMediaType", message)
+    }
     /// 422 Invalid, with the causes.
     pub fn invalid(kind: &str, obj: ObjRef<'_>, causes: Vec<Cause>) -> Self {
         let summary: Vec<String> = causes

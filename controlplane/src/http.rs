@@ -450,7 +450,11 @@ async fn read_object(headers: &HeaderMap, body: Body) -> Result<Value, ApiError>
     match base {
         "application/json" | "" | "*/*" => serde_json::from_slice(&bytes).map_err(|e| ApiError::bad_request(format!("error decoding JSON body: {e}"))),
         "application/yaml" | "application/x-yaml" | "text/yaml" => api::parse_yaml_or_json(&bytes),
-        other => Err(ApiError::unsupported_media_type(other, &["application/json", "application/yaml"])),
+        crate::protobuf::CONTENT_TYPE => crate::protobuf::decode(&bytes).map_err(|e| match e {
+            crate::protobuf::ProtobufError::UnsupportedKind { .. } => ApiError::unsupported_media_type_because(e.to_string()),
+            other => ApiError::bad_request(other.to_string()),
+        }),
+        other => Err(ApiError::unsupported_media_type(other, &["application/json", "application/yaml", crate::protobuf::CONTENT_TYPE])),
     }
 }
 

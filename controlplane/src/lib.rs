@@ -21,6 +21,7 @@ pub mod metrics;
 pub mod objmeta;
 pub mod openapi;
 pub mod patch;
+pub mod protobuf;
 pub mod registry;
 pub mod selector;
 pub mod server;

@@ -187,12 +187,11 @@ fn tail(s: &str) -> String {
 /// observation, so a failure says what was seen instead of just "timed out".
 pub fn wait_for<T>(what: &str, timeout: Duration, mut check: impl FnMut() -> Result<T, String>) -> T {
     let deadline = Instant::now() + timeout;
-    let mut last = String::new();
     loop {
-        match check() {
+        let last = match check() {
             Ok(v) => return v,
-            Err(seen) => last = seen,
-        }
+            Err(seen) => seen,
+        };
         if Instant::now() > deadline {
             panic!("timed out after {timeout:?} waiting for {what}; last seen: {last}");
         }
