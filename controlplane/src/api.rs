@@ -193,22 +193,18 @@ impl Api {
     }
 
     /// LIST a collection. Returns the list object (kind `<Kind>List`).
-    pub fn list(&self, scope: &Scope, opts: &ListOptions) -> Result<Value, ApiError> {
+    pub fn list(&self, scope: &Scope, opts: &ListOptions) -> Result<ListBody, ApiError> {
         let (items, rv, cont) = self.list_items(scope, opts)?;
-        let mut metadata = json!({"resourceVersion": rv.to_string()});
-        if let Some(c) = cont {
-            metadata["continue"] = json!(c);
-        }
-        Ok(json!({
-            "kind": scope.rt.list_kind(),
-            "apiVersion": scope.rt.api_version(),
-            "metadata": metadata,
-            "items": items,
-        }))
+        Ok(ListBody {
+            kind: scope.rt.list_kind(),
+            api_version: scope.rt.api_version(),
+            metadata: ListMeta { resource_version: rv.to_string(), continue_token: cont },
+            items,
+        })
     }
 
     /// The matching objects of a collection, the list revision, and a continue token.
-    pub fn list_items(&self, scope: &Scope, opts: &ListOptions) -> Result<(Vec<Value>, Revision, Option<String>), ApiError> {
+    pub fn list_items(&self, scope: &Scope, opts: &ListOptions) -> Result<(Vec<Presented>, Revision, Option<String>), ApiError> {
         self.check_field_selector(scope, opts.fields.as_ref())?;
         let prefix = scope.prefix();
         let (mut start, mut list_rv) = (None, None);
@@ -243,7 +239,7 @@ impl Api {
                 break;
             }
             let ws = crate::registry::split_key(&key).map(|(w, _, _)| w).unwrap_or_default();
-            items.push(present(scope, ws, &entry.value));
+            items.push(present_shared(scope, ws, &entry.value));
             last_key = Some(key);
         }
         Ok((items, list_rv, cont))
@@ -917,6 +913,83 @@ pub fn selected(obj: &Value, labels: Option<&LabelSelector>, fields: Option<&Fie
 
 /// The object as the client sees it: converted to the requested group's shape, and
 /// annotated with its workspace on wildcard requests.
+/// A List response, serialized straight from the shared stored values: a large list
+/// costs one serialization pass, not a deep copy of every object first.
+#[derive(serde::Serialize)]
+pub struct ListBody {
+    /// `<Kind>List`.
+    pub kind: String,
+    /// The group/version.
+    #[serde(rename = "apiVersion")]
+    pub api_version: String,
+    /// The list's revision and continue token.
+    pub metadata: ListMeta,
+    /// The objects, as clients see them.
+    pub items: Vec<Presented>,
+}
+
+/// `metav1.ListMeta`.
+#[derive(serde::Serialize)]
+pub struct ListMeta {
+    /// The revision the list was read at.
+    #[serde(rename = "resourceVersion")]
+    pub resource_version: String,
+    /// Where the next page starts, when the list was cut at `limit`.
+    #[serde(rename = "continue", skip_serializing_if = "Option::is_none")]
+    pub continue_token: Option<String>,
+}
+
+/// An object as a response shows it: the stored value itself when no change is
+/// needed (shared, not copied), or a changed copy.
+#[derive(Debug, Clone)]
+pub enum Presented {
+    /// The stored value, unchanged.
+    Stored(Arc<Value>),
+    /// A copy changed for this response (another version, the cluster annotation).
+    Changed(Value),
+}
+
+impl std::ops::Deref for Presented {
+    type Target = Value;
+    fn deref(&self) -> &Value {
+        match self {
+            Presented::Stored(v) => v,
+            Presented::Changed(v) => v,
+        }
+    }
+}
+
+impl serde::Serialize for Presented {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        (**self).serialize(s)
+    }
+}
+
+impl std::borrow::Borrow<Value> for Presented {
+    fn borrow(&self) -> &Value {
+        self
+    }
+}
+
+impl Presented {
+    /// The object as an owned value (copies a shared one).
+    pub fn into_value(self) -> Value {
+        match self {
+            Presented::Stored(v) => Arc::unwrap_or_clone(v),
+            Presented::Changed(v) => v,
+        }
+    }
+}
+
+/// [`present`] without copying when the stored value is shown as it is.
+pub fn present_shared(scope: &Scope, workspace: &str, stored: &Arc<Value>) -> Presented {
+    if scope.wildcard() || matches!(scope.rt.builtin(), Some(Builtin::EventV1)) {
+        Presented::Changed(present(scope, workspace, stored))
+    } else {
+        Presented::Stored(stored.clone())
+    }
+}
+
 pub fn present(scope: &Scope, workspace: &str, stored: &Value) -> Value {
     let mut v = to_external(scope, stored);
     if scope.wildcard() {

@@ -50,7 +50,7 @@ pub fn router(state: Arc<AppState>) -> axum::Router {
     axum::Router::new().fallback(handle).with_state(state)
 }
 
-fn json_response(code: u16, body: &Value) -> Response {
+fn json_response(code: u16, body: &impl serde::Serialize) -> Response {
     let mut resp = Response::new(Body::from(serde_json::to_vec(body).unwrap_or_default()));
     *resp.status_mut() = StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     resp.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));

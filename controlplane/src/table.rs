@@ -4,6 +4,8 @@
 //! resources get Name, their `additionalPrinterColumns`, and Age; anything else gets
 //! Name and Created At, the apiserver's default table.
 
+use std::borrow::Borrow;
+
 use serde_json::{json, Value};
 
 use crate::api::Scope;
@@ -131,11 +133,19 @@ fn builtin_cells(b: Builtin, obj: &Value) -> Vec<Value> {
 }
 
 /// Builds a Table from objects (already presented for the client).
-pub fn table(scope: &Scope, objects: &[Value], resource_version: &str, continue_token: Option<&str>, include_object: bool, with_columns: bool) -> Value {
+pub fn table<T: std::borrow::Borrow<Value>>(
+    scope: &Scope,
+    objects: &[T],
+    resource_version: &str,
+    continue_token: Option<&str>,
+    include_object: bool,
+    with_columns: bool,
+) -> Value {
+    let objects = objects.iter().map(Borrow::borrow);
     let (columns, rows): (Vec<Value>, Vec<Value>) = match &scope.rt.behavior {
         Behavior::Builtin(b) => {
             let cols = builtin_columns(*b).iter().map(col_json).collect();
-            (cols, objects.iter().map(|o| row(o, builtin_cells(*b, o), include_object)).collect())
+            (cols, objects.map(|o| row(o, builtin_cells(*b, o), include_object)).collect())
         }
         Behavior::Custom(def) => {
             let mut cols = vec![col_json(&NAME)];
@@ -144,7 +154,6 @@ pub fn table(scope: &Scope, objects: &[Value], resource_version: &str, continue_
             }
             cols.push(col_json(&AGE));
             let rows = objects
-                .iter()
                 .map(|o| {
                     let mut cells = vec![json!(meta_str(o, "name").unwrap_or_default())];
                     for c in &def.columns {

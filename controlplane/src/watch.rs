@@ -143,7 +143,7 @@ async fn run(
             }
         };
         for item in items {
-            if !out.send("ADDED", item).await {
+            if !out.send("ADDED", item.into_value()).await {
                 return;
             }
         }
