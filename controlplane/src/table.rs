@@ -152,7 +152,11 @@ pub fn table<T: std::borrow::Borrow<Value>>(
             for c in &def.columns {
                 cols.push(json!({"name": c.name, "type": c.type_, "format": c.format, "description": c.description, "priority": c.priority}));
             }
-            cols.push(col_json(&AGE));
+            // apiextensions serves a default Age column only when a version declares no
+            // additionalPrinterColumns (serveDefaultColumnsIfEmpty).
+            if def.columns.is_empty() {
+                cols.push(col_json(&AGE));
+            }
             let rows = objects
                 .map(|o| {
                     let mut cells = vec![json!(meta_str(o, "name").unwrap_or_default())];
@@ -167,7 +171,9 @@ pub fn table<T: std::borrow::Borrow<Value>>(
                         };
                         cells.push(cell);
                     }
-                    cells.push(json!(age(meta_str(o, "creationTimestamp"))));
+                    if def.columns.is_empty() {
+                        cells.push(json!(age(meta_str(o, "creationTimestamp"))));
+                    }
                     row(o, cells, include_object)
                 })
                 .collect();
