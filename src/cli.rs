@@ -42,6 +42,8 @@ pub enum Command {
     /// Manage workspaces (logical clusters).
     #[command(subcommand)]
     Workspace(WorkspaceCmd),
+    /// Print the Flotilla CRDs as YAML, to install them on another Kubernetes API server.
+    Crds,
 }
 
 /// `flotilla start`.

@@ -256,6 +256,7 @@ pub async fn reconcile_workspace(api: &Api, name: &str) -> anyhow::Result<bool> 
         return Ok(false);
     }
     ensure_namespaces(api, name).await?;
+    ensure_default_placement(api, name).await?;
     if obj.pointer("/status/phase").and_then(Value::as_str) != Some("Ready") {
         let mut v = obj.clone();
         v["status"] = json!({"phase": "Ready", "url": format!("/clusters/{name}")});
@@ -267,17 +268,36 @@ pub async fn reconcile_workspace(api: &Api, name: &str) -> anyhow::Result<bool> 
 
 /// Creates the initial namespaces of a workspace when missing.
 pub async fn ensure_namespaces(api: &Api, ws: &str) -> anyhow::Result<()> {
-    let s = scope(api, ws, "", "v1", "namespaces", "").ok_or_else(|| anyhow::anyhow!("namespaces not registered"))?;
     for ns in INITIAL_NAMESPACES {
-        if api.get_raw(&s, ns).is_none() {
-            match api.create(&s, json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}), &opts()).await {
-                Ok(_) => {}
-                Err(e) if e.code == 409 => {}
-                Err(e) => return Err(e.into()),
-            }
-        }
+        ensure_namespace(api, ws, ns).await?;
     }
     Ok(())
+}
+
+/// Creates one namespace when missing.
+pub async fn ensure_namespace(api: &Api, ws: &str, name: &str) -> anyhow::Result<()> {
+    let s = scope(api, ws, "", "v1", "namespaces", "").ok_or_else(|| anyhow::anyhow!("namespaces not registered"))?;
+    ensure_object(api, &s, name, json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})).await
+}
+
+/// Creates the `default` Placement (every cluster, one cluster per workload, Divide)
+/// when missing. A user may change it afterwards; it is only created, never reset.
+pub async fn ensure_default_placement(api: &Api, ws: &str) -> anyhow::Result<()> {
+    let s = scope(api, ws, placement_api::SCHEDULING_GROUP, placement_api::VERSION, "placements", "")
+        .ok_or_else(|| anyhow::anyhow!("placements are not served in workspace {ws}"))?;
+    let placement = placement_api::Placement::new(placement_api::DEFAULT_PLACEMENT, placement_api::PlacementSpec::default());
+    ensure_object(api, &s, placement_api::DEFAULT_PLACEMENT, serde_json::to_value(placement)?).await
+}
+
+async fn ensure_object(api: &Api, s: &Scope, name: &str, obj: Value) -> anyhow::Result<()> {
+    if api.get_raw(s, name).is_some() {
+        return Ok(());
+    }
+    match api.create(s, obj, &opts()).await {
+        Ok(_) => Ok(()),
+        Err(e) if e.code == 409 => Ok(()),
+        Err(e) => Err(e.into()),
+    }
 }
 
 /// Finds objects in the owner's workspace (and namespace, for a namespaced owner)

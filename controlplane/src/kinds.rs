@@ -49,8 +49,8 @@ fn rt(group: &str, version: &str, kind: &str, plural: &str, namespaced: bool, sh
     }
 }
 
-/// Every built-in resource type.
-pub fn builtin_types() -> Vec<ResourceType> {
+/// Every built-in resource type of a profile.
+pub fn builtin_types(_profile: crate::registry::Profile) -> Vec<ResourceType> {
     let mut ns = rt("", "v1", "Namespace", "namespaces", false, &["ns"], Builtin::Namespace);
     ns.status = true;
     let mut deploy = rt("apps", "v1", "Deployment", "deployments", true, &["deploy"], Builtin::Deployment);

@@ -163,22 +163,57 @@ pub fn split_key(key: &str) -> Option<(&str, &str, &str)> {
     Some((ws, ns, name))
 }
 
-/// The resource types served: the built-ins everywhere, plus each workspace's CRDs.
-#[derive(Default)]
+/// Which API a server serves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Profile {
+    /// Flotilla's control plane: workspaces, with the Flotilla types bound into every
+    /// workspace but `root`.
+    ControlPlane,
+    /// A simulated physical cluster: one logical cluster, with nodes and pods.
+    PhysicalCluster,
+}
+
+/// The resource types served: the built-ins everywhere, the bound Flotilla types in
+/// every workspace but `root`, plus each workspace's own CRDs.
+///
+/// Bound types are what kcp calls APIBindings: Placements and WorkloadPlacements are
+/// served in every workspace from one shared definition, without a CRD object in each
+/// workspace (so `kubectl get crd` there lists only the workspace's own CRDs), which
+/// keeps a thousand workspaces from holding a thousand copies of the same schemas.
 pub struct Registry {
+    profile: Profile,
     builtins: Vec<Arc<ResourceType>>,
+    bound: Vec<Arc<ResourceType>>,
     custom: DashMap<String, Vec<Arc<ResourceType>>>,
 }
 
 impl Registry {
-    /// A registry with every built-in kind.
-    pub fn new() -> Self {
-        Self { builtins: crate::kinds::builtin_types().into_iter().map(Arc::new).collect(), custom: DashMap::new() }
+    /// A registry with every built-in kind of the profile.
+    pub fn new(profile: Profile) -> Self {
+        let bound = match profile {
+            Profile::ControlPlane => placement_api::served_in_every_workspace().iter().flat_map(crate::crd::resource_types).map(Arc::new).collect(),
+            Profile::PhysicalCluster => Vec::new(),
+        };
+        Self { profile, builtins: crate::kinds::builtin_types(profile).into_iter().map(Arc::new).collect(), bound, custom: DashMap::new() }
+    }
+
+    /// What this server serves.
+    pub fn profile(&self) -> Profile {
+        self.profile
+    }
+
+    fn bound_in(&self, workspace: &str) -> &[Arc<ResourceType>] {
+        if workspace == placement_api::ROOT_WORKSPACE {
+            &[]
+        } else {
+            &self.bound
+        }
     }
 
     /// Every type served in `workspace`, built-ins first.
     pub fn types(&self, workspace: &str) -> Vec<Arc<ResourceType>> {
         let mut all = self.builtins.clone();
+        all.extend(self.bound_in(workspace).iter().cloned());
         if workspace == "*" {
             for entry in self.custom.iter() {
                 for t in entry.value() {
@@ -188,7 +223,9 @@ impl Registry {
                 }
             }
         } else if let Some(c) = self.custom.get(workspace) {
-            all.extend(c.iter().cloned());
+            let shadowed = |t: &Arc<ResourceType>| all.iter().any(|a| a.group == t.group && a.version == t.version && a.plural == t.plural);
+            let own: Vec<_> = c.iter().filter(|t| !shadowed(t)).cloned().collect();
+            all.extend(own);
         }
         all
     }
@@ -196,7 +233,7 @@ impl Registry {
     /// Finds a type by group, version and plural in `workspace` (`*` searches all).
     pub fn lookup(&self, workspace: &str, group: &str, version: &str, plural: &str) -> Option<Arc<ResourceType>> {
         let hit = |t: &&Arc<ResourceType>| t.group == group && t.version == version && t.plural == plural;
-        if let Some(t) = self.builtins.iter().find(hit) {
+        if let Some(t) = self.builtins.iter().chain(self.bound_in(workspace)).find(hit) {
             return Some(t.clone());
         }
         if workspace == "*" {

@@ -14,7 +14,7 @@ use crate::api::{Api, FieldValidation, Scope, WriteOptions};
 use crate::auth::Auth;
 use crate::http::{self, AppState};
 use crate::metrics::Metrics;
-use crate::registry::Registry;
+use crate::registry::{Profile, Registry};
 use crate::store::{SqliteStore, Store};
 use crate::{controllers, kubeconfig, tls};
 
@@ -88,7 +88,8 @@ pub async fn start(config: ServerConfig, prometheus: prometheus::Registry) -> an
     let lock = lock_data_dir(&config.data_dir)?;
     let store = SqliteStore::open(&config.data_dir.join("store.db")).context("opening the store")?;
     let store: Arc<dyn Store> = store;
-    let registry = Arc::new(Registry::new());
+    let profile = if config.single_cluster { Profile::PhysicalCluster } else { Profile::ControlPlane };
+    let registry = Arc::new(Registry::new(profile));
     let api = Api::new(store, registry);
     bootstrap(&api).await.context("bootstrapping the root workspace")?;
 
@@ -143,10 +144,14 @@ fn workspace_contexts(api: &Api, auth: &Auth) -> Vec<(String, String)> {
 async fn bootstrap(api: &Arc<Api>) -> anyhow::Result<()> {
     let root = placement_api::ROOT_WORKSPACE;
     controllers::ensure_namespaces(api, root).await?;
+    if api.registry.profile() == Profile::PhysicalCluster {
+        return register_stored_crds(api).await;
+    }
+    controllers::ensure_namespace(api, root, placement_api::SYSTEM_NAMESPACE).await?;
     let crd_rt = api.registry.lookup(root, "apiextensions.k8s.io", "v1", "customresourcedefinitions").context("CRDs not registered")?;
     let crd_scope = Scope { rt: crd_rt, workspace: root.into(), namespace: String::new() };
     let opts = WriteOptions { field_manager: "flotilla-controlplane".into(), validation: FieldValidation::Ignore, dry_run: false };
-    for c in [placement_api::workspace_crd()] {
+    for c in placement_api::installed_in_root() {
         let name = c["metadata"]["name"].as_str().unwrap_or_default().to_string();
         match api.get_raw(&crd_scope, &name) {
             None => {
@@ -160,7 +165,11 @@ async fn bootstrap(api: &Arc<Api>) -> anyhow::Result<()> {
             Some(_) => {}
         }
     }
-    // Register every stored CRD in every workspace (established ones are served at once).
+    register_stored_crds(api).await
+}
+
+/// Registers every stored CRD in every workspace (established ones are served at once).
+async fn register_stored_crds(api: &Arc<Api>) -> anyhow::Result<()> {
     let (crds, _) = api.store.list("apiextensions.k8s.io/customresourcedefinitions/", None, None);
     for (key, _) in crds {
         if let Some((ws, _, name)) = crate::registry::split_key(&key) {

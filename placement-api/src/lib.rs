@@ -1,57 +1,29 @@
-//! Flotilla's API types: group names, label and annotation keys, and the CRDs the
-//! control plane installs. No I/O.
+//! Flotilla's API types: the four custom resources (derived with kube-derive), the
+//! label, annotation and finalizer keys that tie workloads to clusters, and the CRDs
+//! generated from the types. No I/O: every other crate depends on this one.
 
-use serde_json::{json, Value};
+#![warn(missing_docs)]
 
-/// `tenancy.flotilla.io`: Workspaces.
-pub const TENANCY_GROUP: &str = "tenancy.flotilla.io";
-/// The version of every Flotilla group.
-pub const VERSION: &str = "v1alpha1";
-/// The workspace every control plane has, holding Workspaces and SyncTargets.
-pub const ROOT_WORKSPACE: &str = "root";
-/// Annotation naming an object's workspace on wildcard responses (kcp's convention).
-pub const CLUSTER_ANNOTATION: &str = "kcp.io/cluster";
-/// Finalizer that lets the control plane empty a workspace before it disappears.
-pub const WORKSPACE_FINALIZER: &str = "tenancy.flotilla.io/cleanup";
+mod crds;
+pub mod keys;
+mod placement;
+mod synctarget;
+mod workloadplacement;
+mod workspace;
+
+pub use crds::{all_crds, crd_json, crds_yaml, installed_in_root, served_in_every_workspace};
+pub use keys::*;
+pub use placement::{Placement, PlacementSpec, PlacementStatus, ReplicaScheduling};
+pub use synctarget::{NodeHeadroom, SecretKeyRef, SyncMode, SyncTarget, SyncTargetSpec, SyncTargetStatus};
+pub use workloadplacement::{ClusterAssignment, ClusterSyncStatus, WorkloadPlacement, WorkloadPlacementSpec, WorkloadPlacementStatus, WorkloadRef};
+pub use workspace::{Workspace, WorkspaceSpec, WorkspaceStatus};
 
 /// The store key of a Workspace object (it lives in `root`, cluster-scoped).
 pub fn workspace_key(name: &str) -> String {
     format!("{TENANCY_GROUP}/workspaces/{ROOT_WORKSPACE}//{name}")
 }
 
-/// The Workspace CRD: a logical cluster served at `/clusters/<name>`.
-pub fn workspace_crd() -> Value {
-    json!({
-        "apiVersion": "apiextensions.k8s.io/v1",
-        "kind": "CustomResourceDefinition",
-        "metadata": {"name": format!("workspaces.{TENANCY_GROUP}")},
-        "spec": {
-            "group": TENANCY_GROUP,
-            "scope": "Cluster",
-            "names": {"plural": "workspaces", "singular": "workspace", "kind": "Workspace", "listKind": "WorkspaceList", "shortNames": ["ws"]},
-            "versions": [{
-                "name": VERSION, "served": true, "storage": true,
-                "subresources": {"status": {}},
-                "additionalPrinterColumns": [
-                    {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
-                    {"name": "URL", "type": "string", "jsonPath": ".status.url", "priority": 1},
-                    {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"}
-                ],
-                "schema": {"openAPIV3Schema": {
-                    "type": "object",
-                    "description": "A Workspace is a logical cluster with its own namespaces and objects.",
-                    "properties": {
-                        "apiVersion": {"type": "string"},
-                        "kind": {"type": "string"},
-                        "metadata": {"type": "object"},
-                        "spec": {"type": "object", "properties": {}},
-                        "status": {"type": "object", "properties": {
-                            "phase": {"type": "string", "enum": ["Initializing", "Ready", "Terminating"]},
-                            "url": {"type": "string"}
-                        }}
-                    }
-                }}
-            }]
-        }
-    })
+/// The Workspace CRD as JSON, as the control plane installs it in `root`.
+pub fn workspace_crd() -> serde_json::Value {
+    crd_json::<Workspace>()
 }

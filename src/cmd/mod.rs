@@ -3,8 +3,6 @@
 mod start;
 mod workspace;
 
-use std::path::PathBuf;
-
 use crate::cli::{Cli, Command};
 
 /// Runs the chosen subcommand.
@@ -13,6 +11,10 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Start(args) => start::run(&cli.data_dir, args).await,
         Command::Workspace(cmd) => workspace::run(&kubeconfig, cmd).await,
+        Command::Crds => {
+            print!("{}", placement_api::crds_yaml());
+            Ok(())
+        }
     }
 }
 
@@ -36,6 +38,3 @@ pub async fn shutdown_signal() {
     #[cfg(not(unix))]
     let _ = ctrl_c.await;
 }
-
-#[allow(dead_code)]
-fn _unused(_: PathBuf) {}

@@ -1,0 +1,88 @@
+//! Every group name, label, annotation and finalizer key Flotilla uses. They are
+//! defined here and nowhere else, so that the scheduler, the syncer and the control
+//! plane cannot drift apart.
+
+/// `tenancy.flotilla.io`: Workspaces.
+pub const TENANCY_GROUP: &str = "tenancy.flotilla.io";
+/// `workload.flotilla.io`: SyncTargets.
+pub const WORKLOAD_GROUP: &str = "workload.flotilla.io";
+/// `scheduling.flotilla.io`: Placements and WorkloadPlacements.
+pub const SCHEDULING_GROUP: &str = "scheduling.flotilla.io";
+/// The version of every Flotilla group.
+pub const VERSION: &str = "v1alpha1";
+
+/// The workspace every control plane has, holding Workspaces and SyncTargets.
+pub const ROOT_WORKSPACE: &str = "root";
+/// The namespace in `root` that holds the clusters' kubeconfig Secrets.
+pub const SYSTEM_NAMESPACE: &str = "flotilla-system";
+/// The Placement every new workspace gets.
+pub const DEFAULT_PLACEMENT: &str = "default";
+
+/// Annotation naming an object's workspace on wildcard responses (kcp's convention).
+pub const CLUSTER_ANNOTATION: &str = "kcp.io/cluster";
+/// Finalizer that lets the control plane empty a workspace before it disappears.
+pub const WORKSPACE_FINALIZER: &str = "tenancy.flotilla.io/cleanup";
+
+/// Prefix of the label that assigns a workload to a cluster:
+/// `state.workload.flotilla.io/<synctarget>: Sync`.
+pub const SYNC_STATE_LABEL_PREFIX: &str = "state.workload.flotilla.io/";
+/// The value of the assignment label.
+pub const SYNC_STATE_SYNC: &str = "Sync";
+/// Annotation on a workload or its namespace naming the Placement that governs it.
+pub const PLACEMENT_ANNOTATION: &str = "scheduling.flotilla.io/placement";
+/// Annotation on a downstream namespace: the upstream `{workspace, namespace}` as JSON.
+pub const NAMESPACE_LOCATOR_ANNOTATION: &str = "workload.flotilla.io/namespace-locator";
+/// Label on every downstream object Flotilla owns, with the SyncTarget's name.
+pub const SYNC_TARGET_LABEL: &str = "workload.flotilla.io/sync-target";
+/// Annotation on every downstream object: the upstream workspace/namespace/name.
+pub const UPSTREAM_ANNOTATION: &str = "workload.flotilla.io/upstream";
+/// Label on a cluster's kubeconfig Secret in `root`, naming its SyncTarget.
+pub const KUBECONFIG_SECRET_LABEL: &str = "workload.flotilla.io/kubeconfig-for";
+/// Prefix of the per-cluster finalizer a syncer puts on the upstream objects it
+/// copies, so the downstream copy is removed before the upstream object disappears.
+pub const SYNCER_FINALIZER_PREFIX: &str = "workload.flotilla.io/syncer-";
+
+/// Condition type on SyncTargets: the cluster can take workloads.
+pub const CONDITION_READY: &str = "Ready";
+/// Condition type on SyncTargets: the syncer's heartbeat is within the grace period.
+pub const CONDITION_HEARTBEAT_HEALTHY: &str = "HeartbeatHealthy";
+/// Condition type on WorkloadPlacements: clusters were chosen.
+pub const CONDITION_SCHEDULED: &str = "Scheduled";
+/// Condition type on WorkloadPlacements: every assigned cluster has the current spec.
+pub const CONDITION_SYNCED: &str = "Synced";
+/// Condition type on WorkloadPlacements: every assigned cluster reports Available.
+pub const CONDITION_AVAILABLE: &str = "Available";
+
+/// The assignment label for one cluster.
+pub fn sync_state_label(sync_target: &str) -> String {
+    format!("{SYNC_STATE_LABEL_PREFIX}{sync_target}")
+}
+
+/// The cluster named by an assignment label key, if it is one.
+pub fn sync_target_of_label(key: &str) -> Option<&str> {
+    key.strip_prefix(SYNC_STATE_LABEL_PREFIX).filter(|t| !t.is_empty())
+}
+
+/// The upstream finalizer of one cluster's syncer.
+pub fn syncer_finalizer(sync_target: &str) -> String {
+    format!("{SYNCER_FINALIZER_PREFIX}{sync_target}")
+}
+
+/// The name of the Secret in [`SYSTEM_NAMESPACE`] that holds a cluster's kubeconfig.
+pub fn kubeconfig_secret_name(sync_target: &str) -> String {
+    format!("{sync_target}-kubeconfig")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn assignment_labels_round_trip() {
+        assert_eq!(sync_state_label("east"), "state.workload.flotilla.io/east");
+        assert_eq!(sync_target_of_label(&sync_state_label("east")), Some("east"));
+        assert_eq!(sync_target_of_label("state.workload.flotilla.io/"), None);
+        assert_eq!(sync_target_of_label("app"), None);
+        assert_eq!(syncer_finalizer("west"), "workload.flotilla.io/syncer-west");
+    }
+}

@@ -1,0 +1,108 @@
+//! `scheduling.flotilla.io/v1alpha1` WorkloadPlacement: where one workload runs. The
+//! scheduler writes the spec (the clusters and their replica shares); each syncer
+//! writes its own cluster's entry in the status. Namespaced, named after the workload.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// The placement of one workload.
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[kube(
+    group = "scheduling.flotilla.io",
+    version = "v1alpha1",
+    doc = "A WorkloadPlacement records where one workload runs: the scheduler writes the spec, the syncers the status.",
+    kind = "WorkloadPlacement",
+    namespaced,
+    status = "WorkloadPlacementStatus",
+    shortname = "wp",
+    category = "flotilla",
+    printcolumn(name = "Clusters", type_ = "string", json_path = ".status.summary", description = "cluster=ready/assigned for each cluster"),
+    printcolumn(name = "Ready", type_ = "string", json_path = ".status.ready"),
+    printcolumn(name = "Placement", type_ = "string", json_path = ".spec.placement", priority = "1"),
+    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
+)]
+#[serde(rename_all = "camelCase")]
+pub struct WorkloadPlacementSpec {
+    /// The workload placed.
+    pub workload: WorkloadRef,
+    /// The Placement that governed the decision.
+    #[serde(default)]
+    pub placement: String,
+    /// The clusters chosen, with each one's share of the replicas.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub clusters: Vec<ClusterAssignment>,
+}
+
+/// The workload a WorkloadPlacement is for, in the same namespace.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct WorkloadRef {
+    /// For example `apps/v1`.
+    pub api_version: String,
+    /// For example `Deployment`.
+    pub kind: String,
+    /// The workload's name.
+    pub name: String,
+}
+
+/// One chosen cluster.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub struct ClusterAssignment {
+    /// The SyncTarget's name.
+    pub name: String,
+    /// The replicas this cluster runs.
+    #[schemars(range(min = 0))]
+    pub replicas: i32,
+}
+
+/// What the syncers report, cluster by cluster, and the conditions over all of them.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct WorkloadPlacementStatus {
+    /// One entry per cluster, each written by that cluster's syncer.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub clusters: Vec<ClusterSyncStatus>,
+    /// `Scheduled`, `Synced` and `Available`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+    /// `east=2/2 west=1/1`: ready/assigned replicas per cluster, for `kubectl get`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub summary: Option<String>,
+    /// Ready/desired replicas over all clusters, for `kubectl get`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ready: Option<String>,
+}
+
+/// One cluster's report on its copy of the workload.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ClusterSyncStatus {
+    /// The SyncTarget's name.
+    pub name: String,
+    /// Replicas of the downstream copy.
+    #[serde(default)]
+    pub replicas: i32,
+    /// Ready replicas downstream.
+    #[serde(default)]
+    pub ready_replicas: i32,
+    /// Available replicas downstream.
+    #[serde(default)]
+    pub available_replicas: i32,
+    /// Replicas downstream that run the current template.
+    #[serde(default)]
+    pub updated_replicas: i32,
+    /// The upstream generation the downstream copy was last synced from.
+    #[serde(default)]
+    pub synced_generation: i64,
+    /// The downstream copy's `observedGeneration` has caught up with what was synced.
+    #[serde(default)]
+    pub observed: bool,
+    /// The downstream Deployment's conditions, as reported.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+    /// When the syncer last wrote this entry.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_sync_time: Option<Time>,
+}
