@@ -364,6 +364,14 @@ impl Api {
             if merged["status"].is_null() {
                 merged.as_object_mut().map(|o| o.remove("status"));
             }
+            // The workload controllers' status strategies reset only spec and labels,
+            // so a status write may carry annotations: the deployment controller sets
+            // deployment.kubernetes.io/revision that way, without bumping generation.
+            if matches!(scope.rt.builtin(), Some(Builtin::Deployment | Builtin::ReplicaSet)) {
+                if let Some(a) = obj.pointer("/metadata/annotations").filter(|a| a.is_object()) {
+                    objmeta::meta_mut(&mut merged).insert("annotations".into(), a.clone());
+                }
+            }
             merged
         } else {
             obj
@@ -395,7 +403,9 @@ impl Api {
                 }
             }
         }
-        bump_generation(&scope.rt, old, &mut obj);
+        if sub == Sub::Main {
+            bump_generation(&scope.rt, old, &mut obj);
+        }
         let now = objmeta::now_rfc3339();
         match applied {
             Some(full) => obj = self.merge_apply_fields(obj, full),

@@ -31,6 +31,12 @@ pub enum Builtin {
     Lease,
     /// apiextensions.k8s.io/v1 CustomResourceDefinition.
     Crd,
+    /// core/v1 Node (physical clusters only).
+    Node,
+    /// core/v1 Pod (physical clusters only).
+    Pod,
+    /// apps/v1 ReplicaSet (physical clusters only).
+    ReplicaSet,
 }
 
 fn rt(group: &str, version: &str, kind: &str, plural: &str, namespaced: bool, short: &[&str], b: Builtin) -> ResourceType {
@@ -49,8 +55,26 @@ fn rt(group: &str, version: &str, kind: &str, plural: &str, namespaced: bool, sh
     }
 }
 
-/// Every built-in resource type of a profile.
-pub fn builtin_types(_profile: crate::registry::Profile) -> Vec<ResourceType> {
+/// Every built-in resource type of a profile. Workspaces never run anything, so only
+/// a physical cluster serves nodes, pods and replicasets.
+pub fn builtin_types(profile: crate::registry::Profile) -> Vec<ResourceType> {
+    let mut types = workspace_types();
+    if profile == crate::registry::Profile::PhysicalCluster {
+        let mut node = rt("", "v1", "Node", "nodes", false, &["no"], Builtin::Node);
+        node.status = true;
+        let mut pod = rt("", "v1", "Pod", "pods", true, &["po"], Builtin::Pod);
+        pod.status = true;
+        pod.categories = vec!["all".into()];
+        let mut rs = rt("apps", "v1", "ReplicaSet", "replicasets", true, &["rs"], Builtin::ReplicaSet);
+        rs.status = true;
+        rs.categories = vec!["all".into()];
+        rs.scale = Some(ScalePaths { spec_replicas: ".spec.replicas".into(), status_replicas: ".status.replicas".into(), label_selector: None });
+        types.extend([node, pod, rs]);
+    }
+    types
+}
+
+fn workspace_types() -> Vec<ResourceType> {
     let mut ns = rt("", "v1", "Namespace", "namespaces", false, &["ns"], Builtin::Namespace);
     ns.status = true;
     let mut deploy = rt("apps", "v1", "Deployment", "deployments", true, &["deploy"], Builtin::Deployment);
@@ -144,6 +168,9 @@ impl Builtin {
             Builtin::Deployment => roundtrip::<apps::Deployment>("Deployment", obj),
             Builtin::Lease => roundtrip::<coord::Lease>("Lease", obj),
             Builtin::Crd => roundtrip::<ext::CustomResourceDefinition>("CustomResourceDefinition", obj),
+            Builtin::Node => roundtrip::<core::Node>("Node", obj),
+            Builtin::Pod => roundtrip::<core::Pod>("Pod", obj),
+            Builtin::ReplicaSet => roundtrip::<apps::ReplicaSet>("ReplicaSet", obj),
         }
     }
 
@@ -152,6 +179,24 @@ impl Builtin {
     pub fn default(self, obj: &mut Value) {
         match self {
             Builtin::Deployment => default_deployment(obj),
+            Builtin::ReplicaSet => {
+                set_default(obj, &["spec", "replicas"], json!(1));
+                if let Some(pod) = obj.pointer_mut("/spec/template/spec") {
+                    default_pod_spec(pod);
+                }
+            }
+            Builtin::Pod => {
+                if let Some(pod) = obj.get_mut("spec") {
+                    default_pod_spec(pod);
+                    set_default(pod, &["enableServiceLinks"], json!(true));
+                    set_default(pod, &["preemptionPolicy"], json!("PreemptLowerPriority"));
+                    set_default(pod, &["priority"], json!(0));
+                }
+                // A new pod is Pending until it is bound and its containers start.
+                set_default(obj, &["status", "phase"], json!("Pending"));
+                let qos = qos_class(obj);
+                set_default(obj, &["status", "qosClass"], json!(qos));
+            }
             Builtin::Secret => {
                 // stringData is write-only: it is merged into data and never stored.
                 if let Some(Value::Object(sd)) = obj.as_object_mut().and_then(|o| o.remove("stringData")) {
@@ -181,7 +226,8 @@ impl Builtin {
     /// Kind-specific validation beyond decoding (422 causes).
     pub fn validate(self, obj: &Value) -> Vec<Cause> {
         match self {
-            Builtin::Deployment => validate_deployment(obj),
+            Builtin::Deployment | Builtin::ReplicaSet => validate_deployment(obj),
+            Builtin::Pod => validate_containers(obj.pointer("/spec/containers"), "spec.containers"),
             Builtin::Crd => crate::crd::validate_crd(obj),
             _ => Vec::new(),
         }
@@ -196,7 +242,7 @@ impl Builtin {
                 old.get("spec") != new.get("spec")
                     || old.pointer("/metadata/annotations") != new.pointer("/metadata/annotations"),
             ),
-            Builtin::Crd => Some(old.get("spec") != new.get("spec")),
+            Builtin::Crd | Builtin::ReplicaSet => Some(old.get("spec") != new.get("spec")),
             _ => None,
         }
     }
@@ -219,6 +265,19 @@ impl Builtin {
             ],
             Builtin::Namespace => &["status.phase"],
             Builtin::Secret => &["type"],
+            // kubectl describe node lists a node's pods with spec.nodeName and status.phase.
+            Builtin::Pod => &[
+                "spec.nodeName",
+                "spec.restartPolicy",
+                "spec.schedulerName",
+                "spec.serviceAccountName",
+                "spec.hostNetwork",
+                "status.phase",
+                "status.podIP",
+                "status.nominatedNodeName",
+            ],
+            Builtin::Node => &["spec.unschedulable"],
+            Builtin::ReplicaSet => &["status.replicas"],
             _ => &[],
         }
     }
@@ -248,7 +307,13 @@ fn default_deployment(obj: &mut Value) {
         set_default(obj, &["spec", "strategy", "rollingUpdate", "maxSurge"], json!("25%"));
         set_default(obj, &["spec", "strategy", "rollingUpdate", "maxUnavailable"], json!("25%"));
     }
-    let Some(pod) = obj.pointer_mut("/spec/template/spec") else { return };
+    if let Some(pod) = obj.pointer_mut("/spec/template/spec") {
+        default_pod_spec(pod);
+    }
+}
+
+/// The pod-spec defaults kube-apiserver fills, wherever a pod spec appears.
+fn default_pod_spec(pod: &mut Value) {
     set_default(pod, &["restartPolicy"], json!("Always"));
     set_default(pod, &["terminationGracePeriodSeconds"], json!(30));
     set_default(pod, &["dnsPolicy"], json!("ClusterFirst"));
@@ -272,6 +337,30 @@ fn default_deployment(obj: &mut Value) {
                 }
             }
         }
+    }
+}
+
+/// A pod's QoS class, from its containers' requests and limits (Kubernetes
+/// pkg/apis/core/helper/qos): Guaranteed when every container limits cpu and memory
+/// and requests equal limits, BestEffort when nothing requests or limits anything.
+fn qos_class(pod: &Value) -> &'static str {
+    let containers: Vec<&Value> = ["containers", "initContainers"]
+        .iter()
+        .filter_map(|l| pod.pointer(&format!("/spec/{l}")).and_then(Value::as_array))
+        .flatten()
+        .collect();
+    let res = |c: &Value, kind: &str, r: &str| c.pointer(&format!("/resources/{kind}/{r}")).cloned().filter(|v| !v.is_null());
+    let any = containers.iter().any(|c| ["requests", "limits"].iter().any(|k| ["cpu", "memory"].iter().any(|r| res(c, k, r).is_some())));
+    if !any {
+        return "BestEffort";
+    }
+    let guaranteed = containers.iter().all(|c| {
+        ["cpu", "memory"].iter().all(|r| res(c, "limits", r).is_some() && res(c, "requests", r).is_none_or(|q| Some(q) == res(c, "limits", r)))
+    });
+    if guaranteed {
+        "Guaranteed"
+    } else {
+        "Burstable"
     }
 }
 
@@ -300,13 +389,19 @@ fn validate_deployment(obj: &Value) -> Vec<Cause> {
             ));
         }
     }
-    match obj.pointer("/spec/template/spec/containers").and_then(Value::as_array) {
-        None => causes.push(Cause::new("FieldValueRequired", "spec.template.spec.containers", "Required value")),
-        Some(cs) if cs.is_empty() => causes.push(Cause::new("FieldValueRequired", "spec.template.spec.containers", "Required value")),
+    causes.extend(validate_containers(obj.pointer("/spec/template/spec/containers"), "spec.template.spec.containers"));
+    causes
+}
+
+fn validate_containers(containers: Option<&Value>, path: &str) -> Vec<Cause> {
+    let mut causes = Vec::new();
+    match containers.and_then(Value::as_array) {
+        None => causes.push(Cause::new("FieldValueRequired", path, "Required value")),
+        Some(cs) if cs.is_empty() => causes.push(Cause::new("FieldValueRequired", path, "Required value")),
         Some(cs) => {
             let mut seen = std::collections::HashSet::new();
             for (i, c) in cs.iter().enumerate() {
-                let field = format!("spec.template.spec.containers[{i}]");
+                let field = format!("{path}[{i}]");
                 match c.get("name").and_then(Value::as_str) {
                     None | Some("") => causes.push(Cause::new("FieldValueRequired", &format!("{field}.name"), "Required value")),
                     Some(n) => {

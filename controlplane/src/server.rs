@@ -25,14 +25,29 @@ const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 /// How the server is run.
 #[derive(Debug, Clone)]
 pub struct ServerConfig {
-    /// Data dir: store, CA, tokens, kubeconfig.
+    /// Data dir: store, CA, tokens.
     pub data_dir: PathBuf,
+    /// Where the admin kubeconfig is written.
+    pub kubeconfig: PathBuf,
     /// Address to listen on.
     pub listen: SocketAddr,
     /// Serve one logical cluster at `/` (simulated physical clusters).
     pub single_cluster: bool,
     /// Name used for the CA, kubeconfig cluster and context names.
     pub name: String,
+}
+
+impl ServerConfig {
+    /// Flotilla's control plane: workspaces, kubeconfig at `<data-dir>/admin.kubeconfig`.
+    pub fn control_plane(data_dir: &Path, listen: SocketAddr) -> Self {
+        Self { data_dir: data_dir.to_path_buf(), kubeconfig: data_dir.join("admin.kubeconfig"), listen, single_cluster: false, name: "flotilla".into() }
+    }
+
+    /// A simulated physical cluster named `name`: one logical cluster at `/`, state in
+    /// `data_dir`, and a kind-shaped kubeconfig at `kubeconfig`.
+    pub fn physical_cluster(name: &str, data_dir: &Path, kubeconfig: PathBuf, listen: SocketAddr) -> Self {
+        Self { data_dir: data_dir.to_path_buf(), kubeconfig, listen, single_cluster: true, name: name.into() }
+    }
 }
 
 /// A started server.
@@ -118,7 +133,7 @@ pub async fn start(config: ServerConfig, prometheus: prometheus::Registry) -> an
     let app = http::router(state.clone());
     let server = axum_server::from_tcp_rustls(listener, rustls_config)?.handle(handle.clone());
     let task = tokio::spawn(async move { server.serve(app.into_make_service()).await });
-    let kubeconfig = config.data_dir.join("admin.kubeconfig");
+    let kubeconfig = config.kubeconfig.clone();
     let contexts = workspace_contexts(&api, &auth);
     kubeconfig::write_admin(&kubeconfig, &config.name, addr, &tls.ca_pem, auth.admin_token(), &contexts, config.single_cluster)?;
     state.ready.store(true, Ordering::Release);

@@ -58,6 +58,39 @@ fn builtin_columns(b: Builtin) -> Vec<Col> {
         ],
         Builtin::Lease => vec![NAME, col("Holder", "string", 0, "The holder of the lease"), AGE],
         Builtin::Crd => vec![NAME, col("Created At", "date", 0, "Creation time")],
+        Builtin::Pod => vec![
+            NAME,
+            col("Ready", "string", 0, "The aggregate readiness state of this pod for accepting traffic."),
+            col("Status", "string", 0, "The aggregate status of the containers in this pod."),
+            col("Restarts", "string", 0, "The number of times the containers in this pod have been restarted and when the last container in this pod has restarted."),
+            AGE,
+            col("IP", "string", 1, "IP address allocated to the pod."),
+            col("Node", "string", 1, "Name of the Node this pod is assigned to."),
+            col("Nominated Node", "string", 1, "Name of the node that is nominated by the scheduler."),
+            col("Readiness Gates", "string", 1, "All of the readiness gates of the pod."),
+        ],
+        Builtin::Node => vec![
+            NAME,
+            col("Status", "string", 0, "The status of the node"),
+            col("Roles", "string", 0, "The roles of the node"),
+            AGE,
+            col("Version", "string", 0, "Kubelet Version reported by the node."),
+            col("Internal-IP", "string", 1, "List of internal IPs."),
+            col("External-IP", "string", 1, "List of external IPs."),
+            col("OS-Image", "string", 1, "OS Image reported by the node."),
+            col("Kernel-Version", "string", 1, "Kernel Version reported by the node."),
+            col("Container-Runtime", "string", 1, "Container Runtime Version reported by the node."),
+        ],
+        Builtin::ReplicaSet => vec![
+            NAME,
+            col("Desired", "integer", 0, "Number of desired pods."),
+            col("Current", "integer", 0, "Number of actual replicas."),
+            col("Ready", "integer", 0, "Number of ready replicas."),
+            AGE,
+            col("Containers", "string", 1, "Names of each container in the template."),
+            col("Images", "string", 1, "Images referenced by each container in the template."),
+            col("Selector", "string", 1, "Label selector for pods."),
+        ],
     }
 }
 
@@ -75,27 +108,128 @@ fn count(v: &Value, field: &str) -> usize {
     }
 }
 
+/// Containers, images and selector of a pod template owner, for `-o wide`.
+fn template_cells(obj: &Value) -> (Value, Value, Value) {
+    let containers = obj.pointer("/spec/template/spec/containers").and_then(Value::as_array).cloned().unwrap_or_default();
+    let join = |f: &str| containers.iter().map(|c| c[f].as_str().unwrap_or_default().to_string()).collect::<Vec<_>>().join(",");
+    let selector = obj
+        .pointer("/spec/selector/matchLabels")
+        .and_then(Value::as_object)
+        .map(|m| m.iter().map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or_default())).collect::<Vec<_>>().join(","))
+        .unwrap_or_default();
+    (json!(join("name")), json!(join("image")), json!(selector))
+}
+
+/// The STATUS column of `kubectl get pods`, as the apiserver's pod printer derives
+/// it: the phase, overridden by the pod's reason, then by a waiting or terminated
+/// container's reason, and `Terminating` once deletion started.
+fn pod_status(pod: &Value, statuses: &[Value]) -> String {
+    let mut reason = match s(pod, "/status/reason") {
+        "" => s(pod, "/status/phase").to_string(),
+        r => r.to_string(),
+    };
+    let mut running = false;
+    for c in statuses.iter().rev() {
+        if let Some(r) = c.pointer("/state/waiting/reason").and_then(Value::as_str).filter(|r| !r.is_empty()) {
+            reason = r.to_string();
+        } else if let Some(t) = c.pointer("/state/terminated") {
+            reason = match t.get("reason").and_then(Value::as_str).filter(|r| !r.is_empty()) {
+                Some(r) => r.to_string(),
+                None => format!("ExitCode:{}", t.get("exitCode").and_then(Value::as_i64).unwrap_or(0)),
+            };
+        } else if c.pointer("/state/running").is_some() && c["ready"] == json!(true) {
+            running = true;
+        }
+    }
+    if reason == "Completed" && running {
+        reason = "Running".into();
+    }
+    if pod.pointer("/metadata/deletionTimestamp").is_some_and(|t| !t.is_null()) {
+        reason = "Terminating".into();
+    }
+    reason
+}
+
 fn builtin_cells(b: Builtin, obj: &Value) -> Vec<Value> {
     let name = json!(meta_str(obj, "name").unwrap_or_default());
     let created = age(meta_str(obj, "creationTimestamp"));
     match b {
         Builtin::Deployment => {
-            let containers = obj.pointer("/spec/template/spec/containers").and_then(Value::as_array).cloned().unwrap_or_default();
-            let join = |f: &str| containers.iter().map(|c| c[f].as_str().unwrap_or_default().to_string()).collect::<Vec<_>>().join(",");
-            let selector = obj
-                .pointer("/spec/selector/matchLabels")
-                .and_then(Value::as_object)
-                .map(|m| m.iter().map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or_default())).collect::<Vec<_>>().join(","))
-                .unwrap_or_default();
+            let (names, images, selector) = template_cells(obj);
             vec![
                 name,
                 json!(format!("{}/{}", n(obj, "/status/readyReplicas"), n(obj, "/spec/replicas"))),
                 json!(n(obj, "/status/updatedReplicas")),
                 json!(n(obj, "/status/availableReplicas")),
                 json!(created),
-                json!(join("name")),
-                json!(join("image")),
-                json!(selector),
+                names,
+                images,
+                selector,
+            ]
+        }
+        Builtin::ReplicaSet => {
+            let (names, images, selector) = template_cells(obj);
+            vec![
+                name,
+                json!(n(obj, "/spec/replicas")),
+                json!(n(obj, "/status/replicas")),
+                json!(n(obj, "/status/readyReplicas")),
+                json!(created),
+                names,
+                images,
+                selector,
+            ]
+        }
+        Builtin::Pod => {
+            let statuses = obj.pointer("/status/containerStatuses").and_then(Value::as_array).cloned().unwrap_or_default();
+            let total = obj.pointer("/spec/containers").and_then(Value::as_array).map_or(0, Vec::len);
+            let ready = statuses.iter().filter(|c| c["ready"] == json!(true)).count();
+            let restarts: i64 = statuses.iter().map(|c| c["restartCount"].as_i64().unwrap_or(0)).sum();
+            let or_none = |v: &str| if v.is_empty() { "<none>".to_string() } else { v.to_string() };
+            vec![
+                name,
+                json!(format!("{ready}/{total}")),
+                json!(pod_status(obj, &statuses)),
+                json!(restarts.to_string()),
+                json!(created),
+                json!(or_none(s(obj, "/status/podIP"))),
+                json!(or_none(s(obj, "/spec/nodeName"))),
+                json!(or_none(s(obj, "/status/nominatedNodeName"))),
+                json!("<none>"),
+            ]
+        }
+        Builtin::Node => {
+            let ready = obj
+                .pointer("/status/conditions")
+                .and_then(Value::as_array)
+                .and_then(|cs| cs.iter().find(|c| c["type"] == "Ready"))
+                .map(|c| if c["status"] == "True" { "Ready" } else { "NotReady" })
+                .unwrap_or("Unknown");
+            let status = if obj.pointer("/spec/unschedulable") == Some(&json!(true)) { format!("{ready},SchedulingDisabled") } else { ready.to_string() };
+            let roles: Vec<&str> = obj
+                .pointer("/metadata/labels")
+                .and_then(Value::as_object)
+                .map(|l| l.keys().filter_map(|k| k.strip_prefix("node-role.kubernetes.io/")).collect())
+                .unwrap_or_default();
+            let address = |t: &str| {
+                obj.pointer("/status/addresses")
+                    .and_then(Value::as_array)
+                    .and_then(|a| a.iter().find(|x| x["type"] == t))
+                    .and_then(|x| x["address"].as_str())
+                    .unwrap_or("<none>")
+                    .to_string()
+            };
+            vec![
+                name,
+                json!(status),
+                json!(if roles.is_empty() { "<none>".to_string() } else { roles.join(",") }),
+                json!(created),
+                json!(s(obj, "/status/nodeInfo/kubeletVersion")),
+                json!(address("InternalIP")),
+                json!(address("ExternalIP")),
+                json!(s(obj, "/status/nodeInfo/osImage")),
+                json!(s(obj, "/status/nodeInfo/kernelVersion")),
+                json!(s(obj, "/status/nodeInfo/containerRuntimeVersion")),
             ]
         }
         Builtin::Namespace => vec![name, json!(s(obj, "/status/phase")), json!(created)],

@@ -650,7 +650,7 @@ async fn running_watcher_survives_a_restart_on_the_same_port_by_relisting() {
     srv.shutdown().await.unwrap();
 
     let srv = controlplane::server::start(
-        controlplane::server::ServerConfig { data_dir: dir.path().to_path_buf(), listen: addr, single_cluster: false, name: "flotilla".into() },
+        controlplane::server::ServerConfig::control_plane(dir.path(), addr),
         prometheus::Registry::new(),
     )
     .await

@@ -10,7 +10,7 @@ use crate::cli::StartArgs;
 pub async fn run(data_dir: &Path, args: StartArgs) -> anyhow::Result<()> {
     let registry = prometheus::Registry::new();
     let srv = server::start(
-        ServerConfig { data_dir: data_dir.to_path_buf(), listen: args.listen, single_cluster: false, name: "flotilla".into() },
+        ServerConfig::control_plane(data_dir, args.listen),
         registry,
     )
     .await?;

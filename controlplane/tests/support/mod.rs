@@ -13,7 +13,7 @@ use controlplane::server::{Server, ServerConfig};
 /// Starts a server on `127.0.0.1:0` over `dir` (a fresh or an existing data dir).
 pub async fn start(dir: &Path) -> Server {
     controlplane::server::start(
-        ServerConfig { data_dir: dir.to_path_buf(), listen: "127.0.0.1:0".parse().unwrap(), single_cluster: false, name: "flotilla".into() },
+        ServerConfig::control_plane(dir, "127.0.0.1:0".parse().unwrap()),
         prometheus::Registry::new(),
     )
     .await
