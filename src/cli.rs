@@ -42,8 +42,79 @@ pub enum Command {
     /// Manage workspaces (logical clusters).
     #[command(subcommand)]
     Workspace(WorkspaceCmd),
+    /// Register and manage physical clusters (SyncTargets).
+    #[command(subcommand)]
+    Cluster(ClusterCmd),
+    /// Run one simulated cluster (a kind-like Kubernetes API with simulated nodes and pods).
+    SimCluster(SimClusterArgs),
     /// Print the Flotilla CRDs as YAML, to install them on another Kubernetes API server.
     Crds,
+}
+
+/// `flotilla sim-cluster`.
+#[derive(Debug, clap::Args)]
+pub struct SimClusterArgs {
+    /// Cluster definition file (one cluster, or a list of them).
+    #[arg(long)]
+    pub config: PathBuf,
+    /// Which cluster of the file to run; required when the file defines several.
+    #[arg(long)]
+    pub name: Option<String>,
+    /// Address to serve HTTPS on (port 0 picks a free port).
+    #[arg(long, default_value = "127.0.0.1:0")]
+    pub listen: SocketAddr,
+}
+
+/// `flotilla cluster ...`.
+#[derive(Debug, Subcommand)]
+pub enum ClusterCmd {
+    /// Check that a cluster is reachable and usable, store its kubeconfig, and create its SyncTarget.
+    Register(RegisterArgs),
+    /// List the registered clusters (the same facts as `kubectl get synctargets`).
+    List,
+    /// Place no new workloads on the cluster; running ones stay.
+    Cordon {
+        /// SyncTarget name.
+        name: String,
+    },
+    /// Allow new workloads on the cluster again.
+    Uncordon {
+        /// SyncTarget name.
+        name: String,
+    },
+    /// Cordon the cluster and move every workload that can move elsewhere.
+    Drain {
+        /// SyncTarget name.
+        name: String,
+    },
+    /// Remove the SyncTarget and its kubeconfig Secret.
+    Deregister {
+        /// SyncTarget name.
+        name: String,
+    },
+}
+
+/// `flotilla cluster register`.
+#[derive(Debug, clap::Args)]
+pub struct RegisterArgs {
+    /// SyncTarget name (an RFC 1123 label).
+    pub name: String,
+    /// The physical cluster's kubeconfig. The control plane's is taken from
+    /// `flotilla --kubeconfig F cluster register ...` or the data dir.
+    #[arg(long = "kubeconfig", id = "kubeconfig")]
+    pub kubeconfig: Option<PathBuf>,
+    /// Context of the cluster's kubeconfig to use [default: its current context].
+    #[arg(long)]
+    pub context: Option<String>,
+    /// Labels for Placements to select on, as key=value. Repeatable.
+    #[arg(long = "label", value_name = "KEY=VALUE")]
+    pub labels: Vec<String>,
+    /// The syncer runs on the cluster (pull mode): print the manifest to apply there.
+    #[arg(long)]
+    pub pull: bool,
+    /// Syncer image for the pull-mode manifest.
+    #[arg(long, default_value = concat!("ghcr.io/flotilla-dev/flotilla:", env!("CARGO_PKG_VERSION")))]
+    pub syncer_image: String,
 }
 
 /// `flotilla start`.

@@ -5,6 +5,10 @@
 //! HMAC-SHA256 over the workspace's name and uid with a key kept in the data dir: it is
 //! valid only in that workspace, needs no storage, and dies with the workspace, since a
 //! recreated workspace gets a new uid.
+//!
+//! A syncer's token is `fst1.<synctarget>.<mac>`, bound the same way to its
+//! SyncTarget's uid. It reaches `root` (where its SyncTarget lives) and the wildcard
+//! view across workspaces (where its workloads are), never one workspace directly.
 
 use std::path::Path;
 
@@ -21,6 +25,17 @@ pub enum Principal {
     Admin,
     /// Scoped to one workspace.
     Workspace(String),
+    /// A pull-mode syncer: its SyncTarget in `root`, and the wildcard view.
+    SyncTarget(String),
+}
+
+/// What a scoped token is bound to: its uid is looked up to check the token.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scoped {
+    /// A Workspace in `root`.
+    Workspace,
+    /// A SyncTarget in `root`.
+    SyncTarget,
 }
 
 impl Principal {
@@ -29,6 +44,7 @@ impl Principal {
         match self {
             Principal::Admin => "flotilla-admin".into(),
             Principal::Workspace(ws) => format!("flotilla:workspace:{ws}"),
+            Principal::SyncTarget(t) => format!("flotilla:syncer:{t}"),
         }
     }
 }
@@ -83,21 +99,36 @@ impl Auth {
         format!("fws1.{workspace}.{}", self.mac(workspace, uid))
     }
 
-    /// Authenticates an `Authorization` header. `uid_of` resolves a workspace's uid.
-    pub fn authenticate(&self, header: Option<&str>, uid_of: impl Fn(&str) -> Option<String>) -> Result<Principal, ApiError> {
+    /// The token of a pull-mode syncer for the SyncTarget with the given uid.
+    pub fn sync_target_token(&self, sync_target: &str, uid: &str) -> String {
+        // The prefix keeps a SyncTarget's MAC from ever equalling a Workspace's.
+        format!("fst1.{sync_target}.{}", self.mac(&format!("synctarget:{sync_target}"), uid))
+    }
+
+    /// Authenticates an `Authorization` header. `uid_of` resolves the uid of the
+    /// Workspace or SyncTarget a scoped token names.
+    pub fn authenticate(&self, header: Option<&str>, uid_of: impl Fn(Scoped, &str) -> Option<String>) -> Result<Principal, ApiError> {
         let token = header.and_then(|h| h.strip_prefix("Bearer ")).map(str::trim).ok_or_else(ApiError::unauthorized)?;
         if constant_time_eq(token.as_bytes(), self.admin.as_bytes()) {
             return Ok(Principal::Admin);
         }
         let mut parts = token.splitn(3, '.');
-        if let (Some("fws1"), Some(ws), Some(mac)) = (parts.next(), parts.next(), parts.next()) {
-            if let Some(uid) = uid_of(ws) {
-                if constant_time_eq(mac.as_bytes(), self.mac(ws, &uid).as_bytes()) {
-                    return Ok(Principal::Workspace(ws.to_string()));
-                }
-            }
+        let (kind, name, mac) = (parts.next(), parts.next().unwrap_or_default(), parts.next().unwrap_or_default());
+        let (scoped, expected): (Scoped, fn(&Self, &str, &str) -> String) = match kind {
+            Some("fws1") => (Scoped::Workspace, Self::workspace_token),
+            Some("fst1") => (Scoped::SyncTarget, Self::sync_target_token),
+            _ => return Err(ApiError::unauthorized()),
+        };
+        let uid = uid_of(scoped, name).ok_or_else(ApiError::unauthorized)?;
+        let want = expected(self, name, &uid);
+        let want_mac = want.rsplit('.').next().unwrap_or_default();
+        if !constant_time_eq(mac.as_bytes(), want_mac.as_bytes()) {
+            return Err(ApiError::unauthorized());
         }
-        Err(ApiError::unauthorized())
+        Ok(match scoped {
+            Scoped::Workspace => Principal::Workspace(name.to_string()),
+            Scoped::SyncTarget => Principal::SyncTarget(name.to_string()),
+        })
     }
 }
 
@@ -108,6 +139,11 @@ pub fn authorize(p: &Principal, workspace: &str) -> Result<(), ApiError> {
         Principal::Workspace(ws) if ws == workspace => Ok(()),
         Principal::Workspace(_) => Err(ApiError::forbidden(format!(
             "User \"{}\" cannot access workspace \"{workspace}\": its token is scoped to another workspace; use the context named after the workspace",
+            p.user()
+        ))),
+        Principal::SyncTarget(_) if workspace == "*" || workspace == crate::http::ROOT => Ok(()),
+        Principal::SyncTarget(_) => Err(ApiError::forbidden(format!(
+            "User \"{}\" cannot access workspace \"{workspace}\": a syncer reaches its workloads through the wildcard view /clusters/*",
             p.user()
         ))),
     }
@@ -127,15 +163,23 @@ mod tests {
         let auth = Auth::load_or_create(dir.path()).unwrap();
         let tok = auth.workspace_token("team-a", "uid-1");
         let header = format!("Bearer {tok}");
-        let p = auth.authenticate(Some(&header), |_| Some("uid-1".into())).unwrap();
+        let p = auth.authenticate(Some(&header), |_, _| Some("uid-1".into())).unwrap();
         assert_eq!(p, Principal::Workspace("team-a".into()));
         assert!(authorize(&p, "team-a").is_ok());
         assert_eq!(authorize(&p, "team-b").unwrap_err().code, 403);
         // Recreated workspace (new uid): the old token no longer works.
-        assert_eq!(auth.authenticate(Some(&header), |_| Some("uid-2".into())).unwrap_err().code, 401);
-        assert_eq!(auth.authenticate(None, |_| None).unwrap_err().code, 401);
+        assert_eq!(auth.authenticate(Some(&header), |_, _| Some("uid-2".into())).unwrap_err().code, 401);
+        assert_eq!(auth.authenticate(None, |_, _| None).unwrap_err().code, 401);
         let admin = format!("Bearer {}", auth.admin_token());
-        assert_eq!(auth.authenticate(Some(&admin), |_| None).unwrap(), Principal::Admin);
+        assert_eq!(auth.authenticate(Some(&admin), |_, _| None).unwrap(), Principal::Admin);
+        // A syncer token: root and the wildcard view only; never valid as a workspace token.
+        let st = format!("Bearer {}", auth.sync_target_token("team-a", "uid-1"));
+        let p = auth.authenticate(Some(&st), |kind, _| (kind == Scoped::SyncTarget).then(|| "uid-1".into())).unwrap();
+        assert_eq!(p, Principal::SyncTarget("team-a".into()));
+        assert!(authorize(&p, "*").is_ok() && authorize(&p, "root").is_ok());
+        assert_eq!(authorize(&p, "team-a").unwrap_err().code, 403);
+        let forged = header.replace("fws1", "fst1");
+        assert_eq!(auth.authenticate(Some(&forged), |_, _| Some("uid-1".into())).unwrap_err().code, 401);
         // The same data dir gives the same admin token.
         assert_eq!(Auth::load_or_create(dir.path()).unwrap().admin_token(), auth.admin_token());
     }

@@ -13,7 +13,7 @@ use axum::response::{IntoResponse, Response};
 use serde_json::{json, Value};
 
 use crate::api::{self, Api, DeleteOptions, FieldValidation, ListOptions, PatchKind, ScaleWrite, Scope, Sub, WriteOptions};
-use crate::auth::{authorize, Auth, Principal};
+use crate::auth::{authorize, Auth, Principal, Scoped};
 use crate::error::{ApiError, ObjRef};
 use crate::metrics::Metrics;
 use crate::selector::{FieldSelector, LabelSelector};
@@ -150,7 +150,10 @@ async fn route(
         _ => {}
     }
     let auth_header = headers.get(header::AUTHORIZATION).and_then(|h| h.to_str().ok());
-    let principal = state.auth.authenticate(auth_header, |w| workspace_uid(&state.api, w))?;
+    let principal = state.auth.authenticate(auth_header, |kind, name| match kind {
+        Scoped::Workspace => workspace_uid(&state.api, name),
+        Scoped::SyncTarget => sync_target_uid(&state.api, name),
+    })?;
     authorize(&principal, &ws)?;
     if state.single_cluster && ws != ROOT {
         return Err(ApiError::no_route(path));
@@ -194,6 +197,15 @@ async fn route(
 }
 
 /// The uid of a served workspace (root has a fixed one), for token checks.
+/// The uid of a SyncTarget in `root`, if it exists and is not being deleted.
+pub fn sync_target_uid(api: &Api, name: &str) -> Option<String> {
+    let e = api.store.get(&format!("{}/synctargets/{ROOT}//{name}", placement_api::WORKLOAD_GROUP))?;
+    if e.value.pointer("/metadata/deletionTimestamp").is_some() {
+        return None;
+    }
+    e.value.pointer("/metadata/uid").and_then(Value::as_str).map(String::from)
+}
+
 pub fn workspace_uid(api: &Api, ws: &str) -> Option<String> {
     if ws == ROOT {
         return Some(ROOT.to_string());
@@ -267,6 +279,9 @@ async fn resource(
     // The one non-Kubernetes route: minting a workspace-scoped token (admin only).
     if rt.group == placement_api::TENANCY_GROUP && rt.plural == "workspaces" && sub == Some("token") {
         return workspace_token(state, principal, name.unwrap_or_default(), method);
+    }
+    if rt.group == placement_api::WORKLOAD_GROUP && rt.plural == "synctargets" && sub == Some("token") {
+        return sync_target_token(state, principal, name.unwrap_or_default(), method);
     }
     match (verb, sub) {
         ("watch", None) => {
@@ -490,21 +505,35 @@ async fn delete_options(query: &HashMap<String, String>, body: Body) -> Result<D
 }
 
 fn workspace_token(state: &Arc<AppState>, principal: &Principal, name: &str, method: &Method) -> Result<Response, ApiError> {
+    let uid = workspace_uid(&state.api, name);
+    mint_token(principal, method, ObjRef { group: placement_api::TENANCY_GROUP, resource: "workspaces", name }, "WorkspaceToken", uid, |uid| {
+        state.auth.workspace_token(name, uid)
+    })
+}
+
+fn sync_target_token(state: &Arc<AppState>, principal: &Principal, name: &str, method: &Method) -> Result<Response, ApiError> {
+    let uid = sync_target_uid(&state.api, name);
+    mint_token(principal, method, ObjRef { group: placement_api::WORKLOAD_GROUP, resource: "synctargets", name }, "SyncTargetToken", uid, |uid| {
+        state.auth.sync_target_token(name, uid)
+    })
+}
+
+/// `POST .../<resource>/<name>/token`: the admin mints a token scoped to the object.
+fn mint_token(principal: &Principal, method: &Method, obj: ObjRef<'_>, kind: &str, uid: Option<String>, token: impl Fn(&str) -> String) -> Result<Response, ApiError> {
     if *principal != Principal::Admin {
-        return Err(ApiError::forbidden(format!("User \"{}\" cannot create workspace tokens: only the admin can", principal.user())));
+        return Err(ApiError::forbidden(format!("User \"{}\" cannot create {} tokens: only the admin can", principal.user(), obj.resource)));
     }
     if method != Method::POST {
-        return Err(ApiError::method_not_allowed("POST a WorkspaceToken request to mint a token"));
+        return Err(ApiError::method_not_allowed(&format!("POST a {kind} request to mint a token")));
     }
-    let uid = workspace_uid(&state.api, name)
-        .ok_or_else(|| ApiError::not_found(ObjRef { group: placement_api::TENANCY_GROUP, resource: "workspaces", name }))?;
+    let uid = uid.ok_or_else(|| ApiError::not_found(obj.clone()))?;
     Ok(json_response(
         201,
         &json!({
-            "apiVersion": format!("{}/v1alpha1", placement_api::TENANCY_GROUP),
-            "kind": "WorkspaceToken",
-            "metadata": {"name": name},
-            "status": {"token": state.auth.workspace_token(name, &uid)},
+            "apiVersion": format!("{}/{}", obj.group, placement_api::VERSION),
+            "kind": kind,
+            "metadata": {"name": obj.name},
+            "status": {"token": token(&uid)},
         }),
     ))
 }

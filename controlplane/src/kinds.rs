@@ -37,6 +37,10 @@ pub enum Builtin {
     Pod,
     /// apps/v1 ReplicaSet (physical clusters only).
     ReplicaSet,
+    /// rbac.authorization.k8s.io/v1 ClusterRole (physical clusters only; stored, not enforced).
+    ClusterRole,
+    /// rbac.authorization.k8s.io/v1 ClusterRoleBinding (physical clusters only; stored, not enforced).
+    ClusterRoleBinding,
 }
 
 fn rt(group: &str, version: &str, kind: &str, plural: &str, namespaced: bool, short: &[&str], b: Builtin) -> ResourceType {
@@ -69,7 +73,16 @@ pub fn builtin_types(profile: crate::registry::Profile) -> Vec<ResourceType> {
         rs.status = true;
         rs.categories = vec!["all".into()];
         rs.scale = Some(ScalePaths { spec_replicas: ".spec.replicas".into(), status_replicas: ".status.replicas".into(), label_selector: None });
-        types.extend([node, pod, rs]);
+        // A pull-mode syncer's manifest carries RBAC objects; a simulated cluster
+        // stores them (and kubectl applies them) but authorizes by token alone.
+        let rbac = "rbac.authorization.k8s.io";
+        types.extend([
+            node,
+            pod,
+            rs,
+            rt(rbac, "v1", "ClusterRole", "clusterroles", false, &[], Builtin::ClusterRole),
+            rt(rbac, "v1", "ClusterRoleBinding", "clusterrolebindings", false, &[], Builtin::ClusterRoleBinding),
+        ]);
     }
     types
 }
@@ -171,6 +184,8 @@ impl Builtin {
             Builtin::Node => roundtrip::<core::Node>("Node", obj),
             Builtin::Pod => roundtrip::<core::Pod>("Pod", obj),
             Builtin::ReplicaSet => roundtrip::<apps::ReplicaSet>("ReplicaSet", obj),
+            Builtin::ClusterRole => roundtrip::<k8s_openapi::api::rbac::v1::ClusterRole>("ClusterRole", obj),
+            Builtin::ClusterRoleBinding => roundtrip::<k8s_openapi::api::rbac::v1::ClusterRoleBinding>("ClusterRoleBinding", obj),
         }
     }
 

@@ -152,6 +152,12 @@ fn qualified_name(key: &str) -> Result<(), String> {
     }
 }
 
+/// A label's key and value, as the apiserver validates them.
+pub fn validate_label(key: &str, value: &str) -> Result<(), String> {
+    qualified_name(key).map_err(|e| format!("key {key:?}: {e}"))?;
+    label_value(value).map_err(|e| format!("value {value:?}: {e}"))
+}
+
 fn label_value(v: &str) -> Result<(), String> {
     let ok = v.is_empty()
         || (v.len() <= 63

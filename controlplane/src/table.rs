@@ -81,6 +81,8 @@ fn builtin_columns(b: Builtin) -> Vec<Col> {
             col("Kernel-Version", "string", 1, "Kernel Version reported by the node."),
             col("Container-Runtime", "string", 1, "Container Runtime Version reported by the node."),
         ],
+        Builtin::ClusterRole => vec![NAME, col("Created At", "date", 0, "Creation time")],
+        Builtin::ClusterRoleBinding => vec![NAME, col("Role", "string", 0, "The role bound"), AGE],
         Builtin::ReplicaSet => vec![
             NAME,
             col("Desired", "integer", 0, "Number of desired pods."),
@@ -262,6 +264,8 @@ fn builtin_cells(b: Builtin, obj: &Value) -> Vec<Value> {
             ]
         }
         Builtin::Lease => vec![name, json!(s(obj, "/spec/holderIdentity")), json!(created)],
+        Builtin::ClusterRole => vec![name, json!(s(obj, "/metadata/creationTimestamp"))],
+        Builtin::ClusterRoleBinding => vec![name, json!(format!("{}/{}", s(obj, "/roleRef/kind"), s(obj, "/roleRef/name"))), json!(created)],
         Builtin::Crd => vec![name, json!(s(obj, "/metadata/creationTimestamp"))],
     }
 }

@@ -1,16 +1,24 @@
 //! Subcommand implementations.
 
+mod cluster;
+mod sim_cluster;
 mod start;
 mod workspace;
 
-use crate::cli::{Cli, Command};
+use std::path::Path;
+
+use anyhow::Context;
+
+use crate::cli::{Cli, ClusterCmd, Command};
 
 /// Runs the chosen subcommand.
 pub async fn run(cli: Cli) -> anyhow::Result<()> {
-    let kubeconfig = cli.kubeconfig.clone().unwrap_or_else(|| cli.data_dir.join("admin.kubeconfig"));
+    let kubeconfig = control_plane_kubeconfig(&cli);
     match cli.command {
         Command::Start(args) => start::run(&cli.data_dir, args).await,
         Command::Workspace(cmd) => workspace::run(&kubeconfig, cmd).await,
+        Command::Cluster(cmd) => cluster::run(&kubeconfig, cmd).await,
+        Command::SimCluster(args) => sim_cluster::run(&cli.data_dir, args).await,
         Command::Crds => {
             print!("{}", placement_api::crds_yaml());
             Ok(())
@@ -37,4 +45,51 @@ pub async fn shutdown_signal() {
     }
     #[cfg(not(unix))]
     let _ = ctrl_c.await;
+}
+
+/// The control plane's kubeconfig: `--kubeconfig`, else `<data-dir>/admin.kubeconfig`.
+///
+/// `cluster register` has a `--kubeconfig` of its own, the physical cluster's, and
+/// clap hands its value to the global flag as well; there, the control plane's comes
+/// from `FLOTILLA_KUBECONFIG` or the data dir.
+fn control_plane_kubeconfig(cli: &Cli) -> std::path::PathBuf {
+    let default = || std::env::var_os("FLOTILLA_KUBECONFIG").map(Into::into).unwrap_or_else(|| cli.data_dir.join("admin.kubeconfig"));
+    match &cli.command {
+        Command::Cluster(ClusterCmd::Register(args)) if args.kubeconfig.is_some() && args.kubeconfig == cli.kubeconfig => default(),
+        _ => cli.kubeconfig.clone().unwrap_or_else(default),
+    }
+}
+
+/// A client for the control plane's `root` workspace, from its admin kubeconfig.
+pub async fn root_client(kubeconfig: &Path) -> anyhow::Result<kube::Client> {
+    let kc = kube::config::Kubeconfig::read_from(kubeconfig)
+        .with_context(|| format!("reading {} (is the control plane started? pass --kubeconfig or --data-dir)", kubeconfig.display()))?;
+    let opts = kube::config::KubeConfigOptions { context: Some("root".into()), ..Default::default() };
+    let config = kube::Config::from_custom_kubeconfig(kc, &opts).await.context("the kubeconfig has no usable \"root\" context")?;
+    Ok(kube::Client::try_from(config)?)
+}
+
+/// Prints rows under a header in kubectl's style: columns three spaces apart.
+pub fn print_table<const N: usize>(header: &[&str; N], rows: &[[String; N]]) {
+    let mut widths: Vec<usize> = header.iter().map(|h| h.len()).collect();
+    for r in rows {
+        for (w, cell) in widths.iter_mut().zip(r) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    let line = |cells: Vec<&str>| {
+        let mut out = String::new();
+        for (i, (c, w)) in cells.iter().zip(&widths).enumerate() {
+            if i + 1 == N {
+                out.push_str(c);
+            } else {
+                out.push_str(&format!("{c:<w$}   "));
+            }
+        }
+        println!("{}", out.trim_end());
+    };
+    line(header.to_vec());
+    for r in rows {
+        line(r.iter().map(String::as_str).collect());
+    }
 }

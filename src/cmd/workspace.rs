@@ -6,7 +6,6 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use kube::api::{Api, DeleteParams, DynamicObject, ListParams, PostParams};
 use kube::core::{ApiResource, GroupVersionKind};
-use kube::Client;
 use serde_json::{json, Value};
 
 use crate::cli::WorkspaceCmd;
@@ -18,17 +17,9 @@ fn workspace_resource() -> ApiResource {
     ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(placement_api::TENANCY_GROUP, placement_api::VERSION, "Workspace"), "workspaces")
 }
 
-async fn root_client(kubeconfig: &Path) -> anyhow::Result<Client> {
-    let kc = kube::config::Kubeconfig::read_from(kubeconfig)
-        .with_context(|| format!("reading {} (is the control plane started? pass --kubeconfig or --data-dir)", kubeconfig.display()))?;
-    let opts = kube::config::KubeConfigOptions { context: Some("root".into()), ..Default::default() };
-    let config = kube::Config::from_custom_kubeconfig(kc, &opts).await.context("the kubeconfig has no usable \"root\" context")?;
-    Ok(Client::try_from(config)?)
-}
-
 /// Runs a workspace subcommand.
 pub async fn run(kubeconfig: &Path, cmd: WorkspaceCmd) -> anyhow::Result<()> {
-    let client = root_client(kubeconfig).await?;
+    let client = super::root_client(kubeconfig).await?;
     let api: Api<DynamicObject> = Api::all_with(client.clone(), &workspace_resource());
     match cmd {
         WorkspaceCmd::Create { name, use_it } => {
@@ -77,12 +68,17 @@ pub async fn run(kubeconfig: &Path, cmd: WorkspaceCmd) -> anyhow::Result<()> {
         }
         WorkspaceCmd::List => {
             let list = api.list(&ListParams::default()).await?;
-            println!("{:<24} {:<12} URL", "NAME", "PHASE");
-            for ws in list.items {
-                let phase = ws.data.pointer("/status/phase").and_then(Value::as_str).unwrap_or("Unknown");
-                let name = ws.metadata.name.unwrap_or_default();
-                println!("{name:<24} {phase:<12} /clusters/{name}");
-            }
+            let rows: Vec<[String; 3]> = list
+                .items
+                .into_iter()
+                .map(|ws| {
+                    let phase = ws.data.pointer("/status/phase").and_then(Value::as_str).unwrap_or("Unknown").to_string();
+                    let name = ws.metadata.name.unwrap_or_default();
+                    let url = format!("/clusters/{name}");
+                    [name, phase, url]
+                })
+                .collect();
+            super::print_table(&["NAME", "PHASE", "URL"], &rows);
             Ok(())
         }
     }

@@ -1,1 +1,18 @@
-//! placeholder
+//! Simulated Kubernetes clusters for tests and `flotilla up`.
+//!
+//! - [`config`] reads cluster definition files (`test-clusters/*.yaml`).
+//! - [`quantity`] parses and formats Kubernetes resource quantities.
+//! - [`sim`] is the pure core of a simulated cluster: it does what the deployment and
+//!   replicaset controllers, kube-scheduler and the kubelet would do, taking typed objects in
+//!   and returning [`sim::Action`]s out. It performs no I/O; a driver applies the actions
+//!   through a Kubernetes API.
+#![warn(missing_docs)]
+
+pub mod config;
+pub mod driver;
+pub mod duration;
+pub mod quantity;
+pub mod sim;
+
+pub use config::{ClusterDef, ConfigError, NodeGroup};
+pub use quantity::{QuantityError, Resources};

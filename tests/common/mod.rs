@@ -56,33 +56,9 @@ impl Flotilla {
 
     /// Starts the server process on this data dir and waits for "ready".
     pub fn launch(&mut self) {
-        let log = std::fs::OpenOptions::new().create(true).append(true).open(self.dir.path().join("server.log")).expect("log file");
-        let mut child = Command::new(bin())
-            .args(["--data-dir", self.dir.path().to_str().unwrap(), "start", "--listen", "127.0.0.1:0"])
-            .stdout(Stdio::piped())
-            .stderr(log)
-            .spawn()
-            .expect("spawn flotilla");
-        let stdout = child.stdout.take().expect("stdout");
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            let mut url = String::new();
-            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                if let Some(u) = line.strip_prefix("flotilla control plane serving on ") {
-                    url = u.trim().to_string();
-                }
-                if line.trim() == "ready" {
-                    let _ = tx.send(url.clone());
-                }
-            }
-        });
-        match rx.recv_timeout(START_TIMEOUT) {
-            Ok(url) => self.url = url,
-            Err(_) => {
-                let _ = child.kill();
-                panic!("flotilla did not print ready within {START_TIMEOUT:?}; log:\n{}", self.log());
-            }
-        }
+        let dir = self.dir.path().to_str().unwrap().to_string();
+        let (child, url) = spawn_ready(&["--data-dir", &dir, "start", "--listen", "127.0.0.1:0"], &self.dir.path().join("server.log"));
+        self.url = url;
         self.child = Some(child);
     }
 
@@ -117,12 +93,7 @@ impl Flotilla {
     }
 
     fn kubectl_cmd(&self, args: &[&str]) -> Command {
-        let mut c = Command::new("kubectl");
-        c.env("KUBECONFIG", self.kubeconfig())
-            .arg("--cache-dir")
-            .arg(self.dir.path().join("kubecache"))
-            .args(args);
-        c
+        kubectl_cmd(&self.kubeconfig(), self.dir.path(), args)
     }
 
     /// Runs kubectl and returns what happened.
@@ -132,25 +103,19 @@ impl Flotilla {
 
     /// Runs kubectl with `input` on stdin.
     pub fn kubectl_stdin(&self, args: &[&str], input: &str) -> Out {
-        let mut child = self.kubectl_cmd(args).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("spawn kubectl");
-        child.stdin.take().unwrap().write_all(input.as_bytes()).unwrap();
-        Out::from(child.wait_with_output().expect("kubectl"))
+        kubectl_stdin(self.kubectl_cmd(args), input)
     }
 
     /// Runs kubectl, which must succeed; returns stdout.
     pub fn k(&self, args: &[&str]) -> String {
-        let o = self.kubectl(args);
-        assert!(o.ok, "kubectl {} failed:\nstdout: {}\nstderr: {}\nserver log tail:\n{}", args.join(" "), o.stdout, o.stderr, tail(&self.log()));
-        o.stdout
+        must(self.kubectl(args), args, &self.log())
     }
 
     /// Applies a manifest from a string; must succeed.
     pub fn apply(&self, args: &[&str], manifest: &str) -> String {
         let mut all = vec!["apply", "-f", "-"];
         all.extend_from_slice(args);
-        let o = self.kubectl_stdin(&all, manifest);
-        assert!(o.ok, "kubectl {} failed:\nstdout: {}\nstderr: {}", all.join(" "), o.stdout, o.stderr);
-        o.stdout
+        must(self.kubectl_stdin(&all, manifest), &all, &self.log())
     }
 
     /// Runs the flotilla CLI against this data dir.
@@ -173,6 +138,127 @@ impl Flotilla {
 }
 
 impl Drop for Flotilla {
+    fn drop(&mut self) {
+        self.kill9();
+    }
+}
+
+/// Starts `flotilla ARGS`, logging stderr to `log`, and waits until it prints
+/// "ready"; returns the process and the URL it printed ("... serving on URL ...").
+pub fn spawn_ready(args: &[&str], log: &Path) -> (Child, String) {
+    let log_file = std::fs::OpenOptions::new().create(true).append(true).open(log).expect("log file");
+    let mut child = Command::new(bin()).args(args).stdout(Stdio::piped()).stderr(log_file).spawn().expect("spawn flotilla");
+    let stdout = child.stdout.take().expect("stdout");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut url = String::new();
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if let Some((_, u)) = line.split_once(" serving on ") {
+                url = u.split_whitespace().next().unwrap_or_default().to_string();
+            }
+            if line.trim() == "ready" {
+                let _ = tx.send(url.clone());
+            }
+        }
+    });
+    match rx.recv_timeout(START_TIMEOUT) {
+        Ok(url) => (child, url),
+        Err(_) => {
+            let _ = child.kill();
+            panic!("flotilla {} did not print ready within {START_TIMEOUT:?}; log:\n{}", args.join(" "), std::fs::read_to_string(log).unwrap_or_default());
+        }
+    }
+}
+
+/// kubectl with its own kubeconfig and discovery cache.
+pub fn kubectl_cmd(kubeconfig: &Path, dir: &Path, args: &[&str]) -> Command {
+    let mut c = Command::new("kubectl");
+    c.env("KUBECONFIG", kubeconfig).arg("--cache-dir").arg(dir.join("kubecache")).args(args);
+    c
+}
+
+fn kubectl_stdin(mut cmd: Command, input: &str) -> Out {
+    let mut child = cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("spawn kubectl");
+    child.stdin.take().unwrap().write_all(input.as_bytes()).unwrap();
+    Out::from(child.wait_with_output().expect("kubectl"))
+}
+
+/// The stdout of a command that must have succeeded.
+fn must(o: Out, args: &[&str], log: &str) -> String {
+    assert!(o.ok, "kubectl {} failed:\nstdout: {}\nstderr: {}\nserver log tail:\n{}", args.join(" "), o.stdout, o.stderr, tail(log));
+    o.stdout
+}
+
+/// A running `flotilla sim-cluster`.
+pub struct SimCluster {
+    child: Option<Child>,
+    pub dir: tempfile::TempDir,
+    pub name: String,
+    pub url: String,
+    config: PathBuf,
+    listen: String,
+}
+
+impl SimCluster {
+    /// Starts the cluster defined in `yaml` (written to a file in its own data dir).
+    pub fn start(yaml: &str) -> Self {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let config = dir.path().join("cluster.yaml");
+        std::fs::write(&config, yaml).expect("write cluster definition");
+        let name = yaml.lines().find_map(|l| l.strip_prefix("name:")).expect("the definition has a name").trim().to_string();
+        let mut c = Self { child: None, dir, name, url: String::new(), config, listen: "127.0.0.1:0".into() };
+        c.launch();
+        c
+    }
+
+    /// Starts the process (again) on the same data dir, and the same port once known.
+    pub fn launch(&mut self) {
+        let dir = self.dir.path().to_str().unwrap().to_string();
+        let config = self.config.to_str().unwrap().to_string();
+        let (child, url) =
+            spawn_ready(&["--data-dir", &dir, "sim-cluster", "--config", &config, "--listen", &self.listen], &self.dir.path().join("sim.log"));
+        // A restart keeps the port, as a real cluster keeps its address.
+        self.listen = url.trim_start_matches("https://").to_string();
+        self.url = url;
+        self.child = Some(child);
+    }
+
+    /// The kind-shaped kubeconfig the cluster wrote.
+    pub fn kubeconfig(&self) -> PathBuf {
+        self.dir.path().join(format!("{}.kubeconfig", self.name))
+    }
+
+    /// The cluster's log so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("sim.log")).unwrap_or_default()
+    }
+
+    /// SIGKILL.
+    pub fn kill9(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// Runs kubectl against the cluster.
+    pub fn kubectl(&self, args: &[&str]) -> Out {
+        Out::from(kubectl_cmd(&self.kubeconfig(), self.dir.path(), args).output().expect("run kubectl"))
+    }
+
+    /// Runs kubectl, which must succeed; returns stdout.
+    pub fn k(&self, args: &[&str]) -> String {
+        must(self.kubectl(args), args, &self.log())
+    }
+
+    /// Applies a manifest; must succeed.
+    pub fn apply(&self, manifest: &str) -> String {
+        let args = ["apply", "-f", "-"];
+        must(kubectl_stdin(kubectl_cmd(&self.kubeconfig(), self.dir.path(), &args), manifest), &args, &self.log())
+    }
+}
+
+impl Drop for SimCluster {
     fn drop(&mut self) {
         self.kill9();
     }

@@ -41,6 +41,8 @@ struct Sizes {
     watch_writes: usize,
     workspaces: usize,
     objects_per_ws: usize,
+    sim_nodes: usize,
+    sim_pods: usize,
 }
 
 fn percentile(sorted: &[f64], p: f64) -> f64 {
@@ -63,10 +65,25 @@ struct ServerProc {
 }
 
 impl ServerProc {
+    /// `flotilla start` on a fresh data dir.
     fn start(bin: &Path) -> anyhow::Result<Self> {
+        Self::spawn(bin, tempfile::tempdir()?, &["start"], "admin.kubeconfig")
+    }
+
+    /// `flotilla sim-cluster` for one cluster definition, on a fresh data dir.
+    fn sim(bin: &Path, name: &str, yaml: &str) -> anyhow::Result<Self> {
         let dir = tempfile::tempdir()?;
+        let config = dir.path().join("cluster.yaml");
+        std::fs::write(&config, yaml)?;
+        let config = config.to_str().unwrap().to_string();
+        Self::spawn(bin, dir, &["sim-cluster", "--config", &config], &format!("{name}.kubeconfig"))
+    }
+
+    fn spawn(bin: &Path, dir: tempfile::TempDir, args: &[&str], kubeconfig: &str) -> anyhow::Result<Self> {
         let mut child = Command::new(bin)
-            .args(["--data-dir", dir.path().to_str().unwrap(), "start", "--listen", "127.0.0.1:0"])
+            .args(["--data-dir", dir.path().to_str().unwrap()])
+            .args(args)
+            .args(["--listen", "127.0.0.1:0"])
             .env("RUST_LOG", "warn")
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
@@ -80,10 +97,10 @@ impl ServerProc {
             if line?.trim() == "ready" {
                 break;
             }
-            anyhow::ensure!(Instant::now() < deadline, "server did not become ready");
+            anyhow::ensure!(Instant::now() < deadline, "flotilla {} did not become ready", args.join(" "));
         }
         std::thread::spawn(move || for _ in lines {});
-        Ok(Self { child, kubeconfig: dir.path().join("admin.kubeconfig"), _dir: dir })
+        Ok(Self { child, kubeconfig: dir.path().join(kubeconfig), _dir: dir })
     }
 
     fn rss_mib(&self) -> f64 {
@@ -139,9 +156,9 @@ impl Report {
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     let s = if args.quick {
-        Sizes { write_clients: 32, write_secs: 3.0, gets: 2_000, watchers: 200, watch_writes: 30, workspaces: 50, objects_per_ws: 20 }
+        Sizes { write_clients: 32, write_secs: 3.0, gets: 2_000, watchers: 200, watch_writes: 30, workspaces: 50, objects_per_ws: 20, sim_nodes: 20, sim_pods: 1_000 }
     } else {
-        Sizes { write_clients: 32, write_secs: 10.0, gets: 20_000, watchers: 1_000, watch_writes: 100, workspaces: 1_000, objects_per_ws: 100 }
+        Sizes { write_clients: 32, write_secs: 10.0, gets: 20_000, watchers: 1_000, watch_writes: 100, workspaces: 1_000, objects_per_ws: 100, sim_nodes: 100, sim_pods: 5_000 }
     };
     let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0);
     let mem = std::fs::read_to_string("/proc/meminfo").ok().and_then(|m| m.lines().next().map(|l| l.split_whitespace().nth(1).unwrap_or("0").parse::<f64>().unwrap_or(0.0) / 1024.0 / 1024.0)).unwrap_or(0.0);
@@ -249,6 +266,24 @@ async fn main() -> anyhow::Result<()> {
         ),
         json!({"scenario": "workspaces_rss", "workspaces": s.workspaces, "objects_per_workspace": s.objects_per_ws, "rss_mib": m.with_objects,
                "rss_with_empty_workspaces_mib": m.with_workspaces, "idle_rss_mib": m.idle, "server_cpu_secs": m.cpu_secs, "load_secs": m.load_secs}),
+    );
+
+    // A simulated cluster: a 100-replica rollout against its startup delay, then
+    // the RSS of the cluster process with many running pods.
+    let sim = sim_cluster(&args.flotilla, s.sim_nodes, s.sim_pods).await?;
+    report.add(
+        "sim: 100-replica Deployment to Available p50 / max",
+        format!("{:.0} / {:.0} ms", sim.rollout_p50_ms, sim.rollout_max_ms),
+        format!("startupDelay {SIM_STARTUP_DELAY_MS} ms"),
+        format!("{:.0} ms over the delay (p50)", sim.rollout_p50_ms - SIM_STARTUP_DELAY_MS as f64),
+        json!({"scenario": "sim_rollout", "replicas": 100, "runs": sim.rollouts, "p50_ms": sim.rollout_p50_ms, "max_ms": sim.rollout_max_ms, "startup_delay_ms": SIM_STARTUP_DELAY_MS}),
+    );
+    report.add(
+        &format!("sim: RSS with {} nodes, {} running pods", s.sim_nodes, sim.running),
+        format!("{:.0} MiB", sim.rss_mib),
+        format!("empty cluster {:.0} MiB", sim.idle_rss_mib),
+        format!("{:.1} KiB/pod", (sim.rss_mib - sim.idle_rss_mib) * 1024.0 / sim.running.max(1) as f64),
+        json!({"scenario": "sim_rss", "nodes": s.sim_nodes, "running_pods": sim.running, "rss_mib": sim.rss_mib, "idle_rss_mib": sim.idle_rss_mib, "cpu_secs": sim.cpu_secs, "load_secs": sim.load_secs}),
     );
 
     println!();
@@ -440,4 +475,90 @@ struct RssFigures {
     with_objects: f64,
     cpu_secs: f64,
     load_secs: f64,
+}
+
+/// The simulated cluster's pod startup delay in the sim scenarios.
+const SIM_STARTUP_DELAY_MS: u64 = 300;
+
+struct SimFigures {
+    rollouts: usize,
+    rollout_p50_ms: f64,
+    rollout_max_ms: f64,
+    running: usize,
+    rss_mib: f64,
+    idle_rss_mib: f64,
+    cpu_secs: f64,
+    load_secs: f64,
+}
+
+fn bench_deployment(name: &str, replicas: usize) -> anyhow::Result<k8s_openapi::api::apps::v1::Deployment> {
+    Ok(serde_json::from_value(json!({
+        "metadata": {"name": name},
+        "spec": {"replicas": replicas, "selector": {"matchLabels": {"app": name}},
+                 "template": {"metadata": {"labels": {"app": name}},
+                              "spec": {"containers": [{"name": "main", "image": "nginx:1.27", "resources": {"requests": {"cpu": "10m", "memory": "16Mi"}}}]}}}
+    }))?)
+}
+
+fn available(d: &k8s_openapi::api::apps::v1::Deployment) -> bool {
+    let want = d.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1);
+    let st = d.status.clone().unwrap_or_default();
+    st.available_replicas.unwrap_or(0) == want && st.conditions.unwrap_or_default().iter().any(|c| c.type_ == "Available" && c.status == "True")
+}
+
+/// Waits until every named Deployment is Available; returns when each became so.
+async fn wait_available(api: &Api<k8s_openapi::api::apps::v1::Deployment>, names: &[String], deadline: Duration) -> anyhow::Result<()> {
+    let until = Instant::now() + deadline;
+    loop {
+        let list = api.list(&Default::default()).await?;
+        let ready = list.items.iter().filter(|d| names.iter().any(|n| Some(n) == d.metadata.name.as_ref()) && available(d)).count();
+        if ready == names.len() {
+            return Ok(());
+        }
+        anyhow::ensure!(Instant::now() < until, "only {ready}/{} Deployments Available after {deadline:?}", names.len());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+async fn sim_cluster(bin: &Path, nodes: usize, pods: usize) -> anyhow::Result<SimFigures> {
+    use k8s_openapi::api::apps::v1::Deployment;
+    let yaml = format!("name: bench\nnodes:\n  - {{count: {nodes}, cpu: \"16\", memory: 64Gi, pods: 110}}\nstartupDelay: {SIM_STARTUP_DELAY_MS}ms\n");
+    let srv = ServerProc::sim(bin, "bench", &yaml)?;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let idle_rss_mib = srv.rss_mib();
+    let client = srv.client("kind-bench", None).await?;
+    let api: Api<Deployment> = Api::namespaced(client, "default");
+
+    // Rollout latency: one 100-replica Deployment at a time, create to Available,
+    // watched as a client would (a watch on the one Deployment).
+    let mut rollouts = Vec::new();
+    for i in 0..5 {
+        let name = format!("rollout-{i}");
+        let t = Instant::now();
+        api.create(&PostParams::default(), &bench_deployment(&name, 100)?).await?;
+        let wp = WatchParams::default().fields(&format!("metadata.name={name}")).timeout(60);
+        let mut stream = api.watch(&wp, "0").await?.boxed();
+        loop {
+            match tokio::time::timeout(Duration::from_secs(60), stream.try_next()).await {
+                Ok(Ok(Some(WatchEvent::Added(d) | WatchEvent::Modified(d)))) if available(&d) => break,
+                Ok(Ok(Some(_))) => {}
+                other => anyhow::bail!("Deployment {name} did not become Available: {other:?}"),
+            }
+        }
+        rollouts.push(t.elapsed().as_secs_f64() * 1e3);
+        api.delete(&name, &Default::default()).await?;
+    }
+    let (p50, _, max) = summarize(rollouts.clone());
+
+    // Steady state with many running pods: 100-replica Deployments up to `pods`.
+    let start = Instant::now();
+    let names: Vec<String> = (0..pods / 100).map(|i| format!("load-{i}")).collect();
+    for n in &names {
+        api.create(&PostParams::default(), &bench_deployment(n, 100)?).await?;
+    }
+    wait_available(&api, &names, Duration::from_secs(600)).await?;
+    let load_secs = start.elapsed().as_secs_f64();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let running = api.list(&Default::default()).await?.items.iter().filter(|d| names.iter().any(|n| Some(n) == d.metadata.name.as_ref())).map(|d| d.status.as_ref().and_then(|s| s.available_replicas).unwrap_or(0) as usize).sum();
+    Ok(SimFigures { rollouts: rollouts.len(), rollout_p50_ms: p50, rollout_max_ms: max, running, rss_mib: srv.rss_mib(), idle_rss_mib, cpu_secs: srv.cpu_secs(), load_secs })
 }

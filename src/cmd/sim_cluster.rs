@@ -1,0 +1,47 @@
+//! `flotilla sim-cluster`: one simulated physical cluster as its own process, a real
+//! Kubernetes API at `/` with simulated nodes, scheduling and kubelets behind it.
+
+use std::path::Path;
+
+use anyhow::Context;
+use controlplane::server::{self, ServerConfig};
+use test_clusters::sim::Simulator;
+
+use crate::cli::SimClusterArgs;
+
+/// Runs until Ctrl-C or SIGTERM. State lives in `<data-dir>/clusters/<name>/`, so a
+/// restart on the same data dir is the same cluster, with its workloads.
+pub async fn run(data_dir: &Path, args: SimClusterArgs) -> anyhow::Result<()> {
+    let defs = test_clusters::config::load(&args.config)?;
+    let def = match (&args.name, defs.len()) {
+        (Some(name), _) => defs.iter().find(|d| &d.name == name).cloned().with_context(|| {
+            let names: Vec<&str> = defs.iter().map(|d| d.name.as_str()).collect();
+            format!("{} defines no cluster {name:?}; it defines: {}", args.config.display(), names.join(", "))
+        })?,
+        (None, 1) => defs[0].clone(),
+        (None, _) => {
+            let names: Vec<&str> = defs.iter().map(|d| d.name.as_str()).collect();
+            anyhow::bail!("{} defines {} clusters ({}); choose one with --name", args.config.display(), defs.len(), names.join(", "))
+        }
+    };
+    let name = def.name.clone();
+    let state_dir = data_dir.join("clusters").join(&name);
+    std::fs::create_dir_all(&state_dir).with_context(|| format!("creating {}", state_dir.display()))?;
+    let kubeconfig = data_dir.join(format!("{name}.kubeconfig"));
+    let srv = server::start(ServerConfig::physical_cluster(&name, &state_dir, kubeconfig, args.listen), prometheus::Registry::new()).await?;
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let nodes: i64 = def.node_groups.iter().map(|g| i64::from(g.count)).sum();
+    let simulator = Simulator::new(def);
+    test_clusters::driver::register_nodes(&srv.api, &simulator).await?;
+    let sim = tokio::spawn(test_clusters::driver::run(srv.api.clone(), simulator, stop_rx));
+    println!("simulated cluster {name} serving on {} ({nodes} nodes)", controlplane::kubeconfig::server_url(srv.addr));
+    println!("kubeconfig: {}", srv.kubeconfig.display());
+    println!("try: kubectl --kubeconfig {} get nodes", srv.kubeconfig.display());
+    println!("ready");
+    super::shutdown_signal().await;
+    tracing::info!(cluster = %name, "shutting down");
+    let _ = stop_tx.send(true);
+    let _ = sim.await;
+    srv.shutdown().await?;
+    Ok(())
+}

@@ -1,0 +1,782 @@
+//! The kubelet of every simulated node: the status of the pods bound to it.
+//!
+//! A bound pod first shows what a real kubelet reports while the sandbox is being set up:
+//! phase `Pending`, containers waiting with reason `ContainerCreating` (or `PodInitializing`
+//! behind init containers), `PodReadyToStartContainers=False`, `Ready=False`
+//! (`ContainersNotReady`), a `hostIP` and a `startTime`. That first status is always written,
+//! however short the startup delay, so the `ContainerCreating` state is observable. Once
+//! `startTime + startupDelay` has passed the pod is `Running`: every container running,
+//! started and ready (there are no probes), init containers terminated with `Completed`,
+//! all conditions `True`, and a pod IP.
+//!
+//! Condition transition times, `startTime` and `startedAt` are kept once written, so
+//! recomputing an unchanged pod gives an identical status and no write. Pod IPs come from the
+//! node's pod CIDR (`10.244.N.0/24`): the lowest free host address from `.2`, skipping the
+//! addresses of the other pods on the node. Image references are normalized the way
+//! containerd reports them (`nginx` → `docker.io/library/nginx:latest`), and image and
+//! container IDs are SHA-256 digests of stable inputs.
+//!
+//! A pod being deleted is finished at once: the kubelet deletes it with a grace period of 0.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use jiff::{SignedDuration, Timestamp};
+use k8s_openapi::api::core::v1::{
+    Container, ContainerState, ContainerStateRunning, ContainerStateTerminated,
+    ContainerStateWaiting, ContainerStatus, HostIP, Node, Pod, PodCondition, PodIP, PodStatus,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use sha2::{Digest, Sha256};
+
+use super::action::{Action, Kind, Object, ObjectRef};
+use super::{k8s_time, nodes, pod};
+
+/// What one pass of the kubelets decided.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct KubeletSync {
+    /// Requests to make, in order.
+    pub actions: Vec<Action>,
+    /// The earliest moment a pod will start running.
+    pub wake_at: Option<Timestamp>,
+    /// Uids of the pods whose first status this pass writes; they started at `now`.
+    pub started: Vec<String>,
+}
+
+/// Brings the status of every pod bound to one of `nodes` up to date. `started` maps pod
+/// uids to the exact moment their first status was written.
+pub fn sync(
+    nodes: &[Node],
+    pods: &[Pod],
+    started: &BTreeMap<String, Timestamp>,
+    startup_delay: Duration,
+    now: Timestamp,
+) -> KubeletSync {
+    let mut out = KubeletSync::default();
+    let by_name: BTreeMap<&str, &Node> = nodes
+        .iter()
+        .filter_map(|n| Some((n.metadata.name.as_deref()?, n)))
+        .collect();
+    let mut used_ips: BTreeMap<&str, BTreeSet<String>> = BTreeMap::new();
+    for p in pods {
+        if let (Some(node), Some(ip)) = (
+            bound_node(p),
+            p.status.as_ref().and_then(|s| s.pod_ip.clone()),
+        ) {
+            used_ips.entry(node).or_default().insert(ip);
+        }
+    }
+    let mut bound: Vec<&Pod> = pods
+        .iter()
+        .filter(|p| bound_node(p).is_some_and(|n| by_name.contains_key(n)))
+        .collect();
+    bound.sort_by_key(|p| pod::key(p));
+    for p in bound {
+        let node_name = bound_node(p).unwrap_or_default();
+        let node = by_name[node_name];
+        if p.metadata.deletion_timestamp.is_some() {
+            out.actions.push(Action::Delete {
+                target: ObjectRef::from_meta(Kind::Pod, &p.metadata),
+                grace_period_seconds: Some(0),
+            });
+            continue;
+        }
+        if pod::is_terminal(p) {
+            continue;
+        }
+        let ips = used_ips.entry(node_name).or_default();
+        let uid = p.metadata.uid.clone().unwrap_or_default();
+        let anchor = started.get(&uid).copied();
+        let status = desired_status(p, node, startup_delay, now, anchor, |cidr| {
+            allocate_ip(cidr, ips)
+        });
+        if p.status
+            .as_ref()
+            .and_then(|s| s.start_time.as_ref())
+            .is_none()
+        {
+            out.started.push(uid);
+        }
+        if p.status.as_ref() != Some(&status) {
+            let mut updated = p.clone();
+            updated.status = Some(status);
+            out.actions
+                .push(Action::UpdateStatus(Object::Pod(Box::new(updated))));
+        }
+        if let Some(at) = next_transition(p, startup_delay, now, anchor) {
+            out.wake_at = Some(out.wake_at.map_or(at, |w| w.min(at)));
+        }
+    }
+    out
+}
+
+fn bound_node(p: &Pod) -> Option<&str> {
+    p.spec
+        .as_ref()?
+        .node_name
+        .as_deref()
+        .filter(|n| !n.is_empty())
+}
+
+/// When the pod will turn Running, if it has started (has a `startTime`) and is not running
+/// yet. `started` is the exact start when known. A pod without a `startTime` changes on the
+/// next sync, which writes it.
+pub fn next_transition(
+    pod: &Pod,
+    startup_delay: Duration,
+    now: Timestamp,
+    started: Option<Timestamp>,
+) -> Option<Timestamp> {
+    let status = pod.status.as_ref()?;
+    if status.phase.as_deref() == Some("Running") {
+        return None;
+    }
+    let start = exact_start(started, status.start_time.as_ref()?.0);
+    let at = start + signed(startup_delay);
+    Some(at.max(now))
+}
+
+/// The remembered start moment if it agrees with the stored `startTime` (same second), else
+/// `startTime`: a status written in a later pass than remembered wins.
+fn exact_start(remembered: Option<Timestamp>, start_time: Timestamp) -> Timestamp {
+    remembered
+        .filter(|r| r.as_second() == start_time.as_second())
+        .unwrap_or(start_time)
+}
+
+fn signed(d: Duration) -> SignedDuration {
+    SignedDuration::try_from(d).unwrap_or(SignedDuration::MAX)
+}
+
+/// The status the kubelet reports for a pod bound to `node` at `now`. `started` is the
+/// exact moment the pod's first status was written, if known (else its `startTime`).
+/// `allocate_ip` gets the node's pod CIDR and returns a free address; it is called only when
+/// the pod starts running without an IP.
+pub fn desired_status(
+    pod: &Pod,
+    node: &Node,
+    startup_delay: Duration,
+    now: Timestamp,
+    started: Option<Timestamp>,
+    allocate_ip: impl FnOnce(&str) -> String,
+) -> PodStatus {
+    let old = pod.status.clone().unwrap_or_default();
+    let spec = pod.spec.clone().unwrap_or_default();
+    let start = old.start_time.clone().unwrap_or_else(|| k8s_time(now));
+    let anchor = exact_start(started, start.0);
+    // The first status is always ContainerCreating, however short the delay.
+    let running = old.start_time.is_some() && now >= anchor + signed(startup_delay);
+    let host_ip = nodes::internal_ip(node).unwrap_or_default().to_string();
+
+    let init: Vec<&Container> = spec.init_containers.iter().flatten().collect();
+    let regular_init: Vec<&str> = init
+        .iter()
+        .filter(|c| !is_sidecar(c))
+        .map(|c| c.name.as_str())
+        .collect();
+    let init_statuses: Vec<ContainerStatus> = init
+        .iter()
+        .map(|c| {
+            let previous = find_status(old.init_container_statuses.as_ref(), &c.name);
+            match (running, is_sidecar(c)) {
+                (false, _) => waiting(c, "PodInitializing"),
+                (true, true) => running_status(pod, c, previous, now),
+                (true, false) => completed(pod, c, previous, now),
+            }
+        })
+        .collect();
+    let container_statuses: Vec<ContainerStatus> = spec
+        .containers
+        .iter()
+        .map(|c| {
+            let previous = find_status(old.container_statuses.as_ref(), &c.name);
+            if running {
+                running_status(pod, c, previous, now)
+            } else {
+                waiting(
+                    c,
+                    if regular_init.is_empty() {
+                        "ContainerCreating"
+                    } else {
+                        "PodInitializing"
+                    },
+                )
+            }
+        })
+        .collect();
+
+    let not_ready: Vec<&str> = spec.containers.iter().map(|c| c.name.as_str()).collect();
+    let unready = format!("containers with unready status: [{}]", not_ready.join(" "));
+    let mut conditions = vec![
+        condition(&old, "PodReadyToStartContainers", running, None, None, now),
+        if running || regular_init.is_empty() {
+            condition(&old, "Initialized", true, None, None, now)
+        } else {
+            let msg = format!(
+                "containers with incomplete status: [{}]",
+                regular_init.join(" ")
+            );
+            condition(
+                &old,
+                "Initialized",
+                false,
+                Some("ContainersNotInitialized"),
+                Some(msg),
+                now,
+            )
+        },
+        if running {
+            condition(&old, "Ready", true, None, None, now)
+        } else {
+            condition(
+                &old,
+                "Ready",
+                false,
+                Some("ContainersNotReady"),
+                Some(unready.clone()),
+                now,
+            )
+        },
+        if running {
+            condition(&old, "ContainersReady", true, None, None, now)
+        } else {
+            condition(
+                &old,
+                "ContainersReady",
+                false,
+                Some("ContainersNotReady"),
+                Some(unready),
+                now,
+            )
+        },
+        // Binding set PodScheduled=True; the kubelet reports it too.
+        condition(&old, "PodScheduled", true, None, None, now),
+    ];
+    // Keep conditions the kubelet does not own (readiness gates, DisruptionTarget, ...).
+    const OWNED: [&str; 5] = [
+        "PodReadyToStartContainers",
+        "Initialized",
+        "Ready",
+        "ContainersReady",
+        "PodScheduled",
+    ];
+    conditions.extend(
+        old.conditions
+            .iter()
+            .flatten()
+            .filter(|c| !OWNED.contains(&c.type_.as_str()))
+            .cloned(),
+    );
+
+    let pod_ip = if running {
+        Some(old.pod_ip.clone().unwrap_or_else(|| {
+            let cidr = node
+                .spec
+                .as_ref()
+                .and_then(|s| s.pod_cidr.clone())
+                .unwrap_or_else(|| "10.244.0.0/24".to_string());
+            allocate_ip(&cidr)
+        }))
+    } else {
+        None
+    };
+    PodStatus {
+        phase: Some(if running { "Running" } else { "Pending" }.to_string()),
+        conditions: Some(conditions),
+        host_ip: Some(host_ip.clone()),
+        host_ips: Some(vec![HostIP { ip: host_ip }]),
+        pod_ip: pod_ip.clone(),
+        pod_ips: pod_ip.map(|ip| vec![PodIP { ip }]),
+        start_time: Some(start),
+        qos_class: Some(pod::qos_class(&spec).to_string()),
+        container_statuses: Some(container_statuses),
+        init_container_statuses: Some(init_statuses).filter(|s| !s.is_empty()),
+        ..Default::default()
+    }
+}
+
+fn is_sidecar(c: &Container) -> bool {
+    c.restart_policy.as_deref() == Some("Always")
+}
+
+fn find_status<'a>(
+    statuses: Option<&'a Vec<ContainerStatus>>,
+    name: &str,
+) -> Option<&'a ContainerStatus> {
+    statuses?.iter().find(|s| s.name == name)
+}
+
+/// A condition, keeping the old transition time when the status has not changed.
+fn condition(
+    old: &PodStatus,
+    type_: &str,
+    ok: bool,
+    reason: Option<&str>,
+    message: Option<String>,
+    now: Timestamp,
+) -> PodCondition {
+    let status = if ok { "True" } else { "False" };
+    let previous = old.conditions.iter().flatten().find(|c| c.type_ == type_);
+    let transition = match previous {
+        Some(c) if c.status == status && c.last_transition_time.is_some() => {
+            c.last_transition_time.clone()
+        }
+        _ => Some(k8s_time(now)),
+    };
+    PodCondition {
+        type_: type_.to_string(),
+        status: status.to_string(),
+        reason: reason.map(str::to_string),
+        message,
+        last_transition_time: transition,
+        last_probe_time: None,
+        observed_generation: None,
+    }
+}
+
+fn waiting(c: &Container, reason: &str) -> ContainerStatus {
+    ContainerStatus {
+        name: c.name.clone(),
+        image: c.image.clone().unwrap_or_default(),
+        image_id: String::new(),
+        ready: false,
+        started: Some(false),
+        restart_count: 0,
+        last_state: Some(ContainerState::default()),
+        state: Some(ContainerState {
+            waiting: Some(ContainerStateWaiting {
+                reason: Some(reason.to_string()),
+                message: None,
+            }),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+/// A time kept from the previous status, or `now`.
+fn kept(previous: Option<&Time>, now: Timestamp) -> Time {
+    previous.cloned().unwrap_or_else(|| k8s_time(now))
+}
+
+fn running_status(
+    pod: &Pod,
+    c: &Container,
+    previous: Option<&ContainerStatus>,
+    now: Timestamp,
+) -> ContainerStatus {
+    let started_at = previous.and_then(|s| s.state.as_ref()?.running.as_ref()?.started_at.as_ref());
+    ContainerStatus {
+        state: Some(ContainerState {
+            running: Some(ContainerStateRunning {
+                started_at: Some(kept(started_at, now)),
+            }),
+            ..Default::default()
+        }),
+        ready: true,
+        started: Some(true),
+        ..started(pod, c)
+    }
+}
+
+fn completed(
+    pod: &Pod,
+    c: &Container,
+    previous: Option<&ContainerStatus>,
+    now: Timestamp,
+) -> ContainerStatus {
+    let previous = previous.and_then(|s| s.state.as_ref()?.terminated.as_ref());
+    let base = started(pod, c);
+    ContainerStatus {
+        state: Some(ContainerState {
+            terminated: Some(ContainerStateTerminated {
+                container_id: base.container_id.clone(),
+                exit_code: 0,
+                reason: Some("Completed".to_string()),
+                started_at: Some(kept(previous.and_then(|t| t.started_at.as_ref()), now)),
+                finished_at: Some(kept(previous.and_then(|t| t.finished_at.as_ref()), now)),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
+        ready: true,
+        started: Some(false),
+        ..base
+    }
+}
+
+/// The fields of a container that has been created: resolved image, image and container IDs.
+fn started(pod: &Pod, c: &Container) -> ContainerStatus {
+    let image = normalize_image(c.image.as_deref().unwrap_or_default());
+    let repo = image
+        .rsplit_once('@')
+        .map(|(r, _)| r)
+        .unwrap_or_else(|| strip_tag(&image));
+    let image_digest = hex::encode(Sha256::digest(image.as_bytes()));
+    let uid = pod.metadata.uid.as_deref().unwrap_or_default();
+    let container_digest = hex::encode(Sha256::digest(format!("{uid}/{}", c.name).as_bytes()));
+    ContainerStatus {
+        name: c.name.clone(),
+        image: image.clone(),
+        image_id: format!("{repo}@sha256:{image_digest}"),
+        container_id: Some(format!("containerd://{container_digest}")),
+        restart_count: 0,
+        last_state: Some(ContainerState::default()),
+        ..Default::default()
+    }
+}
+
+fn strip_tag(image: &str) -> &str {
+    // A ':' after the last '/' starts the tag; one before it belongs to a registry port.
+    let last_slash = image.rfind('/').map(|i| i + 1).unwrap_or(0);
+    match image[last_slash..].rfind(':') {
+        Some(i) => &image[..last_slash + i],
+        None => image,
+    }
+}
+
+/// The image reference as containerd reports it: Docker Hub names get `docker.io/` (and
+/// `library/` for official images), and a reference without tag or digest gets `:latest`.
+pub fn normalize_image(image: &str) -> String {
+    if image.is_empty() {
+        return String::new();
+    }
+    let (first, rest) = image.split_once('/').unwrap_or(("", image));
+    let has_registry =
+        !first.is_empty() && (first.contains('.') || first.contains(':') || first == "localhost");
+    let mut full = if has_registry {
+        image.to_string()
+    } else if first.is_empty() {
+        format!("docker.io/library/{rest}")
+    } else {
+        format!("docker.io/{image}")
+    };
+    if !full.contains('@') && strip_tag(&full) == full {
+        full.push_str(":latest");
+    }
+    full
+}
+
+/// The lowest host address from `.2` in an IPv4 `/24` CIDR that is not in `used`; recorded in `used`.
+pub fn allocate_ip(cidr: &str, used: &mut BTreeSet<String>) -> String {
+    let base = cidr.split('/').next().unwrap_or("10.244.0.0");
+    let prefix = base.rsplit_once('.').map(|(p, _)| p).unwrap_or("10.244.0");
+    for host in 2..=254 {
+        let ip = format!("{prefix}.{host}");
+        if used.insert(ip.clone()) {
+            return ip;
+        }
+    }
+    // A full /24 cannot happen with the pod limits of simulated nodes; reuse the last address.
+    format!("{prefix}.254")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sim::testutil::*;
+
+    const DELAY: Duration = Duration::from_millis(1500);
+
+    fn node() -> Node {
+        Node::test("n1").capacity("4", "8Gi", 110).build()
+    }
+
+    fn status_after(p: &Pod, now: Timestamp) -> PodStatus {
+        desired_status(p, &node(), DELAY, now, None, |cidr| {
+            allocate_ip(cidr, &mut BTreeSet::new())
+        })
+    }
+
+    fn with_status(p: &Pod, s: PodStatus) -> Pod {
+        Pod {
+            status: Some(s),
+            ..p.clone()
+        }
+    }
+
+    fn cond<'a>(s: &'a PodStatus, t: &str) -> &'a PodCondition {
+        s.conditions
+            .as_ref()
+            .unwrap()
+            .iter()
+            .find(|c| c.type_ == t)
+            .unwrap()
+    }
+
+    #[test]
+    fn a_bound_pod_is_container_creating_first() {
+        let p = Pod::test("web-1").on_node("n1").image("nginx").build();
+        let s = status_after(&p, t(10));
+        assert_eq!(s.phase.as_deref(), Some("Pending"));
+        assert_eq!(s.start_time.as_ref().unwrap().0, t(10));
+        assert_eq!(s.host_ip.as_deref(), Some("10.89.0.2"));
+        assert_eq!(s.pod_ip, None);
+        let c = &s.container_statuses.as_ref().unwrap()[0];
+        assert_eq!(
+            c.state
+                .as_ref()
+                .unwrap()
+                .waiting
+                .as_ref()
+                .unwrap()
+                .reason
+                .as_deref(),
+            Some("ContainerCreating")
+        );
+        assert_eq!(
+            (c.ready, c.started, c.image.as_str(), c.image_id.as_str()),
+            (false, Some(false), "nginx", "")
+        );
+        let types: Vec<&str> = s
+            .conditions
+            .as_ref()
+            .unwrap()
+            .iter()
+            .map(|c| c.type_.as_str())
+            .collect();
+        assert_eq!(
+            types,
+            [
+                "PodReadyToStartContainers",
+                "Initialized",
+                "Ready",
+                "ContainersReady",
+                "PodScheduled"
+            ]
+        );
+        let ready = cond(&s, "Ready");
+        assert_eq!(
+            (ready.status.as_str(), ready.reason.as_deref()),
+            ("False", Some("ContainersNotReady"))
+        );
+        assert_eq!(
+            ready.message.as_deref(),
+            Some("containers with unready status: [web]")
+        );
+        assert_eq!(cond(&s, "PodReadyToStartContainers").status, "False");
+        assert_eq!(cond(&s, "Initialized").status, "True");
+        assert_eq!(s.qos_class.as_deref(), Some("BestEffort"));
+        // Even a zero delay shows ContainerCreating once.
+        let s0 = desired_status(&p, &node(), Duration::ZERO, t(10), None, |_| unreachable!());
+        assert_eq!(s0.phase.as_deref(), Some("Pending"));
+    }
+
+    #[test]
+    fn the_pod_runs_after_the_startup_delay() {
+        let p = Pod::test("web-1")
+            .on_node("n1")
+            .image("nginx")
+            .requests("100m", "64Mi")
+            .build();
+        let creating = with_status(&p, status_after(&p, t(10)));
+        assert_eq!(
+            next_transition(&creating, DELAY, t(10), None),
+            Some(t(10) + SignedDuration::from_millis(1500))
+        );
+        // An exact start moment, when known, beats the whole-second startTime.
+        let exact = t(10) + SignedDuration::from_millis(700);
+        assert_eq!(
+            next_transition(&creating, DELAY, t(10), Some(exact)),
+            Some(exact + SignedDuration::from_millis(1500))
+        );
+        let s = desired_status(
+            &creating,
+            &node(),
+            DELAY,
+            t(11) + SignedDuration::from_millis(600),
+            Some(exact),
+            |_| unreachable!(),
+        );
+        assert_eq!(s.phase.as_deref(), Some("Pending"));
+        // Still creating just before the delay has passed.
+        let s = status_after(&creating, t(11));
+        assert_eq!(s, creating.status.clone().unwrap());
+
+        let s = status_after(&creating, t(12));
+        assert_eq!(s.phase.as_deref(), Some("Running"));
+        assert_eq!(s.pod_ip.as_deref(), Some("10.244.1.2"));
+        assert_eq!(s.pod_ips.as_ref().unwrap()[0].ip, "10.244.1.2");
+        assert_eq!(s.start_time.as_ref().unwrap().0, t(10));
+        for t_ in [
+            "PodReadyToStartContainers",
+            "Initialized",
+            "Ready",
+            "ContainersReady",
+            "PodScheduled",
+        ] {
+            assert_eq!(cond(&s, t_).status, "True", "{t_}");
+        }
+        assert_eq!(
+            cond(&s, "Ready").last_transition_time.as_ref().unwrap().0,
+            t(12)
+        );
+        // Initialized stayed True: its transition time is the first one.
+        assert_eq!(
+            cond(&s, "Initialized")
+                .last_transition_time
+                .as_ref()
+                .unwrap()
+                .0,
+            t(10)
+        );
+        let c = &s.container_statuses.as_ref().unwrap()[0];
+        assert_eq!((c.ready, c.started, c.restart_count), (true, Some(true), 0));
+        assert_eq!(c.image, "docker.io/library/nginx:latest");
+        assert!(
+            c.image_id.starts_with("docker.io/library/nginx@sha256:")
+                && c.image_id.len() == "docker.io/library/nginx@sha256:".len() + 64
+        );
+        assert!(c
+            .container_id
+            .as_ref()
+            .unwrap()
+            .starts_with("containerd://"));
+        assert_eq!(
+            c.state
+                .as_ref()
+                .unwrap()
+                .running
+                .as_ref()
+                .unwrap()
+                .started_at
+                .as_ref()
+                .unwrap()
+                .0,
+            t(12)
+        );
+        assert_eq!(s.qos_class.as_deref(), Some("Burstable"));
+
+        // Recomputing later changes nothing.
+        let running = with_status(&creating, s.clone());
+        assert_eq!(status_after(&running, t(500)), s);
+        assert_eq!(next_transition(&running, DELAY, t(500), None), None);
+    }
+
+    #[test]
+    fn init_containers_show_while_starting_and_complete() {
+        let p = Pod::test("job")
+            .on_node("n1")
+            .image("busybox")
+            .init_container("setup", "busybox:1.36")
+            .build();
+        let s = status_after(&p, t(0));
+        let init = cond(&s, "Initialized");
+        assert_eq!(
+            (init.status.as_str(), init.reason.as_deref()),
+            ("False", Some("ContainersNotInitialized"))
+        );
+        assert_eq!(
+            init.message.as_deref(),
+            Some("containers with incomplete status: [setup]")
+        );
+        let main = &s.container_statuses.as_ref().unwrap()[0];
+        assert_eq!(
+            main.state
+                .as_ref()
+                .unwrap()
+                .waiting
+                .as_ref()
+                .unwrap()
+                .reason
+                .as_deref(),
+            Some("PodInitializing")
+        );
+
+        let running = status_after(&with_status(&p, s), t(5));
+        let setup = &running.init_container_statuses.as_ref().unwrap()[0];
+        let term = setup.state.as_ref().unwrap().terminated.as_ref().unwrap();
+        assert_eq!(
+            (term.exit_code, term.reason.as_deref()),
+            (0, Some("Completed"))
+        );
+        assert_eq!(setup.image, "docker.io/library/busybox:1.36");
+        assert_eq!(cond(&running, "Initialized").status, "True");
+    }
+
+    #[test]
+    fn sync_writes_only_changes_and_allocates_distinct_ips() {
+        let nodes = [node()];
+        let a = Pod::test("a").on_node("n1").build();
+        let b = Pod::test("b").on_node("n1").build();
+        let elsewhere = Pod::test("c").on_node("other-node").build();
+        let none = BTreeMap::new();
+        let first = sync(
+            &nodes,
+            &[a.clone(), b.clone(), elsewhere],
+            &none,
+            DELAY,
+            t(0),
+        );
+        assert_eq!(first.actions.len(), 2);
+        assert_eq!(first.started, ["uid-a", "uid-b"]);
+        assert_eq!(first.wake_at, None, "no pod has a startTime yet");
+        let statuses: Vec<Pod> = first
+            .actions
+            .iter()
+            .map(|x| match x {
+                Action::UpdateStatus(Object::Pod(p)) => (**p).clone(),
+                other => panic!("{other:?}"),
+            })
+            .collect();
+        let again = sync(&nodes, &statuses, &none, DELAY, t(1));
+        assert!(again.actions.is_empty());
+        assert_eq!(
+            again.wake_at,
+            Some(t(0) + SignedDuration::from_millis(1500))
+        );
+        let later = sync(&nodes, &statuses, &none, DELAY, t(2));
+        let ips: BTreeSet<String> = later
+            .actions
+            .iter()
+            .map(|x| match x {
+                Action::UpdateStatus(Object::Pod(p)) => {
+                    p.status.as_ref().unwrap().pod_ip.clone().unwrap()
+                }
+                other => panic!("{other:?}"),
+            })
+            .collect();
+        assert_eq!(
+            ips,
+            BTreeSet::from(["10.244.1.2".to_string(), "10.244.1.3".to_string()])
+        );
+    }
+
+    #[test]
+    fn deleting_pods_are_finished() {
+        let p = Pod::test("a")
+            .on_node("n1")
+            .ready_at(t(0))
+            .deleting()
+            .build();
+        let out = sync(&[node()], &[p], &BTreeMap::new(), DELAY, t(5));
+        assert!(
+            matches!(&out.actions[..], [Action::Delete { target, grace_period_seconds: Some(0) }] if target.name == "a")
+        );
+    }
+
+    #[test]
+    fn image_normalization() {
+        assert_eq!(normalize_image("nginx"), "docker.io/library/nginx:latest");
+        assert_eq!(
+            normalize_image("nginx:1.27"),
+            "docker.io/library/nginx:1.27"
+        );
+        assert_eq!(
+            normalize_image("bitnami/redis"),
+            "docker.io/bitnami/redis:latest"
+        );
+        assert_eq!(
+            normalize_image("registry.k8s.io/pause:3.10"),
+            "registry.k8s.io/pause:3.10"
+        );
+        assert_eq!(
+            normalize_image("localhost:5000/app"),
+            "localhost:5000/app:latest"
+        );
+        assert_eq!(
+            normalize_image("ghcr.io/a/b@sha256:abc"),
+            "ghcr.io/a/b@sha256:abc"
+        );
+    }
+}

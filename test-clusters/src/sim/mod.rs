@@ -1,0 +1,376 @@
+//! The pure core of a simulated Kubernetes cluster.
+//!
+//! Given everything a cluster holds ([`ClusterState`]: nodes, deployments, replicasets,
+//! pods) and the time, [`Simulator::reconcile`] returns the [`Action`]s that
+//! kube-controller-manager's deployment and replicaset controllers, kube-scheduler and the
+//! nodes' kubelets would take, plus when to look again. It performs no I/O: a driver lists or
+//! watches the objects from a Kubernetes API, applies the actions through the same API, and
+//! calls `reconcile` again whenever something changed or the wake-up time has come. Actions
+//! are idempotent, so reconciling a state that does not reflect earlier actions yet is safe.
+//!
+//! Each controller is a pure function in its own module and can be used alone:
+//! [`deployment::sync`], [`replicaset::sync`], [`scheduler::schedule`], [`kubelet::sync`],
+//! [`nodes::nodes`]. The [`Simulator`] runs them in that order over one snapshot, and
+//! remembers what a real controller remembers between syncs: the pods it asked for and not yet
+//! seen (the replicaset controller's expectations), the bindings not yet seen (the scheduler's
+//! assumed pods), and the state of its pod-name generator.
+//!
+//! Timestamps written into objects are whole seconds, the precision `metav1.Time` keeps.
+
+pub mod action;
+pub mod deployment;
+pub mod events;
+pub mod kubelet;
+pub mod names;
+pub mod nodes;
+pub mod pod;
+pub mod replicaset;
+pub mod scheduler;
+pub mod template_hash;
+
+#[cfg(test)]
+mod tests;
+#[cfg(test)]
+pub(crate) mod testutil;
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use jiff::{SignedDuration, Timestamp};
+use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
+use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+
+pub use action::{Action, Kind, Object, ObjectRef};
+pub use names::{NameSource, SeededNames};
+
+use crate::config::ClusterDef;
+use events::Recorder;
+
+/// Everything the simulation reads: the objects of one cluster, all namespaces.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ClusterState {
+    /// Nodes.
+    pub nodes: Vec<Node>,
+    /// Deployments.
+    pub deployments: Vec<Deployment>,
+    /// ReplicaSets.
+    pub replicasets: Vec<ReplicaSet>,
+    /// Pods.
+    pub pods: Vec<Pod>,
+}
+
+/// The outcome of one reconcile.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Reconciled {
+    /// Requests to make, in order.
+    pub actions: Vec<Action>,
+    /// Reconcile again at this time even if nothing changes (a pod finishing its startup
+    /// delay, a pod becoming available after `minReadySeconds`, a progress deadline).
+    pub next_wakeup: Option<Timestamp>,
+}
+
+/// How long a binding may stay invisible in the input before the scheduler stops assuming it
+/// happened and schedules the pod again.
+pub const ASSUME_TIMEOUT: SignedDuration = SignedDuration::from_secs(30);
+
+#[derive(Debug, Clone, Default)]
+struct Expectation {
+    /// Pod names asked for and not yet seen.
+    creates: BTreeSet<String>,
+    /// Pod uids asked to be deleted and still seen.
+    deletes: BTreeSet<String>,
+    since: Option<Timestamp>,
+}
+
+/// One simulated cluster: its definition and what its controllers remember between syncs.
+pub struct Simulator {
+    def: ClusterDef,
+    names: Box<dyn NameSource + Send>,
+    /// By ReplicaSet uid.
+    expectations: BTreeMap<String, Expectation>,
+    /// Pod key → (node, when bound).
+    assumed: BTreeMap<String, (String, Timestamp)>,
+    /// Pod uid → the exact moment its kubelet first wrote its status.
+    started: BTreeMap<String, Timestamp>,
+}
+
+impl std::fmt::Debug for Simulator {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Simulator")
+            .field("cluster", &self.def.name)
+            .field("expectations", &self.expectations)
+            .field("assumed", &self.assumed)
+            .finish()
+    }
+}
+
+impl Simulator {
+    /// A simulator whose pod names are seeded from the cluster name, so they are
+    /// reproducible run to run yet differ between clusters.
+    pub fn new(def: ClusterDef) -> Self {
+        let names = SeededNames::from_seed_text(&def.name);
+        Simulator::with_names(def, names)
+    }
+
+    /// A simulator with its own source of pod-name suffixes.
+    pub fn with_names(def: ClusterDef, names: impl NameSource + Send + 'static) -> Self {
+        Simulator {
+            def,
+            names: Box::new(names),
+            expectations: BTreeMap::new(),
+            assumed: BTreeMap::new(),
+            started: BTreeMap::new(),
+        }
+    }
+
+    /// The cluster definition.
+    pub fn def(&self) -> &ClusterDef {
+        &self.def
+    }
+
+    /// The Node objects the definition calls for (see [`nodes::nodes`]).
+    pub fn nodes(&self, now: Timestamp) -> Vec<Node> {
+        nodes::nodes(&self.def, now)
+    }
+
+    /// Tells the simulator that the driver could not apply an action, so it stops waiting
+    /// for its effect (a pod create or delete, a binding) and may ask again.
+    pub fn forget(&mut self, action: &Action) {
+        match action {
+            Action::Create(Object::Pod(p)) => {
+                let name = p.metadata.name.clone().unwrap_or_default();
+                if let Some(uid) = pod::controller_uid(&p.metadata) {
+                    if let Some(e) = self.expectations.get_mut(uid) {
+                        e.creates.remove(&name);
+                    }
+                }
+            }
+            Action::Delete { target, .. } if target.kind == Kind::Pod => {
+                if let Some(uid) = &target.uid {
+                    for e in self.expectations.values_mut() {
+                        e.deletes.remove(uid);
+                    }
+                }
+            }
+            Action::Bind { pod, .. } => {
+                self.assumed.remove(&format!(
+                    "{}/{}",
+                    pod.namespace.as_deref().unwrap_or_default(),
+                    pod.name
+                ));
+            }
+            _ => {}
+        }
+    }
+
+    /// Works out what the cluster's controllers, scheduler and kubelets do next.
+    pub fn reconcile(&mut self, state: &ClusterState, now: Timestamp) -> Reconciled {
+        let mut out = Reconciled::default();
+        let mut rec = Recorder::new(now);
+        let wake = |t: Option<Timestamp>, out: &mut Reconciled| {
+            if let Some(t) = t {
+                out.next_wakeup = Some(out.next_wakeup.map_or(t, |w| w.min(t)));
+            }
+        };
+
+        // Nodes: register the ones the definition has and the state lacks.
+        let present: BTreeSet<&str> = state
+            .nodes
+            .iter()
+            .filter_map(|n| n.metadata.name.as_deref())
+            .collect();
+        for node in nodes::nodes(&self.def, now) {
+            if !present.contains(node.metadata.name.as_deref().unwrap_or_default()) {
+                out.actions
+                    .push(Action::Create(Object::Node(Box::new(node))));
+            }
+        }
+
+        self.observe(state, now);
+
+        let pods_by_owner = group_by_controller(&state.pods);
+        let rs_by_owner = group_by_controller(&state.replicasets);
+
+        // Deployment controller.
+        let mut deployments: Vec<&Deployment> = state.deployments.iter().collect();
+        deployments.sort_by_key(|d| (d.metadata.namespace.clone(), d.metadata.name.clone()));
+        for d in deployments {
+            let replica_sets: Vec<&ReplicaSet> = d
+                .metadata
+                .uid
+                .as_deref()
+                .and_then(|uid| rs_by_owner.get(uid))
+                .cloned()
+                .unwrap_or_default();
+            let pods = replica_sets
+                .iter()
+                .filter_map(|rs| rs.metadata.uid.as_deref())
+                .flat_map(|uid| pods_by_owner.get(uid).cloned().unwrap_or_default())
+                .collect();
+            let taken_names = state
+                .replicasets
+                .iter()
+                .filter(|rs| rs.metadata.namespace == d.metadata.namespace)
+                .filter_map(|rs| rs.metadata.name.as_deref())
+                .collect();
+            let input = deployment::DeploymentInput {
+                deployment: d,
+                replica_sets,
+                pods,
+                taken_names,
+            };
+            let result = deployment::sync(&input, now, &mut rec);
+            out.actions.extend(result.actions);
+            wake(result.wake_at, &mut out);
+        }
+
+        // Replicaset controller.
+        let mut taken: BTreeMap<Option<String>, BTreeSet<String>> = BTreeMap::new();
+        for p in &state.pods {
+            taken
+                .entry(p.metadata.namespace.clone())
+                .or_default()
+                .insert(p.metadata.name.clone().unwrap_or_default());
+        }
+        let mut replicasets: Vec<&ReplicaSet> = state.replicasets.iter().collect();
+        replicasets.sort_by_key(|rs| (rs.metadata.namespace.clone(), rs.metadata.name.clone()));
+        for rs in replicasets {
+            let uid = rs.metadata.uid.clone().unwrap_or_default();
+            let pods = pods_by_owner.get(uid.as_str()).cloned().unwrap_or_default();
+            let related_pods =
+                match pod::controller_uid(&rs.metadata).and_then(|owner| rs_by_owner.get(owner)) {
+                    Some(siblings) => siblings
+                        .iter()
+                        .filter_map(|s| s.metadata.uid.as_deref())
+                        .flat_map(|u| pods_by_owner.get(u).cloned().unwrap_or_default())
+                        .collect(),
+                    None => Vec::new(),
+                };
+            let manage = self
+                .expectations
+                .get(&uid)
+                .is_none_or(|e| e.creates.is_empty() && e.deletes.is_empty());
+            let input = replicaset::ReplicaSetInput {
+                replica_set: rs,
+                pods,
+                related_pods,
+                manage,
+            };
+            let names_taken = taken.entry(rs.metadata.namespace.clone()).or_default();
+            let result = replicaset::sync(&input, now, self.names.as_mut(), names_taken, &mut rec);
+            if !result.created.is_empty() || !result.deleted.is_empty() {
+                let e = self.expectations.entry(uid).or_default();
+                e.creates.extend(result.created);
+                e.deletes.extend(result.deleted);
+                e.since = Some(now);
+            }
+            out.actions.extend(result.actions);
+            wake(result.wake_at, &mut out);
+        }
+
+        // Scheduler.
+        let assumed: BTreeMap<String, String> = self
+            .assumed
+            .iter()
+            .map(|(k, (node, _))| (k.clone(), node.clone()))
+            .collect();
+        let scheduled = scheduler::schedule(&state.nodes, &state.pods, &assumed, now, &mut rec);
+        for (key, node) in scheduled.bindings {
+            self.assumed.insert(key, (node, now));
+        }
+        out.actions.extend(scheduled.actions);
+
+        // Kubelets.
+        let kubelets = kubelet::sync(
+            &state.nodes,
+            &state.pods,
+            &self.started,
+            self.def.startup_delay,
+            now,
+        );
+        self.started
+            .extend(kubelets.started.into_iter().map(|uid| (uid, now)));
+        out.actions.extend(kubelets.actions);
+        wake(kubelets.wake_at, &mut out);
+
+        // Waiting on expectations or assumed bindings that time out also needs a wake-up.
+        for e in self.expectations.values() {
+            wake(
+                e.since.map(|s| s + replicaset::EXPECTATIONS_TIMEOUT),
+                &mut out,
+            );
+        }
+        for (_, since) in self.assumed.values() {
+            wake(Some(*since + ASSUME_TIMEOUT), &mut out);
+        }
+        out
+    }
+
+    /// Drops expectations and assumptions the state now shows fulfilled, or that timed out.
+    fn observe(&mut self, state: &ClusterState, now: Timestamp) {
+        let pod_names: BTreeSet<String> = state.pods.iter().map(pod::key).collect();
+        let pod_uids: BTreeSet<&str> = state
+            .pods
+            .iter()
+            .filter_map(|p| p.metadata.uid.as_deref())
+            .collect();
+        let rs_by_uid: BTreeMap<&str, &ReplicaSet> = state
+            .replicasets
+            .iter()
+            .filter_map(|rs| Some((rs.metadata.uid.as_deref()?, rs)))
+            .collect();
+        self.expectations.retain(|uid, e| {
+            let Some(rs) = rs_by_uid.get(uid.as_str()) else {
+                return false;
+            };
+            let ns = rs.metadata.namespace.as_deref().unwrap_or_default();
+            e.creates
+                .retain(|name| !pod_names.contains(&format!("{ns}/{name}")));
+            e.deletes.retain(|uid| pod_uids.contains(uid.as_str()));
+            let fresh = e
+                .since
+                .is_some_and(|s| now < s + replicaset::EXPECTATIONS_TIMEOUT);
+            fresh && !(e.creates.is_empty() && e.deletes.is_empty())
+        });
+        let bound: BTreeMap<String, &Pod> = state.pods.iter().map(|p| (pod::key(p), p)).collect();
+        self.assumed.retain(|key, (_, since)| {
+            let still_unbound = bound.get(key).is_some_and(|p| {
+                p.spec
+                    .as_ref()
+                    .and_then(|s| s.node_name.as_deref())
+                    .is_none_or(str::is_empty)
+            });
+            still_unbound && now < *since + ASSUME_TIMEOUT
+        });
+        let running: BTreeSet<&str> = state
+            .pods
+            .iter()
+            .filter(|p| pod::phase(p) == "Running")
+            .filter_map(|p| p.metadata.uid.as_deref())
+            .collect();
+        // Only pods still starting need their start moment.
+        self.started
+            .retain(|uid, _| pod_uids.contains(uid.as_str()) && !running.contains(uid.as_str()));
+    }
+}
+
+/// Objects grouped by the uid of their controller.
+fn group_by_controller<
+    T: k8s_openapi::Metadata<Ty = k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta>,
+>(
+    items: &[T],
+) -> BTreeMap<&str, Vec<&T>> {
+    let mut map: BTreeMap<&str, Vec<&T>> = BTreeMap::new();
+    for item in items {
+        if let Some(uid) = pod::controller_uid(item.metadata()) {
+            map.entry(uid).or_default().push(item);
+        }
+    }
+    map
+}
+
+/// A `metav1.Time` for `t`, truncated to whole seconds as the API stores it, so that a
+/// status read back compares equal to the one written.
+pub fn k8s_time(t: Timestamp) -> Time {
+    Time(Timestamp::from_second(t.as_second()).unwrap_or(t))
+}

@@ -1,0 +1,136 @@
+//! A simulated cluster through the real kubectl: nodes, Deployments that become
+//! Available, capacity that leaves pods Pending, rollouts, and restarts that keep state.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{wait_for, SimCluster};
+
+/// Two nodes of 2 cpu / 4Gi; pods start 200 ms after binding.
+const EAST: &str = r#"
+name: east
+labels: {region: us}
+nodes:
+  - count: 2
+    cpu: "2"
+    memory: 4Gi
+    pods: 20
+startupDelay: 200ms
+"#;
+
+const DEADLINE: Duration = Duration::from_secs(30);
+
+fn deployment(name: &str, replicas: u32, cpu: &str, image: &str) -> String {
+    format!(
+        "apiVersion: apps/v1\nkind: Deployment\nmetadata: {{name: {name}}}\nspec:\n  replicas: {replicas}\n  selector: {{matchLabels: {{app: {name}}}}}\n  \
+         template:\n    metadata: {{labels: {{app: {name}}}}}\n    spec:\n      containers:\n      - name: main\n        image: {image}\n        \
+         resources: {{requests: {{cpu: \"{cpu}\", memory: 64Mi}}}}\n"
+    )
+}
+
+fn running_pods(c: &SimCluster, app: &str) -> usize {
+    c.k(&["get", "pods", "-l", &format!("app={app}"), "--field-selector=status.phase=Running", "-o", "name"]).lines().count()
+}
+
+#[test]
+fn nodes_look_like_a_real_clusters() {
+    let c = SimCluster::start(EAST);
+    let nodes = c.k(&["get", "nodes"]);
+    let rows: Vec<Vec<&str>> = nodes.lines().map(|l| l.split_whitespace().collect()).collect();
+    assert_eq!(rows[0], ["NAME", "STATUS", "ROLES", "AGE", "VERSION"], "{nodes}");
+    assert_eq!(rows.len(), 3, "two nodes: {nodes}");
+    assert!(rows[1..].iter().all(|r| r[1] == "Ready" && r[4].starts_with("v1.32")), "{nodes}");
+    let alloc = c.k(&["get", "nodes", "-o", "jsonpath={range .items[*]}{.status.allocatable.cpu}/{.status.allocatable.memory}/{.status.allocatable.pods} {end}"]);
+    assert_eq!(alloc.split_whitespace().collect::<Vec<_>>(), ["2/4Gi/20", "2/4Gi/20"], "{alloc}");
+    // The kubeconfig has kind's shape.
+    let ctx = c.k(&["config", "current-context"]);
+    assert_eq!(ctx.trim(), "kind-east");
+}
+
+#[test]
+fn a_deployment_rolls_out_and_becomes_available() {
+    let c = SimCluster::start(EAST);
+    assert!(c.k(&["create", "deployment", "web", "--image=nginx:1.27", "--replicas=3"]).contains("deployment.apps/web created"));
+    let status = c.k(&["rollout", "status", "deployment/web", "--timeout=30s"]);
+    assert!(status.contains("successfully rolled out"), "{status}");
+    assert!(c.k(&["wait", "--for=condition=Available", "deployment/web", "--timeout=30s"]).contains("condition met"));
+    assert_eq!(running_pods(&c, "web"), 3);
+    let d = c.k(&["get", "deploy", "web", "-o", "jsonpath={.status.readyReplicas}/{.status.availableReplicas}/{.status.updatedReplicas}/{.status.observedGeneration}/{.metadata.generation}"]);
+    assert_eq!(d, "3/3/3/1/1");
+    // Every pod is owned by the Deployment's ReplicaSet, and bound to a node.
+    let owners = c.k(&["get", "pods", "-l", "app=web", "-o", "jsonpath={range .items[*]}{.metadata.ownerReferences[0].kind} {.spec.nodeName}{\"\\n\"}{end}"]);
+    assert!(owners.lines().all(|l| l.starts_with("ReplicaSet east-worker")), "{owners}");
+
+    // Scale down removes pods; deleting the Deployment garbage-collects the rest.
+    c.k(&["scale", "deployment/web", "--replicas=1"]);
+    wait_for("web to scale down to one running pod", DEADLINE, || match running_pods(&c, "web") {
+        1 => Ok(()),
+        n => Err(format!("{n} running")),
+    });
+    c.k(&["delete", "deployment", "web", "--wait=true"]);
+    wait_for("the pods to be garbage-collected", DEADLINE, || {
+        let left = c.k(&["get", "pods,rs", "-l", "app=web", "-o", "name"]);
+        if left.trim().is_empty() { Ok(()) } else { Err(left) }
+    });
+}
+
+#[test]
+fn what_does_not_fit_stays_pending_with_the_reason() {
+    let c = SimCluster::start(EAST);
+    // 6 replicas of 900m on two 2-cpu nodes: two per node fit, two stay Pending.
+    c.apply(&deployment("big", 6, "900m", "busybox:1.36"));
+    wait_for("4 running and 2 pending", DEADLINE, || {
+        let pending = c.k(&["get", "pods", "-l", "app=big", "--field-selector=status.phase=Pending", "-o", "name"]).lines().count();
+        match (running_pods(&c, "big"), pending) {
+            (4, 2) => Ok(()),
+            seen => Err(format!("(running, pending) = {seen:?}")),
+        }
+    });
+    let d = c.k(&["get", "deploy", "big", "-o", "jsonpath={.status.availableReplicas}/{.spec.replicas} {.status.conditions[?(@.type==\"Available\")].status}"]);
+    assert_eq!(d, "4/6 False", "partly available, and not Available as a whole");
+    let pending = c.k(&["get", "pods", "-l", "app=big", "--field-selector=status.phase=Pending", "-o", "name"]);
+    let pod = pending.lines().next().unwrap();
+    let cond = c.k(&["get", pod, "-o", "jsonpath={.status.conditions[?(@.type==\"PodScheduled\")].status} {.status.conditions[?(@.type==\"PodScheduled\")].reason}"]);
+    assert_eq!(cond, "False Unschedulable");
+    let described = c.k(&["describe", pod]);
+    assert!(described.contains("FailedScheduling") && described.contains("0/2 nodes are available: 2 Insufficient cpu"), "{described}");
+}
+
+#[test]
+fn an_image_change_rolls_the_pods_over() {
+    let c = SimCluster::start(EAST);
+    c.apply(&deployment("api", 4, "100m", "nginx:1.27"));
+    c.k(&["rollout", "status", "deployment/api", "--timeout=30s"]);
+    c.k(&["set", "image", "deployment/api", "main=nginx:1.28"]);
+    let status = c.k(&["rollout", "status", "deployment/api", "--timeout=30s"]);
+    assert!(status.contains("successfully rolled out"), "{status}");
+    wait_for("every pod to run the new image", DEADLINE, || {
+        let images = c.k(&["get", "pods", "-l", "app=api", "-o", "jsonpath={range .items[*]}{.spec.containers[0].image} {.status.phase}{\"\\n\"}{end}"]);
+        let lines: Vec<&str> = images.lines().collect();
+        if lines.len() == 4 && lines.iter().all(|l| *l == "nginx:1.28 Running") { Ok(()) } else { Err(images) }
+    });
+    let history = c.k(&["rollout", "history", "deployment/api"]);
+    assert!(history.lines().any(|l| l.starts_with("2 ")), "{history}");
+    let rs = c.k(&["get", "rs", "-l", "app=api", "-o", "jsonpath={range .items[*]}{.spec.replicas}{\" \"}{end}"]);
+    let mut counts: Vec<&str> = rs.split_whitespace().collect();
+    counts.sort();
+    assert_eq!(counts, ["0", "4"], "the old ReplicaSet is scaled to zero and kept for rollback");
+}
+
+#[test]
+fn a_restart_on_the_same_data_dir_is_the_same_cluster() {
+    let mut c = SimCluster::start(EAST);
+    c.apply(&deployment("keep", 2, "100m", "nginx:1.27"));
+    c.k(&["rollout", "status", "deployment/keep", "--timeout=30s"]);
+    let before = c.k(&["get", "pods", "-l", "app=keep", "-o", "name"]);
+    c.kill9();
+    c.launch();
+    let after = c.k(&["get", "pods", "-l", "app=keep", "-o", "name"]);
+    assert_eq!(before, after, "the same pods, not new ones");
+    assert_eq!(running_pods(&c, "keep"), 2);
+    assert_eq!(c.k(&["get", "nodes", "-o", "name"]).lines().count(), 2, "no duplicate nodes");
+    // And it keeps working.
+    c.k(&["scale", "deployment/keep", "--replicas=3"]);
+    c.k(&["rollout", "status", "deployment/keep", "--timeout=30s"]);
+}
