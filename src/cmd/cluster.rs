@@ -79,7 +79,7 @@ async fn register(root: &Client, cp_kubeconfig: &Path, args: RegisterArgs) -> an
         print!("{}", pull_manifest(&name, &args.syncer_image, &upstream)?);
     } else {
         println!("{summary}");
-        println!("its syncer runs in the control plane; watch it with: kubectl --context root get synctarget {name}");
+        println!("see it with: kubectl --context root get synctarget {name}");
     }
     Ok(())
 }
@@ -303,7 +303,7 @@ fn pull_manifest(name: &str, image: &str, upstream: &str) -> anyhow::Result<Stri
 
 async fn list(targets: &Api<SyncTarget>) -> anyhow::Result<()> {
     let items = targets.list(&ListParams::default()).await.context("listing SyncTargets")?.items;
-    let rows: Vec<[String; 7]> = items
+    let rows: Vec<[String; 8]> = items
         .iter()
         .map(|t| {
             let status = t.status.clone().unwrap_or_default();
@@ -311,10 +311,11 @@ async fn list(targets: &Api<SyncTarget>) -> anyhow::Result<()> {
             let heartbeat = status.last_syncer_heartbeat_time.map(|t| controlplane::objmeta::age(Some(&t.0.to_string()))).unwrap_or_else(|| "<none>".into());
             let labels = t.labels().iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(",");
             let schedulable = if t.spec.evict_after.is_some() { "Draining" } else if t.spec.unschedulable { "Cordoned" } else { "True" };
-            [t.name_any(), ready, status.cpu.unwrap_or_else(|| "-".into()), status.memory.unwrap_or_else(|| "-".into()), status.workloads.to_string(), heartbeat, format!("{schedulable}  {labels}")]
+            let labels = if labels.is_empty() { "<none>".to_string() } else { labels };
+            [t.name_any(), ready, status.cpu.unwrap_or_else(|| "-".into()), status.memory.unwrap_or_else(|| "-".into()), status.workloads.to_string(), heartbeat, schedulable.to_string(), labels]
         })
         .collect();
-    super::print_table(&["NAME", "READY", "CPU", "MEMORY", "WORKLOADS", "HEARTBEAT", "SCHEDULABLE  LABELS"], &rows);
+    super::print_table(&["NAME", "READY", "CPU", "MEMORY", "WORKLOADS", "HEARTBEAT", "SCHEDULABLE", "LABELS"], &rows);
     Ok(())
 }
 

@@ -31,6 +31,9 @@ struct Args {
     /// Write the JSON results here too.
     #[arg(long)]
     json_out: Option<PathBuf>,
+    /// Run one group of scenarios only.
+    #[arg(long, value_parser = ["controlplane", "sim"])]
+    only: Option<String>,
 }
 
 struct Sizes {
@@ -165,127 +168,131 @@ async fn main() -> anyhow::Result<()> {
     println!("# machine: {cores} cores, {mem:.1} GiB; mode: {}", if args.quick { "quick" } else { "full" });
     let mut report = Report { rows: vec![], json: vec![] };
 
-    // Floor: durable writes straight into the store, no HTTP, no admission.
-    let store_floor = store_floor(s.write_clients, s.write_secs).await?;
-    report.add("store: durable creates/s (32 writers, in-process)", format!("{store_floor:.0}/s"), "-".into(), "-".into(), json!({"scenario": "store_creates", "per_sec": store_floor, "writers": s.write_clients}));
+    if args.only.as_deref().is_none_or(|o| o == "controlplane") {
+        // Floor: durable writes straight into the store, no HTTP, no admission.
+        let store_floor = store_floor(s.write_clients, s.write_secs).await?;
+        report.add("store: durable creates/s (32 writers, in-process)", format!("{store_floor:.0}/s"), "-".into(), "-".into(), json!({"scenario": "store_creates", "per_sec": store_floor, "writers": s.write_clients}));
 
-    let srv = ServerProc::start(&args.flotilla)?;
-    let client = srv.client("root", None).await?;
-    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
+        let srv = ServerProc::start(&args.flotilla)?;
+        let client = srv.client("root", None).await?;
+        let cms: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
 
-    // Floor: the raw HTTPS round trip of an unauthenticated health check.
-    let mut rtt = Vec::new();
-    for _ in 0..s.gets.min(5_000) {
-        let t = Instant::now();
-        let _: String = client.request_text(http_get("/healthz")).await?;
-        rtt.push(t.elapsed().as_secs_f64() * 1e3);
+        // Floor: the raw HTTPS round trip of an unauthenticated health check.
+        let mut rtt = Vec::new();
+        for _ in 0..s.gets.min(5_000) {
+            let t = Instant::now();
+            let _: String = client.request_text(http_get("/healthz")).await?;
+            rtt.push(t.elapsed().as_secs_f64() * 1e3);
+        }
+        let (rtt50, rtt99, _) = summarize(rtt);
+
+        // Durable creates through the API with 32 concurrent clients.
+        let (creates_per_sec, create_lat) = api_creates(&cms, s.write_clients, s.write_secs).await?;
+        let (c50, c99, _) = summarize(create_lat);
+        report.add(
+            "API: durable creates/s (32 clients)",
+            format!("{creates_per_sec:.0}/s"),
+            format!("store {store_floor:.0}/s"),
+            format!("{:.2}", creates_per_sec / store_floor),
+            json!({"scenario": "api_creates", "per_sec": creates_per_sec, "p50_ms": c50, "p99_ms": c99, "clients": s.write_clients}),
+        );
+
+        // GET latency (sequential, one client).
+        let mut gets = Vec::new();
+        for i in 0..s.gets {
+            let t = Instant::now();
+            cms.get(&format!("w0-{}", i % 50)).await?;
+            gets.push(t.elapsed().as_secs_f64() * 1e3);
+        }
+        let (g50, g99, _) = summarize(gets);
+        report.add("API: GET p50 / p99", format!("{g50:.2} / {g99:.2} ms"), format!("healthz {rtt50:.2} / {rtt99:.2} ms"), format!("{:.1}x p99", g99 / rtt99), json!({"scenario": "get", "p50_ms": g50, "p99_ms": g99, "floor_p50_ms": rtt50, "floor_p99_ms": rtt99, "n": s.gets}));
+
+        // LIST latency of the whole namespace (everything created above).
+        let mut lists = Vec::new();
+        let mut listed = 0;
+        for _ in 0..20 {
+            let t = Instant::now();
+            listed = cms.list(&Default::default()).await?.items.len();
+            lists.push(t.elapsed().as_secs_f64() * 1e3);
+        }
+        let (l50, l99, _) = summarize(lists);
+        // The same LIST read as bytes: server time plus transfer, without the client's
+        // decoding into typed objects (which the figure above includes, as kubectl's would).
+        let mut raw_lists = Vec::new();
+        let mut bytes = 0;
+        for _ in 0..20 {
+            let t = Instant::now();
+            bytes = client.request_text(http_get("/api/v1/namespaces/default/configmaps")).await?.len();
+            raw_lists.push(t.elapsed().as_secs_f64() * 1e3);
+        }
+        let (r50, r99, _) = summarize(raw_lists);
+        report.add(
+            &format!("API: LIST of {listed} objects p50 / p99"),
+            format!("{l50:.1} / {l99:.1} ms"),
+            format!("bytes only {r50:.1} / {r99:.1} ms"),
+            format!("{:.1} us/object", r50 * 1e3 / listed.max(1) as f64),
+            json!({"scenario": "list", "objects": listed, "p50_ms": l50, "p99_ms": l99, "raw_p50_ms": r50, "raw_p99_ms": r99, "body_bytes": bytes}),
+        );
+
+        // Watch fan-out: a write's event at N watchers, measured from the write's acknowledgement.
+        let f = watch_fanout(&srv, s.watchers, s.watch_writes).await?;
+        report.add(
+            &format!("watch: event at {} watchers after ack p50 / p99", s.watchers),
+            format!("{:.1} / {:.1} ms (max {:.1})", f.after_ack.0, f.after_ack.1, f.after_ack.2),
+            "-".into(),
+            "-".into(),
+            json!({"scenario": "watch_fanout", "watchers": s.watchers, "writes": s.watch_writes, "samples": f.samples,
+                   "p50_ms": f.after_ack.0, "p99_ms": f.after_ack.1, "max_ms": f.after_ack.2,
+                   }),
+        );
+        report.add(
+            &format!("watch: event at {} watchers from send p50 / p99", s.watchers),
+            format!("{:.1} / {:.1} ms (max {:.1})", f.from_send.0, f.from_send.1, f.from_send.2),
+            format!("create {:.2} / {:.2} ms", f.create_rtt.0, f.create_rtt.1),
+            format!("{:.1}x p99", f.from_send.1 / f.create_rtt.1),
+            json!({"scenario": "watch_fanout_from_send", "watchers": s.watchers, "p50_ms": f.from_send.0, "p99_ms": f.from_send.1, "max_ms": f.from_send.2,
+                   "floor_create_p50_ms": f.create_rtt.0, "floor_create_p99_ms": f.create_rtt.1}),
+        );
+        drop(cms);
+        drop(client);
+        drop(srv);
+
+        // Memory: many workspaces with objects, on a fresh server.
+        let m = workspaces_rss(&args.flotilla, s.workspaces, s.objects_per_ws).await?;
+        report.add(
+            &format!("RSS: {} workspaces x {} objects", s.workspaces, s.objects_per_ws),
+            format!("{:.0} MiB", m.with_objects),
+            format!("empty server {:.0} MiB", m.idle),
+            format!(
+                "{:.1} KiB/workspace, {:.1} KiB/object",
+                (m.with_workspaces - m.idle) * 1024.0 / s.workspaces as f64,
+                (m.with_objects - m.with_workspaces) * 1024.0 / (s.workspaces * s.objects_per_ws) as f64
+            ),
+            json!({"scenario": "workspaces_rss", "workspaces": s.workspaces, "objects_per_workspace": s.objects_per_ws, "rss_mib": m.with_objects,
+                   "rss_with_empty_workspaces_mib": m.with_workspaces, "idle_rss_mib": m.idle, "server_cpu_secs": m.cpu_secs, "load_secs": m.load_secs}),
+        );
+
     }
-    let (rtt50, rtt99, _) = summarize(rtt);
+    if args.only.as_deref().is_none_or(|o| o == "sim") {
+        // A simulated cluster: a 100-replica rollout against its startup delay, then
+        // the RSS of the cluster process with many running pods.
+        let sim = sim_cluster(&args.flotilla, s.sim_nodes, s.sim_pods).await?;
+        report.add(
+            "sim: 100-replica Deployment to Available p50 / max",
+            format!("{:.0} / {:.0} ms", sim.rollout_p50_ms, sim.rollout_max_ms),
+            format!("startupDelay {SIM_STARTUP_DELAY_MS} ms"),
+            format!("{:.0} ms over the delay (p50)", sim.rollout_p50_ms - SIM_STARTUP_DELAY_MS as f64),
+            json!({"scenario": "sim_rollout", "replicas": 100, "runs": sim.rollouts, "p50_ms": sim.rollout_p50_ms, "max_ms": sim.rollout_max_ms, "startup_delay_ms": SIM_STARTUP_DELAY_MS}),
+        );
+        report.add(
+            &format!("sim: RSS with {} nodes, {} running pods", s.sim_nodes, sim.running),
+            format!("{:.0} MiB", sim.rss_mib),
+            format!("empty cluster {:.0} MiB", sim.idle_rss_mib),
+            format!("{:.1} KiB/pod", (sim.rss_mib - sim.idle_rss_mib) * 1024.0 / sim.running.max(1) as f64),
+            json!({"scenario": "sim_rss", "nodes": s.sim_nodes, "running_pods": sim.running, "rss_mib": sim.rss_mib, "idle_rss_mib": sim.idle_rss_mib, "cpu_secs": sim.cpu_secs, "load_secs": sim.load_secs}),
+        );
 
-    // Durable creates through the API with 32 concurrent clients.
-    let (creates_per_sec, create_lat) = api_creates(&cms, s.write_clients, s.write_secs).await?;
-    let (c50, c99, _) = summarize(create_lat);
-    report.add(
-        "API: durable creates/s (32 clients)",
-        format!("{creates_per_sec:.0}/s"),
-        format!("store {store_floor:.0}/s"),
-        format!("{:.2}", creates_per_sec / store_floor),
-        json!({"scenario": "api_creates", "per_sec": creates_per_sec, "p50_ms": c50, "p99_ms": c99, "clients": s.write_clients}),
-    );
-
-    // GET latency (sequential, one client).
-    let mut gets = Vec::new();
-    for i in 0..s.gets {
-        let t = Instant::now();
-        cms.get(&format!("w0-{}", i % 50)).await?;
-        gets.push(t.elapsed().as_secs_f64() * 1e3);
     }
-    let (g50, g99, _) = summarize(gets);
-    report.add("API: GET p50 / p99", format!("{g50:.2} / {g99:.2} ms"), format!("healthz {rtt50:.2} / {rtt99:.2} ms"), format!("{:.1}x p99", g99 / rtt99), json!({"scenario": "get", "p50_ms": g50, "p99_ms": g99, "floor_p50_ms": rtt50, "floor_p99_ms": rtt99, "n": s.gets}));
-
-    // LIST latency of the whole namespace (everything created above).
-    let mut lists = Vec::new();
-    let mut listed = 0;
-    for _ in 0..20 {
-        let t = Instant::now();
-        listed = cms.list(&Default::default()).await?.items.len();
-        lists.push(t.elapsed().as_secs_f64() * 1e3);
-    }
-    let (l50, l99, _) = summarize(lists);
-    // The same LIST read as bytes: server time plus transfer, without the client's
-    // decoding into typed objects (which the figure above includes, as kubectl's would).
-    let mut raw_lists = Vec::new();
-    let mut bytes = 0;
-    for _ in 0..20 {
-        let t = Instant::now();
-        bytes = client.request_text(http_get("/api/v1/namespaces/default/configmaps")).await?.len();
-        raw_lists.push(t.elapsed().as_secs_f64() * 1e3);
-    }
-    let (r50, r99, _) = summarize(raw_lists);
-    report.add(
-        &format!("API: LIST of {listed} objects p50 / p99"),
-        format!("{l50:.1} / {l99:.1} ms"),
-        format!("bytes only {r50:.1} / {r99:.1} ms"),
-        format!("{:.1} us/object", r50 * 1e3 / listed.max(1) as f64),
-        json!({"scenario": "list", "objects": listed, "p50_ms": l50, "p99_ms": l99, "raw_p50_ms": r50, "raw_p99_ms": r99, "body_bytes": bytes}),
-    );
-
-    // Watch fan-out: a write's event at N watchers, measured from the write's acknowledgement.
-    let f = watch_fanout(&srv, s.watchers, s.watch_writes).await?;
-    report.add(
-        &format!("watch: event at {} watchers after ack p50 / p99", s.watchers),
-        format!("{:.1} / {:.1} ms (max {:.1})", f.after_ack.0, f.after_ack.1, f.after_ack.2),
-        "-".into(),
-        "-".into(),
-        json!({"scenario": "watch_fanout", "watchers": s.watchers, "writes": s.watch_writes, "samples": f.samples,
-               "p50_ms": f.after_ack.0, "p99_ms": f.after_ack.1, "max_ms": f.after_ack.2,
-               }),
-    );
-    report.add(
-        &format!("watch: event at {} watchers from send p50 / p99", s.watchers),
-        format!("{:.1} / {:.1} ms (max {:.1})", f.from_send.0, f.from_send.1, f.from_send.2),
-        format!("create {:.2} / {:.2} ms", f.create_rtt.0, f.create_rtt.1),
-        format!("{:.1}x p99", f.from_send.1 / f.create_rtt.1),
-        json!({"scenario": "watch_fanout_from_send", "watchers": s.watchers, "p50_ms": f.from_send.0, "p99_ms": f.from_send.1, "max_ms": f.from_send.2,
-               "floor_create_p50_ms": f.create_rtt.0, "floor_create_p99_ms": f.create_rtt.1}),
-    );
-    drop(cms);
-    drop(client);
-    drop(srv);
-
-    // Memory: many workspaces with objects, on a fresh server.
-    let m = workspaces_rss(&args.flotilla, s.workspaces, s.objects_per_ws).await?;
-    report.add(
-        &format!("RSS: {} workspaces x {} objects", s.workspaces, s.objects_per_ws),
-        format!("{:.0} MiB", m.with_objects),
-        format!("empty server {:.0} MiB", m.idle),
-        format!(
-            "{:.1} KiB/workspace, {:.1} KiB/object",
-            (m.with_workspaces - m.idle) * 1024.0 / s.workspaces as f64,
-            (m.with_objects - m.with_workspaces) * 1024.0 / (s.workspaces * s.objects_per_ws) as f64
-        ),
-        json!({"scenario": "workspaces_rss", "workspaces": s.workspaces, "objects_per_workspace": s.objects_per_ws, "rss_mib": m.with_objects,
-               "rss_with_empty_workspaces_mib": m.with_workspaces, "idle_rss_mib": m.idle, "server_cpu_secs": m.cpu_secs, "load_secs": m.load_secs}),
-    );
-
-    // A simulated cluster: a 100-replica rollout against its startup delay, then
-    // the RSS of the cluster process with many running pods.
-    let sim = sim_cluster(&args.flotilla, s.sim_nodes, s.sim_pods).await?;
-    report.add(
-        "sim: 100-replica Deployment to Available p50 / max",
-        format!("{:.0} / {:.0} ms", sim.rollout_p50_ms, sim.rollout_max_ms),
-        format!("startupDelay {SIM_STARTUP_DELAY_MS} ms"),
-        format!("{:.0} ms over the delay (p50)", sim.rollout_p50_ms - SIM_STARTUP_DELAY_MS as f64),
-        json!({"scenario": "sim_rollout", "replicas": 100, "runs": sim.rollouts, "p50_ms": sim.rollout_p50_ms, "max_ms": sim.rollout_max_ms, "startup_delay_ms": SIM_STARTUP_DELAY_MS}),
-    );
-    report.add(
-        &format!("sim: RSS with {} nodes, {} running pods", s.sim_nodes, sim.running),
-        format!("{:.0} MiB", sim.rss_mib),
-        format!("empty cluster {:.0} MiB", sim.idle_rss_mib),
-        format!("{:.1} KiB/pod", (sim.rss_mib - sim.idle_rss_mib) * 1024.0 / sim.running.max(1) as f64),
-        json!({"scenario": "sim_rss", "nodes": s.sim_nodes, "running_pods": sim.running, "rss_mib": sim.rss_mib, "idle_rss_mib": sim.idle_rss_mib, "cpu_secs": sim.cpu_secs, "load_secs": sim.load_secs}),
-    );
-
     println!();
     println!("{:<52} {:<30} {:<26} {}", "SCENARIO", "RESULT", "FLOOR (same run)", "RATIO");
     for (a, b, c, d) in &report.rows {
