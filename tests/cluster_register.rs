@@ -15,28 +15,53 @@ fn kubeconfig_arg(c: &SimCluster) -> String {
 fn a_reachable_cluster_is_registered_with_its_labels_and_kubeconfig() {
     let f = Flotilla::start();
     let west = SimCluster::start(WEST);
-    let o = f.flotilla(&["cluster", "register", "west", "--kubeconfig", &kubeconfig_arg(&west), "--label", "region=us", "--label", "tier=gold"]);
+    let o = f.flotilla(&[
+        "cluster",
+        "register",
+        "west",
+        "--kubeconfig",
+        &kubeconfig_arg(&west),
+        "--label",
+        "region=us",
+        "--label",
+        "tier=gold",
+    ]);
     assert!(o.ok, "{o:?}");
     assert!(o.stdout.contains("cluster west registered: 3 node(s) at https://127.0.0.1:"), "{}", o.stdout);
 
     let st = f.k(&["--context", "root", "get", "st", "west", "-o", "jsonpath={.metadata.labels.region}/{.metadata.labels.tier} {.spec.syncMode} {.spec.kubeconfigSecretRef.namespace}/{.spec.kubeconfigSecretRef.name}"]);
     assert_eq!(st, "us/gold Push flotilla-system/west-kubeconfig");
     // The stored kubeconfig is self-contained and reaches the cluster.
-    let stored = f.k(&["--context", "root", "get", "secret", "-n", "flotilla-system", "west-kubeconfig", "-o", "jsonpath={.data.kubeconfig}"]);
-    let decoded = std::process::Command::new("base64").arg("-d").stdin(std::process::Stdio::piped()).stdout(std::process::Stdio::piped()).spawn().and_then(|mut c| {
-        use std::io::Write;
-        c.stdin.take().unwrap().write_all(stored.as_bytes())?;
-        c.wait_with_output()
-    });
+    let stored =
+        f.k(&["--context", "root", "get", "secret", "-n", "flotilla-system", "west-kubeconfig", "-o", "jsonpath={.data.kubeconfig}"]);
+    let decoded = std::process::Command::new("base64")
+        .arg("-d")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .and_then(|mut c| {
+            use std::io::Write;
+            c.stdin.take().unwrap().write_all(stored.as_bytes())?;
+            c.wait_with_output()
+        });
     let kubeconfig = String::from_utf8(decoded.unwrap().stdout).unwrap();
     let path = f.data_dir().join("west-from-secret.kubeconfig");
     std::fs::write(&path, &kubeconfig).unwrap();
-    let nodes = std::process::Command::new("kubectl").args(["--kubeconfig", path.to_str().unwrap(), "get", "nodes", "-o", "name"]).output().unwrap();
+    let nodes = std::process::Command::new("kubectl")
+        .args(["--kubeconfig", path.to_str().unwrap(), "get", "nodes", "-o", "name"])
+        .output()
+        .unwrap();
     assert_eq!(String::from_utf8_lossy(&nodes.stdout).lines().count(), 3, "{kubeconfig}");
 
     // list, cordon, uncordon, drain, deregister.
     let list = f.flotilla(&["cluster", "list"]);
-    assert!(list.ok && list.stdout.lines().next().unwrap().starts_with("NAME") && list.stdout.contains("west") && list.stdout.contains("region=us"), "{list:?}");
+    assert!(
+        list.ok
+            && list.stdout.lines().next().unwrap().starts_with("NAME")
+            && list.stdout.contains("west")
+            && list.stdout.contains("region=us"),
+        "{list:?}"
+    );
     assert!(f.flotilla(&["cluster", "cordon", "west"]).ok);
     assert_eq!(f.k(&["--context", "root", "get", "st", "west", "-o", "jsonpath={.spec.unschedulable}"]), "true");
     assert!(f.flotilla(&["cluster", "list"]).stdout.contains("Cordoned"));
@@ -74,7 +99,10 @@ fn registration_fails_with_the_cause_and_registers_nothing() {
     assert!(f.flotilla(&["workspace", "create", "a"]).ok && f.flotilla(&["workspace", "create", "b"]).ok);
     let admin = std::fs::read_to_string(f.kubeconfig()).unwrap();
     let cp: serde_yaml::Value = serde_yaml::from_str(&admin).unwrap();
-    let token_a = cp["users"].as_sequence().unwrap().iter().find(|u| u["name"] == "workspace-a").unwrap()["user"]["token"].as_str().unwrap().to_string();
+    let token_a = cp["users"].as_sequence().unwrap().iter().find(|u| u["name"] == "workspace-a").unwrap()["user"]["token"]
+        .as_str()
+        .unwrap()
+        .to_string();
     let ca = cp["clusters"][0]["cluster"]["certificate-authority-data"].as_str().unwrap().to_string();
     let forbidden = dir.join("forbidden.kubeconfig");
     std::fs::write(
@@ -107,9 +135,20 @@ fn registration_fails_with_the_cause_and_registers_nothing() {
 fn pull_mode_prints_the_manifest_for_the_cluster() {
     let f = Flotilla::start();
     let west = SimCluster::start(WEST);
-    let o = f.flotilla(&["cluster", "register", "west", "--kubeconfig", &kubeconfig_arg(&west), "--pull", "--syncer-image", "example.com/flotilla:test"]);
+    let o = f.flotilla(&[
+        "cluster",
+        "register",
+        "west",
+        "--kubeconfig",
+        &kubeconfig_arg(&west),
+        "--pull",
+        "--syncer-image",
+        "example.com/flotilla:test",
+    ]);
     assert!(o.ok, "{o:?}");
-    for kind in ["kind: Namespace", "kind: ServiceAccount", "kind: ClusterRole", "kind: ClusterRoleBinding", "kind: Secret", "kind: Deployment"] {
+    for kind in
+        ["kind: Namespace", "kind: ServiceAccount", "kind: ClusterRole", "kind: ClusterRoleBinding", "kind: Secret", "kind: Deployment"]
+    {
         assert!(o.stdout.contains(kind), "{kind} missing from:\n{}", o.stdout);
     }
     assert!(o.stdout.contains("image: example.com/flotilla:test") && o.stdout.contains("--sync-target"), "{}", o.stdout);
@@ -117,7 +156,8 @@ fn pull_mode_prints_the_manifest_for_the_cluster() {
     // Pull mode stores no kubeconfig: the control plane never reaches the cluster.
     assert!(f.k(&["--context", "root", "get", "secrets", "-n", "flotilla-system", "-o", "name"]).trim().is_empty());
     // The upstream credential is scoped: it reaches root, not a workspace.
-    let docs: Vec<serde_yaml::Value> = o.stdout.split("---\n").filter(|d| !d.trim().is_empty()).map(|d| serde_yaml::from_str(d).unwrap()).collect();
+    let docs: Vec<serde_yaml::Value> =
+        o.stdout.split("---\n").filter(|d| !d.trim().is_empty()).map(|d| serde_yaml::from_str(d).unwrap()).collect();
     let secret = docs.iter().find(|d| d["kind"] == "Secret").unwrap();
     let upstream = secret["stringData"]["kubeconfig"].as_str().unwrap();
     let path = f.data_dir().join("upstream.kubeconfig");

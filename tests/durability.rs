@@ -48,7 +48,11 @@ fn kill_9_during_writes_loses_no_acknowledged_write() {
         .collect();
     wait_for("some writes to be acknowledged", Duration::from_secs(20), || {
         let n = acked.lock().unwrap().len();
-        if n >= 40 { Ok(()) } else { Err(format!("{n} acknowledged")) }
+        if n >= 40 {
+            Ok(())
+        } else {
+            Err(format!("{n} acknowledged"))
+        }
     });
     f.kill9();
     std::thread::sleep(Duration::from_millis(300));

@@ -57,7 +57,10 @@ fn a_crd_is_established_and_its_objects_are_validated_and_printed() {
     assert!(wide.contains("NOTE") && wide.contains("hello"), "{wide}");
 
     // Schema validation: enum and minimum violations are 422 with the field.
-    let o = f.kubectl_stdin(&["apply", "-f", "-"], "apiVersion: example.com/v1\nkind: Widget\nmetadata: {name: w2}\nspec: {mode: Sideways, replicas: -1}\n");
+    let o = f.kubectl_stdin(
+        &["apply", "-f", "-"],
+        "apiVersion: example.com/v1\nkind: Widget\nmetadata: {name: w2}\nspec: {mode: Sideways, replicas: -1}\n",
+    );
     assert!(!o.ok && o.stderr.contains("spec.mode") && o.stderr.contains("Unsupported value: \"Sideways\""), "{}", o.stderr);
     assert!(o.stderr.contains("spec.replicas"), "{}", o.stderr);
     // Unknown fields: a strict error naming the field.
@@ -85,14 +88,20 @@ fn a_crd_is_established_and_its_objects_are_validated_and_printed() {
     f.k(&["delete", "crd", "widgets.example.com"]);
     common::wait_for("widgets to stop being served", std::time::Duration::from_secs(10), || {
         let o = f.kubectl(&["get", "--raw", "/apis/example.com/v1/namespaces/default/widgets"]);
-        if o.ok { Err(o.stdout) } else { Ok(()) }
+        if o.ok {
+            Err(o.stdout)
+        } else {
+            Ok(())
+        }
     });
 }
 
 #[test]
 fn an_invalid_crd_is_rejected() {
     let f = Flotilla::start();
-    let bad = CRD.replace("metadata: {name: widgets.example.com}", "metadata: {name: gadgets.example.com}").replace("        type: object\n        properties:\n          spec:", "        properties:\n          spec:");
+    let bad = CRD
+        .replace("metadata: {name: widgets.example.com}", "metadata: {name: gadgets.example.com}")
+        .replace("        type: object\n        properties:\n          spec:", "        properties:\n          spec:");
     let o = f.kubectl_stdin(&["apply", "-f", "-"], &bad);
     assert!(!o.ok, "an invalid CRD was accepted");
     assert!(o.stderr.contains("metadata.name") && o.stderr.contains("spec.names.plural+\".\"+spec.group"), "{}", o.stderr);

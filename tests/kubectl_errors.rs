@@ -35,7 +35,10 @@ fn unknown_fields_are_rejected_under_strict_validation() {
     assert!(o.ok && o.stderr.contains("unknown field \"bogus\""), "{o:?}");
     assert_eq!(f.k(&["get", "cm", "uf", "-o", "jsonpath={.bogus}"]), "", "the unknown field must not be stored");
     // A wrong type is a 400 that names the field.
-    let o = f.kubectl_stdin(&["create", "--raw", "/api/v1/namespaces/default/configmaps", "-f", "-"], r#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"wt","labels":{"on":true}}}"#);
+    let o = f.kubectl_stdin(
+        &["create", "--raw", "/api/v1/namespaces/default/configmaps", "-f", "-"],
+        r#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"wt","labels":{"on":true}}}"#,
+    );
     assert!(!o.ok && o.stderr.contains("metadata.labels.on") && o.stderr.contains("expected a string"), "{}", o.stderr);
     assert_healthy(&f);
 }
@@ -49,7 +52,10 @@ fn malformed_and_oversized_bodies_are_refused() {
     assert!(!o.ok && o.stderr.contains("BadRequest"), "{}", o.stderr);
     assert!(o.stderr.contains("error decoding"), "the message should say what was wrong: {}", o.stderr);
 
-    let big = format!("{{\"apiVersion\":\"v1\",\"kind\":\"ConfigMap\",\"metadata\":{{\"name\":\"big\"}},\"data\":{{\"x\":\"{}\"}}}}", "a".repeat(4 * 1024 * 1024));
+    let big = format!(
+        "{{\"apiVersion\":\"v1\",\"kind\":\"ConfigMap\",\"metadata\":{{\"name\":\"big\"}},\"data\":{{\"x\":\"{}\"}}}}",
+        "a".repeat(4 * 1024 * 1024)
+    );
     std::fs::write(dir.join("big.json"), big).unwrap();
     let o = f.kubectl(&["create", "--raw", "/api/v1/namespaces/default/configmaps", "-f", dir.join("big.json").to_str().unwrap()]);
     assert!(!o.ok && o.stderr.contains("RequestEntityTooLarge"), "{}", o.stderr);
@@ -70,6 +76,10 @@ fn stale_resource_version_is_a_conflict() {
     f.k(&["patch", "cm", "cc", "--type=merge", "-p", r#"{"data":{"v":"2"}}"#]);
     let stale = format!("apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: cc, resourceVersion: \"{rv}\"}}\ndata: {{v: \"3\"}}\n");
     let o = f.kubectl_stdin(&["replace", "-f", "-"], &stale);
-    assert!(!o.ok && o.stderr.contains("the object has been modified; please apply your changes to the latest version and try again"), "{}", o.stderr);
+    assert!(
+        !o.ok && o.stderr.contains("the object has been modified; please apply your changes to the latest version and try again"),
+        "{}",
+        o.stderr
+    );
     assert_eq!(f.k(&["get", "cm", "cc", "-o", "jsonpath={.data.v}"]), "2");
 }

@@ -58,7 +58,11 @@ fn every_workspace_serves_placements_and_starts_with_the_default_one() {
         &["--context", "demo", "apply", "-f", "-"],
         "apiVersion: scheduling.flotilla.io/v1alpha1\nkind: Placement\nmetadata: {name: bad}\nspec: {numberOfClusters: 0, replicaScheduling: Spread}\n",
     );
-    assert!(!o.ok && o.stderr.contains("spec.numberOfClusters") && o.stderr.contains("should be greater than or equal to 1"), "{}", o.stderr);
+    assert!(
+        !o.ok && o.stderr.contains("spec.numberOfClusters") && o.stderr.contains("should be greater than or equal to 1"),
+        "{}",
+        o.stderr
+    );
     assert!(o.stderr.contains("spec.replicaScheduling") && o.stderr.contains("Unsupported value: \"Spread\""), "{}", o.stderr);
 
     // A WorkloadPlacement as the scheduler and syncers would leave it.
@@ -67,14 +71,27 @@ fn every_workspace_serves_placements_and_starts_with_the_default_one() {
         "apiVersion: scheduling.flotilla.io/v1alpha1\nkind: WorkloadPlacement\nmetadata: {name: web, namespace: default}\n\
          spec: {workload: {apiVersion: apps/v1, kind: Deployment, name: web}, placement: default, clusters: [{name: east, replicas: 2}, {name: west, replicas: 1}]}\n",
     );
-    f.k(&["--context", "demo", "patch", "wp", "web", "--subresource=status", "--type=merge", "-p", r#"{"status": {"summary": "east=2/2 west=1/1", "ready": "3/3"}}"#]);
+    f.k(&[
+        "--context",
+        "demo",
+        "patch",
+        "wp",
+        "web",
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        r#"{"status": {"summary": "east=2/2 west=1/1", "ready": "3/3"}}"#,
+    ]);
     let table = f.k(&["--context", "demo", "get", "wp", "-A"]);
     assert_eq!(header(&table), ["NAMESPACE", "NAME", "CLUSTERS", "READY", "AGE"], "{table}");
     let row = table.lines().nth(1).unwrap_or_default();
     assert!(row.contains("east=2/2 west=1/1") && row.contains("3/3"), "{table}");
     // The combined form operators use.
     let all = f.k(&["--context", "demo", "get", "pl,wp"]);
-    assert!(all.contains("placement.scheduling.flotilla.io/default") && all.contains("workloadplacement.scheduling.flotilla.io/web"), "{all}");
+    assert!(
+        all.contains("placement.scheduling.flotilla.io/default") && all.contains("workloadplacement.scheduling.flotilla.io/web"),
+        "{all}"
+    );
 }
 
 #[test]
@@ -87,5 +104,9 @@ fn flotilla_crds_prints_installable_crds() {
     assert!(f.flotilla(&["workspace", "create", "other"]).ok);
     let applied = f.kubectl_stdin(&["--context", "other", "apply", "--dry-run=server", "-f", "-"], &out.stdout);
     assert!(applied.ok, "{applied:?}");
-    assert!(applied.stdout.contains("customresourcedefinition.apiextensions.k8s.io/synctargets.workload.flotilla.io created (server dry run)"), "{}", applied.stdout);
+    assert!(
+        applied.stdout.contains("customresourcedefinition.apiextensions.k8s.io/synctargets.workload.flotilla.io created (server dry run)"),
+        "{}",
+        applied.stdout
+    );
 }

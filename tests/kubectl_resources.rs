@@ -52,10 +52,19 @@ fn apply_creates_then_reports_unchanged_then_merges_a_changed_manifest() {
     assert!(f.apply(&[], DEPLOY_V1).contains("deployment.apps/web unchanged"));
     // The new manifest drops the sidecar and adds an env var: kubectl sends a strategic
     // merge patch with $setElementOrder and a $patch: delete directive.
-    let v2 = DEPLOY_V1.replace("        env: [{name: A, value: \"1\"}]\n      - name: sidecar\n        image: busybox:1.36\n", "        env: [{name: A, value: \"1\"}, {name: B, value: \"2\"}]\n");
+    let v2 = DEPLOY_V1.replace(
+        "        env: [{name: A, value: \"1\"}]\n      - name: sidecar\n        image: busybox:1.36\n",
+        "        env: [{name: A, value: \"1\"}, {name: B, value: \"2\"}]\n",
+    );
     assert_ne!(v2, DEPLOY_V1);
     assert!(f.apply(&[], &v2).contains("deployment.apps/web configured"));
-    let got = f.k(&["get", "deploy", "web", "-o", "jsonpath={.spec.template.spec.containers[*].name}|{.spec.template.spec.containers[0].env[*].name}|{.metadata.generation}"]);
+    let got = f.k(&[
+        "get",
+        "deploy",
+        "web",
+        "-o",
+        "jsonpath={.spec.template.spec.containers[*].name}|{.spec.template.spec.containers[0].env[*].name}|{.metadata.generation}",
+    ]);
     assert_eq!(got, "nginx|A B|2");
     // No directive may leak into storage.
     let yaml = f.k(&["get", "deploy", "web", "-o", "yaml"]);
@@ -120,7 +129,11 @@ fn get_output_forms_and_selectors() {
     assert!(all.lines().next().unwrap().starts_with("NAMESPACE"), "{all}");
     assert!(all.lines().any(|l| l.starts_with("default") && l.contains("ax") && l.contains("k=a,x=y")), "{all}");
     let paged = f.k(&["get", "cm", "--chunk-size=1", "-o", "name"]);
-    assert_eq!(paged.lines().collect::<Vec<_>>(), ["configmap/a", "configmap/ax", "configmap/b", "configmap/c"], "pages of one must add up to the whole list");
+    assert_eq!(
+        paged.lines().collect::<Vec<_>>(),
+        ["configmap/a", "configmap/ax", "configmap/b", "configmap/c"],
+        "pages of one must add up to the whole list"
+    );
 }
 
 #[test]
@@ -131,12 +144,20 @@ fn get_watch_sees_a_change() {
     let mut child = f.kubectl_background(&["get", "cm", "watched", "-w", "-o", "jsonpath={.data.v}{\"\\n\"}"], &out);
     wait_for("the watch to print the initial state", Duration::from_secs(10), || {
         let s = std::fs::read_to_string(&out).unwrap_or_default();
-        if s.lines().any(|l| l == "1") { Ok(()) } else { Err(s) }
+        if s.lines().any(|l| l == "1") {
+            Ok(())
+        } else {
+            Err(s)
+        }
     });
     f.k(&["patch", "cm", "watched", "--type=merge", "-p", r#"{"data":{"v":"2"}}"#]);
     wait_for("the watch to print the change", Duration::from_secs(10), || {
         let s = std::fs::read_to_string(&out).unwrap_or_default();
-        if s.lines().any(|l| l == "2") { Ok(()) } else { Err(s) }
+        if s.lines().any(|l| l == "2") {
+            Ok(())
+        } else {
+            Err(s)
+        }
     });
     let _ = child.kill();
     let _ = child.wait();
@@ -168,7 +189,11 @@ fn delete_waits_until_the_object_is_gone() {
     let mut child = f.kubectl_background(&["delete", "deploy", "web", "--timeout=30s"], &out);
     wait_for("deletionTimestamp to be set", Duration::from_secs(10), || {
         let ts = f.k(&["get", "deploy", "web", "-o", "jsonpath={.metadata.deletionTimestamp}"]);
-        if ts.is_empty() { Err("no deletionTimestamp yet".into()) } else { Ok(()) }
+        if ts.is_empty() {
+            Err("no deletionTimestamp yet".into())
+        } else {
+            Ok(())
+        }
     });
     assert!(child.try_wait().unwrap().is_none(), "kubectl delete returned while a finalizer held the object");
     f.k(&["patch", "deploy", "web", "--type=json", "-p", r#"[{"op":"remove","path":"/metadata/finalizers"}]"#]);
@@ -192,7 +217,11 @@ fn deleting_a_namespace_cascades_to_its_contents() {
     wait_for("the namespace to be Terminating with its other contents gone", Duration::from_secs(15), || {
         let phase = f.k(&["get", "ns", "doomed", "-o", "jsonpath={.status.phase}"]);
         let left = f.k(&["get", "deploy,cm", "-n", "doomed", "-o", "name"]);
-        if phase == "Terminating" && left.trim() == "configmap/held" { Ok(()) } else { Err(format!("phase={phase} left={left}")) }
+        if phase == "Terminating" && left.trim() == "configmap/held" {
+            Ok(())
+        } else {
+            Err(format!("phase={phase} left={left}"))
+        }
     });
     let o = f.kubectl_stdin(&["apply", "-n", "doomed", "-f", "-"], "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: late}\n");
     assert!(!o.ok && o.stderr.contains("being terminated"), "{}", o.stderr);
@@ -228,7 +257,11 @@ fn cascading_delete_follows_the_propagation_policy() {
     f.k(&["delete", "deploy", "web"]);
     wait_for("the background-collected dependent to go", Duration::from_secs(10), || {
         let o = f.kubectl(&["get", "cm", "dep-bg", "-o", "name"]);
-        if o.ok { Err(o.stdout) } else { Ok(()) }
+        if o.ok {
+            Err(o.stdout)
+        } else {
+            Ok(())
+        }
     });
     // Foreground: the dependent is deleted before the owner disappears.
     f.apply(&[], DEPLOY_V1);
@@ -240,7 +273,11 @@ fn cascading_delete_follows_the_propagation_policy() {
     owned_configmap(&f, "dep-orphan");
     f.k(&["delete", "deploy", "web", "--cascade=orphan", "--timeout=30s"]);
     assert!(!f.kubectl(&["get", "deploy", "web"]).ok);
-    assert_eq!(f.k(&["get", "cm", "dep-orphan", "-o", "jsonpath={.metadata.ownerReferences}"]), "", "the orphan keeps no reference to its deleted owner");
+    assert_eq!(
+        f.k(&["get", "cm", "dep-orphan", "-o", "jsonpath={.metadata.ownerReferences}"]),
+        "",
+        "the orphan keeps no reference to its deleted owner"
+    );
 }
 
 /// kubectl's typed `create` commands send protobuf bodies, not JSON.
@@ -248,10 +285,14 @@ fn cascading_delete_follows_the_propagation_policy() {
 fn kubectl_create_subcommands_send_protobuf_and_are_accepted() {
     let f = Flotilla::start();
     assert!(f.k(&["create", "namespace", "pb"]).contains("namespace/pb created"));
-    assert!(f.k(&["create", "configmap", "cfg", "-n", "pb", "--from-literal=k=v", "--from-literal=empty="]).contains("configmap/cfg created"));
+    assert!(f
+        .k(&["create", "configmap", "cfg", "-n", "pb", "--from-literal=k=v", "--from-literal=empty="])
+        .contains("configmap/cfg created"));
     assert!(f.k(&["create", "secret", "generic", "s", "-n", "pb", "--from-literal=password=hunter2"]).contains("secret/s created"));
     assert!(f.k(&["create", "serviceaccount", "robot", "-n", "pb"]).contains("serviceaccount/robot created"));
-    assert!(f.k(&["create", "deployment", "api", "-n", "pb", "--image=nginx:1.27", "--replicas=3", "--port=8080"]).contains("deployment.apps/api created"));
+    assert!(f
+        .k(&["create", "deployment", "api", "-n", "pb", "--image=nginx:1.27", "--replicas=3", "--port=8080"])
+        .contains("deployment.apps/api created"));
 
     let cm = f.k(&["get", "cm", "cfg", "-n", "pb", "-o", "jsonpath={.data.k}|{.data.empty}|{.metadata.uid}"]);
     let parts: Vec<&str> = cm.split('|').collect();

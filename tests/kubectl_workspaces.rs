@@ -31,7 +31,15 @@ fn workspaces_are_isolated_and_their_tokens_are_scoped() {
 
     // The wildcard view spans workspaces and names each object's workspace.
     let star = format!("{}/clusters/*", f.url);
-    let all = f.k(&["--server", &star, "get", "cm", "-A", "-o", r#"jsonpath={range .items[*]}{.metadata.name}={.metadata.annotations.kcp\.io/cluster}{"\n"}{end}"#]);
+    let all = f.k(&[
+        "--server",
+        &star,
+        "get",
+        "cm",
+        "-A",
+        "-o",
+        r#"jsonpath={range .items[*]}{.metadata.name}={.metadata.annotations.kcp\.io/cluster}{"\n"}{end}"#,
+    ]);
     assert!(all.lines().any(|l| l == "only-a=team-a"), "{all}");
 
     let o = f.flotilla(&["workspace", "delete", "team-a"]);

@@ -41,7 +41,12 @@ fn nodes_look_like_a_real_clusters() {
     assert_eq!(rows[0], ["NAME", "STATUS", "ROLES", "AGE", "VERSION"], "{nodes}");
     assert_eq!(rows.len(), 3, "two nodes: {nodes}");
     assert!(rows[1..].iter().all(|r| r[1] == "Ready" && r[4].starts_with("v1.32")), "{nodes}");
-    let alloc = c.k(&["get", "nodes", "-o", "jsonpath={range .items[*]}{.status.allocatable.cpu}/{.status.allocatable.memory}/{.status.allocatable.pods} {end}"]);
+    let alloc = c.k(&[
+        "get",
+        "nodes",
+        "-o",
+        "jsonpath={range .items[*]}{.status.allocatable.cpu}/{.status.allocatable.memory}/{.status.allocatable.pods} {end}",
+    ]);
     assert_eq!(alloc.split_whitespace().collect::<Vec<_>>(), ["2/4Gi/20", "2/4Gi/20"], "{alloc}");
     // The kubeconfig has kind's shape.
     let ctx = c.k(&["config", "current-context"]);
@@ -59,7 +64,14 @@ fn a_deployment_rolls_out_and_becomes_available() {
     let d = c.k(&["get", "deploy", "web", "-o", "jsonpath={.status.readyReplicas}/{.status.availableReplicas}/{.status.updatedReplicas}/{.status.observedGeneration}/{.metadata.generation}"]);
     assert_eq!(d, "3/3/3/1/1");
     // Every pod is owned by the Deployment's ReplicaSet, and bound to a node.
-    let owners = c.k(&["get", "pods", "-l", "app=web", "-o", "jsonpath={range .items[*]}{.metadata.ownerReferences[0].kind} {.spec.nodeName}{\"\\n\"}{end}"]);
+    let owners = c.k(&[
+        "get",
+        "pods",
+        "-l",
+        "app=web",
+        "-o",
+        "jsonpath={range .items[*]}{.metadata.ownerReferences[0].kind} {.spec.nodeName}{\"\\n\"}{end}",
+    ]);
     assert!(owners.lines().all(|l| l.starts_with("ReplicaSet east-worker")), "{owners}");
 
     // Scale down removes pods; deleting the Deployment garbage-collects the rest.
@@ -71,7 +83,11 @@ fn a_deployment_rolls_out_and_becomes_available() {
     c.k(&["delete", "deployment", "web", "--wait=true"]);
     wait_for("the pods to be garbage-collected", DEADLINE, || {
         let left = c.k(&["get", "pods,rs", "-l", "app=web", "-o", "name"]);
-        if left.trim().is_empty() { Ok(()) } else { Err(left) }
+        if left.trim().is_empty() {
+            Ok(())
+        } else {
+            Err(left)
+        }
     });
 }
 
@@ -87,11 +103,22 @@ fn what_does_not_fit_stays_pending_with_the_reason() {
             seen => Err(format!("(running, pending) = {seen:?}")),
         }
     });
-    let d = c.k(&["get", "deploy", "big", "-o", "jsonpath={.status.availableReplicas}/{.spec.replicas} {.status.conditions[?(@.type==\"Available\")].status}"]);
+    let d = c.k(&[
+        "get",
+        "deploy",
+        "big",
+        "-o",
+        "jsonpath={.status.availableReplicas}/{.spec.replicas} {.status.conditions[?(@.type==\"Available\")].status}",
+    ]);
     assert_eq!(d, "4/6 False", "partly available, and not Available as a whole");
     let pending = c.k(&["get", "pods", "-l", "app=big", "--field-selector=status.phase=Pending", "-o", "name"]);
     let pod = pending.lines().next().unwrap();
-    let cond = c.k(&["get", pod, "-o", "jsonpath={.status.conditions[?(@.type==\"PodScheduled\")].status} {.status.conditions[?(@.type==\"PodScheduled\")].reason}"]);
+    let cond = c.k(&[
+        "get",
+        pod,
+        "-o",
+        "jsonpath={.status.conditions[?(@.type==\"PodScheduled\")].status} {.status.conditions[?(@.type==\"PodScheduled\")].reason}",
+    ]);
     assert_eq!(cond, "False Unschedulable");
     let described = c.k(&["describe", pod]);
     assert!(described.contains("FailedScheduling") && described.contains("0/2 nodes are available: 2 Insufficient cpu"), "{described}");
@@ -106,9 +133,20 @@ fn an_image_change_rolls_the_pods_over() {
     let status = c.k(&["rollout", "status", "deployment/api", "--timeout=30s"]);
     assert!(status.contains("successfully rolled out"), "{status}");
     wait_for("every pod to run the new image", DEADLINE, || {
-        let images = c.k(&["get", "pods", "-l", "app=api", "-o", "jsonpath={range .items[*]}{.spec.containers[0].image} {.status.phase}{\"\\n\"}{end}"]);
+        let images = c.k(&[
+            "get",
+            "pods",
+            "-l",
+            "app=api",
+            "-o",
+            "jsonpath={range .items[*]}{.spec.containers[0].image} {.status.phase}{\"\\n\"}{end}",
+        ]);
         let lines: Vec<&str> = images.lines().collect();
-        if lines.len() == 4 && lines.iter().all(|l| *l == "nginx:1.28 Running") { Ok(()) } else { Err(images) }
+        if lines.len() == 4 && lines.iter().all(|l| *l == "nginx:1.28 Running") {
+            Ok(())
+        } else {
+            Err(images)
+        }
     });
     let history = c.k(&["rollout", "history", "deployment/api"]);
     assert!(history.lines().any(|l| l.starts_with("2 ")), "{history}");

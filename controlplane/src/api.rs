@@ -305,7 +305,15 @@ impl Api {
             }
             _ => {}
         }
-        patch::apply::track_update(None, &mut obj, &opts.field_manager, &scope.rt.api_version(), &objmeta::now_rfc3339(), scope.rt.patch_meta(), None);
+        patch::apply::track_update(
+            None,
+            &mut obj,
+            &opts.field_manager,
+            &scope.rt.api_version(),
+            &objmeta::now_rfc3339(),
+            scope.rt.patch_meta(),
+            None,
+        );
         if opts.dry_run {
             return Ok(Written { object: present(scope, &scope.workspace, &obj), created: true, warnings });
         }
@@ -330,7 +338,11 @@ impl Api {
                 return Err(ApiError::invalid(
                     &scope.rt.kind,
                     scope.obj(name),
-                    vec![Cause::new("FieldValueInvalid", "metadata.resourceVersion", "Invalid value: 0x0: must be specified for an update")],
+                    vec![Cause::new(
+                        "FieldValueInvalid",
+                        "metadata.resourceVersion",
+                        "Invalid value: 0x0: must be specified for an update",
+                    )],
                 ))
             }
             // Built-ins allow unconditional updates (AllowUnconditionalUpdate).
@@ -409,7 +421,15 @@ impl Api {
         let now = objmeta::now_rfc3339();
         match applied {
             Some(full) => obj = self.merge_apply_fields(obj, full),
-            None => patch::apply::track_update(Some(old), &mut obj, &opts.field_manager, &scope.rt.api_version(), &now, scope.rt.patch_meta(), sub.name()),
+            None => patch::apply::track_update(
+                Some(old),
+                &mut obj,
+                &opts.field_manager,
+                &scope.rt.api_version(),
+                &now,
+                scope.rt.patch_meta(),
+                sub.name(),
+            ),
         }
         if opts.dry_run {
             return Ok(Written { object: present(scope, &scope.workspace, &obj), created: false, warnings });
@@ -442,7 +462,15 @@ impl Api {
     }
 
     /// PATCH of the object or its status.
-    pub async fn patch(&self, scope: &Scope, name: &str, kind: PatchKind, body: &[u8], sub: Sub, opts: &WriteOptions) -> Result<Written, ApiError> {
+    pub async fn patch(
+        &self,
+        scope: &Scope,
+        name: &str,
+        kind: PatchKind,
+        body: &[u8],
+        sub: Sub,
+        opts: &WriteOptions,
+    ) -> Result<Written, ApiError> {
         if scope.wildcard() {
             return Err(ApiError::method_not_allowed("writes are not allowed through the wildcard workspace; use /clusters/<workspace>"));
         }
@@ -501,19 +529,45 @@ impl Api {
             objmeta::meta_mut(&mut patched).insert("resourceVersion".into(), json!(current.rev.to_string()));
             let patched = to_internal(scope, patched);
             match self.write_update(scope, name, &current, patched, sub, opts, Vec::new(), applied_full).await {
-                Err(e) if e.reason == "Conflict" && e.details.as_ref().and_then(|d| d.get("causes")).is_none() && attempt < PATCH_RETRIES && meta_str(&patch_doc, "resourceVersion").is_none() => continue,
+                Err(e)
+                    if e.reason == "Conflict"
+                        && e.details.as_ref().and_then(|d| d.get("causes")).is_none()
+                        && attempt < PATCH_RETRIES
+                        && meta_str(&patch_doc, "resourceVersion").is_none() =>
+                {
+                    continue
+                }
                 other => return other,
             }
         }
     }
 
     #[allow(clippy::too_many_arguments)]
-    fn server_side_apply(&self, scope: &Scope, name: &str, live: Option<&Value>, applied: &Value, force: bool, sub: Sub, opts: &WriteOptions) -> Result<Value, ApiError> {
+    fn server_side_apply(
+        &self,
+        scope: &Scope,
+        name: &str,
+        live: Option<&Value>,
+        applied: &Value,
+        force: bool,
+        sub: Sub,
+        opts: &WriteOptions,
+    ) -> Result<Value, ApiError> {
         if applied.get("apiVersion").and_then(Value::as_str).is_none() || applied.get("kind").and_then(Value::as_str).is_none() {
             return Err(ApiError::bad_request("apiVersion and kind are required in an apply configuration"));
         }
         let api_version = scope.rt.api_version();
-        patch::apply::apply(live, applied, &opts.field_manager, force, &api_version, &objmeta::now_rfc3339(), scope.rt.patch_meta(), sub.name()).map_err(|conflicts| {
+        patch::apply::apply(
+            live,
+            applied,
+            &opts.field_manager,
+            force,
+            &api_version,
+            &objmeta::now_rfc3339(),
+            scope.rt.patch_meta(),
+            sub.name(),
+        )
+        .map_err(|conflicts| {
             let causes = conflicts
                 .iter()
                 .map(|c| Cause::new("FieldManagerConflict", &c.field, format!("conflict with \"{}\" using {api_version}", c.manager)))
@@ -522,7 +576,15 @@ impl Api {
         })
     }
 
-    async fn apply_create(&self, scope: &Scope, name: &str, applied: Value, force: bool, sub: Sub, opts: &WriteOptions) -> Result<Written, ApiError> {
+    async fn apply_create(
+        &self,
+        scope: &Scope,
+        name: &str,
+        applied: Value,
+        force: bool,
+        sub: Sub,
+        opts: &WriteOptions,
+    ) -> Result<Written, ApiError> {
         if sub != Sub::Main {
             return Err(ApiError::not_found(scope.obj(name)));
         }
@@ -654,7 +716,9 @@ impl Api {
                 Err(e) => return Err(e),
             }
         }
-        Ok(json!({"kind": scope.rt.list_kind(), "apiVersion": scope.rt.api_version(), "metadata": {"resourceVersion": self.store.revision().to_string()}, "items": deleted}))
+        Ok(
+            json!({"kind": scope.rt.list_kind(), "apiVersion": scope.rt.api_version(), "metadata": {"resourceVersion": self.store.revision().to_string()}, "items": deleted}),
+        )
     }
 
     /// GET of the scale subresource.
@@ -695,13 +759,19 @@ impl Api {
         }
         let replicas = new_scale.pointer("/spec/replicas").and_then(Value::as_i64).unwrap_or(0);
         if replicas < 0 {
-            return Err(ApiError::invalid("Scale", ObjRef { group: "autoscaling", resource: "scale", name }, vec![Cause::new("FieldValueInvalid", "spec.replicas", format!("Invalid value: {replicas}: must be greater than or equal to 0"))]));
+            return Err(ApiError::invalid(
+                "Scale",
+                ObjRef { group: "autoscaling", resource: "scale", name },
+                vec![Cause::new(
+                    "FieldValueInvalid",
+                    "spec.replicas",
+                    format!("Invalid value: {replicas}: must be greater than or equal to 0"),
+                )],
+            ));
         }
         let mut obj = to_external(scope, &current.value);
         set_json_path(&mut obj, &paths.spec_replicas, json!(replicas));
-        let written = self
-            .write_update(scope, name, &current, to_internal(scope, obj), Sub::Main, opts, Vec::new(), None)
-            .await?;
+        let written = self.write_update(scope, name, &current, to_internal(scope, obj), Sub::Main, opts, Vec::new(), None).await?;
         scale_of(scope, &to_internal(scope, written.object))
     }
 
@@ -719,8 +789,11 @@ impl Api {
             _ => obj["apiVersion"] = json!(api_version),
         }
         match obj.get("kind").and_then(Value::as_str) {
-            Some(k) if k != scope.rt.kind && !(k == "Scale") => {
-                return Err(ApiError::bad_request(format!("the kind in the data ({k}) does not match the expected kind ({})", scope.rt.kind)))
+            Some(k) if k != scope.rt.kind && k != "Scale" => {
+                return Err(ApiError::bad_request(format!(
+                    "the kind in the data ({k}) does not match the expected kind ({})",
+                    scope.rt.kind
+                )))
             }
             _ => obj["kind"] = json!(scope.rt.kind),
         }
@@ -759,7 +832,10 @@ impl Api {
         if scope.namespace.is_empty() {
             return Err(ApiError::bad_request("a namespace is required to create a namespaced object"));
         }
-        let ns_rt = self.registry.lookup(&scope.workspace, "", "v1", "namespaces").ok_or_else(|| ApiError::internal("namespaces are not registered"))?;
+        let ns_rt = self
+            .registry
+            .lookup(&scope.workspace, "", "v1", "namespaces")
+            .ok_or_else(|| ApiError::internal("namespaces are not registered"))?;
         let key = ns_rt.key(&scope.workspace, "", &scope.namespace);
         match self.store.get(&key) {
             None => Err(ApiError::not_found(ObjRef { group: "", resource: "namespaces", name: &scope.namespace })),
@@ -774,7 +850,16 @@ impl Api {
     /// Decoding, defaulting and validation: what the apiserver's decoder, defaulters
     /// and strategy Validate do, for built-ins and custom resources alike.
     #[allow(clippy::too_many_arguments)]
-    fn admit(&self, scope: &Scope, name: &str, obj: Value, old: Option<&Value>, sub: Sub, opts: &WriteOptions, warnings: &mut Vec<String>) -> Result<Value, ApiError> {
+    fn admit(
+        &self,
+        scope: &Scope,
+        name: &str,
+        obj: Value,
+        old: Option<&Value>,
+        sub: Sub,
+        opts: &WriteOptions,
+        warnings: &mut Vec<String>,
+    ) -> Result<Value, ApiError> {
         let _ = (old, sub);
         let (mut obj, unknown, rule) = match &scope.rt.behavior {
             Behavior::Builtin(b) => {
@@ -834,11 +919,16 @@ impl Api {
             }
             Behavior::Custom(def) => {
                 crate::crd::schema::apply_defaults(&mut obj, &def.schema);
-                causes.extend(crate::crd::schema::validate(&obj, &def.schema).into_iter().map(|c| Cause::new(c.reason, &c.field, c.message)));
+                causes
+                    .extend(crate::crd::schema::validate(&obj, &def.schema).into_iter().map(|c| Cause::new(c.reason, &c.field, c.message)));
             }
         }
         if !causes.is_empty() {
-            return Err(ApiError::invalid(&scope.rt.kind, scope.obj(if name.is_empty() { meta_str(&obj, "name").unwrap_or_default() } else { name }), causes));
+            return Err(ApiError::invalid(
+                &scope.rt.kind,
+                scope.obj(if name.is_empty() { meta_str(&obj, "name").unwrap_or_default() } else { name }),
+                causes,
+            ));
         }
         Ok(obj)
     }
@@ -881,8 +971,21 @@ fn bump_generation(rt: &ResourceType, old: &Value, new: &mut Value) {
 
 /// ObjectMeta fields a custom resource may carry; everything else in metadata is pruned.
 const OBJECT_META_FIELDS: &[&str] = &[
-    "name", "generateName", "namespace", "selfLink", "uid", "resourceVersion", "generation", "creationTimestamp",
-    "deletionTimestamp", "deletionGracePeriodSeconds", "labels", "annotations", "ownerReferences", "finalizers", "managedFields",
+    "name",
+    "generateName",
+    "namespace",
+    "selfLink",
+    "uid",
+    "resourceVersion",
+    "generation",
+    "creationTimestamp",
+    "deletionTimestamp",
+    "deletionGracePeriodSeconds",
+    "labels",
+    "annotations",
+    "ownerReferences",
+    "finalizers",
+    "managedFields",
 ];
 
 fn prune_meta(obj: &mut Value) -> Vec<String> {
@@ -1077,10 +1180,15 @@ pub fn json_patch_apply(doc: &Value, patch_doc: &Value, kind: &str, obj: ObjRef<
         })
         .cloned()
         .collect();
-    let p: json_patch::Patch = serde_json::from_value(Value::Array(kept)).map_err(|e| ApiError::bad_request(format!("invalid JSON patch: {e}")))?;
+    let p: json_patch::Patch =
+        serde_json::from_value(Value::Array(kept)).map_err(|e| ApiError::bad_request(format!("invalid JSON patch: {e}")))?;
     let mut out = doc.clone();
     json_patch::patch(&mut out, &p).map_err(|e| {
-        ApiError::invalid(kind, obj, vec![Cause::new("FieldValueInvalid", "patch", format!("Invalid value: the patch could not be applied: {e}"))])
+        ApiError::invalid(
+            kind,
+            obj,
+            vec![Cause::new("FieldValueInvalid", "patch", format!("Invalid value: the patch could not be applied: {e}"))],
+        )
     })?;
     Ok(out)
 }

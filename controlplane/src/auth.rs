@@ -114,7 +114,8 @@ impl Auth {
         }
         let mut parts = token.splitn(3, '.');
         let (kind, name, mac) = (parts.next(), parts.next().unwrap_or_default(), parts.next().unwrap_or_default());
-        let (scoped, expected): (Scoped, fn(&Self, &str, &str) -> String) = match kind {
+        type Mint = fn(&Auth, &str, &str) -> String;
+        let (scoped, expected): (Scoped, Mint) = match kind {
             Some("fws1") => (Scoped::Workspace, Self::workspace_token),
             Some("fst1") => (Scoped::SyncTarget, Self::sync_target_token),
             _ => return Err(ApiError::unauthorized()),

@@ -33,15 +33,31 @@ pub const INITIAL_NAMESPACES: &[&str] = &["default", "kube-system", "kube-public
 /// One unit of work.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 enum Work {
-    Crd { ws: String, name: String },
-    Namespace { ws: String, name: String },
-    Workspace { name: String },
+    Crd {
+        ws: String,
+        name: String,
+    },
+    Namespace {
+        ws: String,
+        name: String,
+    },
+    Workspace {
+        name: String,
+    },
     /// Delete the dependents of a deleted owner (background propagation).
-    Dependents { ws: String, ns: String, uid: String },
+    Dependents {
+        ws: String,
+        ns: String,
+        uid: String,
+    },
     /// An object waiting in foreground deletion for its dependents.
-    Foreground { key: String },
+    Foreground {
+        key: String,
+    },
     /// An object deleted with Orphan propagation: release its dependents first.
-    Orphan { key: String },
+    Orphan {
+        key: String,
+    },
 }
 
 /// Runs the controllers until the store closes.
@@ -164,10 +180,16 @@ async fn process(api: &Api, w: &Work) -> anyhow::Result<bool> {
 
 /// Establishes a CRD and keeps the registry in line with it.
 pub async fn reconcile_crd(api: &Api, ws: &str, name: &str) -> anyhow::Result<bool> {
-    let crd_scope = scope(api, ws, "apiextensions.k8s.io", "v1", "customresourcedefinitions", "").ok_or_else(|| anyhow::anyhow!("CRDs not registered"))?;
+    let crd_scope = scope(api, ws, "apiextensions.k8s.io", "v1", "customresourcedefinitions", "")
+        .ok_or_else(|| anyhow::anyhow!("CRDs not registered"))?;
     let Some(entry) = api.get_raw(&crd_scope, name) else {
         // Deleted: stop serving it and remove its objects, as the CRD cleanup finalizer would.
-        let types: Vec<_> = api.registry.types(ws).into_iter().filter(|t| matches!(&t.behavior, crate::registry::Behavior::Custom(c) if c.crd_name == name)).collect();
+        let types: Vec<_> = api
+            .registry
+            .types(ws)
+            .into_iter()
+            .filter(|t| matches!(&t.behavior, crate::registry::Behavior::Custom(c) if c.crd_name == name))
+            .collect();
         api.registry.remove_crd(ws, name);
         for t in types {
             let (items, _) = api.store.list(&t.prefix(Some(ws), None), None, None);
@@ -313,7 +335,11 @@ fn dependents(api: &Api, ws: &str, ns: &str, uid: &str) -> Vec<(Scope, String, V
         let prefix = if ns.is_empty() { rt.prefix(Some(ws), None) } else { s.prefix() };
         let (items, _) = api.store.list(&prefix, None, None);
         for (key, e) in items {
-            let owned = e.value.pointer("/metadata/ownerReferences").and_then(Value::as_array).is_some_and(|refs| refs.iter().any(|r| r["uid"] == uid));
+            let owned = e
+                .value
+                .pointer("/metadata/ownerReferences")
+                .and_then(Value::as_array)
+                .is_some_and(|refs| refs.iter().any(|r| r["uid"] == uid));
             if owned {
                 let (_, obj_ns, name) = split_key(&key).unwrap_or_default();
                 let s = Scope { namespace: obj_ns.into(), ..s.clone() };

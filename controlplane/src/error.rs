@@ -128,7 +128,10 @@ impl ApiError {
         Self::new(
             415,
             "UnsupportedMediaType",
-            format!("the body of the request was in an unknown format - accepted media types include: {}; got {content_type:?}", supported.join(", ")),
+            format!(
+                "the body of the request was in an unknown format - accepted media types include: {}; got {content_type:?}",
+                supported.join(", ")
+            ),
         )
     }
     /// 415 with a message that already says what to send instead.
@@ -137,10 +140,8 @@ impl ApiError {
     }
     /// 422 Invalid, with the causes.
     pub fn invalid(kind: &str, obj: ObjRef<'_>, causes: Vec<Cause>) -> Self {
-        let summary: Vec<String> = causes
-            .iter()
-            .map(|c| if c.field.is_empty() { c.message.clone() } else { format!("{}: {}", c.field, c.message) })
-            .collect();
+        let summary: Vec<String> =
+            causes.iter().map(|c| if c.field.is_empty() { c.message.clone() } else { format!("{}: {}", c.field, c.message) }).collect();
         let mut details = obj.details();
         details["kind"] = json!(kind);
         details["causes"] = causes_json(&causes);

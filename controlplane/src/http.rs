@@ -163,7 +163,8 @@ async fn route(
     }
     let segs: Vec<&str> = rest.trim_matches('/').split('/').filter(|s| !s.is_empty()).collect();
     let types = || state.api.registry.types(&ws);
-    let get_only = |m: &Method| if m == Method::GET { Ok(()) } else { Err(ApiError::method_not_allowed(format!("{m} is not supported on {path}"))) };
+    let get_only =
+        |m: &Method| if m == Method::GET { Ok(()) } else { Err(ApiError::method_not_allowed(format!("{m} is not supported on {path}"))) };
     match segs.as_slice() {
         ["api"] => {
             get_only(method)?;
@@ -235,7 +236,7 @@ async fn resource(
     labels: &mut (String, String),
 ) -> Result<Response, ApiError> {
     let (namespace, parts): (&str, &[&str]) = match tail {
-        ["namespaces", ns, rest @ ..] if !rest.is_empty() && !(rest.len() == 1 && NAMESPACE_SUBRESOURCES.contains(&rest[0])) => (ns, rest),
+        ["namespaces", ns, rest @ ..] if !rest.is_empty() && (rest.len() != 1 || !NAMESPACE_SUBRESOURCES.contains(&rest[0])) => (ns, rest),
         other => ("", other),
     };
     let (plural, name, sub) = match parts {
@@ -298,8 +299,15 @@ async fn resource(
                 table,
             };
             if opts.send_initial_events.is_some() && query.get("resourceVersionMatch").map(String::as_str) != Some("NotOlderThan") {
-                return Err(ApiError::invalid("WatchOptions", ObjRef { group: "", resource: "", name: "" }, vec![crate::error::Cause::new(
-                    "FieldValueForbidden", "resourceVersionMatch", "Forbidden: sendInitialEvents requires setting resourceVersionMatch to NotOlderThan")]));
+                return Err(ApiError::invalid(
+                    "WatchOptions",
+                    ObjRef { group: "", resource: "", name: "" },
+                    vec![crate::error::Cause::new(
+                        "FieldValueForbidden",
+                        "resourceVersionMatch",
+                        "Forbidden: sendInitialEvents requires setting resourceVersionMatch to NotOlderThan",
+                    )],
+                ));
             }
             let rx = watch::start(state.api.clone(), scope, opts, state.metrics.watchers.clone(), state.stopping.clone())?;
             let stream = tokio_stream::wrappers::ReceiverStream::new(rx);
@@ -356,7 +364,10 @@ async fn resource(
         }
         ("update", Some("scale")) if rt.scale.is_some() => {
             let obj = read_object(headers, body).await?;
-            Ok(json_response(200, &state.api.write_scale(&scope, name.unwrap_or_default(), ScaleWrite::Replace(obj), &write_opts()?).await?))
+            Ok(json_response(
+                200,
+                &state.api.write_scale(&scope, name.unwrap_or_default(), ScaleWrite::Replace(obj), &write_opts()?).await?,
+            ))
         }
         ("patch", s) => {
             let force = query.get("force").is_some_and(|f| f == "true");
@@ -366,7 +377,10 @@ async fn resource(
             }
             let bytes = read_body(body).await?;
             if s == Some("scale") && rt.scale.is_some() {
-                return Ok(json_response(200, &state.api.write_scale(&scope, name.unwrap_or_default(), ScaleWrite::Patch(kind, &bytes), &write_opts()?).await?));
+                return Ok(json_response(
+                    200,
+                    &state.api.write_scale(&scope, name.unwrap_or_default(), ScaleWrite::Patch(kind, &bytes), &write_opts()?).await?,
+                ));
             }
             let sub = subresource(&rt, s)?;
             let w = state.api.patch(&scope, name.unwrap_or_default(), kind, &bytes, sub, &write_opts()?).await?;
@@ -463,7 +477,9 @@ async fn read_object(headers: &HeaderMap, body: Body) -> Result<Value, ApiError>
     let base = ct.split(';').next().unwrap_or_default().trim();
     let bytes = read_body(body).await?;
     match base {
-        "application/json" | "" | "*/*" => serde_json::from_slice(&bytes).map_err(|e| ApiError::bad_request(format!("error decoding JSON body: {e}"))),
+        "application/json" | "" | "*/*" => {
+            serde_json::from_slice(&bytes).map_err(|e| ApiError::bad_request(format!("error decoding JSON body: {e}")))
+        }
         "application/yaml" | "application/x-yaml" | "text/yaml" => api::parse_yaml_or_json(&bytes),
         crate::protobuf::CONTENT_TYPE => crate::protobuf::decode(&bytes).map_err(|e| match e {
             crate::protobuf::ProtobufError::UnsupportedKind { .. } => ApiError::unsupported_media_type_because(e.to_string()),
@@ -482,7 +498,12 @@ fn patch_kind(headers: &HeaderMap, force: bool) -> Result<PatchKind, ApiError> {
         "application/apply-patch+yaml" | "application/apply-patch+json" => Ok(PatchKind::Apply { force }),
         other => Err(ApiError::unsupported_media_type(
             other,
-            &["application/json-patch+json", "application/merge-patch+json", "application/apply-patch+yaml", "application/strategic-merge-patch+json"],
+            &[
+                "application/json-patch+json",
+                "application/merge-patch+json",
+                "application/apply-patch+yaml",
+                "application/strategic-merge-patch+json",
+            ],
         )),
     }
 }
@@ -506,25 +527,46 @@ async fn delete_options(query: &HashMap<String, String>, body: Body) -> Result<D
 
 fn workspace_token(state: &Arc<AppState>, principal: &Principal, name: &str, method: &Method) -> Result<Response, ApiError> {
     let uid = workspace_uid(&state.api, name);
-    mint_token(principal, method, ObjRef { group: placement_api::TENANCY_GROUP, resource: "workspaces", name }, "WorkspaceToken", uid, |uid| {
-        state.auth.workspace_token(name, uid)
-    })
+    mint_token(
+        principal,
+        method,
+        ObjRef { group: placement_api::TENANCY_GROUP, resource: "workspaces", name },
+        "WorkspaceToken",
+        uid,
+        |uid| state.auth.workspace_token(name, uid),
+    )
 }
 
 fn sync_target_token(state: &Arc<AppState>, principal: &Principal, name: &str, method: &Method) -> Result<Response, ApiError> {
     let uid = sync_target_uid(&state.api, name);
-    mint_token(principal, method, ObjRef { group: placement_api::WORKLOAD_GROUP, resource: "synctargets", name }, "SyncTargetToken", uid, |uid| {
-        state.auth.sync_target_token(name, uid)
-    })
+    mint_token(
+        principal,
+        method,
+        ObjRef { group: placement_api::WORKLOAD_GROUP, resource: "synctargets", name },
+        "SyncTargetToken",
+        uid,
+        |uid| state.auth.sync_target_token(name, uid),
+    )
 }
 
 /// `POST .../<resource>/<name>/token`: the admin mints a token scoped to the object.
-fn mint_token(principal: &Principal, method: &Method, obj: ObjRef<'_>, kind: &str, uid: Option<String>, token: impl Fn(&str) -> String) -> Result<Response, ApiError> {
+fn mint_token(
+    principal: &Principal,
+    method: &Method,
+    obj: ObjRef<'_>,
+    kind: &str,
+    uid: Option<String>,
+    token: impl Fn(&str) -> String,
+) -> Result<Response, ApiError> {
     if *principal != Principal::Admin {
-        return Err(ApiError::forbidden(format!("User \"{}\" cannot create {} tokens: only the admin can", principal.user(), obj.resource)));
+        return Err(ApiError::forbidden(format!(
+            "User \"{}\" cannot create {} tokens: only the admin can",
+            principal.user(),
+            obj.resource
+        )));
     }
     if method != Method::POST {
-        return Err(ApiError::method_not_allowed(&format!("POST a {kind} request to mint a token")));
+        return Err(ApiError::method_not_allowed(format!("POST a {kind} request to mint a token")));
     }
     let uid = uid.ok_or_else(|| ApiError::not_found(obj.clone()))?;
     Ok(json_response(

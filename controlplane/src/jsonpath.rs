@@ -101,12 +101,7 @@ impl JsonPath {
     /// Compiles an expression. Surrounding whitespace and one pair of enclosing braces
     /// are ignored; a leading `$` or `@` stands for the object itself.
     pub fn parse(expr: &str) -> Result<Self, JsonPathError> {
-        let mut p = Parser {
-            src: expr,
-            pos: 0,
-            end: expr.trim_end().len(),
-            depth: 0,
-        };
+        let mut p = Parser { src: expr, pos: 0, end: expr.trim_end().len(), depth: 0 };
         p.skip_ws();
         if p.peek() == Some('{') {
             if p.end - p.pos < 2 || !p.src[..p.end].ends_with('}') {
@@ -128,10 +123,7 @@ impl JsonPath {
             // parse_path only stops early inside filters; this is a safety net.
             return Err(p.error("unexpected trailing input"));
         }
-        Ok(JsonPath {
-            source: expr.to_owned(),
-            steps,
-        })
+        Ok(JsonPath { source: expr.to_owned(), steps })
     }
 
     /// All values the expression selects in `v`, in document order. A path that does
@@ -179,25 +171,7 @@ struct Parser<'s> {
 /// part of the name, so `.metadata.labels.app\.kubernetes\.io/name` is one name with
 /// dots in it.
 fn is_terminator(c: char) -> bool {
-    c.is_whitespace()
-        || matches!(
-            c,
-            '.' | ','
-                | '['
-                | ']'
-                | '$'
-                | '@'
-                | '{'
-                | '}'
-                | '('
-                | ')'
-                | '='
-                | '!'
-                | '<'
-                | '>'
-                | '\''
-                | '"'
-        )
+    c.is_whitespace() || matches!(c, '.' | ',' | '[' | ']' | '$' | '@' | '{' | '}' | '(' | ')' | '=' | '!' | '<' | '>' | '\'' | '"')
 }
 
 impl<'s> Parser<'s> {
@@ -239,11 +213,7 @@ impl<'s> Parser<'s> {
     }
 
     fn error_at(&self, offset: usize, message: impl Into<String>) -> JsonPathError {
-        JsonPathError {
-            expr: self.src.to_owned(),
-            offset,
-            message: message.into(),
-        }
+        JsonPathError { expr: self.src.to_owned(), offset, message: message.into() }
     }
 
     fn parse_path(&mut self, ctx: Context) -> Result<Vec<Step>, JsonPathError> {
@@ -270,11 +240,7 @@ impl<'s> Parser<'s> {
                             steps.push(Step::Wildcard);
                         }
                         Some(c) if !is_terminator(c) => steps.push(self.parse_name()?),
-                        _ => {
-                            return Err(self.error(
-                                "recursive descent '..' must be followed by a name, '*' or '['",
-                            ))
-                        }
+                        _ => return Err(self.error("recursive descent '..' must be followed by a name, '*' or '['")),
                     }
                 }
                 '.' => {
@@ -286,16 +252,8 @@ impl<'s> Parser<'s> {
                 }
                 '[' => steps.push(self.parse_bracket()?),
                 _ if ctx == Context::Filter => return Ok(steps),
-                '{' | '}' => {
-                    return Err(self.error(format!(
-                        "unexpected '{c}': only a single {{...}} expression is supported"
-                    )))
-                }
-                _ => {
-                    return Err(self.error(format!(
-                        "unexpected character {c:?}; expected '.', '..' or '['"
-                    )))
-                }
+                '{' | '}' => return Err(self.error(format!("unexpected '{c}': only a single {{...}} expression is supported"))),
+                _ => return Err(self.error(format!("unexpected character {c:?}; expected '.', '..' or '['"))),
             }
         }
     }
@@ -362,9 +320,7 @@ impl<'s> Parser<'s> {
             match self.bump() {
                 Some(',') => {}
                 Some(']') => break,
-                Some(c) => {
-                    return Err(self.error_at(at, format!("expected ',' or ']', found {c:?}")))
-                }
+                Some(c) => return Err(self.error_at(at, format!("expected ',' or ']', found {c:?}"))),
                 None => return Err(self.error_at(open, "unterminated '['")),
             }
         }
@@ -383,14 +339,10 @@ impl<'s> Parser<'s> {
                 Ok(Step::Wildcard)
             }
             Some('\'' | '"') => Ok(Step::Field(self.parse_string()?)),
-            Some(c) if c == '-' || c == '+' || c == ':' || c.is_ascii_digit() => {
-                self.parse_index_or_slice()
-            }
+            Some(c) if c == '-' || c == '+' || c == ':' || c.is_ascii_digit() => self.parse_index_or_slice(),
             Some('?') => Err(self.error("a filter must be alone in its brackets")),
             None => Err(self.error_at(open, "unterminated '['")),
-            Some(c) => Err(self.error(format!(
-                "unexpected {c:?} in brackets; expected an index, a slice, '*', a quoted name or a filter"
-            ))),
+            Some(c) => Err(self.error(format!("unexpected {c:?} in brackets; expected an index, a slice, '*', a quoted name or a filter"))),
         }
     }
 
@@ -428,9 +380,7 @@ impl<'s> Parser<'s> {
         if signed && text.len() == 1 {
             return Err(self.error("expected digits after the sign"));
         }
-        text.parse::<i64>()
-            .map(Some)
-            .map_err(|_| self.error_at(start, format!("array index {text} is out of range")))
+        text.parse::<i64>().map(Some).map_err(|_| self.error_at(start, format!("array index {text} is out of range")))
     }
 
     /// Reads the inside of `[?( ... )]`, up to (not including) the closing `)`.
@@ -442,10 +392,7 @@ impl<'s> Parser<'s> {
         if self.peek() == Some(')') {
             return match left {
                 Operand::Path(path) => Ok(Filter::Exists(path)),
-                Operand::Literal(_) => Err(self.error_at(
-                    left_at,
-                    "a filter needs an '@' path, optionally compared with a value",
-                )),
+                Operand::Literal(_) => Err(self.error_at(left_at, "a filter needs an '@' path, optionally compared with a value")),
             };
         }
         let op = self.parse_operator()?;
@@ -473,9 +420,7 @@ impl<'s> Parser<'s> {
         } else if rest.is_empty() {
             return Err(self.error("unterminated filter"));
         } else {
-            return Err(self.error(
-                "expected a comparison operator (==, !=, <, <=, >, >=) or ')' to end the filter",
-            ));
+            return Err(self.error("expected a comparison operator (==, !=, <, <=, >, >=) or ')' to end the filter"));
         };
         self.pos += len;
         Ok(op)
@@ -487,28 +432,21 @@ impl<'s> Parser<'s> {
                 self.bump();
                 Ok(Operand::Path(self.parse_path(Context::Filter)?))
             }
-            Some('$') => Err(self.error(
-                "'$' is not supported inside a filter; use '@' for the element being tested",
-            )),
+            Some('$') => Err(self.error("'$' is not supported inside a filter; use '@' for the element being tested")),
             Some('\'' | '"') => Ok(Operand::Literal(Value::String(self.parse_string()?))),
-            Some(c) if c == '-' || c == '+' || c.is_ascii_digit() => {
-                Ok(Operand::Literal(Value::Number(self.parse_number()?)))
-            }
+            Some(c) if c == '-' || c == '+' || c.is_ascii_digit() => Ok(Operand::Literal(Value::Number(self.parse_number()?))),
             Some(c) if c.is_ascii_alphabetic() => {
                 let start = self.pos;
-                while self
-                    .peek()
-                    .is_some_and(|c| c.is_ascii_alphanumeric() || c == '_')
-                {
+                while self.peek().is_some_and(|c| c.is_ascii_alphanumeric() || c == '_') {
                     self.bump();
                 }
                 match self.src.get(start..self.pos).unwrap_or("") {
                     "true" => Ok(Operand::Literal(Value::Bool(true))),
                     "false" => Ok(Operand::Literal(Value::Bool(false))),
-                    word => Err(self.error_at(
-                        start,
-                        format!("unsupported literal {word:?}; expected a quoted string, a number, true or false"),
-                    )),
+                    word => {
+                        Err(self
+                            .error_at(start, format!("unsupported literal {word:?}; expected a quoted string, a number, true or false")))
+                    }
                 }
             }
             None => Err(self.error("unterminated filter")),
@@ -554,10 +492,7 @@ impl<'s> Parser<'s> {
                 return Ok(Number::from(i));
             }
         }
-        text.parse::<f64>()
-            .ok()
-            .and_then(Number::from_f64)
-            .ok_or_else(|| self.error_at(start, format!("invalid number {text:?}")))
+        text.parse::<f64>().ok().and_then(Number::from_f64).ok_or_else(|| self.error_at(start, format!("invalid number {text:?}")))
     }
 
     /// Reads a single- or double-quoted string with JSON-style backslash escapes.
@@ -579,36 +514,30 @@ impl<'s> Parser<'s> {
                 continue;
             }
             let at = self.pos;
-            let unescaped =
-                match self.bump() {
-                    Some(c @ ('\\' | '\'' | '"' | '/')) => c,
-                    Some('n') => '\n',
-                    Some('t') => '\t',
-                    Some('r') => '\r',
-                    Some('b') => '\u{8}',
-                    Some('f') => '\u{c}',
-                    Some('u') => {
-                        let hex = self.src.get(self.pos..self.end).and_then(|r| r.get(..4));
-                        let ch = hex
-                            .filter(|h| h.chars().all(|c| c.is_ascii_hexdigit()))
-                            .and_then(|h| u32::from_str_radix(h, 16).ok())
-                            .and_then(char::from_u32);
-                        match ch {
-                            Some(ch) => {
-                                self.pos += 4;
-                                ch
-                            }
-                            None => return Err(self.error_at(
-                                at,
-                                "invalid \\u escape (expected four hex digits, not a surrogate)",
-                            )),
+            let unescaped = match self.bump() {
+                Some(c @ ('\\' | '\'' | '"' | '/')) => c,
+                Some('n') => '\n',
+                Some('t') => '\t',
+                Some('r') => '\r',
+                Some('b') => '\u{8}',
+                Some('f') => '\u{c}',
+                Some('u') => {
+                    let hex = self.src.get(self.pos..self.end).and_then(|r| r.get(..4));
+                    let ch = hex
+                        .filter(|h| h.chars().all(|c| c.is_ascii_hexdigit()))
+                        .and_then(|h| u32::from_str_radix(h, 16).ok())
+                        .and_then(char::from_u32);
+                    match ch {
+                        Some(ch) => {
+                            self.pos += 4;
+                            ch
                         }
+                        None => return Err(self.error_at(at, "invalid \\u escape (expected four hex digits, not a surrogate)")),
                     }
-                    Some(other) => {
-                        return Err(self.error_at(at, format!("unknown escape sequence \\{other}")))
-                    }
-                    None => return Err(self.error_at(start, "unterminated quoted string")),
-                };
+                }
+                Some(other) => return Err(self.error_at(at, format!("unknown escape sequence \\{other}"))),
+                None => return Err(self.error_at(start, "unterminated quoted string")),
+            };
             out.push(unescaped);
         }
     }
@@ -694,11 +623,7 @@ fn descendants<'a>(v: &'a Value, out: &mut Vec<&'a Value>) {
 /// An index into an array of `len` elements; negative indexes count from the end.
 fn resolve_index(i: i64, len: usize) -> Option<usize> {
     let len = i128::try_from(len).ok()?;
-    let idx = if i < 0 {
-        len + i128::from(i)
-    } else {
-        i128::from(i)
-    };
+    let idx = if i < 0 { len + i128::from(i) } else { i128::from(i) };
     if (0..len).contains(&idx) {
         usize::try_from(idx).ok()
     } else {
@@ -835,14 +760,8 @@ mod tests {
         assert_eq!(run("$.metadata.name"), [json!("web")]);
         assert_eq!(run("{$.metadata.name}"), [json!("web")]);
         assert_eq!(run(".metadata.labels.tier-x"), [json!("front")]);
-        assert_eq!(
-            run(r".metadata.labels.app\.kubernetes\.io/name"),
-            [json!("web-app")]
-        );
-        assert_eq!(
-            run(".metadata.labels['app.kubernetes.io/name']"),
-            [json!("web-app")]
-        );
+        assert_eq!(run(r".metadata.labels.app\.kubernetes\.io/name"), [json!("web-app")]);
+        assert_eq!(run(".metadata.labels['app.kubernetes.io/name']"), [json!("web-app")]);
         assert_eq!(run(r#".metadata["labels"]["tier-x"]"#), [json!("front")]);
         assert_eq!(run("['metadata'].name"), [json!("web")]);
         assert_eq!(run("$"), [doc()]);
@@ -884,14 +803,8 @@ mod tests {
     fn wildcards_and_unions() {
         assert_eq!(run(".spec.clusters[*].name"), [json!("a"), json!("b")]);
         assert_eq!(run(".spec.clusters.*.name"), [json!("a"), json!("b")]);
-        assert_eq!(
-            run(".metadata.labels.*"),
-            [json!("web-app"), json!("front")]
-        );
-        assert_eq!(
-            run(".metadata.labels[*]"),
-            [json!("web-app"), json!("front")]
-        );
+        assert_eq!(run(".metadata.labels.*"), [json!("web-app"), json!("front")]);
+        assert_eq!(run(".metadata.labels[*]"), [json!("web-app"), json!("front")]);
         assert_eq!(run(".spec.clusters[1,0].name"), [json!("b"), json!("a")]);
         assert_eq!(run(".metadata['name', 'missing']"), [json!("web")]);
     }
@@ -912,61 +825,34 @@ mod tests {
 
     #[test]
     fn filters_on_conditions() {
-        assert_eq!(
-            run(r#".status.conditions[?(@.type=="Ready")].status"#),
-            [json!("True")]
-        );
-        assert_eq!(
-            run(".status.conditions[?(@.type=='Ready')].status"),
-            [json!("True")]
-        );
-        assert_eq!(
-            run(r#"{.status.conditions[?(@.type == "Synced")].status}"#),
-            [json!("False")]
-        );
-        assert_eq!(
-            run(r#".status.conditions[?(@.type!="Ready")].type"#),
-            [json!("Synced")]
-        );
+        assert_eq!(run(r#".status.conditions[?(@.type=="Ready")].status"#), [json!("True")]);
+        assert_eq!(run(".status.conditions[?(@.type=='Ready')].status"), [json!("True")]);
+        assert_eq!(run(r#"{.status.conditions[?(@.type == "Synced")].status}"#), [json!("False")]);
+        assert_eq!(run(r#".status.conditions[?(@.type!="Ready")].type"#), [json!("Synced")]);
         assert!(run(r#".status.conditions[?(@.type=="Gone")].status"#).is_empty());
         // Existence.
-        assert_eq!(
-            run(".status.conditions[?(@.reason)].type"),
-            [json!("Ready")]
-        );
+        assert_eq!(run(".status.conditions[?(@.reason)].type"), [json!("Ready")]);
         // A missing left side matches nothing, for != too.
         assert!(run(r#".status.conditions[?(@.nope!="x")]"#).is_empty());
         // Quotes and parentheses inside string literals.
         let d = json!({"items": [{"n": "a)b"}, {"n": "it's"}]});
         assert_eq!(path(r#".items[?(@.n=="a)b")].n"#).eval(&d), [&json!("a)b")]);
-        assert_eq!(
-            path(r".items[?(@.n=='it\'s')].n").eval(&d),
-            [&json!("it's")]
-        );
+        assert_eq!(path(r".items[?(@.n=='it\'s')].n").eval(&d), [&json!("it's")]);
     }
 
     #[test]
     fn filters_with_numbers_and_booleans() {
         assert_eq!(run(".spec.clusters[?(@.weight>1)].name"), [json!("b")]);
-        assert_eq!(
-            run(".spec.clusters[?(@.weight>=1)].name"),
-            [json!("a"), json!("b")]
-        );
+        assert_eq!(run(".spec.clusters[?(@.weight>=1)].name"), [json!("a"), json!("b")]);
         assert_eq!(run(".spec.clusters[?(@.weight<2)].name"), [json!("a")]);
-        assert_eq!(
-            run(".spec.clusters[?(@.weight<=-1)].name"),
-            Vec::<Value>::new()
-        );
+        assert_eq!(run(".spec.clusters[?(@.weight<=-1)].name"), Vec::<Value>::new());
         assert_eq!(run(".spec.ports[?(@.port==443.0)].tls"), [json!(true)]);
         assert_eq!(run(".spec.ports[?(@.port==4.43e2)].tls"), [json!(true)]);
         assert_eq!(run(".spec.ports[?(@.tls==true)].port"), [json!(443)]);
         assert_eq!(run(".spec.ports[?(@.tls!=true)].port"), [json!(80)]);
         // Different types are never equal.
         assert!(run(r#".spec.ports[?(@.port=="80")]"#).is_empty());
-        assert_eq!(
-            run(r#".spec.ports[?(@.port!="80")].port"#),
-            [json!(80), json!(443)]
-        );
+        assert_eq!(run(r#".spec.ports[?(@.port!="80")].port"#), [json!(80), json!(443)]);
         assert!(run(".spec.ports[?(@.tls>false)]").is_empty());
         // '@' alone is the element; literals may be on the left.
         assert_eq!(run(".spec.tags[?(@=='x')]"), [json!("x"), json!("x")]);
@@ -976,10 +862,7 @@ mod tests {
         assert_eq!(path(".xs[?(@.a==@.b)].b").eval(&d), [&json!(1)]);
         // Nested filters.
         let d = json!({"xs": [{"ys": [{"k": 1}]}, {"ys": [{"k": 2}]}]});
-        assert_eq!(
-            path(".xs[?(@.ys[?(@.k==2)])].ys[0].k").eval(&d),
-            [&json!(2)]
-        );
+        assert_eq!(path(".xs[?(@.ys[?(@.k==2)])].ys[0].k").eval(&d), [&json!(2)]);
         // Filters only apply to arrays.
         assert!(run(".metadata[?(@.name)]").is_empty());
     }
@@ -1030,11 +913,7 @@ mod tests {
         let e = parse_err(r#".a[?(@.x="y")]"#);
         assert_eq!(e.message(), "use '==' to compare");
         assert_eq!(e.offset(), 8);
-        assert!(
-            e.to_string()
-                .contains(r#"invalid JSONPath ".a[?(@.x=\"y\")]""#),
-            "{e}"
-        );
+        assert!(e.to_string().contains(r#"invalid JSONPath ".a[?(@.x=\"y\")]""#), "{e}");
         assert!(parse_err(".a[1:2:3]").message().contains("not supported"));
         assert!(parse_err("{.a}{.b}").message().contains("single"));
     }

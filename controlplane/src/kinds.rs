@@ -72,7 +72,8 @@ pub fn builtin_types(profile: crate::registry::Profile) -> Vec<ResourceType> {
         let mut rs = rt("apps", "v1", "ReplicaSet", "replicasets", true, &["rs"], Builtin::ReplicaSet);
         rs.status = true;
         rs.categories = vec!["all".into()];
-        rs.scale = Some(ScalePaths { spec_replicas: ".spec.replicas".into(), status_replicas: ".status.replicas".into(), label_selector: None });
+        rs.scale =
+            Some(ScalePaths { spec_replicas: ".spec.replicas".into(), status_replicas: ".status.replicas".into(), label_selector: None });
         // A pull-mode syncer's manifest carries RBAC objects; a simulated cluster
         // stores them (and kubectl applies them) but authorizes by token alone.
         let rbac = "rbac.authorization.k8s.io";
@@ -93,12 +94,10 @@ fn workspace_types() -> Vec<ResourceType> {
     let mut deploy = rt("apps", "v1", "Deployment", "deployments", true, &["deploy"], Builtin::Deployment);
     deploy.status = true;
     deploy.categories = vec!["all".into()];
-    deploy.scale = Some(ScalePaths {
-        spec_replicas: ".spec.replicas".into(),
-        status_replicas: ".status.replicas".into(),
-        label_selector: None,
-    });
-    let mut crd = rt("apiextensions.k8s.io", "v1", "CustomResourceDefinition", "customresourcedefinitions", false, &["crd", "crds"], Builtin::Crd);
+    deploy.scale =
+        Some(ScalePaths { spec_replicas: ".spec.replicas".into(), status_replicas: ".status.replicas".into(), label_selector: None });
+    let mut crd =
+        rt("apiextensions.k8s.io", "v1", "CustomResourceDefinition", "customresourcedefinitions", false, &["crd", "crds"], Builtin::Crd);
     crd.status = true;
     vec![
         ns,
@@ -253,10 +252,9 @@ impl Builtin {
     /// pkg/registry/apps/deployment/strategy.go); CRDs bump on spec changes.
     pub fn generation_changed(self, old: &Value, new: &Value) -> Option<bool> {
         match self {
-            Builtin::Deployment => Some(
-                old.get("spec") != new.get("spec")
-                    || old.pointer("/metadata/annotations") != new.pointer("/metadata/annotations"),
-            ),
+            Builtin::Deployment => {
+                Some(old.get("spec") != new.get("spec") || old.pointer("/metadata/annotations") != new.pointer("/metadata/annotations"))
+            }
             Builtin::Crd | Builtin::ReplicaSet => Some(old.get("spec") != new.get("spec")),
             _ => None,
         }
@@ -370,7 +368,9 @@ fn qos_class(pod: &Value) -> &'static str {
         return "BestEffort";
     }
     let guaranteed = containers.iter().all(|c| {
-        ["cpu", "memory"].iter().all(|r| res(c, "limits", r).is_some() && res(c, "requests", r).is_none_or(|q| Some(q) == res(c, "limits", r)))
+        ["cpu", "memory"]
+            .iter()
+            .all(|r| res(c, "limits", r).is_some() && res(c, "requests", r).is_none_or(|q| Some(q) == res(c, "limits", r)))
     });
     if guaranteed {
         "Guaranteed"

@@ -12,14 +12,28 @@ use crate::fsutil::write_private;
 /// The URL clients use; a wildcard listen address is reached through loopback.
 pub fn server_url(addr: SocketAddr) -> String {
     let ip = addr.ip();
-    let host = if ip.is_unspecified() { "127.0.0.1".to_string() } else if ip.is_ipv6() { format!("[{ip}]") } else { ip.to_string() };
+    let host = if ip.is_unspecified() {
+        "127.0.0.1".to_string()
+    } else if ip.is_ipv6() {
+        format!("[{ip}]")
+    } else {
+        ip.to_string()
+    };
     format!("https://{host}:{}", addr.port())
 }
 
 /// Writes `<data-dir>/admin.kubeconfig`: context `root` (current) with the admin token,
 /// and one context per workspace with that workspace's scoped token. A single-cluster
 /// server (a simulated cluster) gets one kind-shaped context instead.
-pub fn write_admin(path: &Path, name: &str, addr: SocketAddr, ca_pem: &str, admin_token: &str, workspaces: &[(String, String)], single_cluster: bool) -> anyhow::Result<()> {
+pub fn write_admin(
+    path: &Path,
+    name: &str,
+    addr: SocketAddr,
+    ca_pem: &str,
+    admin_token: &str,
+    workspaces: &[(String, String)],
+    single_cluster: bool,
+) -> anyhow::Result<()> {
     let ca = base64::engine::general_purpose::STANDARD.encode(ca_pem);
     let base = server_url(addr);
     let mut clusters = Vec::new();

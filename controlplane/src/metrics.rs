@@ -21,7 +21,8 @@ impl Metrics {
                 .buckets(vec![0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0]),
             &["verb", "resource", "code"],
         )?;
-        let request_total = IntCounterVec::new(Opts::new("flotilla_apiserver_requests_total", "API requests"), &["verb", "resource", "code"])?;
+        let request_total =
+            IntCounterVec::new(Opts::new("flotilla_apiserver_requests_total", "API requests"), &["verb", "resource", "code"])?;
         let watchers = IntGauge::new("flotilla_apiserver_watchers", "Open watch streams")?;
         registry.register(Box::new(requests.clone()))?;
         registry.register(Box::new(request_total.clone()))?;

@@ -36,19 +36,35 @@ pub fn human_duration(secs: i64) -> String {
     if s < 120 {
         format!("{s}s")
     } else if m < 10 {
-        if s % 60 == 0 { format!("{m}m") } else { format!("{m}m{}s", s % 60) }
+        if s % 60 == 0 {
+            format!("{m}m")
+        } else {
+            format!("{m}m{}s", s % 60)
+        }
     } else if m < 180 {
         format!("{m}m")
     } else if h < 8 {
-        if m % 60 == 0 { format!("{h}h") } else { format!("{h}h{}m", m % 60) }
+        if m % 60 == 0 {
+            format!("{h}h")
+        } else {
+            format!("{h}h{}m", m % 60)
+        }
     } else if h < 48 {
         format!("{h}h")
     } else if h < 192 {
-        if h % 24 == 0 { format!("{d}d") } else { format!("{d}d{}h", h % 24) }
+        if h % 24 == 0 {
+            format!("{d}d")
+        } else {
+            format!("{d}d{}h", h % 24)
+        }
     } else if y < 2 {
         format!("{d}d")
     } else if y < 8 {
-        if d % 365 == 0 { format!("{y}y") } else { format!("{y}y{}d", d % 365) }
+        if d % 365 == 0 {
+            format!("{y}y")
+        } else {
+            format!("{y}y{}d", d % 365)
+        }
     } else {
         format!("{y}y")
     }
@@ -90,11 +106,7 @@ fn is_label_char(c: char) -> bool {
 
 /// RFC 1123 label: lowercase alphanumerics and '-', starting and ending alphanumeric, ≤ 63.
 pub fn dns1123_label(s: &str) -> Result<(), String> {
-    let ok = !s.is_empty()
-        && s.len() <= DNS1123_LABEL_MAX
-        && s.chars().all(is_label_char)
-        && !s.starts_with('-')
-        && !s.ends_with('-');
+    let ok = !s.is_empty() && s.len() <= DNS1123_LABEL_MAX && s.chars().all(is_label_char) && !s.starts_with('-') && !s.ends_with('-');
     if ok {
         Ok(())
     } else if s.len() > DNS1123_LABEL_MAX {
@@ -213,18 +225,28 @@ pub fn validate_meta(obj: &Value, rule: NameRule) -> Vec<Cause> {
                     match v.as_str() {
                         Some(s) if is_labels => {
                             if let Err(e) = label_value(s) {
-                                causes.push(Cause::new("FieldValueInvalid", &format!("metadata.labels"), format!("Invalid value: \"{s}\": {e}")));
+                                causes.push(Cause::new("FieldValueInvalid", "metadata.labels", format!("Invalid value: \"{s}\": {e}")));
                             }
                         }
                         Some(_) => {}
-                        None => causes.push(Cause::new("FieldValueTypeInvalid", &format!("metadata.{field}.{k}"), "Invalid value: must be a string")),
+                        None => causes.push(Cause::new(
+                            "FieldValueTypeInvalid",
+                            &format!("metadata.{field}.{k}"),
+                            "Invalid value: must be a string",
+                        )),
                     }
                 }
             }
-            Some(_) => causes.push(Cause::new("FieldValueTypeInvalid", &format!("metadata.{field}"), "Invalid value: must be a map of strings")),
+            Some(_) => {
+                causes.push(Cause::new("FieldValueTypeInvalid", &format!("metadata.{field}"), "Invalid value: must be a map of strings"))
+            }
         }
     }
-    let total: usize = m.get("annotations").and_then(Value::as_object).map(|a| a.iter().map(|(k, v)| k.len() + v.as_str().map_or(0, str::len)).sum()).unwrap_or(0);
+    let total: usize = m
+        .get("annotations")
+        .and_then(Value::as_object)
+        .map(|a| a.iter().map(|(k, v)| k.len() + v.as_str().map_or(0, str::len)).sum())
+        .unwrap_or(0);
     if total > 256 * 1024 {
         causes.push(Cause::new("FieldValueTooLong", "metadata.annotations", "Too long: must have at most 262144 bytes"));
     }

@@ -83,7 +83,10 @@ fn document(types: &[&Arc<ResourceType>]) -> Value {
                        "application/apply-patch+yaml": {"schema": {"type": "object"}}}},
                    "responses": response}),
         );
-        ops.insert("delete".into(), json!({"x-kubernetes-action": "delete", "x-kubernetes-group-version-kind": gvk, "responses": response}));
+        ops.insert(
+            "delete".into(),
+            json!({"x-kubernetes-action": "delete", "x-kubernetes-group-version-kind": gvk, "responses": response}),
+        );
         paths.insert(item, Value::Object(ops));
     }
     json!({
@@ -102,9 +105,7 @@ pub fn hash(doc: &Value) -> String {
 
 /// `GET /openapi/v3`: the index of group-version documents.
 pub fn index(docs: &BTreeMap<String, Value>) -> Value {
-    let paths: Map<String, Value> = docs
-        .iter()
-        .map(|(p, d)| (p.clone(), json!({"serverRelativeURL": format!("/openapi/v3/{p}?hash={}", hash(d))})))
-        .collect();
+    let paths: Map<String, Value> =
+        docs.iter().map(|(p, d)| (p.clone(), json!({"serverRelativeURL": format!("/openapi/v3/{p}?hash={}", hash(d))}))).collect();
     json!({"paths": paths})
 }

@@ -191,7 +191,9 @@ impl Registry {
     /// A registry with every built-in kind of the profile.
     pub fn new(profile: Profile) -> Self {
         let bound = match profile {
-            Profile::ControlPlane => placement_api::served_in_every_workspace().iter().flat_map(crate::crd::resource_types).map(Arc::new).collect(),
+            Profile::ControlPlane => {
+                placement_api::served_in_every_workspace().iter().flat_map(crate::crd::resource_types).map(Arc::new).collect()
+            }
             Profile::PhysicalCluster => Vec::new(),
         };
         Self { profile, builtins: crate::kinds::builtin_types(profile).into_iter().map(Arc::new).collect(), bound, custom: DashMap::new() }

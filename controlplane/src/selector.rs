@@ -21,11 +21,11 @@ const DNS1123_SUBDOMAIN_MAX_LEN: usize = 253;
 // The regular expressions are implemented by hand below; the patterns only appear in
 // error messages, spelled exactly as Kubernetes spells them so that users recognise them.
 const QUALIFIED_NAME_FMT: &str = "([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]";
-const QUALIFIED_NAME_ERR: &str = "must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character";
+const QUALIFIED_NAME_ERR: &str =
+    "must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character";
 const LABEL_VALUE_FMT: &str = "(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?";
 const LABEL_VALUE_ERR: &str = "a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character";
-const DNS1123_SUBDOMAIN_FMT: &str =
-    r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*";
+const DNS1123_SUBDOMAIN_FMT: &str = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*";
 const DNS1123_SUBDOMAIN_ERR: &str = "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character";
 
 /// Why a selector was rejected. The texts match kube-apiserver's so that clients see
@@ -195,28 +195,19 @@ impl LabelSelector {
 
     /// The selector that matches no label set (what a null `metav1.LabelSelector` means).
     pub fn nothing() -> Self {
-        LabelSelector {
-            requirements: Vec::new(),
-            nothing: true,
-        }
+        LabelSelector { requirements: Vec::new(), nothing: true }
     }
 
     /// Parses the query-string syntax, e.g. `app=web,tier in (a,b),!canary`.
     ///
     /// An empty (or all-whitespace) string selects everything.
     pub fn parse(s: &str) -> Result<Self, SelectorError> {
-        let mut parser = LabelParser {
-            items: lex_label_selector(s),
-            pos: 0,
-        };
+        let mut parser = LabelParser { items: lex_label_selector(s), pos: 0 };
         let mut requirements = parser.parse()?;
         // Stable sort: Kubernetes sorts by key too, but with an unstable sort; stability
         // keeps equal keys in input order so the canonical string is deterministic.
         requirements.sort_by(|a, b| a.key.cmp(&b.key));
-        Ok(LabelSelector {
-            requirements,
-            nothing: false,
-        })
+        Ok(LabelSelector { requirements, nothing: false })
     }
 
     /// Converts a `metav1.LabelSelector` (`{matchLabels, matchExpressions}`).
@@ -237,12 +228,9 @@ impl LabelSelector {
             Some(Value::Object(labels)) => {
                 for (key, value) in labels {
                     let Some(value) = value.as_str() else {
-                        return Err(invalid(format!(
-                            "matchLabels[{key}]: label values must be strings"
-                        )));
+                        return Err(invalid(format!("matchLabels[{key}]: label values must be strings")));
                     };
-                    let r = new_requirement(key, Operator::Equals, vec![value.to_owned()])
-                        .map_err(invalid)?;
+                    let r = new_requirement(key, Operator::Equals, vec![value.to_owned()]).map_err(invalid)?;
                     requirements.push(r);
                 }
             }
@@ -258,10 +246,7 @@ impl LabelSelector {
             Some(_) => return Err(invalid("matchExpressions must be an array".into())),
         }
         requirements.sort_by(|a, b| a.key.cmp(&b.key));
-        Ok(LabelSelector {
-            requirements,
-            nothing: false,
-        })
+        Ok(LabelSelector { requirements, nothing: false })
     }
 
     /// Whether the labels (the object under `metadata.labels`) satisfy every requirement.
@@ -289,9 +274,7 @@ impl LabelSelector {
     pub fn requires_exact_match(&self, key: &str) -> Option<&str> {
         let r = self.requirements.iter().find(|r| r.key == key)?;
         match r.operator {
-            Operator::Equals | Operator::DoubleEquals | Operator::In if r.values.len() == 1 => {
-                r.values.first().map(String::as_str)
-            }
+            Operator::Equals | Operator::DoubleEquals | Operator::In if r.values.len() == 1 => r.values.first().map(String::as_str),
             _ => None,
         }
     }
@@ -316,18 +299,14 @@ impl fmt::Display for LabelSelector {
 fn match_expression(index: usize, expr: &Value) -> Result<Requirement, SelectorError> {
     let invalid = |msg: String| SelectorError::InvalidLabelSelector(msg);
     let Some(expr) = expr.as_object() else {
-        return Err(invalid(format!(
-            "matchExpressions[{index}] must be an object"
-        )));
+        return Err(invalid(format!("matchExpressions[{index}] must be an object")));
     };
     // Absent strings decode to "" in Go and then fail validation with the usual message.
     let string_field = |name: &str| -> Result<String, SelectorError> {
         match expr.get(name) {
             None | Some(Value::Null) => Ok(String::new()),
             Some(Value::String(s)) => Ok(s.clone()),
-            Some(_) => Err(invalid(format!(
-                "matchExpressions[{index}].{name} must be a string"
-            ))),
+            Some(_) => Err(invalid(format!("matchExpressions[{index}].{name} must be a string"))),
         }
     };
     let key = string_field("key")?;
@@ -337,12 +316,7 @@ fn match_expression(index: usize, expr: &Value) -> Result<Requirement, SelectorE
         "NotIn" => Operator::NotIn,
         "Exists" => Operator::Exists,
         "DoesNotExist" => Operator::DoesNotExist,
-        other => {
-            return Err(invalid(format!(
-                "{} is not a valid label selector operator",
-                go_quote(other)
-            )))
-        }
+        other => return Err(invalid(format!("{} is not a valid label selector operator", go_quote(other)))),
     };
     let values = match expr.get("values") {
         None | Some(Value::Null) => Vec::new(),
@@ -350,19 +324,13 @@ fn match_expression(index: usize, expr: &Value) -> Result<Requirement, SelectorE
             let mut out = Vec::with_capacity(vals.len());
             for v in vals {
                 let Some(s) = v.as_str() else {
-                    return Err(invalid(format!(
-                        "matchExpressions[{index}].values must be strings"
-                    )));
+                    return Err(invalid(format!("matchExpressions[{index}].values must be strings")));
                 };
                 out.push(s.to_owned());
             }
             out
         }
-        Some(_) => {
-            return Err(invalid(format!(
-                "matchExpressions[{index}].values must be an array"
-            )))
-        }
+        Some(_) => return Err(invalid(format!("matchExpressions[{index}].values must be an array"))),
     };
     new_requirement(&key, op, values).map_err(invalid)
 }
@@ -370,11 +338,7 @@ fn match_expression(index: usize, expr: &Value) -> Result<Requirement, SelectorE
 /// Validates and builds a requirement the way `labels.NewRequirement` does, returning
 /// the aggregated field-error text on failure. `values` are reported in the order given
 /// and stored sorted and de-duplicated (they are a set).
-fn new_requirement(
-    key: &str,
-    op: Operator,
-    mut values: Vec<String>,
-) -> Result<Requirement, String> {
+fn new_requirement(key: &str, op: Operator, mut values: Vec<String>) -> Result<Requirement, String> {
     let mut errs = Vec::new();
     let key_errs = qualified_name_errors(key);
     if !key_errs.is_empty() {
@@ -383,38 +347,22 @@ fn new_requirement(
     match op {
         Operator::In | Operator::NotIn => {
             if values.is_empty() {
-                errs.push(invalid_field(
-                    "values",
-                    &go_string_slice(&values),
-                    "for 'in', 'notin' operators, values set can't be empty",
-                ));
+                errs.push(invalid_field("values", &go_string_slice(&values), "for 'in', 'notin' operators, values set can't be empty"));
             }
         }
         Operator::Equals | Operator::DoubleEquals | Operator::NotEquals => {
             if values.len() != 1 {
-                errs.push(invalid_field(
-                    "values",
-                    &go_string_slice(&values),
-                    "exact-match compatibility requires one single value",
-                ));
+                errs.push(invalid_field("values", &go_string_slice(&values), "exact-match compatibility requires one single value"));
             }
         }
         Operator::Exists | Operator::DoesNotExist => {
             if !values.is_empty() {
-                errs.push(invalid_field(
-                    "values",
-                    &go_string_slice(&values),
-                    "values set must be empty for exists and does not exist",
-                ));
+                errs.push(invalid_field("values", &go_string_slice(&values), "values set must be empty for exists and does not exist"));
             }
         }
         Operator::GreaterThan | Operator::LessThan => {
             if values.len() != 1 {
-                errs.push(invalid_field(
-                    "values",
-                    &go_string_slice(&values),
-                    "for 'Gt', 'Lt' operators, exactly one value is required",
-                ));
+                errs.push(invalid_field("values", &go_string_slice(&values), "for 'Gt', 'Lt' operators, exactly one value is required"));
             }
             for (i, v) in values.iter().enumerate() {
                 if v.parse::<i64>().is_err() {
@@ -430,11 +378,7 @@ fn new_requirement(
     for (i, v) in values.iter().enumerate() {
         let value_errs = label_value_errors(v);
         if !value_errs.is_empty() {
-            errs.push(invalid_field(
-                &format!("values[{i}][{key}]"),
-                &go_quote(v),
-                &value_errs.join("; "),
-            ));
+            errs.push(invalid_field(&format!("values[{i}][{key}]"), &go_quote(v), &value_errs.join("; ")));
         }
     }
     if !errs.is_empty() {
@@ -442,11 +386,7 @@ fn new_requirement(
     }
     values.sort();
     values.dedup();
-    Ok(Requirement {
-        key: key.to_owned(),
-        operator: op,
-        values,
-    })
+    Ok(Requirement { key: key.to_owned(), operator: op, values })
 }
 
 // --- label selector lexer and parser --------------------------------------
@@ -476,10 +416,7 @@ struct Item<'a> {
     lit: &'a str,
 }
 
-const END: Item<'static> = Item {
-    tok: Tok::End,
-    lit: "",
-};
+const END: Item<'static> = Item { tok: Tok::End, lit: "" };
 
 fn is_label_whitespace(b: u8) -> bool {
     matches!(b, b' ' | b'\t' | b'\r' | b'\n')
@@ -524,18 +461,12 @@ fn lex_label_selector(s: &str) -> Vec<Item<'_>> {
             return items;
         }
         if let Some((tok, len)) = special_token(&bytes[i..]) {
-            items.push(Item {
-                tok,
-                lit: &s[i..i + len],
-            });
+            items.push(Item { tok, lit: &s[i..i + len] });
             i += len;
             continue;
         }
         let start = i;
-        while i < bytes.len()
-            && !is_label_whitespace(bytes[i])
-            && special_token(&bytes[i..]).is_none()
-        {
+        while i < bytes.len() && !is_label_whitespace(bytes[i]) && special_token(&bytes[i..]).is_none() {
             i += 1;
         }
         let lit = &s[start..i];
@@ -578,9 +509,7 @@ impl<'a> LabelParser<'a> {
             let item = self.lookahead(true);
             match item.tok {
                 Tok::Ident | Tok::Not => {
-                    let r = self
-                        .parse_requirement()
-                        .map_err(SelectorError::Requirement)?;
+                    let r = self.parse_requirement().map_err(SelectorError::Requirement)?;
                     requirements.push(r);
                     let next = self.consume(true);
                     match next.tok {
@@ -588,27 +517,14 @@ impl<'a> LabelParser<'a> {
                         Tok::Comma => {
                             let after = self.lookahead(true);
                             if !matches!(after.tok, Tok::Ident | Tok::Not) {
-                                return Err(SelectorError::LabelSyntax(format!(
-                                    "found '{}', expected: identifier after ','",
-                                    after.lit
-                                )));
+                                return Err(SelectorError::LabelSyntax(format!("found '{}', expected: identifier after ','", after.lit)));
                             }
                         }
-                        _ => {
-                            return Err(SelectorError::LabelSyntax(format!(
-                                "found '{}', expected: ',' or 'end of string'",
-                                next.lit
-                            )))
-                        }
+                        _ => return Err(SelectorError::LabelSyntax(format!("found '{}', expected: ',' or 'end of string'", next.lit))),
                     }
                 }
                 Tok::End => return Ok(requirements),
-                _ => {
-                    return Err(SelectorError::LabelSyntax(format!(
-                        "found '{}', expected: !, identifier, or 'end of string'",
-                        item.lit
-                    )))
-                }
+                _ => return Err(SelectorError::LabelSyntax(format!("found '{}', expected: !, identifier, or 'end of string'", item.lit))),
             }
         }
     }
@@ -643,11 +559,7 @@ impl<'a> LabelParser<'a> {
         let errs = qualified_name_errors(item.lit);
         if !errs.is_empty() {
             // Kubernetes validates the key here with no field path, hence "<nil>".
-            return Err(invalid_field(
-                "<nil>",
-                &go_quote(item.lit),
-                &errs.join("; "),
-            ));
+            return Err(invalid_field("<nil>", &go_quote(item.lit), &errs.join("; ")));
         }
         if op.is_none() && matches!(self.lookahead(true).tok, Tok::End | Tok::Comma) {
             op = Some(Operator::Exists);
@@ -665,12 +577,7 @@ impl<'a> LabelParser<'a> {
             Tok::NotEquals => Operator::NotEquals,
             Tok::GreaterThan => Operator::GreaterThan,
             Tok::LessThan => Operator::LessThan,
-            _ => {
-                return Err(format!(
-                    "found '{}', expected: in, notin, =, ==, !=, gt, lt",
-                    item.lit
-                ))
-            }
+            _ => return Err(format!("found '{}', expected: in, notin, =, ==, !=, gt, lt", item.lit)),
         })
     }
 
@@ -695,10 +602,7 @@ impl<'a> LabelParser<'a> {
                 self.consume(true);
                 Ok(vec![String::new()])
             }
-            _ => Err(format!(
-                "found '{}', expected: ',', ')' or identifier",
-                item.lit
-            )),
+            _ => Err(format!("found '{}', expected: ',', ')' or identifier", item.lit)),
         }
     }
 
@@ -732,12 +636,7 @@ impl<'a> LabelParser<'a> {
                     }
                 }
                 // Every iteration consumes a token and `End` lands here, so this terminates.
-                _ => {
-                    return Err(format!(
-                        "found '{}', expected: ',', or identifier",
-                        item.lit
-                    ))
-                }
+                _ => return Err(format!("found '{}', expected: ',', or identifier", item.lit)),
             }
         }
     }
@@ -767,10 +666,7 @@ fn is_qualified_name_part(s: &str) -> bool {
     let b = s.as_bytes();
     match (b.first(), b.last()) {
         (Some(&first), Some(&last)) => {
-            is_alnum(first)
-                && is_alnum(last)
-                && b.iter()
-                    .all(|&c| is_alnum(c) || matches!(c, b'-' | b'_' | b'.'))
+            is_alnum(first) && is_alnum(last) && b.iter().all(|&c| is_alnum(c) || matches!(c, b'-' | b'_' | b'.'))
         }
         _ => false,
     }
@@ -782,11 +678,7 @@ fn is_dns1123_subdomain(s: &str) -> bool {
     s.split('.').all(|label| {
         let b = label.as_bytes();
         match (b.first(), b.last()) {
-            (Some(&first), Some(&last)) => {
-                lower_alnum(first)
-                    && lower_alnum(last)
-                    && b.iter().all(|&c| lower_alnum(c) || c == b'-')
-            }
+            (Some(&first), Some(&last)) => lower_alnum(first) && lower_alnum(last) && b.iter().all(|&c| lower_alnum(c) || c == b'-'),
             _ => false,
         }
     })
@@ -826,20 +718,10 @@ fn qualified_name_errors(value: &str) -> Vec<String> {
                 errs.push("prefix part must be non-empty".to_owned());
             } else {
                 if prefix.len() > DNS1123_SUBDOMAIN_MAX_LEN {
-                    errs.push(format!(
-                        "prefix part {}",
-                        max_len_error(DNS1123_SUBDOMAIN_MAX_LEN)
-                    ));
+                    errs.push(format!("prefix part {}", max_len_error(DNS1123_SUBDOMAIN_MAX_LEN)));
                 }
                 if !is_dns1123_subdomain(prefix) {
-                    errs.push(format!(
-                        "prefix part {}",
-                        regex_error(
-                            DNS1123_SUBDOMAIN_ERR,
-                            DNS1123_SUBDOMAIN_FMT,
-                            &["example.com"]
-                        )
-                    ));
+                    errs.push(format!("prefix part {}", regex_error(DNS1123_SUBDOMAIN_ERR, DNS1123_SUBDOMAIN_FMT, &["example.com"])));
                 }
             }
             *name
@@ -855,20 +737,10 @@ fn qualified_name_errors(value: &str) -> Vec<String> {
     if name.is_empty() {
         errs.push("name part must be non-empty".to_owned());
     } else if name.len() > QUALIFIED_NAME_MAX_LEN {
-        errs.push(format!(
-            "name part {}",
-            max_len_error(QUALIFIED_NAME_MAX_LEN)
-        ));
+        errs.push(format!("name part {}", max_len_error(QUALIFIED_NAME_MAX_LEN)));
     }
     if !is_qualified_name_part(name) {
-        errs.push(format!(
-            "name part {}",
-            regex_error(
-                QUALIFIED_NAME_ERR,
-                QUALIFIED_NAME_FMT,
-                &["MyName", "my.name", "123-abc"]
-            )
-        ));
+        errs.push(format!("name part {}", regex_error(QUALIFIED_NAME_ERR, QUALIFIED_NAME_FMT, &["MyName", "my.name", "123-abc"])));
     }
     errs
 }
@@ -880,11 +752,7 @@ fn label_value_errors(value: &str) -> Vec<String> {
         errs.push(max_len_error(LABEL_VALUE_MAX_LEN));
     }
     if !value.is_empty() && !is_qualified_name_part(value) {
-        errs.push(regex_error(
-            LABEL_VALUE_ERR,
-            LABEL_VALUE_FMT,
-            &["MyValue", "my_value", "12345"],
-        ));
+        errs.push(regex_error(LABEL_VALUE_ERR, LABEL_VALUE_FMT, &["MyValue", "my_value", "12345"]));
     }
     errs
 }
@@ -928,9 +796,7 @@ fn go_quote(s: &str) -> String {
             '\u{8}' => out.push_str("\\b"),
             '\u{c}' => out.push_str("\\f"),
             '\u{b}' => out.push_str("\\v"),
-            c if (c as u32) < 0x80 && c.is_control() => {
-                out.push_str(&format!("\\x{:02x}", c as u32))
-            }
+            c if (c as u32) < 0x80 && c.is_control() => out.push_str(&format!("\\x{:02x}", c as u32)),
             c if c.is_control() => out.push_str(&format!("\\u{:04x}", c as u32)),
             c => out.push(c),
         }
@@ -999,10 +865,7 @@ impl FieldSelector {
                 continue;
             }
             let Some((field, op, raw)) = split_field_term(part) else {
-                return Err(SelectorError::FieldTerm {
-                    selector: s.to_owned(),
-                    term: part.to_owned(),
-                });
+                return Err(SelectorError::FieldTerm { selector: s.to_owned(), term: part.to_owned() });
             };
             let value = unescape_field_value(raw)?;
             // Kubernetes turns a term with an empty field and an empty value (a bare
@@ -1010,11 +873,7 @@ impl FieldSelector {
             if field.is_empty() && value.is_empty() {
                 continue;
             }
-            terms.push(FieldTerm {
-                field: field.to_owned(),
-                op,
-                value,
-            });
+            terms.push(FieldTerm { field: field.to_owned(), op, value });
         }
         Ok(FieldSelector { terms })
     }
@@ -1044,10 +903,7 @@ impl FieldSelector {
     /// Other terms may exist (`metadata.name=x,status.phase=Running`), so the object
     /// found still has to pass [`FieldSelector::matches`].
     pub fn single_equality(&self, field: &str) -> Option<&str> {
-        self.terms
-            .iter()
-            .find(|t| t.op == FieldOperator::Equals && t.field == field)
-            .map(|t| t.value.as_str())
+        self.terms.iter().find(|t| t.op == FieldOperator::Equals && t.field == field).map(|t| t.value.as_str())
     }
 
     /// Whether the selector has no terms.
@@ -1057,9 +913,7 @@ impl FieldSelector {
 
     /// The terms as `(field, operator, unescaped value)`.
     pub fn terms(&self) -> impl Iterator<Item = (&str, FieldOperator, &str)> {
-        self.terms
-            .iter()
-            .map(|t| (t.field.as_str(), t.op, t.value.as_str()))
+        self.terms.iter().map(|t| (t.field.as_str(), t.op, t.value.as_str()))
     }
 }
 
@@ -1106,11 +960,7 @@ fn split_field_terms(s: &str) -> Vec<&str> {
 /// Splits a term at the first operator. At each position `!=` is tried before `==`
 /// before `=`, so `a==b` has the value `b`, not `=b`.
 fn split_field_term(term: &str) -> Option<(&str, FieldOperator, &str)> {
-    const OPS: [(&str, FieldOperator); 3] = [
-        ("!=", FieldOperator::NotEquals),
-        ("==", FieldOperator::Equals),
-        ("=", FieldOperator::Equals),
-    ];
+    const OPS: [(&str, FieldOperator); 3] = [("!=", FieldOperator::NotEquals), ("==", FieldOperator::Equals), ("=", FieldOperator::Equals)];
     for (i, _) in term.char_indices() {
         let rest = &term[i..];
         for (text, op) in OPS {
@@ -1229,10 +1079,7 @@ mod tests {
         assert_eq!(empty.requirements()[0].values(), [String::new()]);
         assert!(empty.matches(&labels(json!({"env": ""}))));
         assert!(!empty.matches(&l));
-        assert_eq!(
-            sel("x in (a,,b)").requirements()[0].values(),
-            ["", "a", "b"]
-        );
+        assert_eq!(sel("x in (a,,b)").requirements()[0].values(), ["", "a", "b"]);
         assert_eq!(sel("x in (,a)").requirements()[0].values(), ["", "a"]);
         assert_eq!(sel("x in (a,)").requirements()[0].values(), ["", "a"]);
         // The keywords are identifiers where a key or value is expected.
@@ -1283,10 +1130,7 @@ mod tests {
     fn canonical_string() {
         assert_eq!(sel("b in (y,x,y),a").to_string(), "a,b in (x,y)");
         assert_eq!(sel("z!=1, y==2,x=3").to_string(), "x=3,y==2,z!=1");
-        assert_eq!(
-            sel("n notin (b, a), !m, g>3, l<4").to_string(),
-            "g>3,l<4,!m,n notin (a,b)"
-        );
+        assert_eq!(sel("n notin (b, a), !m, g>3, l<4").to_string(), "g>3,l<4,!m,n notin (a,b)");
         // The canonical string parses back to the same selector.
         let s = sel("b in (y,x),a,!c,d!=e");
         assert_eq!(sel(&s.to_string()), s);
@@ -1313,90 +1157,45 @@ mod tests {
 
     #[test]
     fn syntax_errors() {
-        assert_eq!(
-            err("a in (b"),
-            "unable to parse requirement: found '', expected: ',' or ')'"
-        );
-        assert_eq!(
-            err("a in b)"),
-            "unable to parse requirement: found 'b' expected: '('"
-        );
-        assert_eq!(
-            err("a in (b c)"),
-            "unable to parse requirement: found 'c', expected: ',' or ')'"
-        );
-        assert_eq!(
-            err("a in (b,c"),
-            "unable to parse requirement: found '', expected: ',' or ')'"
-        );
-        assert_eq!(
-            err("a in (=)"),
-            "unable to parse requirement: found '=', expected: ',', ')' or identifier"
-        );
-        assert_eq!(
-            err("a b"),
-            "unable to parse requirement: found 'b', expected: in, notin, =, ==, !=, gt, lt"
-        );
-        assert_eq!(
-            err("a=(b)"),
-            "unable to parse requirement: found '(', expected: identifier"
-        );
+        assert_eq!(err("a in (b"), "unable to parse requirement: found '', expected: ',' or ')'");
+        assert_eq!(err("a in b)"), "unable to parse requirement: found 'b' expected: '('");
+        assert_eq!(err("a in (b c)"), "unable to parse requirement: found 'c', expected: ',' or ')'");
+        assert_eq!(err("a in (b,c"), "unable to parse requirement: found '', expected: ',' or ')'");
+        assert_eq!(err("a in (=)"), "unable to parse requirement: found '=', expected: ',', ')' or identifier");
+        assert_eq!(err("a b"), "unable to parse requirement: found 'b', expected: in, notin, =, ==, !=, gt, lt");
+        assert_eq!(err("a=(b)"), "unable to parse requirement: found '(', expected: identifier");
         assert_eq!(err("a=b c"), "found 'c', expected: ',' or 'end of string'");
         assert_eq!(err("a=b)"), "found ')', expected: ',' or 'end of string'");
         assert_eq!(err("a,"), "found '', expected: identifier after ','");
         assert_eq!(err("a,,b"), "found ',', expected: identifier after ','");
-        assert_eq!(
-            err(",a"),
-            "found ',', expected: !, identifier, or 'end of string'"
-        );
-        assert_eq!(
-            err("(a)"),
-            "found '(', expected: !, identifier, or 'end of string'"
-        );
-        assert_eq!(
-            err("!"),
-            "unable to parse requirement: found '', expected: identifier"
-        );
+        assert_eq!(err(",a"), "found ',', expected: !, identifier, or 'end of string'");
+        assert_eq!(err("(a)"), "found '(', expected: !, identifier, or 'end of string'");
+        assert_eq!(err("!"), "unable to parse requirement: found '', expected: identifier");
         assert_eq!(err("!a=b"), "found '=', expected: ',' or 'end of string'");
-        assert_eq!(
-            err("a in (b))"),
-            "found ')', expected: ',' or 'end of string'"
-        );
+        assert_eq!(err("a in (b))"), "found ')', expected: ',' or 'end of string'");
     }
 
     #[test]
     fn invalid_keys() {
         let qn = "name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyName',  or 'my.name',  or '123-abc', regex used for validation is '([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]')";
-        assert_eq!(
-            err("-a=b"),
-            format!("unable to parse requirement: <nil>: Invalid value: \"-a\": {qn}")
-        );
+        assert_eq!(err("-a=b"), format!("unable to parse requirement: <nil>: Invalid value: \"-a\": {qn}"));
         let e = err("Example.com/a=b");
-        assert!(e.starts_with("unable to parse requirement: <nil>: Invalid value: \"Example.com/a\": prefix part a lowercase RFC 1123 subdomain"), "{e}");
-        let e = err("a/b/c=d");
         assert!(
-            e.contains("\"a/b/c\": a qualified name must consist of"),
-            "{e}"
-        );
-        assert!(
-            e.ends_with(
-                "with an optional DNS subdomain prefix and '/' (e.g. 'example.com/MyName')"
+            e.starts_with(
+                "unable to parse requirement: <nil>: Invalid value: \"Example.com/a\": prefix part a lowercase RFC 1123 subdomain"
             ),
             "{e}"
         );
+        let e = err("a/b/c=d");
+        assert!(e.contains("\"a/b/c\": a qualified name must consist of"), "{e}");
+        assert!(e.ends_with("with an optional DNS subdomain prefix and '/' (e.g. 'example.com/MyName')"), "{e}");
         let e = err("/a");
         assert!(e.contains("\"/a\": prefix part must be non-empty"), "{e}");
         let e = err("a/");
-        assert!(
-            e.contains("name part must be non-empty; name part must consist"),
-            "{e}"
-        );
+        assert!(e.contains("name part must be non-empty; name part must consist"), "{e}");
         let long = "k".repeat(64);
         let e = err(&long);
-        assert!(
-            e.contains("name part must be no more than 63 characters"),
-            "{e}"
-        );
+        assert!(e.contains("name part must be no more than 63 characters"), "{e}");
         assert!(LabelSelector::parse(&"k".repeat(63)).is_ok());
         // Non-ASCII and NUL stay inside the identifier and fail validation.
         assert!(LabelSelector::parse("é=1").is_err());
@@ -1413,28 +1212,27 @@ mod tests {
         );
         assert!(LabelSelector::parse(&format!("a={}", "v".repeat(63))).is_ok());
         let e = err("a=-b");
-        assert!(e.starts_with("unable to parse requirement: values[0][a]: Invalid value: \"-b\": a valid label must be an empty string"), "{e}");
-        assert!(e.ends_with("(e.g. 'MyValue',  or 'my_value',  or '12345', regex used for validation is '(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?')"), "{e}");
+        assert!(
+            e.starts_with("unable to parse requirement: values[0][a]: Invalid value: \"-b\": a valid label must be an empty string"),
+            "{e}"
+        );
+        assert!(
+            e.ends_with(
+                "(e.g. 'MyValue',  or 'my_value',  or '12345', regex used for validation is '(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?')"
+            ),
+            "{e}"
+        );
         // Values are reported by their position in the sorted set.
         let e = err("a in (z, _x)");
         assert!(e.contains("values[0][a]: Invalid value: \"_x\""), "{e}");
         // Several problems with one value are joined by "; ".
         let bad = format!("-{}", "x".repeat(70));
         let e = err(&format!("a in (ok,{bad})"));
-        assert!(
-            e.starts_with("unable to parse requirement: values[0][a]: Invalid value:"),
-            "{e}"
-        );
-        assert!(
-            e.contains("must be no more than 63 characters; a valid label"),
-            "{e}"
-        );
+        assert!(e.starts_with("unable to parse requirement: values[0][a]: Invalid value:"), "{e}");
+        assert!(e.contains("must be no more than 63 characters; a valid label"), "{e}");
         // Several bad values are aggregated in brackets.
         let e = err("a in (-b,_c)");
-        assert!(
-            e.starts_with("unable to parse requirement: [values[0][a]: Invalid value: \"-b\""),
-            "{e}"
-        );
+        assert!(e.starts_with("unable to parse requirement: [values[0][a]: Invalid value: \"-b\""), "{e}");
         assert!(e.contains(", values[1][a]: Invalid value: \"_c\""), "{e}");
         assert!(e.ends_with(']'), "{e}");
     }
@@ -1454,33 +1252,18 @@ mod tests {
             Ok(s) => s,
             Err(e) => panic!("{e}"),
         };
-        assert_eq!(
-            s.to_string(),
-            "app=web,!canary,env notin (dev),example.com/owner,tier in (back,front)"
-        );
-        assert!(s.matches(&labels(
-            json!({"app": "web", "tier": "front", "example.com/owner": "me"})
-        )));
-        assert!(!s.matches(&labels(
-            json!({"app": "web", "tier": "front", "example.com/owner": "me", "canary": "1"})
-        )));
-        assert!(!s.matches(&labels(
-            json!({"app": "web", "tier": "front", "example.com/owner": "me", "env": "dev"})
-        )));
+        assert_eq!(s.to_string(), "app=web,!canary,env notin (dev),example.com/owner,tier in (back,front)");
+        assert!(s.matches(&labels(json!({"app": "web", "tier": "front", "example.com/owner": "me"}))));
+        assert!(!s.matches(&labels(json!({"app": "web", "tier": "front", "example.com/owner": "me", "canary": "1"}))));
+        assert!(!s.matches(&labels(json!({"app": "web", "tier": "front", "example.com/owner": "me", "env": "dev"}))));
         assert!(!s.matches(&labels(json!({"app": "web", "tier": "front"}))));
 
         let empty = LabelSelector::from_label_selector(&json!({})).ok();
-        assert!(empty
-            .as_ref()
-            .is_some_and(|s| s.matches_everything() && s.matches(&Map::new())));
-        let empty =
-            LabelSelector::from_label_selector(&json!({"matchLabels": {}, "matchExpressions": []}))
-                .ok();
+        assert!(empty.as_ref().is_some_and(|s| s.matches_everything() && s.matches(&Map::new())));
+        let empty = LabelSelector::from_label_selector(&json!({"matchLabels": {}, "matchExpressions": []})).ok();
         assert!(empty.is_some_and(|s| s.matches_everything()));
         let nothing = LabelSelector::from_label_selector(&Value::Null).ok();
-        assert!(nothing.is_some_and(|s| s.matches_nothing()
-            && !s.matches(&Map::new())
-            && !s.matches_everything()));
+        assert!(nothing.is_some_and(|s| s.matches_nothing() && !s.matches(&Map::new()) && !s.matches_everything()));
     }
 
     #[test]
@@ -1501,16 +1284,11 @@ mod tests {
             e(json!({"matchExpressions": [{"key": "a", "operator": "Exists", "values": ["x", "y"]}]})),
             "values: Invalid value: []string{\"x\", \"y\"}: values set must be empty for exists and does not exist"
         );
-        assert!(e(json!({"matchLabels": {"a": "-bad"}}))
-            .starts_with("values[0][a]: Invalid value: \"-bad\""));
-        assert!(e(json!({"matchLabels": {"bad key": "x"}}))
-            .starts_with("key: Invalid value: \"bad key\""));
+        assert!(e(json!({"matchLabels": {"a": "-bad"}})).starts_with("values[0][a]: Invalid value: \"-bad\""));
+        assert!(e(json!({"matchLabels": {"bad key": "x"}})).starts_with("key: Invalid value: \"bad key\""));
         assert!(e(json!({"matchLabels": {"a": 1}})).contains("must be strings"));
         assert!(e(json!({"matchExpressions": {}})).contains("must be an array"));
-        assert!(
-            e(json!({"matchExpressions": [{"key": "a", "operator": "In", "values": [1]}]}))
-                .contains("must be strings")
-        );
+        assert!(e(json!({"matchExpressions": [{"key": "a", "operator": "In", "values": [1]}]})).contains("must be strings"));
         assert!(e(json!("app=web")).contains("must be an object"));
     }
 
@@ -1531,12 +1309,7 @@ mod tests {
     }
 
     fn getter<'a>(pairs: &'a [(&'a str, &'a str)]) -> impl Fn(&str) -> Option<String> + 'a {
-        move |f| {
-            pairs
-                .iter()
-                .find(|(k, _)| *k == f)
-                .map(|(_, v)| (*v).to_owned())
-        }
+        move |f| pairs.iter().find(|(k, _)| *k == f).map(|(_, v)| (*v).to_owned())
     }
 
     #[test]
@@ -1569,22 +1342,10 @@ mod tests {
         assert_eq!(f.to_string(), r"metadata.name=a\,b\=c\\d");
         // An escaped comma does not split terms.
         assert_eq!(fsel(r"a=x\,y,b=z").fields().collect::<Vec<_>>(), ["a", "b"]);
-        assert_eq!(
-            FieldSelector::parse(r"a=b\x"),
-            Err(SelectorError::FieldEscape(r"\x".to_owned()))
-        );
-        assert_eq!(
-            FieldSelector::parse(r"a=b\"),
-            Err(SelectorError::FieldEscape(r"\".to_owned()))
-        );
-        assert_eq!(
-            FieldSelector::parse("a=b=c"),
-            Err(SelectorError::FieldUnescaped('='))
-        );
-        assert_eq!(
-            FieldSelector::parse("a===b"),
-            Err(SelectorError::FieldUnescaped('='))
-        );
+        assert_eq!(FieldSelector::parse(r"a=b\x"), Err(SelectorError::FieldEscape(r"\x".to_owned())));
+        assert_eq!(FieldSelector::parse(r"a=b\"), Err(SelectorError::FieldEscape(r"\".to_owned())));
+        assert_eq!(FieldSelector::parse("a=b=c"), Err(SelectorError::FieldUnescaped('=')));
+        assert_eq!(FieldSelector::parse("a===b"), Err(SelectorError::FieldUnescaped('=')));
         assert_eq!(
             FieldSelector::parse(r"a=b\x").map_err(|e| e.to_string()),
             Err(r"invalid field selector: invalid escape sequence: \x".to_owned())
@@ -1599,51 +1360,25 @@ mod tests {
         );
         // The first operator splits; the field is taken literally.
         let f = fsel("a!=b");
-        assert_eq!(
-            f.terms().collect::<Vec<_>>(),
-            [("a", FieldOperator::NotEquals, "b")]
-        );
+        assert_eq!(f.terms().collect::<Vec<_>>(), [("a", FieldOperator::NotEquals, "b")]);
         let f = fsel(" a = b");
-        assert_eq!(
-            f.terms().collect::<Vec<_>>(),
-            [(" a ", FieldOperator::Equals, " b")]
-        );
+        assert_eq!(f.terms().collect::<Vec<_>>(), [(" a ", FieldOperator::Equals, " b")]);
         // Terms are sorted, so equal selectors compare equal and print canonically.
         assert_eq!(fsel("b=2,a=1"), fsel("a=1,b=2"));
         assert_eq!(fsel("b==2,a!=1").to_string(), "a!=1,b=2");
-        assert_eq!(
-            fsel("spec.x=1,metadata.name=n")
-                .fields()
-                .collect::<Vec<_>>(),
-            ["metadata.name", "spec.x"]
-        );
+        assert_eq!(fsel("spec.x=1,metadata.name=n").fields().collect::<Vec<_>>(), ["metadata.name", "spec.x"]);
     }
 
     #[test]
     fn field_single_equality() {
-        assert_eq!(
-            fsel("metadata.name=x").single_equality("metadata.name"),
-            Some("x")
-        );
-        assert_eq!(
-            fsel("metadata.name==x").single_equality("metadata.name"),
-            Some("x")
-        );
-        assert_eq!(
-            fsel("metadata.name!=x").single_equality("metadata.name"),
-            None
-        );
-        assert_eq!(
-            fsel("metadata.namespace=x").single_equality("metadata.name"),
-            None
-        );
+        assert_eq!(fsel("metadata.name=x").single_equality("metadata.name"), Some("x"));
+        assert_eq!(fsel("metadata.name==x").single_equality("metadata.name"), Some("x"));
+        assert_eq!(fsel("metadata.name!=x").single_equality("metadata.name"), None);
+        assert_eq!(fsel("metadata.namespace=x").single_equality("metadata.name"), None);
         let both = fsel("metadata.name=x,status.phase=Running");
         assert_eq!(both.single_equality("metadata.name"), Some("x"));
         assert_eq!(fsel("").single_equality("metadata.name"), None);
-        assert_eq!(
-            fsel("metadata.name=").single_equality("metadata.name"),
-            Some("")
-        );
+        assert_eq!(fsel("metadata.name=").single_equality("metadata.name"), Some(""));
     }
 
     #[test]

@@ -40,7 +40,13 @@ pub struct ServerConfig {
 impl ServerConfig {
     /// Flotilla's control plane: workspaces, kubeconfig at `<data-dir>/admin.kubeconfig`.
     pub fn control_plane(data_dir: &Path, listen: SocketAddr) -> Self {
-        Self { data_dir: data_dir.to_path_buf(), kubeconfig: data_dir.join("admin.kubeconfig"), listen, single_cluster: false, name: "flotilla".into() }
+        Self {
+            data_dir: data_dir.to_path_buf(),
+            kubeconfig: data_dir.join("admin.kubeconfig"),
+            listen,
+            single_cluster: false,
+            name: "flotilla".into(),
+        }
     }
 
     /// A simulated physical cluster named `name`: one logical cluster at `/`, state in
@@ -143,7 +149,8 @@ pub async fn start(config: ServerConfig, prometheus: prometheus::Registry) -> an
 
 /// (workspace, scoped token) for every workspace, for the kubeconfig.
 fn workspace_contexts(api: &Api, auth: &Auth) -> Vec<(String, String)> {
-    let (items, _) = api.store.list(&format!("{}/workspaces/{}//", placement_api::TENANCY_GROUP, placement_api::ROOT_WORKSPACE), None, None);
+    let (items, _) =
+        api.store.list(&format!("{}/workspaces/{}//", placement_api::TENANCY_GROUP, placement_api::ROOT_WORKSPACE), None, None);
     items
         .iter()
         .filter_map(|(_, e)| {
@@ -175,7 +182,9 @@ async fn bootstrap(api: &Arc<Api>) -> anyhow::Result<()> {
             Some(existing) if existing.value.get("spec") != c.get("spec") => {
                 let mut v = (*existing.value).clone();
                 v["spec"] = c["spec"].clone();
-                api.update(&crd_scope, &name, v, crate::api::Sub::Main, &opts).await.map_err(|e| anyhow::anyhow!("upgrading CRD {name}: {e}"))?;
+                api.update(&crd_scope, &name, v, crate::api::Sub::Main, &opts)
+                    .await
+                    .map_err(|e| anyhow::anyhow!("upgrading CRD {name}: {e}"))?;
             }
             Some(_) => {}
         }

@@ -207,7 +207,11 @@ fn builtin_cells(b: Builtin, obj: &Value) -> Vec<Value> {
                 .and_then(|cs| cs.iter().find(|c| c["type"] == "Ready"))
                 .map(|c| if c["status"] == "True" { "Ready" } else { "NotReady" })
                 .unwrap_or("Unknown");
-            let status = if obj.pointer("/spec/unschedulable") == Some(&json!(true)) { format!("{ready},SchedulingDisabled") } else { ready.to_string() };
+            let status = if obj.pointer("/spec/unschedulable") == Some(&json!(true)) {
+                format!("{ready},SchedulingDisabled")
+            } else {
+                ready.to_string()
+            };
             let roles: Vec<&str> = obj
                 .pointer("/metadata/labels")
                 .and_then(Value::as_object)
@@ -249,8 +253,10 @@ fn builtin_cells(b: Builtin, obj: &Value) -> Vec<Value> {
                 t => age(Some(t)),
             };
             let kind = s(obj, "/involvedObject/kind").to_lowercase();
-            let source = [s(obj, "/source/component"), s(obj, "/reportingComponent")].into_iter().find(|c| !c.is_empty()).unwrap_or_default();
-            let count = obj.pointer("/count").and_then(Value::as_i64).or_else(|| obj.pointer("/series/count").and_then(Value::as_i64)).unwrap_or(1);
+            let source =
+                [s(obj, "/source/component"), s(obj, "/reportingComponent")].into_iter().find(|c| !c.is_empty()).unwrap_or_default();
+            let count =
+                obj.pointer("/count").and_then(Value::as_i64).or_else(|| obj.pointer("/series/count").and_then(Value::as_i64)).unwrap_or(1);
             vec![
                 json!(last),
                 json!(s(obj, "/type")),
@@ -265,7 +271,9 @@ fn builtin_cells(b: Builtin, obj: &Value) -> Vec<Value> {
         }
         Builtin::Lease => vec![name, json!(s(obj, "/spec/holderIdentity")), json!(created)],
         Builtin::ClusterRole => vec![name, json!(s(obj, "/metadata/creationTimestamp"))],
-        Builtin::ClusterRoleBinding => vec![name, json!(format!("{}/{}", s(obj, "/roleRef/kind"), s(obj, "/roleRef/name"))), json!(created)],
+        Builtin::ClusterRoleBinding => {
+            vec![name, json!(format!("{}/{}", s(obj, "/roleRef/kind"), s(obj, "/roleRef/name"))), json!(created)]
+        }
         Builtin::Crd => vec![name, json!(s(obj, "/metadata/creationTimestamp"))],
     }
 }
@@ -288,7 +296,9 @@ pub fn table<T: std::borrow::Borrow<Value>>(
         Behavior::Custom(def) => {
             let mut cols = vec![col_json(&NAME)];
             for c in &def.columns {
-                cols.push(json!({"name": c.name, "type": c.type_, "format": c.format, "description": c.description, "priority": c.priority}));
+                cols.push(
+                    json!({"name": c.name, "type": c.type_, "format": c.format, "description": c.description, "priority": c.priority}),
+                );
             }
             // apiextensions serves a default Age column only when a version declares no
             // additionalPrinterColumns (serveDefaultColumnsIfEmpty).
@@ -305,7 +315,11 @@ pub fn table<T: std::borrow::Borrow<Value>>(
                             // Date columns display as an age, as the apiserver renders them.
                             Some(Value::String(t)) if c.type_ == "date" => json!(age(Some(t))),
                             Some(v) if vals.len() == 1 => (*v).clone(),
-                            Some(_) => json!(vals.iter().map(|v| v.as_str().map(String::from).unwrap_or_else(|| v.to_string())).collect::<Vec<_>>().join(",")),
+                            Some(_) => json!(vals
+                                .iter()
+                                .map(|v| v.as_str().map(String::from).unwrap_or_else(|| v.to_string()))
+                                .collect::<Vec<_>>()
+                                .join(",")),
                         };
                         cells.push(cell);
                     }

@@ -12,7 +12,9 @@ use std::time::{Duration, Instant};
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::ConfigMap;
-use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams, PostParams, WatchEvent, WatchParams};
+use kube::api::{
+    Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams, PostParams, WatchEvent, WatchParams,
+};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::finalizer::{finalizer, Event as FinalizerEvent};
 use kube::runtime::{reflector, watcher, WatchStreamExt};
@@ -86,7 +88,11 @@ async fn configmap_crud_with_selectors_stale_replace_conflict_merge_patch_and_de
         let created = cms.create(&PostParams::default(), &configmap(name, &labels, &[("k", "v1")])).await.unwrap();
         assert!(created.metadata.uid.as_deref().is_some_and(|u| !u.is_empty()), "uid is set on create: {:?}", created.metadata);
         assert!(created.metadata.creation_timestamp.is_some(), "creationTimestamp is set on create: {:?}", created.metadata);
-        assert!(created.metadata.resource_version.as_deref().is_some_and(|r| !r.is_empty()), "resourceVersion is set: {:?}", created.metadata);
+        assert!(
+            created.metadata.resource_version.as_deref().is_some_and(|r| !r.is_empty()),
+            "resourceVersion is set: {:?}",
+            created.metadata
+        );
         assert_eq!(created.metadata.namespace.as_deref(), Some("default"));
     }
     let dup = api_status(cms.create(&PostParams::default(), &configmap("db", &[], &[])).await, "creating an existing name");
@@ -175,7 +181,8 @@ async fn deployment_generation_bumps_on_spec_change_but_not_on_status_or_label_w
     assert_eq!(st.status.as_ref().and_then(|s| s.ready_replicas), Some(2));
 
     // label-only change: no bump
-    let labelled = deploys.patch("web", &PatchParams::default(), &Patch::Merge(json!({"metadata": {"labels": {"extra": "x"}}}))).await.unwrap();
+    let labelled =
+        deploys.patch("web", &PatchParams::default(), &Patch::Merge(json!({"metadata": {"labels": {"extra": "x"}}}))).await.unwrap();
     assert_eq!(labelled.metadata.generation, Some(1), "a label change must not bump a Deployment's generation");
 
     // spec change through the main resource: bump; status preserved and not writable from here
@@ -224,7 +231,10 @@ async fn deployment_generation_bumps_on_spec_change_but_not_on_status_or_label_w
 // ---------------------------------------------------------------------------------
 
 /// Runs `reflector(watcher(api, cfg))` in a task; returns the store and the errors seen.
-fn spawn_reflector(api: Api<ConfigMap>, cfg: watcher::Config) -> (reflector::Store<ConfigMap>, Arc<Mutex<Vec<String>>>, tokio::task::JoinHandle<()>) {
+fn spawn_reflector(
+    api: Api<ConfigMap>,
+    cfg: watcher::Config,
+) -> (reflector::Store<ConfigMap>, Arc<Mutex<Vec<String>>>, tokio::task::JoinHandle<()>) {
     let (reader, writer) = reflector::store();
     let errors = Arc::new(Mutex::new(Vec::new()));
     let errs = errors.clone();
@@ -247,7 +257,12 @@ fn snapshot<'a>(items: impl IntoIterator<Item = &'a ConfigMap>) -> Snapshot {
 }
 
 /// Waits until the reflector's cache equals what the server lists (names, resourceVersions, data).
-async fn wait_converged(what: &str, store: &reflector::Store<ConfigMap>, api: &Api<ConfigMap>, errors: &Arc<Mutex<Vec<String>>>) -> Snapshot {
+async fn wait_converged(
+    what: &str,
+    store: &reflector::Store<ConfigMap>,
+    api: &Api<ConfigMap>,
+    errors: &Arc<Mutex<Vec<String>>>,
+) -> Snapshot {
     wait_until(what, DEADLINE, || async {
         let server = snapshot(&api.list(&ListParams::default()).await.map_err(|e| e.to_string())?.items);
         let cache = snapshot(store.state().iter().map(|c| &**c));
@@ -266,13 +281,17 @@ async fn wait_converged(what: &str, store: &reflector::Store<ConfigMap>, api: &A
 async fn burst(api: &Api<ConfigMap>, n: usize, m: usize, k: std::ops::Range<usize>) {
     let creates = (0..n).map(|i| {
         let api = api.clone();
-        async move { api.create(&PostParams::default(), &configmap(&format!("b-{i:03}"), &[("burst", "yes")], &[("v", "created")])).await.unwrap() }
+        async move {
+            api.create(&PostParams::default(), &configmap(&format!("b-{i:03}"), &[("burst", "yes")], &[("v", "created")])).await.unwrap()
+        }
     });
     futures::future::join_all(creates).await;
     let updates = (0..m).map(|i| {
         let api = api.clone();
         async move {
-            api.patch(&format!("b-{i:03}"), &PatchParams::default(), &Patch::Merge(json!({"data": {"v": format!("updated-{i}")}}))).await.unwrap()
+            api.patch(&format!("b-{i:03}"), &PatchParams::default(), &Patch::Merge(json!({"data": {"v": format!("updated-{i}")}})))
+                .await
+                .unwrap()
         }
     });
     futures::future::join_all(updates).await;
@@ -341,7 +360,12 @@ async fn streaming_list_reflector_gets_initial_events_end_bookmark_and_stays_in_
     };
     added.sort();
     assert_eq!(added, ["pre-1", "pre-2", "pre-3"]);
-    assert_eq!(bookmark.metadata.annotations.get("k8s.io/initial-events-end").map(String::as_str), Some("true"), "{:?}", bookmark.metadata.annotations);
+    assert_eq!(
+        bookmark.metadata.annotations.get("k8s.io/initial-events-end").map(String::as_str),
+        Some("true"),
+        "{:?}",
+        bookmark.metadata.annotations
+    );
     let bm_rv: u64 = bookmark.metadata.resource_version.parse().unwrap();
     assert!(bm_rv >= list_rv.parse::<u64>().unwrap(), "bookmark rv {bm_rv} is not older than the list rv {list_rv}");
     drop(raw);
@@ -350,7 +374,9 @@ async fn streaming_list_reflector_gets_initial_events_end_bookmark_and_stays_in_
     let (store, errors, task) = spawn_reflector(api.clone(), watcher::Config::default().streaming_lists());
     tokio::time::timeout(DEADLINE, store.wait_until_ready())
         .await
-        .unwrap_or_else(|_| panic!("streaming-list watcher never saw the initial-events-end bookmark; errors: {:?}", errors.lock().unwrap()))
+        .unwrap_or_else(|_| {
+            panic!("streaming-list watcher never saw the initial-events-end bookmark; errors: {:?}", errors.lock().unwrap())
+        })
         .unwrap();
     assert_eq!(sorted_names(store.state().iter().map(|c| (**c).clone())), ["pre-1", "pre-2", "pre-3"]);
 
@@ -392,7 +418,11 @@ async fn server_side_apply_conflict_then_force_takes_ownership() {
     let created = cms.patch("ssa", &PatchParams::apply("mgr-a"), &Patch::Apply(cfg(json!({"x": "1", "a": "from-a"})))).await.unwrap();
     assert!(created.metadata.uid.is_some() && created.metadata.creation_timestamp.is_some());
     assert_eq!(data_of(&created, "x").as_deref(), Some("1"));
-    assert!(owns_data_key(&created, "mgr-a", "x") && owns_data_key(&created, "mgr-a", "a"), "mgr-a owns what it applied: {:?}", created.metadata.managed_fields);
+    assert!(
+        owns_data_key(&created, "mgr-a", "x") && owns_data_key(&created, "mgr-a", "a"),
+        "mgr-a owns what it applied: {:?}",
+        created.metadata.managed_fields
+    );
     let ops: Vec<_> = created.metadata.managed_fields.iter().flatten().map(|e| (e.manager.clone(), e.operation.clone())).collect();
     assert_eq!(ops, [(Some("mgr-a".to_string()), Some("Apply".to_string()))], "only the Apply entry of mgr-a after an apply-create");
 
@@ -480,10 +510,13 @@ async fn finalizer_helper_adds_finalizer_runs_cleanup_on_delete_and_object_disap
         cms.patch(
             "probe",
             &PatchParams::default(),
-            &Patch::<()>::Json(serde_json::from_value(json!([
-                {"op": "test", "path": "/metadata/finalizers", "value": ["someone/else"]},
-                {"op": "add", "path": "/metadata/finalizers", "value": [FINALIZER]}
-            ])).unwrap()),
+            &Patch::<()>::Json(
+                serde_json::from_value(json!([
+                    {"op": "test", "path": "/metadata/finalizers", "value": ["someone/else"]},
+                    {"op": "add", "path": "/metadata/finalizers", "value": [FINALIZER]}
+                ]))
+                .unwrap(),
+            ),
         )
         .await,
         "JSON patch with a failing test op",
@@ -501,7 +534,9 @@ async fn finalizer_helper_adds_finalizer_runs_cleanup_on_delete_and_object_disap
 
     let ctx = Arc::new(Ctx { api: cms.clone(), log: Mutex::new(Vec::new()), errors: Mutex::new(Vec::new()) });
     let controller = tokio::spawn(
-        Controller::new(cms.clone(), watcher::Config::default()).run(reconcile, error_policy, ctx.clone()).for_each(|_| futures::future::ready(())),
+        Controller::new(cms.clone(), watcher::Config::default())
+            .run(reconcile, error_policy, ctx.clone())
+            .for_each(|_| futures::future::ready(())),
     );
     let state = |ctx: &Arc<Ctx>| format!("log {:?}, errors {:?}", ctx.log.lock().unwrap(), ctx.errors.lock().unwrap());
 
@@ -520,12 +555,21 @@ async fn finalizer_helper_adds_finalizer_runs_cleanup_on_delete_and_object_disap
 
     // Delete: the object stays with a deletionTimestamp until the helper's Cleanup removes its finalizer.
     let marked = cms.delete("solo", &DeleteParams::default()).await.unwrap().left().expect("a finalized object is returned, not a Status");
-    assert!(marked.metadata.deletion_timestamp.is_some(), "DELETE of an object with finalizers sets deletionTimestamp: {:?}", marked.metadata);
+    assert!(
+        marked.metadata.deletion_timestamp.is_some(),
+        "DELETE of an object with finalizers sets deletionTimestamp: {:?}",
+        marked.metadata
+    );
     assert_eq!(marked.finalizers(), [FINALIZER]);
     wait_until("solo is gone after the helper's cleanup", DEADLINE, || async {
         match cms.get_opt("solo").await.map_err(|e| e.to_string())? {
             None => Ok(()),
-            Some(cm) => Err(format!("still there: deletionTimestamp {:?} finalizers {:?}; {}", cm.metadata.deletion_timestamp, cm.finalizers(), state(&ctx))),
+            Some(cm) => Err(format!(
+                "still there: deletionTimestamp {:?} finalizers {:?}; {}",
+                cm.metadata.deletion_timestamp,
+                cm.finalizers(),
+                state(&ctx)
+            )),
         }
     })
     .await;
@@ -649,12 +693,9 @@ async fn running_watcher_survives_a_restart_on_the_same_port_by_relisting() {
     others.create(&PostParams::default(), &configmap("elsewhere", &[], &[])).await.unwrap();
     srv.shutdown().await.unwrap();
 
-    let srv = controlplane::server::start(
-        controlplane::server::ServerConfig::control_plane(dir.path(), addr),
-        prometheus::Registry::new(),
-    )
-    .await
-    .expect("restart on the same address");
+    let srv = controlplane::server::start(controlplane::server::ServerConfig::control_plane(dir.path(), addr), prometheus::Registry::new())
+        .await
+        .expect("restart on the same address");
     let api2: Api<ConfigMap> = Api::namespaced(root_client(&srv).await, "default");
     api2.delete("a-0", &DeleteParams::default()).await.unwrap();
     api2.create(&PostParams::default(), &configmap("b-0", &[], &[("v", "2")])).await.unwrap();
@@ -684,7 +725,9 @@ async fn workspace_isolates_objects_and_wildcard_lists_across_workspaces() {
     let ar = ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("tenancy.flotilla.io", "v1alpha1", "Workspace"), "workspaces");
     let workspaces: Api<DynamicObject> = Api::all_with(root.clone(), &ar);
 
-    let ws: DynamicObject = serde_json::from_value(json!({"apiVersion": "tenancy.flotilla.io/v1alpha1", "kind": "Workspace", "metadata": {"name": "team-a"}})).unwrap();
+    let ws: DynamicObject =
+        serde_json::from_value(json!({"apiVersion": "tenancy.flotilla.io/v1alpha1", "kind": "Workspace", "metadata": {"name": "team-a"}}))
+            .unwrap();
     workspaces.create(&PostParams::default(), &ws).await.unwrap();
     let ready = wait_until("workspace team-a is Ready", DEADLINE, || async {
         let w = workspaces.get("team-a").await.map_err(|e| e.to_string())?;
@@ -719,7 +762,11 @@ async fn workspace_isolates_objects_and_wildcard_lists_across_workspaces() {
     let mut seen: Vec<(String, String)> = items
         .iter()
         .map(|c| {
-            let ws = c.annotations().get("kcp.io/cluster").cloned().unwrap_or_else(|| panic!("{} lacks the kcp.io/cluster annotation: {:?}", c.name_any(), c.metadata));
+            let ws = c
+                .annotations()
+                .get("kcp.io/cluster")
+                .cloned()
+                .unwrap_or_else(|| panic!("{} lacks the kcp.io/cluster annotation: {:?}", c.name_any(), c.metadata));
             (ws, c.name_any())
         })
         .collect();
@@ -835,7 +882,11 @@ async fn paginated_list_pages_are_one_consistent_snapshot() {
     srv.shutdown().await.unwrap();
     let page: Vec<(String, u64, Option<String>)> =
         second.items.iter().map(|c| (c.name_any(), c.resource_version().unwrap().parse().unwrap(), data_of(c, "v"))).collect();
-    assert_eq!(second.metadata.resource_version.as_deref(), first.metadata.resource_version.as_deref(), "every page reports the first page's revision");
+    assert_eq!(
+        second.metadata.resource_version.as_deref(),
+        first.metadata.resource_version.as_deref(),
+        "every page reports the first page's revision"
+    );
     assert!(
         page.iter().all(|(_, rv, _)| *rv <= list_rv) && sorted_names(second.items.clone()) == ["p-2", "p-3"],
         "the second page of a list at resourceVersion {list_rv} contains {page:?} (name, resourceVersion, data.v); \

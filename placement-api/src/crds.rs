@@ -29,9 +29,9 @@ fn crd<K: CustomResourceExt>() -> CustomResourceDefinition {
 /// A spec without fields need not be sent: `kubectl create` of a Workspace with just a
 /// name must work.
 fn optional_empty_spec(root: &mut Value) {
-    let empty = root
-        .pointer("/properties/spec")
-        .is_some_and(|spec| spec.get("properties").and_then(Value::as_object).is_none_or(|p| p.is_empty()) && spec.get("required").is_none());
+    let empty = root.pointer("/properties/spec").is_some_and(|spec| {
+        spec.get("properties").and_then(Value::as_object).is_none_or(|p| p.is_empty()) && spec.get("required").is_none()
+    });
     if let (true, Some(required)) = (empty, root.get_mut("required").and_then(Value::as_array_mut)) {
         required.retain(|r| r != "spec");
     }
@@ -67,11 +67,7 @@ pub fn all_crds() -> Vec<CustomResourceDefinition> {
 
 /// Every Flotilla CRD as one multi-document YAML stream (`flotilla crds`).
 pub fn crds_yaml() -> String {
-    all_crds()
-        .iter()
-        .map(|c| serde_yaml::to_string(c).expect("a generated CRD serializes"))
-        .collect::<Vec<_>>()
-        .join("---\n")
+    all_crds().iter().map(|c| serde_yaml::to_string(c).expect("a generated CRD serializes")).collect::<Vec<_>>().join("---\n")
 }
 
 #[cfg(test)]
@@ -83,14 +79,22 @@ mod tests {
     }
 
     fn columns(crd: &Value) -> Vec<&str> {
-        version(crd)["additionalPrinterColumns"].as_array().unwrap().iter().filter(|c| c.get("priority").is_none()).map(|c| c["name"].as_str().unwrap()).collect()
+        version(crd)["additionalPrinterColumns"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|c| c.get("priority").is_none())
+            .map(|c| c["name"].as_str().unwrap())
+            .collect()
     }
 
     #[test]
     fn names_scopes_and_short_names() {
         let got: Vec<(String, String, String)> = all_crds()
             .iter()
-            .map(|c| (c.metadata.name.clone().unwrap(), c.spec.scope.clone(), c.spec.names.short_names.clone().unwrap_or_default().join(",")))
+            .map(|c| {
+                (c.metadata.name.clone().unwrap(), c.spec.scope.clone(), c.spec.names.short_names.clone().unwrap_or_default().join(","))
+            })
             .collect();
         let want = [
             ("workspaces.tenancy.flotilla.io", "Cluster", "ws"),
@@ -101,7 +105,11 @@ mod tests {
         assert_eq!(got, want.map(|(a, b, c)| (a.to_string(), b.to_string(), c.to_string())));
         for crd in all_crds() {
             let v = &crd.spec.versions[0];
-            assert!(v.subresources.as_ref().and_then(|s| s.status.as_ref()).is_some(), "{} has a status subresource", crd.metadata.name.unwrap());
+            assert!(
+                v.subresources.as_ref().and_then(|s| s.status.as_ref()).is_some(),
+                "{} has a status subresource",
+                crd.metadata.name.unwrap()
+            );
         }
     }
 

@@ -3,6 +3,8 @@
 //! generated from the types. No I/O: every other crate depends on this one.
 
 #![warn(missing_docs)]
+// kube-derive's repeated `printcolumn(...)` attributes trip this lint on every type.
+#![allow(clippy::duplicated_attributes)]
 
 mod crds;
 pub mod keys;
@@ -15,7 +17,9 @@ pub use crds::{all_crds, crd_json, crds_yaml, installed_in_root, served_in_every
 pub use keys::*;
 pub use placement::{Placement, PlacementSpec, PlacementStatus, ReplicaScheduling};
 pub use synctarget::{NodeHeadroom, SecretKeyRef, SyncMode, SyncTarget, SyncTargetSpec, SyncTargetStatus};
-pub use workloadplacement::{ClusterAssignment, ClusterSyncStatus, WorkloadPlacement, WorkloadPlacementSpec, WorkloadPlacementStatus, WorkloadRef};
+pub use workloadplacement::{
+    ClusterAssignment, ClusterSyncStatus, WorkloadPlacement, WorkloadPlacementSpec, WorkloadPlacementStatus, WorkloadRef,
+};
 pub use workspace::{Workspace, WorkspaceSpec, WorkspaceStatus};
 
 /// The store key of a Workspace object (it lives in `root`, cluster-scoped).

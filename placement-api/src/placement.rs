@@ -46,7 +46,12 @@ fn one() -> i32 {
 
 impl Default for PlacementSpec {
     fn default() -> Self {
-        Self { cluster_selector: LabelSelector::default(), namespace_selector: None, number_of_clusters: 1, replica_scheduling: ReplicaScheduling::Divide }
+        Self {
+            cluster_selector: LabelSelector::default(),
+            namespace_selector: None,
+            number_of_clusters: 1,
+            replica_scheduling: ReplicaScheduling::Divide,
+        }
     }
 }
 

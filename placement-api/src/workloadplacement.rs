@@ -18,7 +18,12 @@ use serde::{Deserialize, Serialize};
     status = "WorkloadPlacementStatus",
     shortname = "wp",
     category = "flotilla",
-    printcolumn(name = "Clusters", type_ = "string", json_path = ".status.summary", description = "cluster=ready/assigned for each cluster"),
+    printcolumn(
+        name = "Clusters",
+        type_ = "string",
+        json_path = ".status.summary",
+        description = "cluster=ready/assigned for each cluster"
+    ),
     printcolumn(name = "Ready", type_ = "string", json_path = ".status.ready"),
     printcolumn(name = "Placement", type_ = "string", json_path = ".spec.placement", priority = "1"),
     printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")

@@ -32,7 +32,13 @@ pub async fn run(kubeconfig: &Path, cmd: ClusterCmd) -> anyhow::Result<()> {
         ClusterCmd::Uncordon { name } => set_spec(&targets, &name, json!({"unschedulable": null, "evictAfter": null}), "uncordoned").await,
         ClusterCmd::Drain { name } => {
             let now = Time(k8s_openapi::jiff::Timestamp::now());
-            set_spec(&targets, &name, json!({"unschedulable": true, "evictAfter": now}), "draining: its workloads are moved to other clusters").await
+            set_spec(
+                &targets,
+                &name,
+                json!({"unschedulable": true, "evictAfter": now}),
+                "draining: its workloads are moved to other clusters",
+            )
+            .await
         }
         ClusterCmd::Deregister { name } => deregister(&root, &targets, &name).await,
     }
@@ -55,13 +61,17 @@ async fn register(root: &Client, cp_kubeconfig: &Path, args: RegisterArgs) -> an
         _ => None,
     };
     let targets: Api<SyncTarget> = Api::all(root.clone());
-    let mut st = SyncTarget::new(&name, SyncTargetSpec { kubeconfig_secret_ref: secret_ref.clone(), sync_mode: mode, ..Default::default() });
+    let mut st =
+        SyncTarget::new(&name, SyncTargetSpec { kubeconfig_secret_ref: secret_ref.clone(), sync_mode: mode, ..Default::default() });
     st.metadata.labels = Some(labels.clone());
     let verb = match targets.create(&PostParams { field_manager: Some(MANAGER.into()), ..Default::default() }, &st).await {
         Ok(_) => "registered",
         Err(kube::Error::Api(e)) if e.code == 409 => {
             let patch = json!({"metadata": {"labels": labels}, "spec": {"kubeconfigSecretRef": secret_ref, "syncMode": mode}});
-            targets.patch(&name, &PatchParams::default(), &Patch::Merge(patch)).await.with_context(|| format!("updating SyncTarget {name}"))?;
+            targets
+                .patch(&name, &PatchParams::default(), &Patch::Merge(patch))
+                .await
+                .with_context(|| format!("updating SyncTarget {name}"))?;
             "updated"
         }
         Err(e) => return Err(e).with_context(|| format!("creating SyncTarget {name}")),
@@ -108,7 +118,9 @@ async fn check_cluster(name: &str, path: &Path, context: Option<&str>) -> anyhow
     let kc = kube::config::Kubeconfig::read_from(path).with_context(|| format!("cannot read kubeconfig {}", path.display()))?;
     let flat = flatten_kubeconfig(&kc, context, name).with_context(|| format!("kubeconfig {}", path.display()))?;
     let opts = kube::config::KubeConfigOptions { context: context.map(String::from), ..Default::default() };
-    let mut config = kube::Config::from_custom_kubeconfig(kc, &opts).await.with_context(|| format!("kubeconfig {} has no usable context", path.display()))?;
+    let mut config = kube::Config::from_custom_kubeconfig(kc, &opts)
+        .await
+        .with_context(|| format!("kubeconfig {} has no usable context", path.display()))?;
     config.connect_timeout = Some(CHECK_TIMEOUT);
     config.read_timeout = Some(CHECK_TIMEOUT);
     let server = config.cluster_url.to_string().trim_end_matches('/').to_string();
@@ -117,7 +129,10 @@ async fn check_cluster(name: &str, path: &Path, context: Option<&str>) -> anyhow
     match tokio::time::timeout(CHECK_TIMEOUT, client.apiserver_version()).await {
         Err(_) => anyhow::bail!("cannot reach cluster {name:?} at {server}: no answer within {CHECK_TIMEOUT:?}"),
         Ok(Err(kube::Error::Api(e))) if e.code == 401 => {
-            anyhow::bail!("cluster {name:?} at {server} rejected the kubeconfig's credentials (401 Unauthorized): check the user in {}", path.display())
+            anyhow::bail!(
+                "cluster {name:?} at {server} rejected the kubeconfig's credentials (401 Unauthorized): check the user in {}",
+                path.display()
+            )
         }
         // /version may be closed to the user; the node list below tells.
         Ok(Err(kube::Error::Api(_))) => {}
@@ -125,10 +140,14 @@ async fn check_cluster(name: &str, path: &Path, context: Option<&str>) -> anyhow
         Ok(Ok(_)) => {}
     }
     let denied = |what: &str, e: kube::Error| match e {
-        kube::Error::Api(s) if s.code == 401 => anyhow::anyhow!("cluster {name:?} at {server} rejected the kubeconfig's credentials (401 Unauthorized)"),
+        kube::Error::Api(s) if s.code == 401 => {
+            anyhow::anyhow!("cluster {name:?} at {server} rejected the kubeconfig's credentials (401 Unauthorized)")
+        }
         kube::Error::Api(s) if s.code == 403 => anyhow::anyhow!("the kubeconfig's user may not {what} on cluster {name:?}: {}", s.message),
         kube::Error::Api(s) if s.code == 404 => {
-            anyhow::anyhow!("cluster {name:?} at {server} does not serve what is needed to {what} (404): is it a Kubernetes cluster's API server?")
+            anyhow::anyhow!(
+                "cluster {name:?} at {server} does not serve what is needed to {what} (404): is it a Kubernetes cluster's API server?"
+            )
         }
         other => anyhow::anyhow!("cannot {what} on cluster {name:?} at {server}: {}", describe_transport_error(&other)),
     };
@@ -175,8 +194,18 @@ fn flatten_kubeconfig(kc: &kube::config::Kubeconfig, context: Option<&str>, name
         Ok(base64::engine::general_purpose::STANDARD.encode(bytes))
     };
     let ctx_name = context.map(String::from).or_else(|| kc.current_context.clone()).context("it has no current context; pass --context")?;
-    let ctx = kc.contexts.iter().find(|c| c.name == ctx_name).and_then(|c| c.context.clone()).with_context(|| format!("it has no context {ctx_name:?}"))?;
-    let cluster = kc.clusters.iter().find(|c| c.name == ctx.cluster).and_then(|c| c.cluster.clone()).with_context(|| format!("it has no cluster {:?}", ctx.cluster))?;
+    let ctx = kc
+        .contexts
+        .iter()
+        .find(|c| c.name == ctx_name)
+        .and_then(|c| c.context.clone())
+        .with_context(|| format!("it has no context {ctx_name:?}"))?;
+    let cluster = kc
+        .clusters
+        .iter()
+        .find(|c| c.name == ctx.cluster)
+        .and_then(|c| c.cluster.clone())
+        .with_context(|| format!("it has no cluster {:?}", ctx.cluster))?;
     let mut cluster_json = json!({"server": cluster.server});
     match (&cluster.certificate_authority_data, &cluster.certificate_authority) {
         (Some(data), _) => cluster_json["certificate-authority-data"] = json!(data),
@@ -243,7 +272,8 @@ async fn store_kubeconfig(root: &Client, name: &str, kubeconfig: &str) -> anyhow
 }
 
 async fn mint_sync_target_token(root: &Client, name: &str) -> anyhow::Result<String> {
-    let req = http::Request::post(format!("/apis/{}/{}/synctargets/{name}/token", placement_api::WORKLOAD_GROUP, placement_api::VERSION)).body(Vec::new())?;
+    let req = http::Request::post(format!("/apis/{}/{}/synctargets/{name}/token", placement_api::WORKLOAD_GROUP, placement_api::VERSION))
+        .body(Vec::new())?;
     let resp: serde_json::Value = root.request(req).await.with_context(|| format!("minting the syncer token of {name}"))?;
     resp.pointer("/status/token").and_then(|t| t.as_str()).map(String::from).context("the token response has no status.token")
 }
@@ -252,7 +282,12 @@ async fn mint_sync_target_token(root: &Client, name: &str) -> anyhow::Result<Str
 /// admin kubeconfig's root context, with the syncer's scoped token.
 fn upstream_kubeconfig(cp_kubeconfig: &Path, name: &str, token: &str) -> anyhow::Result<String> {
     let kc = kube::config::Kubeconfig::read_from(cp_kubeconfig).context("reading the control plane's kubeconfig")?;
-    let cluster = kc.clusters.iter().find(|c| c.name == "root").and_then(|c| c.cluster.clone()).context("the control plane's kubeconfig has no root cluster")?;
+    let cluster = kc
+        .clusters
+        .iter()
+        .find(|c| c.name == "root")
+        .and_then(|c| c.cluster.clone())
+        .context("the control plane's kubeconfig has no root cluster")?;
     let base = cluster.server.clone().unwrap_or_default();
     let base = base.split("/clusters/").next().unwrap_or(&base).to_string();
     let doc = json!({
@@ -307,12 +342,35 @@ async fn list(targets: &Api<SyncTarget>) -> anyhow::Result<()> {
         .iter()
         .map(|t| {
             let status = t.status.clone().unwrap_or_default();
-            let ready = status.conditions.iter().find(|c| c.type_ == placement_api::CONDITION_READY).map(|c| c.status.clone()).unwrap_or_else(|| "Unknown".into());
-            let heartbeat = status.last_syncer_heartbeat_time.map(|t| controlplane::objmeta::age(Some(&t.0.to_string()))).unwrap_or_else(|| "<none>".into());
+            let ready = status
+                .conditions
+                .iter()
+                .find(|c| c.type_ == placement_api::CONDITION_READY)
+                .map(|c| c.status.clone())
+                .unwrap_or_else(|| "Unknown".into());
+            let heartbeat = status
+                .last_syncer_heartbeat_time
+                .map(|t| controlplane::objmeta::age(Some(&t.0.to_string())))
+                .unwrap_or_else(|| "<none>".into());
             let labels = t.labels().iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(",");
-            let schedulable = if t.spec.evict_after.is_some() { "Draining" } else if t.spec.unschedulable { "Cordoned" } else { "True" };
+            let schedulable = if t.spec.evict_after.is_some() {
+                "Draining"
+            } else if t.spec.unschedulable {
+                "Cordoned"
+            } else {
+                "True"
+            };
             let labels = if labels.is_empty() { "<none>".to_string() } else { labels };
-            [t.name_any(), ready, status.cpu.unwrap_or_else(|| "-".into()), status.memory.unwrap_or_else(|| "-".into()), status.workloads.to_string(), heartbeat, schedulable.to_string(), labels]
+            [
+                t.name_any(),
+                ready,
+                status.cpu.unwrap_or_else(|| "-".into()),
+                status.memory.unwrap_or_else(|| "-".into()),
+                status.workloads.to_string(),
+                heartbeat,
+                schedulable.to_string(),
+                labels,
+            ]
         })
         .collect();
     super::print_table(&["NAME", "READY", "CPU", "MEMORY", "WORKLOADS", "HEARTBEAT", "SCHEDULABLE", "LABELS"], &rows);
@@ -320,10 +378,7 @@ async fn list(targets: &Api<SyncTarget>) -> anyhow::Result<()> {
 }
 
 async fn set_spec(targets: &Api<SyncTarget>, name: &str, spec: serde_json::Value, what: &str) -> anyhow::Result<()> {
-    targets
-        .patch(name, &PatchParams::default(), &Patch::Merge(json!({"spec": spec})))
-        .await
-        .map_err(|e| not_registered(name, e))?;
+    targets.patch(name, &PatchParams::default(), &Patch::Merge(json!({"spec": spec}))).await.map_err(|e| not_registered(name, e))?;
     println!("cluster {name} {what}");
     Ok(())
 }

@@ -28,7 +28,8 @@ pub async fn run(data_dir: &Path, args: SimClusterArgs) -> anyhow::Result<()> {
     let state_dir = data_dir.join("clusters").join(&name);
     std::fs::create_dir_all(&state_dir).with_context(|| format!("creating {}", state_dir.display()))?;
     let kubeconfig = data_dir.join(format!("{name}.kubeconfig"));
-    let srv = server::start(ServerConfig::physical_cluster(&name, &state_dir, kubeconfig, args.listen), prometheus::Registry::new()).await?;
+    let srv =
+        server::start(ServerConfig::physical_cluster(&name, &state_dir, kubeconfig, args.listen), prometheus::Registry::new()).await?;
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let nodes: i64 = def.node_groups.iter().map(|g| i64::from(g.count)).sum();
     let simulator = Simulator::new(def);

@@ -14,7 +14,10 @@ use crate::cli::WorkspaceCmd;
 const WAIT: Duration = Duration::from_secs(30);
 
 fn workspace_resource() -> ApiResource {
-    ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(placement_api::TENANCY_GROUP, placement_api::VERSION, "Workspace"), "workspaces")
+    ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk(placement_api::TENANCY_GROUP, placement_api::VERSION, "Workspace"),
+        "workspaces",
+    )
 }
 
 /// Runs a workspace subcommand.
@@ -44,8 +47,9 @@ pub async fn run(kubeconfig: &Path, cmd: WorkspaceCmd) -> anyhow::Result<()> {
                 }
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
-            let req = http::Request::post(format!("/apis/{}/{}/workspaces/{name}/token", placement_api::TENANCY_GROUP, placement_api::VERSION))
-                .body(Vec::new())?;
+            let req =
+                http::Request::post(format!("/apis/{}/{}/workspaces/{name}/token", placement_api::TENANCY_GROUP, placement_api::VERSION))
+                    .body(Vec::new())?;
             let resp: Value = client.request(req).await.with_context(|| format!("minting a token for workspace {name}"))?;
             let token = resp.pointer("/status/token").and_then(Value::as_str).context("the token response has no status.token")?;
             controlplane::kubeconfig::add_workspace_context(kubeconfig, "root", &name, token, use_it)?;
@@ -58,7 +62,9 @@ pub async fn run(kubeconfig: &Path, cmd: WorkspaceCmd) -> anyhow::Result<()> {
             loop {
                 match api.get_opt(&name).await? {
                     None => break,
-                    Some(_) if start.elapsed() > WAIT => anyhow::bail!("workspace {name} still exists after {WAIT:?}; check the control plane's log"),
+                    Some(_) if start.elapsed() > WAIT => {
+                        anyhow::bail!("workspace {name} still exists after {WAIT:?}; check the control plane's log")
+                    }
                     Some(_) => tokio::time::sleep(Duration::from_millis(100)).await,
                 }
             }

@@ -189,50 +189,30 @@ impl QuantityText {
 /// Reads and validates a definition file.
 pub fn load(path: impl AsRef<Path>) -> Result<Vec<ClusterDef>, ConfigError> {
     let path = path.as_ref();
-    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
-        path: path.to_path_buf(),
-        source,
-    })?;
+    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read { path: path.to_path_buf(), source })?;
     parse(&text, &path.display().to_string())
 }
 
 /// Parses and validates definition text; `source_name` names it in errors.
 pub fn parse(text: &str, source_name: &str) -> Result<Vec<ClusterDef>, ConfigError> {
-    let yaml_err = |context: String, source| ConfigError::Yaml {
-        source_name: source_name.to_string(),
-        context,
-        source,
-    };
-    let doc: serde_yaml::Value =
-        serde_yaml::from_str(text).map_err(|e| yaml_err(String::new(), e))?;
+    let yaml_err = |context: String, source| ConfigError::Yaml { source_name: source_name.to_string(), context, source };
+    let doc: serde_yaml::Value = serde_yaml::from_str(text).map_err(|e| yaml_err(String::new(), e))?;
     let items = match doc {
         serde_yaml::Value::Sequence(items) => items,
         m @ serde_yaml::Value::Mapping(_) => vec![m],
-        other => {
-            return Err(ConfigError::Shape {
-                source_name: source_name.to_string(),
-                found: kind_of(&other),
-            })
-        }
+        other => return Err(ConfigError::Shape { source_name: source_name.to_string(), found: kind_of(&other) }),
     };
     let mut clusters = Vec::with_capacity(items.len());
     let mut seen = BTreeSet::new();
     for (index, item) in items.into_iter().enumerate() {
         let label = cluster_label(&item, index);
         if !item.is_mapping() {
-            return Err(ConfigError::Shape {
-                source_name: source_name.to_string(),
-                found: kind_of(&item),
-            });
+            return Err(ConfigError::Shape { source_name: source_name.to_string(), found: kind_of(&item) });
         }
-        let raw: RawCluster =
-            serde_yaml::from_value(item).map_err(|e| yaml_err(format!("cluster {label}: "), e))?;
+        let raw: RawCluster = serde_yaml::from_value(item).map_err(|e| yaml_err(format!("cluster {label}: "), e))?;
         let def = validate(raw, source_name, &label)?;
         if !seen.insert(def.name.clone()) {
-            return Err(ConfigError::Duplicate {
-                source_name: source_name.to_string(),
-                name: def.name,
-            });
+            return Err(ConfigError::Duplicate { source_name: source_name.to_string(), name: def.name });
         }
         clusters.push(def);
     }
@@ -271,30 +251,24 @@ fn validate(raw: RawCluster, source_name: &str, label: &str) -> Result<ClusterDe
     }
     check_labels(&raw.labels).map_err(|(k, m)| invalid(&format!("labels[{k:?}]"), m))?;
     if raw.nodes.is_empty() {
-        return Err(invalid(
-            "nodes",
-            "at least one node group is required".into(),
-        ));
+        return Err(invalid("nodes", "at least one node group is required".into()));
     }
     let mut node_groups = Vec::with_capacity(raw.nodes.len());
     for (i, value) in raw.nodes.into_iter().enumerate() {
         let field = |name: &str| format!("nodes[{i}].{name}");
-        let group: RawNodeGroup =
-            serde_yaml::from_value(value).map_err(|source| ConfigError::Yaml {
-                source_name: source_name.to_string(),
-                context: format!("cluster {label}: nodes[{i}]: "),
-                source,
-            })?;
+        let group: RawNodeGroup = serde_yaml::from_value(value).map_err(|source| ConfigError::Yaml {
+            source_name: source_name.to_string(),
+            context: format!("cluster {label}: nodes[{i}]: "),
+            source,
+        })?;
         if group.count == 0 {
             return Err(invalid(&field("count"), "must be at least 1".into()));
         }
-        let cpu_millis = quantity::parse_cpu(&group.cpu.text())
-            .map_err(|e| invalid(&field("cpu"), e.to_string()))?;
+        let cpu_millis = quantity::parse_cpu(&group.cpu.text()).map_err(|e| invalid(&field("cpu"), e.to_string()))?;
         if cpu_millis == 0 {
             return Err(invalid(&field("cpu"), "must be more than zero".into()));
         }
-        let memory_bytes = quantity::parse_memory(&group.memory.text())
-            .map_err(|e| invalid(&field("memory"), e.to_string()))?;
+        let memory_bytes = quantity::parse_memory(&group.memory.text()).map_err(|e| invalid(&field("memory"), e.to_string()))?;
         if memory_bytes == 0 {
             return Err(invalid(&field("memory"), "must be more than zero".into()));
         }
@@ -302,26 +276,14 @@ fn validate(raw: RawCluster, source_name: &str, label: &str) -> Result<ClusterDe
         if pods == 0 {
             return Err(invalid(&field("pods"), "must be at least 1".into()));
         }
-        check_labels(&group.labels)
-            .map_err(|(k, m)| invalid(&format!("nodes[{i}].labels[{k:?}]"), m))?;
-        node_groups.push(NodeGroup {
-            count: group.count,
-            cpu_millis,
-            memory_bytes,
-            pods,
-            labels: group.labels,
-        });
+        check_labels(&group.labels).map_err(|(k, m)| invalid(&format!("nodes[{i}].labels[{k:?}]"), m))?;
+        node_groups.push(NodeGroup { count: group.count, cpu_millis, memory_bytes, pods, labels: group.labels });
     }
     let startup_delay = match &raw.startup_delay {
         None => DEFAULT_STARTUP_DELAY,
         Some(text) => duration::parse(text).map_err(|e| invalid("startupDelay", e.to_string()))?,
     };
-    Ok(ClusterDef {
-        name: raw.name,
-        labels: raw.labels,
-        node_groups,
-        startup_delay,
-    })
+    Ok(ClusterDef { name: raw.name, labels: raw.labels, node_groups, startup_delay })
 }
 
 /// A DNS-1123 label, as the apiserver checks names (shared with the control plane).
@@ -374,10 +336,7 @@ startupDelay: 300ms
   nodes: [{count: 1, cpu: 500m, memory: "1G"}]
 "#;
         let defs = parse(text, "two.yaml").unwrap();
-        assert_eq!(
-            defs.iter().map(|d| d.name.as_str()).collect::<Vec<_>>(),
-            ["a", "b"]
-        );
+        assert_eq!(defs.iter().map(|d| d.name.as_str()).collect::<Vec<_>>(), ["a", "b"]);
         let a = &defs[0];
         assert_eq!(a.node_groups[0].pods, DEFAULT_PODS);
         assert_eq!(a.node_groups[1].cpu_millis, 500);
@@ -397,57 +356,30 @@ startupDelay: 300ms
         assert!(e.starts_with("bad.yaml: cluster \"East\": name:"), "{e}");
 
         let e = error_of("name: e\nnodes: [{count: 0, cpu: 1, memory: 1Gi}]");
-        assert_eq!(
-            e,
-            "bad.yaml: cluster \"e\": nodes[0].count: must be at least 1"
-        );
+        assert_eq!(e, "bad.yaml: cluster \"e\": nodes[0].count: must be at least 1");
 
-        let e = error_of(
-            "name: e\nnodes: [{count: 1, cpu: 1, memory: 1Gi}, {count: 1, cpu: lots, memory: 1Gi}]",
-        );
-        assert_eq!(
-            e,
-            "bad.yaml: cluster \"e\": nodes[1].cpu: invalid quantity \"lots\": expected a number"
-        );
+        let e = error_of("name: e\nnodes: [{count: 1, cpu: 1, memory: 1Gi}, {count: 1, cpu: lots, memory: 1Gi}]");
+        assert_eq!(e, "bad.yaml: cluster \"e\": nodes[1].cpu: invalid quantity \"lots\": expected a number");
 
         let e = error_of("name: e\nnodes: [{count: 1, cpu: 1, memory: 8Gb}]");
-        assert!(
-            e.contains("nodes[0].memory: invalid quantity \"8Gb\""),
-            "{e}"
-        );
+        assert!(e.contains("nodes[0].memory: invalid quantity \"8Gb\""), "{e}");
 
         let e = error_of("name: e\nnodes: [{count: 1, cpu: 1, memory: 1Gi, pods: 0}]");
-        assert!(
-            e.contains("cluster \"e\": nodes[0].pods: must be at least 1"),
-            "{e}"
-        );
+        assert!(e.contains("cluster \"e\": nodes[0].pods: must be at least 1"), "{e}");
 
-        let e =
-            error_of("name: e\nnodes: [{count: 1, cpu: 1, memory: 1Gi}]\nstartupDelay: 3 seconds");
-        assert!(
-            e.contains("cluster \"e\": startupDelay: invalid duration \"3 seconds\""),
-            "{e}"
-        );
+        let e = error_of("name: e\nnodes: [{count: 1, cpu: 1, memory: 1Gi}]\nstartupDelay: 3 seconds");
+        assert!(e.contains("cluster \"e\": startupDelay: invalid duration \"3 seconds\""), "{e}");
 
         let e = error_of("name: e\nnodes: []");
-        assert!(
-            e.contains("cluster \"e\": nodes: at least one node group"),
-            "{e}"
-        );
+        assert!(e.contains("cluster \"e\": nodes: at least one node group"), "{e}");
     }
 
     #[test]
     fn unknown_fields_are_errors() {
         let e = error_of("name: e\nregion: us\nnodes: [{count: 1, cpu: 1, memory: 1Gi}]");
-        assert!(
-            e.starts_with("bad.yaml: cluster \"e\": unknown field `region`"),
-            "{e}"
-        );
+        assert!(e.starts_with("bad.yaml: cluster \"e\": unknown field `region`"), "{e}");
         let e = error_of("name: e\nnodes: [{count: 1, cpus: 1, memory: 1Gi}]");
-        assert!(
-            e.starts_with("bad.yaml: cluster \"e\": nodes[0]: unknown field `cpus`"),
-            "{e}"
-        );
+        assert!(e.starts_with("bad.yaml: cluster \"e\": nodes[0]: unknown field `cpus`"), "{e}");
     }
 
     #[test]
@@ -457,23 +389,21 @@ startupDelay: 300ms
         assert!(error_of("just text").contains("found a string"));
         assert!(error_of("- 1").contains("found a number"));
         let e = error_of("- nodes: [{count: 1, cpu: 1, memory: 1Gi}]");
-        assert!(
-            e.starts_with("bad.yaml: cluster #0: missing field `name`"),
-            "{e}"
-        );
+        assert!(e.starts_with("bad.yaml: cluster #0: missing field `name`"), "{e}");
         assert!(error_of("name: [unclosed").starts_with("bad.yaml: "));
     }
 
     #[test]
     fn labels_are_checked() {
-        let e = error_of(
-            "name: e\nlabels: {\"bad key!\": x}\nnodes: [{count: 1, cpu: 1, memory: 1Gi}]",
-        );
+        let e = error_of("name: e\nlabels: {\"bad key!\": x}\nnodes: [{count: 1, cpu: 1, memory: 1Gi}]");
         assert!(e.contains("labels[\"bad key!\"]"), "{e}");
-        let e =
-            error_of("name: e\nnodes: [{count: 1, cpu: 1, memory: 1Gi, labels: {zone: \"-a\"}}]");
+        let e = error_of("name: e\nnodes: [{count: 1, cpu: 1, memory: 1Gi, labels: {zone: \"-a\"}}]");
         assert!(e.contains("nodes[0].labels[\"zone\"]: value \"-a\""), "{e}");
-        parse("name: e\nlabels: {topology.kubernetes.io/region: us-east-1, empty: \"\"}\nnodes: [{count: 1, cpu: 1, memory: 1Gi}]", "ok.yaml").unwrap();
+        parse(
+            "name: e\nlabels: {topology.kubernetes.io/region: us-east-1, empty: \"\"}\nnodes: [{count: 1, cpu: 1, memory: 1Gi}]",
+            "ok.yaml",
+        )
+        .unwrap();
     }
 
     #[test]
@@ -494,28 +424,17 @@ startupDelay: 300ms
             if path.extension().is_some_and(|e| e == "yaml") {
                 let defs = load(&path).unwrap_or_else(|e| panic!("{e}"));
                 assert!(!defs.is_empty(), "{}", path.display());
-                loaded.insert(
-                    path.file_name().unwrap().to_string_lossy().into_owned(),
-                    defs,
-                );
+                loaded.insert(path.file_name().unwrap().to_string_lossy().into_owned(), defs);
             }
         }
-        let names = |file: &str| {
-            loaded[file]
-                .iter()
-                .map(|d| d.name.clone())
-                .collect::<Vec<_>>()
-        };
+        let names = |file: &str| loaded[file].iter().map(|d| d.name.clone()).collect::<Vec<_>>();
         assert_eq!(names("demo.yaml"), ["east", "west", "eu"]);
         assert_eq!(names("east.yaml"), ["east"]);
         assert_eq!(names("west.yaml"), ["west"]);
         assert_eq!(names("small.yaml"), ["small"]);
         let small = &loaded["small.yaml"][0];
         assert_eq!(small.allocatable(), Resources::new(1000, 2 << 30, 10));
-        let regions: BTreeSet<_> = loaded["demo.yaml"]
-            .iter()
-            .map(|d| d.labels["region"].clone())
-            .collect();
+        let regions: BTreeSet<_> = loaded["demo.yaml"].iter().map(|d| d.labels["region"].clone()).collect();
         assert_eq!(regions.len(), 2);
     }
 }

@@ -54,11 +54,7 @@ const WATCHED: [Kind; 4] = [Kind::Node, Kind::Deployment, Kind::ReplicaSet, Kind
 
 impl Cache {
     fn apply(&mut self, key: &str, value: Option<&Value>) {
-        fn put<T: DeserializeOwned>(
-            map: &mut BTreeMap<String, T>,
-            key: &str,
-            value: Option<&Value>,
-        ) {
+        fn put<T: DeserializeOwned>(map: &mut BTreeMap<String, T>, key: &str, value: Option<&Value>) {
             match value.map(|v| serde_json::from_value::<T>(v.clone())) {
                 Some(Ok(obj)) => {
                     map.insert(key.to_string(), obj);
@@ -99,19 +95,10 @@ impl Cache {
 pub async fn register_nodes(api: &Api, sim: &Simulator) -> anyhow::Result<()> {
     for node in sim.nodes(Timestamp::now()) {
         let r = ObjectRef::from_meta(Kind::Node, &node.metadata);
-        if api
-            .store
-            .get(&format!("{}/{}", key_prefix(Kind::Node), r.name))
-            .is_some()
-        {
+        if api.store.get(&format!("{}/{}", key_prefix(Kind::Node), r.name)).is_some() {
             continue;
         }
-        if let Err(e) = apply(
-            api,
-            &Action::Create(crate::sim::Object::Node(Box::new(node))),
-        )
-        .await
-        {
+        if let Err(e) = apply(api, &Action::Create(crate::sim::Object::Node(Box::new(node)))).await {
             if !e.benign {
                 anyhow::bail!("registering node {}: {}", r.name, e.message);
             }
@@ -221,11 +208,7 @@ struct Failure {
 }
 
 fn opts() -> WriteOptions {
-    WriteOptions {
-        field_manager: MANAGER.into(),
-        validation: FieldValidation::Ignore,
-        dry_run: false,
-    }
+    WriteOptions { field_manager: MANAGER.into(), validation: FieldValidation::Ignore, dry_run: false }
 }
 
 fn scope(api: &Api, r: &ObjectRef) -> Result<Scope, Failure> {
@@ -236,22 +219,12 @@ fn scope(api: &Api, r: &ObjectRef) -> Result<Scope, Failure> {
     let rt = api
         .registry
         .lookup(CLUSTER, group, version, r.kind.plural())
-        .ok_or_else(|| Failure {
-            benign: false,
-            message: format!("{} are not served by this cluster", r.kind.plural()),
-        })?;
-    Ok(Scope {
-        rt,
-        workspace: CLUSTER.into(),
-        namespace: r.namespace.clone().unwrap_or_default(),
-    })
+        .ok_or_else(|| Failure { benign: false, message: format!("{} are not served by this cluster", r.kind.plural()) })?;
+    Ok(Scope { rt, workspace: CLUSTER.into(), namespace: r.namespace.clone().unwrap_or_default() })
 }
 
 fn failed(e: controlplane::error::ApiError) -> Failure {
-    Failure {
-        benign: matches!(e.code, 404 | 409),
-        message: e.to_string(),
-    }
+    Failure { benign: matches!(e.code, 404 | 409), message: e.to_string() }
 }
 
 async fn apply(api: &Api, action: &Action) -> Result<(), Failure> {
@@ -269,25 +242,14 @@ async fn apply(api: &Api, action: &Action) -> Result<(), Failure> {
             if let Some(status) = status.filter(|st| !st.is_null() && r.kind != Kind::Event) {
                 let mut v = created.object;
                 v["status"] = status;
-                api.update(&s, &r.name, v, Sub::Status, &opts())
-                    .await
-                    .map_err(failed)?;
+                api.update(&s, &r.name, v, Sub::Status, &opts()).await.map_err(failed)?;
             }
             Ok(())
         }
         Action::Patch { target, patch } => {
             let s = scope(api, target)?;
             let body = serde_json::to_vec(patch).unwrap_or_default();
-            api.patch(
-                &s,
-                &target.name,
-                PatchKind::Merge,
-                &body,
-                Sub::Main,
-                &opts(),
-            )
-            .await
-            .map_err(failed)?;
+            api.patch(&s, &target.name, PatchKind::Merge, &body, Sub::Main, &opts()).await.map_err(failed)?;
             Ok(())
         }
         Action::UpdateStatus(obj) => {
@@ -300,18 +262,12 @@ async fn apply(api: &Api, action: &Action) -> Result<(), Failure> {
             if let Some(m) = value.get_mut("metadata").and_then(Value::as_object_mut) {
                 m.remove("resourceVersion");
             }
-            api.update(&s, &r.name, value, Sub::Status, &opts())
-                .await
-                .map_err(failed)?;
+            api.update(&s, &r.name, value, Sub::Status, &opts()).await.map_err(failed)?;
             Ok(())
         }
         Action::Delete { target, .. } => {
             let s = scope(api, target)?;
-            let del = DeleteOptions {
-                uid: target.uid.clone(),
-                propagation: Some("Background".into()),
-                ..Default::default()
-            };
+            let del = DeleteOptions { uid: target.uid.clone(), propagation: Some("Background".into()), ..Default::default() };
             api.delete(&s, &target.name, &del).await.map_err(failed)?;
             Ok(())
         }
@@ -320,46 +276,23 @@ async fn apply(api: &Api, action: &Action) -> Result<(), Failure> {
             // record PodScheduled=True.
             let s = scope(api, pod)?;
             let current = api.get(&s, &pod.name).map_err(failed)?;
-            if current
-                .pointer("/spec/nodeName")
-                .and_then(Value::as_str)
-                .is_some_and(|n| !n.is_empty())
-            {
-                return Err(Failure {
-                    benign: true,
-                    message: format!("pod {} is already bound", pod.name),
-                });
+            if current.pointer("/spec/nodeName").and_then(Value::as_str).is_some_and(|n| !n.is_empty()) {
+                return Err(Failure { benign: true, message: format!("pod {} is already bound", pod.name) });
             }
-            if pod.uid.as_deref().is_some_and(|uid| {
-                current.pointer("/metadata/uid").and_then(Value::as_str) != Some(uid)
-            }) {
-                return Err(Failure {
-                    benign: true,
-                    message: format!("pod {} was replaced", pod.name),
-                });
+            if pod.uid.as_deref().is_some_and(|uid| current.pointer("/metadata/uid").and_then(Value::as_str) != Some(uid)) {
+                return Err(Failure { benign: true, message: format!("pod {} was replaced", pod.name) });
             }
             let mut bound = current;
             bound["spec"]["nodeName"] = json!(node);
-            let written = api
-                .update(&s, &pod.name, bound, Sub::Main, &opts())
-                .await
-                .map_err(failed)?;
+            let written = api.update(&s, &pod.name, bound, Sub::Main, &opts()).await.map_err(failed)?;
             let mut v = written.object;
             let now = crate::sim::k8s_time(Timestamp::now());
             let cond = json!({"type": "PodScheduled", "status": "True", "lastProbeTime": null, "lastTransitionTime": now});
-            let conds = v["status"]["conditions"]
-                .as_array()
-                .cloned()
-                .unwrap_or_default();
-            let mut conds: Vec<Value> = conds
-                .into_iter()
-                .filter(|c| c["type"] != "PodScheduled")
-                .collect();
+            let conds = v["status"]["conditions"].as_array().cloned().unwrap_or_default();
+            let mut conds: Vec<Value> = conds.into_iter().filter(|c| c["type"] != "PodScheduled").collect();
             conds.push(cond);
             v["status"]["conditions"] = Value::Array(conds);
-            api.update(&s, &pod.name, v, Sub::Status, &opts())
-                .await
-                .map_err(failed)?;
+            api.update(&s, &pod.name, v, Sub::Status, &opts()).await.map_err(failed)?;
             Ok(())
         }
     }

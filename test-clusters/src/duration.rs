@@ -28,10 +28,7 @@ const UNITS: [(&str, u128); 8] = [
 /// Parses a non-negative Go duration. Unlike Go, a negative duration is an error, since no
 /// field here can use one.
 pub fn parse(input: &str) -> Result<Duration, DurationError> {
-    let err = |reason| DurationError {
-        input: input.to_string(),
-        reason,
-    };
+    let err = |reason| DurationError { input: input.to_string(), reason };
     let mut s = input.trim();
     if let Some(rest) = s.strip_prefix('+') {
         s = rest;
@@ -58,26 +55,14 @@ pub fn parse(input: &str) -> Result<Duration, DurationError> {
         if int_part.is_empty() && frac_part.is_empty() {
             return Err(err("expected a number"));
         }
-        let unit_len = rest
-            .find(|c: char| c.is_ascii_digit() || c == '.')
-            .unwrap_or(rest.len());
+        let unit_len = rest.find(|c: char| c.is_ascii_digit() || c == '.').unwrap_or(rest.len());
         let (unit, rest) = rest.split_at(unit_len);
         if unit.is_empty() {
             return Err(err("missing unit (ns, us, ms, s, m or h)"));
         }
-        let per_unit = UNITS
-            .iter()
-            .find(|(name, _)| *name == unit)
-            .map(|(_, n)| *n)
-            .ok_or_else(|| err("unknown unit"))?;
-        let whole: u128 = if int_part.is_empty() {
-            0
-        } else {
-            int_part.parse().map_err(|_| err("number too large"))?
-        };
-        let mut nanos = whole
-            .checked_mul(per_unit)
-            .ok_or_else(|| err("number too large"))?;
+        let per_unit = UNITS.iter().find(|(name, _)| *name == unit).map(|(_, n)| *n).ok_or_else(|| err("unknown unit"))?;
+        let whole: u128 = if int_part.is_empty() { 0 } else { int_part.parse().map_err(|_| err("number too large"))? };
+        let mut nanos = whole.checked_mul(per_unit).ok_or_else(|| err("number too large"))?;
         // Fractional digits beyond nanosecond precision are dropped, as Go does.
         let mut scale = per_unit;
         for digit in frac_part.bytes() {
@@ -87,9 +72,7 @@ pub fn parse(input: &str) -> Result<Duration, DurationError> {
             }
             nanos += u128::from(digit - b'0') * scale;
         }
-        total_nanos = total_nanos
-            .checked_add(nanos)
-            .ok_or_else(|| err("number too large"))?;
+        total_nanos = total_nanos.checked_add(nanos).ok_or_else(|| err("number too large"))?;
         s = rest;
     }
     let secs = u64::try_from(total_nanos / 1_000_000_000).map_err(|_| err("number too large"))?;
@@ -152,10 +135,7 @@ mod tests {
         assert_eq!(parse(".5s").unwrap(), Duration::from_millis(500));
         assert_eq!(parse("10us").unwrap(), Duration::from_micros(10));
         assert_eq!(parse("10µs").unwrap(), Duration::from_micros(10));
-        assert_eq!(
-            parse("1h2m3s4ms5us6ns").unwrap(),
-            Duration::new(3723, 4_005_006)
-        );
+        assert_eq!(parse("1h2m3s4ms5us6ns").unwrap(), Duration::new(3723, 4_005_006));
     }
 
     #[test]

@@ -24,10 +24,7 @@ pub struct QuantityError {
 
 impl QuantityError {
     fn new(input: &str, reason: impl Into<String>) -> Self {
-        QuantityError {
-            input: input.to_string(),
-            reason: reason.into(),
-        }
+        QuantityError { input: input.to_string(), reason: reason.into() }
     }
 }
 
@@ -54,9 +51,7 @@ pub fn parse(input: &str) -> Result<ParsedQuantity, QuantityError> {
         b'+' => (false, &s[1..]),
         _ => (false, s),
     };
-    let number_len = rest
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(rest.len());
+    let number_len = rest.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(rest.len());
     let (number, suffix) = rest.split_at(number_len);
     let (int_part, frac_part) = match number.split_once('.') {
         Some((i, f)) => (i, f),
@@ -73,13 +68,7 @@ pub fn parse(input: &str) -> Result<ParsedQuantity, QuantityError> {
     if digits.len() > MAX_DIGITS {
         return Err(QuantityError::new(input, "too many digits"));
     }
-    let mantissa: u128 = if digits.is_empty() {
-        0
-    } else {
-        digits
-            .parse()
-            .map_err(|_| QuantityError::new(input, "expected a number"))?
-    };
+    let mantissa: u128 = if digits.is_empty() { 0 } else { digits.parse().map_err(|_| QuantityError::new(input, "expected a number"))? };
     let mut exp10 = -(frac_part.len() as i32);
     let mut exp2 = 0u32;
     match suffix {
@@ -110,12 +99,7 @@ pub fn parse(input: &str) -> Result<ParsedQuantity, QuantityError> {
             exp10 += exponent;
         }
     }
-    Ok(ParsedQuantity {
-        negative: negative && mantissa != 0,
-        mantissa,
-        exp10,
-        exp2,
-    })
+    Ok(ParsedQuantity { negative: negative && mantissa != 0, mantissa, exp10, exp2 })
 }
 
 impl ParsedQuantity {
@@ -205,14 +189,7 @@ pub fn format_cpu(millis: u64) -> String {
 /// or as a plain number of bytes.
 #[allow(clippy::manual_is_multiple_of)]
 pub fn format_memory(bytes: u64) -> String {
-    const SUFFIXES: [(&str, u32); 6] = [
-        ("Ei", 60),
-        ("Pi", 50),
-        ("Ti", 40),
-        ("Gi", 30),
-        ("Mi", 20),
-        ("Ki", 10),
-    ];
+    const SUFFIXES: [(&str, u32); 6] = [("Ei", 60), ("Pi", 50), ("Ti", 40), ("Gi", 30), ("Mi", 20), ("Ki", 10)];
     if bytes == 0 {
         return "0".to_string();
     }
@@ -238,31 +215,17 @@ pub struct Resources {
 
 impl fmt::Display for Resources {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "cpu={} memory={} pods={}",
-            format_cpu(self.cpu_millis),
-            format_memory(self.memory_bytes),
-            self.pods
-        )
+        write!(f, "cpu={} memory={} pods={}", format_cpu(self.cpu_millis), format_memory(self.memory_bytes), self.pods)
     }
 }
 
 impl Resources {
     /// No resources at all.
-    pub const ZERO: Resources = Resources {
-        cpu_millis: 0,
-        memory_bytes: 0,
-        pods: 0,
-    };
+    pub const ZERO: Resources = Resources { cpu_millis: 0, memory_bytes: 0, pods: 0 };
 
     /// A resource vector from its parts.
     pub fn new(cpu_millis: u64, memory_bytes: u64, pods: u64) -> Self {
-        Resources {
-            cpu_millis,
-            memory_bytes,
-            pods,
-        }
+        Resources { cpu_millis, memory_bytes, pods }
     }
 
     /// Component-wise sum, saturating at `u64::MAX`.
@@ -294,16 +257,12 @@ impl Resources {
 
     /// Whether `self` fits inside `available`, component by component.
     pub fn fits(&self, available: &Resources) -> bool {
-        self.cpu_millis <= available.cpu_millis
-            && self.memory_bytes <= available.memory_bytes
-            && self.pods <= available.pods
+        self.cpu_millis <= available.cpu_millis && self.memory_bytes <= available.memory_bytes && self.pods <= available.pods
     }
 
     /// Reads `cpu`, `memory` and `pods` from a resource list (node capacity, requests, overhead).
     /// Other resource names are ignored.
-    pub fn from_resource_list(
-        list: &BTreeMap<String, Quantity>,
-    ) -> Result<Resources, QuantityError> {
+    pub fn from_resource_list(list: &BTreeMap<String, Quantity>) -> Result<Resources, QuantityError> {
         let mut r = Resources::ZERO;
         if let Some(q) = list.get("cpu") {
             r.cpu_millis = cpu_millis(q)?;
@@ -327,10 +286,7 @@ impl Resources {
         if let Some(requests) = &req.requests {
             merged.extend(requests.iter().map(|(k, v)| (k.clone(), v.clone())));
         }
-        Ok(Resources {
-            pods: 0,
-            ..Resources::from_resource_list(&merged)?
-        })
+        Ok(Resources { pods: 0, ..Resources::from_resource_list(&merged)? })
     }
 
     /// The effective request of a pod, as kube-scheduler computes it
@@ -338,12 +294,7 @@ impl Resources {
     /// (sidecar) init containers, raised to what each ordinary init container needs while it
     /// runs next to the sidecars started before it, plus the pod overhead. `pods` is 1.
     pub fn for_pod(spec: &PodSpec) -> Result<Resources, QuantityError> {
-        let container = |c: &Container| {
-            c.resources
-                .as_ref()
-                .map(Resources::from_requests)
-                .unwrap_or(Ok(Resources::ZERO))
-        };
+        let container = |c: &Container| c.resources.as_ref().map(Resources::from_requests).unwrap_or(Ok(Resources::ZERO));
         let mut sum = Resources::ZERO;
         for c in &spec.containers {
             sum = sum.saturating_add(container(c)?);
@@ -362,10 +313,7 @@ impl Resources {
         }
         let mut total = sum.max(init_peak);
         if let Some(overhead) = &spec.overhead {
-            total = total.saturating_add(Resources {
-                pods: 0,
-                ..Resources::from_resource_list(overhead)?
-            });
+            total = total.saturating_add(Resources { pods: 0, ..Resources::from_resource_list(overhead)? });
         }
         total.pods = 1;
         Ok(total)
@@ -375,10 +323,7 @@ impl Resources {
     pub fn to_resource_list(&self) -> BTreeMap<String, Quantity> {
         BTreeMap::from([
             ("cpu".to_string(), Quantity(format_cpu(self.cpu_millis))),
-            (
-                "memory".to_string(),
-                Quantity(format_memory(self.memory_bytes)),
-            ),
+            ("memory".to_string(), Quantity(format_memory(self.memory_bytes))),
             ("pods".to_string(), Quantity(self.pods.to_string())),
         ])
     }
@@ -424,21 +369,13 @@ mod tests {
 
     #[test]
     fn errors_name_the_string() {
-        for bad in [
-            "", "abc", "1Qi", "1.2.3", "1e", "1e1.5", "Gi", "--1", "1 Gi",
-        ] {
+        for bad in ["", "abc", "1Qi", "1.2.3", "1e", "1e1.5", "Gi", "--1", "1 Gi"] {
             let err = parse_memory(bad).unwrap_err();
             assert_eq!(err.input, bad, "{bad}");
             assert!(err.to_string().contains(&format!("{bad:?}")), "{err}");
         }
-        assert!(parse_cpu("-1")
-            .unwrap_err()
-            .to_string()
-            .contains("negative"));
-        assert!(parse_memory("99999999999999999999Ei")
-            .unwrap_err()
-            .to_string()
-            .contains("too large"));
+        assert!(parse_cpu("-1").unwrap_err().to_string().contains("negative"));
+        assert!(parse_memory("99999999999999999999Ei").unwrap_err().to_string().contains("too large"));
     }
 
     #[test]
@@ -478,20 +415,14 @@ mod tests {
         assert_eq!(a.max(b), Resources::new(1000, 200, 2));
         assert!(Resources::new(300, 100, 1).fits(&a));
         assert!(!b.fits(&a));
-        assert_eq!(
-            Resources::new(u64::MAX, 0, 0).saturating_add(a).cpu_millis,
-            u64::MAX
-        );
+        assert_eq!(Resources::new(u64::MAX, 0, 0).saturating_add(a).cpu_millis, u64::MAX);
     }
 
     fn container(cpu: &str, mem: &str) -> Container {
         Container {
             name: "c".into(),
             resources: Some(ResourceRequirements {
-                requests: Some(BTreeMap::from([
-                    ("cpu".to_string(), Quantity(cpu.into())),
-                    ("memory".to_string(), Quantity(mem.into())),
-                ])),
+                requests: Some(BTreeMap::from([("cpu".to_string(), Quantity(cpu.into())), ("memory".to_string(), Quantity(mem.into()))])),
                 ..Default::default()
             }),
             ..Default::default()
@@ -506,10 +437,7 @@ mod tests {
             containers: vec![container("2", "1G"), container("1", "1G")],
             ..Default::default()
         };
-        assert_eq!(
-            Resources::for_pod(&spec).unwrap(),
-            Resources::new(3000, 3_000_000_000, 1)
-        );
+        assert_eq!(Resources::for_pod(&spec).unwrap(), Resources::new(3000, 3_000_000_000, 1));
 
         // A sidecar adds to the sum and to each later init container.
         let mut sidecar = container("500m", "1G");
@@ -517,36 +445,21 @@ mod tests {
         let spec = PodSpec {
             init_containers: Some(vec![sidecar, container("1", "1G")]),
             containers: vec![container("100m", "100M")],
-            overhead: Some(BTreeMap::from([(
-                "cpu".to_string(),
-                Quantity("10m".into()),
-            )])),
+            overhead: Some(BTreeMap::from([("cpu".to_string(), Quantity("10m".into()))])),
             ..Default::default()
         };
         // containers + sidecar = 600m/1.1G; init while sidecar runs = 1.5/2G; plus 10m overhead.
-        assert_eq!(
-            Resources::for_pod(&spec).unwrap(),
-            Resources::new(1510, 2_000_000_000, 1)
-        );
+        assert_eq!(Resources::for_pod(&spec).unwrap(), Resources::new(1510, 2_000_000_000, 1));
     }
 
     #[test]
     fn limits_stand_in_for_missing_requests() {
         let req = ResourceRequirements {
-            limits: Some(BTreeMap::from([
-                ("cpu".to_string(), Quantity("1".into())),
-                ("memory".to_string(), Quantity("1Gi".into())),
-            ])),
-            requests: Some(BTreeMap::from([(
-                "cpu".to_string(),
-                Quantity("250m".into()),
-            )])),
+            limits: Some(BTreeMap::from([("cpu".to_string(), Quantity("1".into())), ("memory".to_string(), Quantity("1Gi".into()))])),
+            requests: Some(BTreeMap::from([("cpu".to_string(), Quantity("250m".into()))])),
             ..Default::default()
         };
-        assert_eq!(
-            Resources::from_requests(&req).unwrap(),
-            Resources::new(250, 1 << 30, 0)
-        );
+        assert_eq!(Resources::from_requests(&req).unwrap(), Resources::new(250, 1 << 30, 0));
     }
 
     #[test]

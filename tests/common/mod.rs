@@ -22,7 +22,11 @@ pub struct Out {
 
 impl Out {
     fn from(o: Output) -> Self {
-        Self { ok: o.status.success(), stdout: String::from_utf8_lossy(&o.stdout).into(), stderr: String::from_utf8_lossy(&o.stderr).into() }
+        Self {
+            ok: o.status.success(),
+            stdout: String::from_utf8_lossy(&o.stdout).into(),
+            stderr: String::from_utf8_lossy(&o.stderr).into(),
+        }
     }
 }
 
@@ -165,7 +169,11 @@ pub fn spawn_ready(args: &[&str], log: &Path) -> (Child, String) {
         Ok(url) => (child, url),
         Err(_) => {
             let _ = child.kill();
-            panic!("flotilla {} did not print ready within {START_TIMEOUT:?}; log:\n{}", args.join(" "), std::fs::read_to_string(log).unwrap_or_default());
+            panic!(
+                "flotilla {} did not print ready within {START_TIMEOUT:?}; log:\n{}",
+                args.join(" "),
+                std::fs::read_to_string(log).unwrap_or_default()
+            );
         }
     }
 }
@@ -215,8 +223,10 @@ impl SimCluster {
     pub fn launch(&mut self) {
         let dir = self.dir.path().to_str().unwrap().to_string();
         let config = self.config.to_str().unwrap().to_string();
-        let (child, url) =
-            spawn_ready(&["--data-dir", &dir, "sim-cluster", "--config", &config, "--listen", &self.listen], &self.dir.path().join("sim.log"));
+        let (child, url) = spawn_ready(
+            &["--data-dir", &dir, "sim-cluster", "--config", &config, "--listen", &self.listen],
+            &self.dir.path().join("sim.log"),
+        );
         // A restart keeps the port, as a real cluster keeps its address.
         self.listen = url.trim_start_matches("https://").to_string();
         self.url = url;

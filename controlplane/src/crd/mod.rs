@@ -26,7 +26,11 @@ pub fn validate_crd(crd: &Value) -> Vec<Cause> {
     if group.is_empty() {
         causes.push(Cause::new("FieldValueRequired", "spec.group", "Required value"));
     } else if !group.contains('.') {
-        causes.push(Cause::new("FieldValueInvalid", "spec.group", format!("Invalid value: \"{group}\": should be a domain with at least one dot")));
+        causes.push(Cause::new(
+            "FieldValueInvalid",
+            "spec.group",
+            format!("Invalid value: \"{group}\": should be a domain with at least one dot"),
+        ));
     }
     if plural.is_empty() {
         causes.push(Cause::new("FieldValueRequired", "spec.names.plural", "Required value"));
@@ -51,11 +55,19 @@ pub fn validate_crd(crd: &Value) -> Vec<Cause> {
     }
     let versions = crd.pointer("/spec/versions").and_then(Value::as_array).cloned().unwrap_or_default();
     if versions.is_empty() {
-        causes.push(Cause::new("FieldValueRequired", "spec.versions", "Required value: must have exactly one version marked as storage version"));
+        causes.push(Cause::new(
+            "FieldValueRequired",
+            "spec.versions",
+            "Required value: must have exactly one version marked as storage version",
+        ));
     }
     let storage = versions.iter().filter(|v| v.get("storage") == Some(&json!(true))).count();
     if !versions.is_empty() && storage != 1 {
-        causes.push(Cause::new("FieldValueInvalid", "spec.versions", format!("Invalid value: must have exactly one version marked as storage version, found {storage}")));
+        causes.push(Cause::new(
+            "FieldValueInvalid",
+            "spec.versions",
+            format!("Invalid value: must have exactly one version marked as storage version, found {storage}"),
+        ));
     }
     for (i, v) in versions.iter().enumerate() {
         let field = format!("spec.versions[{i}].schema.openAPIV3Schema");
@@ -106,9 +118,7 @@ pub fn established_status(crd: &Value, now: &str) -> Value {
         .filter(|v| v.get("storage") == Some(&json!(true)))
         .filter_map(|v| v.get("name").cloned())
         .collect();
-    let cond = |t: &str, reason: &str, msg: &str| {
-        json!({"type": t, "status": "True", "lastTransitionTime": now, "reason": reason, "message": msg})
-    };
+    let cond = |t: &str, reason: &str, msg: &str| json!({"type": t, "status": "True", "lastTransitionTime": now, "reason": reason, "message": msg});
     json!({
         "acceptedNames": accepted,
         "conditions": [

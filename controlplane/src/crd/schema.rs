@@ -343,11 +343,7 @@ fn type_invalid(out: &mut Vec<Cause>, field: String, value: &str, detail: &str) 
 fn not_supported(out: &mut Vec<Cause>, field: String, value: &str, supported: &[String]) {
     let quoted: Vec<String> = supported.iter().map(|s| quote(s)).collect();
     let detail = if quoted.is_empty() { String::new() } else { format!("supported values: {}", quoted.join(", ")) };
-    out.push(Cause {
-        reason: NOT_SUPPORTED,
-        message: with_detail(format!("Unsupported value: {value}"), &detail),
-        field,
-    });
+    out.push(Cause { reason: NOT_SUPPORTED, message: with_detail(format!("Unsupported value: {value}"), &detail), field });
 }
 
 fn strings(list: &[&str]) -> Vec<String> {
@@ -426,8 +422,7 @@ enum Level {
 }
 
 const STRING_KEYS: [&str; 7] = ["type", "format", "pattern", "title", "description", LIST_TYPE, MAP_TYPE];
-const BOOL_KEYS: [&str; 7] =
-    ["nullable", "uniqueItems", PRESERVE, EMBEDDED, INT_OR_STRING, "exclusiveMinimum", "exclusiveMaximum"];
+const BOOL_KEYS: [&str; 7] = ["nullable", "uniqueItems", PRESERVE, EMBEDDED, INT_OR_STRING, "exclusiveMinimum", "exclusiveMaximum"];
 const NUMBER_KEYS: [&str; 3] = ["minimum", "maximum", "multipleOf"];
 const COUNT_KEYS: [&str; 6] = ["minLength", "maxLength", "minItems", "maxItems", "minProperties", "maxProperties"];
 const STRING_LIST_KEYS: [&str; 2] = ["required", LIST_MAP_KEYS];
@@ -520,20 +515,12 @@ impl Checker {
             Addl::Absent => {}
             Addl::Bool(allows) => {
                 if has_props && !allows {
-                    forbidden(
-                        &mut self.out,
-                        child(p, "additionalProperties"),
-                        "additionalProperties and properties are mutual exclusive",
-                    );
+                    forbidden(&mut self.out, child(p, "additionalProperties"), "additionalProperties and properties are mutual exclusive");
                 }
             }
             Addl::Schema(a) => {
                 if has_props {
-                    forbidden(
-                        &mut self.out,
-                        child(p, "additionalProperties"),
-                        "additionalProperties and properties are mutual exclusive",
-                    );
+                    forbidden(&mut self.out, child(p, "additionalProperties"), "additionalProperties and properties are mutual exclusive");
                 }
                 let mut sub = ctx.nested();
                 if ctx.inside_meta {
@@ -637,11 +624,7 @@ impl Checker {
             match items_of(s) {
                 None => {
                     if !get(s, "items").is_some_and(Value::is_array) {
-                        required(
-                            &mut self.out,
-                            child(p, "items"),
-                            "must have a schema if x-kubernetes-list-type is map",
-                        );
+                        required(&mut self.out, child(p, "items"), "must have a schema if x-kubernetes-list-type is map");
                     }
                 }
                 Some(items) if type_of(items) != "object" => {
@@ -668,20 +651,12 @@ impl Checker {
                                     );
                                 }
                             }
-                            None => invalid(
-                                &mut self.out,
-                                child(p, LIST_MAP_KEYS),
-                                &keys_repr,
-                                "entries must all be names of item properties",
-                            ),
+                            None => {
+                                invalid(&mut self.out, child(p, LIST_MAP_KEYS), &keys_repr, "entries must all be names of item properties")
+                            }
                         }
                         if seen.contains(k) {
-                            invalid(
-                                &mut self.out,
-                                child(p, LIST_MAP_KEYS),
-                                &keys_repr,
-                                "must not contain duplicate entries",
-                            );
+                            invalid(&mut self.out, child(p, LIST_MAP_KEYS), &keys_repr, "must not contain duplicate entries");
                         }
                         seen.push(k);
                     }
@@ -783,11 +758,7 @@ impl Checker {
             required(&mut self.out, child(p, "type"), d);
         }
         if embedded && !matches!(addl, Addl::Absent) {
-            forbidden(
-                &mut self.out,
-                child(p, "additionalProperties"),
-                "must not be used if x-kubernetes-embedded-resource is set",
-            );
+            forbidden(&mut self.out, child(p, "additionalProperties"), "must not be used if x-kubernetes-embedded-resource is set");
         }
         if lvl == Level::Root && !ty.is_empty() && ty != "object" {
             invalid(&mut self.out, child(p, "type"), &quote(ty), "must be object at the root");
@@ -799,12 +770,7 @@ impl Checker {
                 if let Some(ks) = props.and_then(|ps| ps.get(k)) {
                     let kt = type_of(ks);
                     if kt != "string" {
-                        invalid(
-                            &mut self.out,
-                            child(&keyed(&child(p, "properties"), k), "type"),
-                            &quote(kt),
-                            "must be string",
-                        );
+                        invalid(&mut self.out, child(&keyed(&child(p, "properties"), k), "type"), &quote(kt), "must be string");
                     }
                 }
             }
@@ -832,15 +798,7 @@ impl Checker {
     }
 
     /// Walks allOf/anyOf/oneOf/not of a node, whose schemas may only validate values.
-    fn nested_junctors(
-        &mut self,
-        s: &Value,
-        p: &str,
-        skip_any_of: bool,
-        skip_first_all_of: bool,
-        lvl: Level,
-        depth: usize,
-    ) {
+    fn nested_junctors(&mut self, s: &Value, p: &str, skip_any_of: bool, skip_first_all_of: bool, lvl: Level, depth: usize) {
         if !skip_any_of {
             for (i, x) in array_of(s, "anyOf").iter().enumerate() {
                 self.nested_node(x, &indexed(&child(p, "anyOf"), i), false, lvl, depth + 1);
@@ -1354,11 +1312,7 @@ impl Validator {
                 }
             }
             if valid != 1 {
-                let found = if valid == 0 {
-                    "Found none valid".to_string()
-                } else {
-                    format!("Found {valid} valid alternatives")
-                };
+                let found = if valid == 0 { "Found none valid".to_string() } else { format!("Found {valid} valid alternatives") };
                 self.composite(path, format!("{} must validate one and only one schema (oneOf). {found}", quote(path)));
                 if valid == 0 {
                     self.out.extend(best.unwrap_or_default());
@@ -1392,10 +1346,7 @@ impl Validator {
     }
 
     fn regex(&mut self, pattern: &str) -> Result<Regex, String> {
-        self.regexes
-            .entry(pattern.to_string())
-            .or_insert_with(|| Regex::new(pattern).map_err(|e| e.to_string()))
-            .clone()
+        self.regexes.entry(pattern.to_string()).or_insert_with(|| Regex::new(pattern).map_err(|e| e.to_string())).clone()
     }
 
     fn check_string(&mut self, st: &str, s: &Value, path: &str) {
@@ -1486,8 +1437,7 @@ impl Validator {
                     None => n.as_u64().is_none() && (f64::from(i32::MIN)..=f64::from(i32::MAX)).contains(&f),
                 },
                 "int64" => {
-                    n.as_i64().is_some()
-                        || (n.as_u64().is_none() && (-9.223_372_036_854_776e18..9.223_372_036_854_776e18).contains(&f))
+                    n.as_i64().is_some() || (n.as_u64().is_none() && (-9.223_372_036_854_776e18..9.223_372_036_854_776e18).contains(&f))
                 }
                 _ => true,
             };
@@ -1739,9 +1689,7 @@ fn is_date(v: &str) -> bool {
     let (Some(y), Some(m), Some(d), None) = (parts.next(), parts.next(), parts.next(), parts.next()) else {
         return false;
     };
-    digits(y, 4).is_some()
-        && digits(m, 2).is_some_and(|m| (1..=12).contains(&m))
-        && digits(d, 2).is_some_and(|d| (1..=31).contains(&d))
+    digits(y, 4).is_some() && digits(m, 2).is_some_and(|m| (1..=12).contains(&m)) && digits(d, 2).is_some_and(|d| (1..=31).contains(&d))
 }
 
 /// RFC 3339, loosely: `YYYY-MM-DDTHH:MM:SS[.frac](Z|±HH:MM)`; the zone may be
@@ -1758,10 +1706,7 @@ fn is_date_time(v: &str) -> bool {
     let (Some(h), Some(mi), Some(s), None) = (hms.next(), hms.next(), hms.next(), hms.next()) else {
         return false;
     };
-    if !(digits(h, 2).is_some_and(|h| h < 24)
-        && digits(mi, 2).is_some_and(|m| m < 60)
-        && digits(s, 2).is_some_and(|s| s <= 60))
-    {
+    if !(digits(h, 2).is_some_and(|h| h < 24) && digits(mi, 2).is_some_and(|m| m < 60) && digits(s, 2).is_some_and(|s| s <= 60)) {
         return false;
     }
     if let Some(frac) = tail.strip_prefix('.') {
@@ -1790,15 +1735,12 @@ fn is_date_time(v: &str) -> bool {
 
 fn is_base64(v: &str) -> bool {
     let body = v.trim_end_matches('=');
-    v.len() % 4 == 0
-        && v.len() - body.len() <= 2
-        && body.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'+' || b == b'/')
+    v.len().is_multiple_of(4) && v.len() - body.len() <= 2 && body.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'+' || b == b'/')
 }
 
 fn is_uuid(v: &str) -> bool {
     let groups: Vec<&str> = v.split('-').collect();
-    groups.len() == 5
-        && groups.iter().zip([8, 4, 4, 4, 12]).all(|(g, n)| g.len() == n && g.bytes().all(|b| b.is_ascii_hexdigit()))
+    groups.len() == 5 && groups.iter().zip([8, 4, 4, 4, 12]).all(|(g, n)| g.len() == n && g.bytes().all(|b| b.is_ascii_hexdigit()))
 }
 
 fn is_cidr(v: &str) -> bool {
@@ -1896,8 +1838,7 @@ mod tests {
         assert_eq!(obj["spec"]["numberOfClusters"], json!(1));
         assert_eq!(obj["spec"]["replicaScheduling"], json!("Divide"));
 
-        let mut obj =
-            placement(json!({"clusterSelector": {}, "numberOfClusters": null, "replicaScheduling": "Duplicate"}));
+        let mut obj = placement(json!({"clusterSelector": {}, "numberOfClusters": null, "replicaScheduling": "Duplicate"}));
         apply_defaults(&mut obj, &schema);
         assert_eq!(obj["spec"]["numberOfClusters"], json!(1));
         assert_eq!(obj["spec"]["replicaScheduling"], json!("Duplicate"));
@@ -2012,11 +1953,7 @@ mod tests {
         let causes = validate(&obj, &placement_schema());
         assert_eq!(
             causes,
-            vec![Cause {
-                reason: "FieldValueRequired",
-                message: "Required value".into(),
-                field: "spec.clusterSelector".into(),
-            }]
+            vec![Cause { reason: "FieldValueRequired", message: "Required value".into(), field: "spec.clusterSelector".into() }]
         );
     }
 
@@ -2033,22 +1970,17 @@ mod tests {
             vec![
                 Cause {
                     reason: "FieldValueTypeInvalid",
-                    message:
-                        "Invalid value: \"string\": spec.clusterSelector in body must be of type object: \"string\""
-                            .into(),
+                    message: "Invalid value: \"string\": spec.clusterSelector in body must be of type object: \"string\"".into(),
                     field: "spec.clusterSelector".into(),
                 },
                 Cause {
                     reason: "FieldValueTypeInvalid",
-                    message:
-                        "Invalid value: \"string\": spec.numberOfClusters in body must be of type integer: \"string\""
-                            .into(),
+                    message: "Invalid value: \"string\": spec.numberOfClusters in body must be of type integer: \"string\"".into(),
                     field: "spec.numberOfClusters".into(),
                 },
                 Cause {
                     reason: "FieldValueTypeInvalid",
-                    message: "Invalid value: \"integer\": spec.tags[0] in body must be of type string: \"integer\""
-                        .into(),
+                    message: "Invalid value: \"integer\": spec.tags[0] in body must be of type string: \"integer\"".into(),
                     field: "spec.tags[0]".into(),
                 },
             ]
@@ -2151,14 +2083,10 @@ mod tests {
             "p": {"type": "string", "pattern": "("},
             "t": {"type": "null"}
         }});
-        let got: Vec<(String, String)> =
-            check_structural(&schema, "").into_iter().map(|c| (c.field, c.message)).collect();
+        let got: Vec<(String, String)> = check_structural(&schema, "").into_iter().map(|c| (c.field, c.message)).collect();
         let want = [
             ("properties[r].$ref", "Forbidden: $ref is not supported"),
-            (
-                "properties[u].uniqueItems",
-                "Forbidden: uniqueItems cannot be set to true since the runtime complexity becomes quadratic",
-            ),
+            ("properties[u].uniqueItems", "Forbidden: uniqueItems cannot be set to true since the runtime complexity becomes quadratic"),
             ("properties[t].type", "Forbidden: type cannot be set to null, use nullable as an alternative"),
             ("properties[r].type", "Required value: must not be empty for specified object fields"),
             ("properties[n].anyOf[0].properties[a].description", "Forbidden: must be empty to be structural"),
@@ -2167,9 +2095,7 @@ mod tests {
         for (f, m) in want {
             assert!(got.iter().any(|(gf, gm)| gf == f && gm == m), "missing {f}: {m} in {got:#?}");
         }
-        assert!(got
-            .iter()
-            .any(|(f, m)| f == "properties[p].pattern" && m.contains("must be a valid regular expression")));
+        assert!(got.iter().any(|(f, m)| f == "properties[p].pattern" && m.contains("must be a valid regular expression")));
     }
 
     #[test]
@@ -2206,8 +2132,7 @@ mod tests {
                 "o": {"type": "object", "properties": {"a": {"type": "string"}}, "default": {"a": "x", "b": 1}}
             }
         }}});
-        let got: Vec<(String, String)> =
-            check_structural(&schema, PREFIX).into_iter().map(|c| (c.field, c.message)).collect();
+        let got: Vec<(String, String)> = check_structural(&schema, PREFIX).into_iter().map(|c| (c.field, c.message)).collect();
         assert_eq!(
             got,
             vec![
@@ -2234,11 +2159,7 @@ mod tests {
         assert_eq!(
             causes,
             vec![
-                Cause {
-                    reason: "FieldValueDuplicate",
-                    message: "Duplicate value: \"a\"".into(),
-                    field: "spec.tags[2]".into()
-                },
+                Cause { reason: "FieldValueDuplicate", message: "Duplicate value: \"a\"".into(), field: "spec.tags[2]".into() },
                 Cause {
                     reason: "FieldValueDuplicate",
                     message: "Duplicate value: {\"name\":\"x\"}".into(),
@@ -2246,8 +2167,7 @@ mod tests {
                 },
             ]
         );
-        let causes =
-            validate(&placement(json!({"clusterSelector": {}, "workloads": [{"weight": 1}]})), &placement_schema());
+        let causes = validate(&placement(json!({"clusterSelector": {}, "workloads": [{"weight": 1}]})), &placement_schema());
         assert_eq!(fields(&causes), ["spec.workloads[0].name"]);
     }
 
@@ -2266,8 +2186,7 @@ mod tests {
             "s": "A", "when": "yesterday", "n": 10, "i": 3_000_000_000u64,
             "l": [1, 2, 3], "m": {"a": "1", "b": "2"}, "c": {"x": 1}
         });
-        let got: Vec<String> =
-            validate(&obj, &schema).into_iter().map(|c| format!("{}|{}|{}", c.field, c.reason, c.message)).collect();
+        let got: Vec<String> = validate(&obj, &schema).into_iter().map(|c| format!("{}|{}|{}", c.field, c.reason, c.message)).collect();
         assert_eq!(
             got,
             vec![
@@ -2310,8 +2229,7 @@ mod tests {
 
     #[test]
     fn nullable_fields_accept_null() {
-        let schema =
-            json!({"type": "object", "properties": {"a": {"type": "string", "nullable": true, "enum": ["x"]}}});
+        let schema = json!({"type": "object", "properties": {"a": {"type": "string", "nullable": true, "enum": ["x"]}}});
         assert_eq!(validate(&json!({"a": null}), &schema), vec![]);
     }
 
@@ -2326,12 +2244,8 @@ mod tests {
             json!({"type": "object", "properties": {"a": {"type": "integer", "multipleOf": 0, "maxLength": -1, "pattern": "[", "format": "int32"}}}),
             json!({"type": "object", "x-kubernetes-embedded-resource": true, "x-kubernetes-int-or-string": true, "additionalProperties": 3}),
         ];
-        let objs = [
-            json!(null),
-            json!("s"),
-            json!([1, [2], {"a": null}]),
-            json!({"a": i64::MIN, "b": u64::MAX, "c": -1.5e300, "metadata": 1}),
-        ];
+        let objs =
+            [json!(null), json!("s"), json!([1, [2], {"a": null}]), json!({"a": i64::MIN, "b": u64::MAX, "c": -1.5e300, "metadata": 1})];
         for s in &schemas {
             let _ = check_structural(s, PREFIX);
             for o in &objs {
@@ -2341,8 +2255,7 @@ mod tests {
                 let _ = prune(&mut o, s);
             }
         }
-        let tricky =
-            json!({"type": "object", "properties": {"a": {"type": "integer", "multipleOf": 1, "minimum": -1}}});
+        let tricky = json!({"type": "object", "properties": {"a": {"type": "integer", "multipleOf": 1, "minimum": -1}}});
         assert_eq!(validate(&json!({"a": i64::MIN}), &tricky).len(), 1);
         let mut deep = json!(1);
         for _ in 0..1000 {

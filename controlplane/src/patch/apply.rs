@@ -32,17 +32,8 @@ pub const FIELDS_TYPE_V1: &str = "FieldsV1";
 pub const BEFORE_FIRST_APPLY_MANAGER: &str = "before-first-apply";
 
 /// Metadata fields the server owns; they never appear in a field set.
-const UNTRACKED_METADATA: &[&str] = &[
-    "name",
-    "namespace",
-    "uid",
-    "resourceVersion",
-    "generation",
-    "creationTimestamp",
-    "deletionTimestamp",
-    "managedFields",
-    "selfLink",
-];
+const UNTRACKED_METADATA: &[&str] =
+    &["name", "namespace", "uid", "resourceVersion", "generation", "creationTimestamp", "deletionTimestamp", "managedFields", "selfLink"];
 
 /// Identity fields an apply configuration carries; copied only when the apply creates the object.
 const IDENTITY_METADATA: &[&str] = &["name", "namespace"];
@@ -76,9 +67,7 @@ pub struct ManagedFieldsEntry {
 impl ManagedFieldsEntry {
     /// Managers are told apart by name, operation and subresource.
     fn is(&self, manager: &str, operation: &str, subresource: Option<&str>) -> bool {
-        self.manager == manager
-            && self.operation == operation
-            && self.subresource.as_deref() == subresource
+        self.manager == manager && self.operation == operation && self.subresource.as_deref() == subresource
     }
 }
 
@@ -128,16 +117,7 @@ pub fn apply(
         // Fields that existed before anyone tracked ownership must still be protected.
         let set = walker.object_set(&live_obj);
         if !set.is_empty() {
-            owners.push(Owner {
-                entry: new_entry(
-                    BEFORE_FIRST_APPLY_MANAGER,
-                    OPERATION_UPDATE,
-                    api_version,
-                    now,
-                    subresource,
-                ),
-                set,
-            });
+            owners.push(Owner { entry: new_entry(BEFORE_FIRST_APPLY_MANAGER, OPERATION_UPDATE, api_version, now, subresource), set });
         }
     }
 
@@ -147,23 +127,14 @@ pub fn apply(
     walker.merge(&mut merged, &config, &mut Vec::new());
 
     let changed = walker.changed_root(Some(&live_obj), &merged);
-    let removed = walker
-        .object_set(&live_obj)
-        .difference(&walker.object_set(&merged));
+    let removed = walker.object_set(&live_obj).difference(&walker.object_set(&merged));
 
     let is_self = |e: &ManagedFieldsEntry| e.is(manager, OPERATION_APPLY, subresource);
     let conflicts: Vec<Conflict> = owners
         .iter()
         .filter(|o| !is_self(&o.entry))
         .flat_map(|o| {
-            o.set
-                .intersection(&changed)
-                .paths()
-                .into_iter()
-                .map(|p| Conflict {
-                    manager: o.entry.manager.clone(),
-                    field: path_string(&p),
-                })
+            o.set.intersection(&changed).paths().into_iter().map(|p| Conflict { manager: o.entry.manager.clone(), field: path_string(&p) })
         })
         .collect();
     if !force && !conflicts.is_empty() {
@@ -180,10 +151,7 @@ pub fn apply(
         }
     }
     owners.retain(|o| !is_self(&o.entry));
-    owners.push(Owner {
-        entry: new_entry(manager, OPERATION_APPLY, api_version, now, subresource),
-        set: applied_set,
-    });
+    owners.push(Owner { entry: new_entry(manager, OPERATION_APPLY, api_version, now, subresource), set: applied_set });
 
     let mut owned = FieldSet::default();
     for owner in &owners {
@@ -253,12 +221,7 @@ pub fn track_update(
             let taken = std::mem::take(&mut owner.set);
             match own.as_mut() {
                 Some(o) => o.set.union_with(&taken),
-                None => {
-                    own = Some(Owner {
-                        entry: owner.entry.clone(),
-                        set: taken,
-                    })
-                }
+                None => own = Some(Owner { entry: owner.entry.clone(), set: taken }),
             }
         } else {
             owner.set = owner.set.difference(&changed);
@@ -267,10 +230,7 @@ pub fn track_update(
     owners.retain(|o| !is_self(&o.entry));
     if !changed.is_empty() {
         // Only a write that changed something refreshes the entry's time and version.
-        let mut o = own.unwrap_or_else(|| Owner {
-            entry: ManagedFieldsEntry::default(),
-            set: FieldSet::default(),
-        });
+        let mut o = own.unwrap_or_else(|| Owner { entry: ManagedFieldsEntry::default(), set: FieldSet::default() });
         o.entry = new_entry(manager, OPERATION_UPDATE, api_version, now, subresource);
         o.set.union_with(&changed);
         own = Some(o);
@@ -287,11 +247,7 @@ pub fn track_update(
 pub fn conflict_message(conflicts: &[Conflict], api_version: &str) -> String {
     let who = |m: &str| format!("{} using {}", quote(m), api_version);
     if let [c] = conflicts {
-        return format!(
-            "Apply failed with 1 conflict: conflict with {}: {}",
-            who(&c.manager),
-            c.field
-        );
+        return format!("Apply failed with 1 conflict: conflict with {}: {}", who(&c.manager), c.field);
     }
     let mut by_manager: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
     for c in conflicts {
@@ -302,19 +258,12 @@ pub fn conflict_message(conflicts: &[Conflict], api_version: &str) -> String {
         lines.push(format!("conflicts with {}:", who(manager)));
         lines.extend(fields.into_iter().map(|f| format!("- {f}")));
     }
-    format!(
-        "Apply failed with {} conflicts: {}",
-        conflicts.len(),
-        lines.join("\n")
-    )
+    format!("Apply failed with {} conflicts: {}", conflicts.len(), lines.join("\n"))
 }
 
 /// Decodes the usable entries of an object's `metadata.managedFields`.
 pub fn managed_fields(obj: &Value) -> Vec<ManagedFieldsEntry> {
-    read_owners(obj.pointer("/metadata/managedFields"))
-        .into_iter()
-        .map(|o| o.entry)
-        .collect()
+    read_owners(obj.pointer("/metadata/managedFields")).into_iter().map(|o| o.entry).collect()
 }
 
 /// Go's `%q` for a manager name; JSON string quoting agrees for ordinary names.
@@ -322,13 +271,7 @@ fn quote(s: &str) -> String {
     serde_json::to_string(s).unwrap_or_else(|_| format!("\"{s}\""))
 }
 
-fn new_entry(
-    manager: &str,
-    operation: &str,
-    api_version: &str,
-    now: &str,
-    subresource: Option<&str>,
-) -> ManagedFieldsEntry {
+fn new_entry(manager: &str, operation: &str, api_version: &str, now: &str, subresource: Option<&str>) -> ManagedFieldsEntry {
     ManagedFieldsEntry {
         manager: manager.to_string(),
         operation: operation.to_string(),
@@ -376,18 +319,14 @@ impl PathElement {
         let (prefix, rest) = s.split_at_checked(2)?;
         match prefix {
             "f:" => Some(PathElement::Field(rest.to_string())),
-            "k:" => Some(PathElement::Key(
-                match serde_json::from_str::<Value>(rest) {
-                    Ok(Value::Object(m)) => canonical_key(m.iter()),
-                    _ => rest.to_string(),
-                },
-            )),
-            "v:" => Some(PathElement::Value(
-                match serde_json::from_str::<Value>(rest) {
-                    Ok(v) => v.to_string(),
-                    Err(_) => rest.to_string(),
-                },
-            )),
+            "k:" => Some(PathElement::Key(match serde_json::from_str::<Value>(rest) {
+                Ok(Value::Object(m)) => canonical_key(m.iter()),
+                _ => rest.to_string(),
+            })),
+            "v:" => Some(PathElement::Value(match serde_json::from_str::<Value>(rest) {
+                Ok(v) => v.to_string(),
+                Err(_) => rest.to_string(),
+            })),
             "i:" => rest.parse().ok().map(PathElement::Index),
             _ => None,
         }
@@ -413,10 +352,7 @@ impl PathElement {
 /// Compact JSON object of key fields, sorted by name.
 fn canonical_key<'a>(fields: impl Iterator<Item = (&'a String, &'a Value)>) -> String {
     let sorted: BTreeMap<&String, &Value> = fields.collect();
-    let map: Map<String, Value> = sorted
-        .into_iter()
-        .map(|(k, v)| (k.clone(), v.clone()))
-        .collect();
+    let map: Map<String, Value> = sorted.into_iter().map(|(k, v)| (k.clone(), v.clone())).collect();
     Value::Object(map).to_string()
 }
 
@@ -436,10 +372,7 @@ struct FieldSet {
 
 impl FieldSet {
     fn leaf() -> FieldSet {
-        FieldSet {
-            member: true,
-            children: BTreeMap::new(),
-        }
+        FieldSet { member: true, children: BTreeMap::new() }
     }
 
     fn is_empty(&self) -> bool {
@@ -467,10 +400,7 @@ impl FieldSet {
     }
 
     fn difference(&self, other: &FieldSet) -> FieldSet {
-        let mut out = FieldSet {
-            member: self.member && !other.member,
-            children: BTreeMap::new(),
-        };
+        let mut out = FieldSet { member: self.member && !other.member, children: BTreeMap::new() };
         for (pe, child) in &self.children {
             let rest = match other.children.get(pe) {
                 Some(o) => child.difference(o),
@@ -482,10 +412,7 @@ impl FieldSet {
     }
 
     fn intersection(&self, other: &FieldSet) -> FieldSet {
-        let mut out = FieldSet {
-            member: self.member && other.member,
-            children: BTreeMap::new(),
-        };
+        let mut out = FieldSet { member: self.member && other.member, children: BTreeMap::new() };
         for (pe, child) in &self.children {
             if let Some(o) = other.children.get(pe) {
                 out.insert(pe.clone(), child.intersection(o));
@@ -577,13 +504,7 @@ fn read_owners(list: Option<&Value>) -> Vec<Owner> {
             entry.subresource = None;
         }
         let set = FieldSet::from_fields_v1(&entry.fields_v1);
-        let same = owners.iter_mut().find(|o| {
-            o.entry.is(
-                &entry.manager,
-                &entry.operation,
-                entry.subresource.as_deref(),
-            )
-        });
+        let same = owners.iter_mut().find(|o| o.entry.is(&entry.manager, &entry.operation, entry.subresource.as_deref()));
         match same {
             Some(o) => o.set.union_with(&set),
             None => owners.push(Owner { entry, set }),
@@ -606,25 +527,15 @@ fn store_owners(obj: &mut Value, owners: Vec<Owner>) {
         })
         .collect();
     entries.sort_by(|a, b| {
-        (
-            &a.operation,
-            &a.time,
-            &a.manager,
-            &a.api_version,
-            &a.subresource,
-        )
-            .cmp(&(
-                &b.operation,
-                &b.time,
-                &b.manager,
-                &b.api_version,
-                &b.subresource,
-            ))
+        (&a.operation, &a.time, &a.manager, &a.api_version, &a.subresource).cmp(&(
+            &b.operation,
+            &b.time,
+            &b.manager,
+            &b.api_version,
+            &b.subresource,
+        ))
     });
-    let list: Vec<Value> = entries
-        .iter()
-        .filter_map(|e| serde_json::to_value(e).ok())
-        .collect();
+    let list: Vec<Value> = entries.iter().filter_map(|e| serde_json::to_value(e).ok()).collect();
     let Some(root) = obj.as_object_mut() else {
         return;
     };
@@ -634,9 +545,7 @@ fn store_owners(obj: &mut Value, owners: Vec<Owner>) {
         }
         return;
     }
-    let metadata = root
-        .entry("metadata")
-        .or_insert_with(|| Value::Object(Map::new()));
+    let metadata = root.entry("metadata").or_insert_with(|| Value::Object(Map::new()));
     if metadata.is_null() {
         *metadata = Value::Object(Map::new());
     }
@@ -681,11 +590,7 @@ fn is_nonempty_container(v: &Value) -> bool {
 /// The `k:` element of an associative-list item, from the key fields it has.
 fn element_key(item: &Value, keys: &[String]) -> Option<PathElement> {
     let obj = item.as_object()?;
-    let present: Vec<(&String, &Value)> = keys
-        .iter()
-        .filter_map(|k| obj.get_key_value(k.as_str()))
-        .filter(|(_, v)| is_scalar(v))
-        .collect();
+    let present: Vec<(&String, &Value)> = keys.iter().filter_map(|k| obj.get_key_value(k.as_str())).filter(|(_, v)| is_scalar(v)).collect();
     if present.is_empty() {
         return None;
     }
@@ -700,11 +605,7 @@ struct Walker<'a> {
 
 impl<'a> Walker<'a> {
     fn new(meta: &'a dyn PatchMeta, subresource: Option<&str>) -> Self {
-        let scope = if subresource == Some("status") {
-            Scope::Status
-        } else {
-            Scope::Main
-        };
+        let scope = if subresource == Some("status") { Scope::Status } else { Scope::Main };
         Walker { meta, scope }
     }
 
@@ -731,10 +632,7 @@ impl<'a> Walker<'a> {
             ListStrategy::Set => ListKind::Atomic,
             ListStrategy::Map(keys) => {
                 let mut seen = BTreeSet::new();
-                let valid = !keys.is_empty()
-                    && items
-                        .iter()
-                        .all(|i| element_key(i, &keys).is_some_and(|k| seen.insert(k)));
+                let valid = !keys.is_empty() && items.iter().all(|i| element_key(i, &keys).is_some_and(|k| seen.insert(k)));
                 if valid {
                     ListKind::Map(keys)
                 } else {
@@ -756,18 +654,13 @@ impl<'a> Walker<'a> {
                 let Some(m) = v.as_object() else { continue };
                 let kept: Map<String, Value> = m
                     .iter()
-                    .filter(|(mk, _)| {
-                        self.tracked(&meta_path, mk)
-                            || (creating && IDENTITY_METADATA.contains(&mk.as_str()))
-                    })
+                    .filter(|(mk, _)| self.tracked(&meta_path, mk) || (creating && IDENTITY_METADATA.contains(&mk.as_str())))
                     .map(|(mk, mv)| (mk.clone(), mv.clone()))
                     .collect();
                 if !kept.is_empty() {
                     out.insert(k.clone(), Value::Object(kept));
                 }
-            } else if self.tracked(&[], k)
-                || (creating && self.scope == Scope::Main && (k == "apiVersion" || k == "kind"))
-            {
+            } else if self.tracked(&[], k) || (creating && self.scope == Scope::Main && (k == "apiVersion" || k == "kind")) {
                 out.insert(k.clone(), v.clone());
             }
         }
@@ -807,9 +700,7 @@ impl<'a> Walker<'a> {
                     ListKind::Atomic => set.member = true,
                     ListKind::Map(keys) => {
                         for item in items {
-                            let (Some(pe), Some(obj)) =
-                                (element_key(item, &keys), item.as_object())
-                            else {
+                            let (Some(pe), Some(obj)) = (element_key(item, &keys), item.as_object()) else {
                                 continue;
                             };
                             let mut child = self.fields_set(obj, path);
@@ -838,12 +729,7 @@ impl<'a> Walker<'a> {
         }
     }
 
-    fn changed_fields(
-        &self,
-        old: Option<&Map<String, Value>>,
-        new: &Map<String, Value>,
-        path: &mut Vec<String>,
-    ) -> FieldSet {
+    fn changed_fields(&self, old: Option<&Map<String, Value>>, new: &Map<String, Value>, path: &mut Vec<String>) -> FieldSet {
         let mut set = FieldSet::default();
         for (k, nv) in new {
             if !self.tracked(path, k) {
@@ -866,9 +752,7 @@ impl<'a> Walker<'a> {
             }
         };
         match new {
-            Value::Object(m) if !m.is_empty() => {
-                self.changed_fields(old.and_then(Value::as_object), m, path)
-            }
+            Value::Object(m) if !m.is_empty() => self.changed_fields(old.and_then(Value::as_object), m, path),
             Value::Array(items) if !items.is_empty() => match self.list_kind(path, items) {
                 ListKind::Atomic => leaf_if_changed(),
                 ListKind::Map(keys) => {
@@ -876,9 +760,7 @@ impl<'a> Walker<'a> {
                     if let Some(Value::Array(o)) = old {
                         if self.list_kind(path, o) == ListKind::Map(keys.clone()) {
                             for item in o {
-                                if let (Some(pe), Some(obj)) =
-                                    (element_key(item, &keys), item.as_object())
-                                {
+                                if let (Some(pe), Some(obj)) = (element_key(item, &keys), item.as_object()) {
                                     old_items.insert(pe, obj);
                                 }
                             }
@@ -886,8 +768,7 @@ impl<'a> Walker<'a> {
                     }
                     let mut set = FieldSet::default();
                     for item in items {
-                        let (Some(pe), Some(obj)) = (element_key(item, &keys), item.as_object())
-                        else {
+                        let (Some(pe), Some(obj)) = (element_key(item, &keys), item.as_object()) else {
                             continue;
                         };
                         let child = match old_items.get(&pe) {
@@ -934,38 +815,25 @@ impl<'a> Walker<'a> {
                     path.pop();
                 }
             }
-            (Value::Array(li), Value::Array(ai)) => {
-                match (self.list_kind(path, li), self.list_kind(path, ai)) {
-                    (ListKind::Map(lk), ListKind::Map(ak)) if lk == ak => {
-                        self.merge_keyed(li, ai, &lk, path)
-                    }
-                    (ListKind::Set, ListKind::Set) => {
-                        for v in ai {
-                            if !li.contains(v) {
-                                li.push(v.clone());
-                            }
+            (Value::Array(li), Value::Array(ai)) => match (self.list_kind(path, li), self.list_kind(path, ai)) {
+                (ListKind::Map(lk), ListKind::Map(ak)) if lk == ak => self.merge_keyed(li, ai, &lk, path),
+                (ListKind::Set, ListKind::Set) => {
+                    for v in ai {
+                        if !li.contains(v) {
+                            li.push(v.clone());
                         }
                     }
-                    _ => *li = ai.clone(),
                 }
-            }
+                _ => *li = ai.clone(),
+            },
             (live, applied) => *live = applied.clone(),
         }
     }
 
     /// Applied items come out in the applied order; an item only the live list has
     /// stays right after the live item it followed (or at the front).
-    fn merge_keyed(
-        &self,
-        live: &mut Vec<Value>,
-        applied: &[Value],
-        keys: &[String],
-        path: &mut Vec<String>,
-    ) {
-        let applied_keys: BTreeSet<PathElement> = applied
-            .iter()
-            .filter_map(|a| element_key(a, keys))
-            .collect();
+    fn merge_keyed(&self, live: &mut Vec<Value>, applied: &[Value], keys: &[String], path: &mut Vec<String>) {
+        let applied_keys: BTreeSet<PathElement> = applied.iter().filter_map(|a| element_key(a, keys)).collect();
         let mut front = Vec::new();
         let mut after: BTreeMap<PathElement, Vec<Value>> = BTreeMap::new();
         let mut matched: BTreeMap<PathElement, Value> = BTreeMap::new();
@@ -1004,18 +872,9 @@ impl<'a> Walker<'a> {
     /// descendants (per `owned`) is kept and only its unowned parts go; containers
     /// emptied this way go too unless someone owns them. `protected` names the key
     /// fields of the list element being walked, which must stay while it does.
-    fn prune(
-        &self,
-        value: &mut Value,
-        remove: &FieldSet,
-        owned: Option<&FieldSet>,
-        path: &mut Vec<String>,
-        protected: &[String],
-    ) {
+    fn prune(&self, value: &mut Value, remove: &FieldSet, owned: Option<&FieldSet>, path: &mut Vec<String>, protected: &[String]) {
         // A removed path goes whole unless someone still owns something beneath it.
-        let remove_whole = |r: &FieldSet, o: Option<&FieldSet>| {
-            r.member && o.is_none_or(|o| o.children.is_empty())
-        };
+        let remove_whole = |r: &FieldSet, o: Option<&FieldSet>| r.member && o.is_none_or(|o| o.children.is_empty());
         match value {
             Value::Object(map) => {
                 for (pe, r) in &remove.children {
@@ -1034,9 +893,7 @@ impl<'a> Walker<'a> {
                             path.push(name.clone());
                             self.prune(child, r, o, path, &[]);
                             path.pop();
-                            was_full
-                                && !is_nonempty_container(child)
-                                && !o.is_some_and(|o| o.member)
+                            was_full && !is_nonempty_container(child) && !o.is_some_and(|o| o.member)
                         }
                     };
                     if drop {
@@ -1051,9 +908,7 @@ impl<'a> Walker<'a> {
                     for mut item in std::mem::take(items) {
                         let pe = element_key(&item, &keys);
                         let r = pe.as_ref().and_then(|pe| remove.children.get(pe));
-                        let o = pe
-                            .as_ref()
-                            .and_then(|pe| owned.and_then(|o| o.children.get(pe)));
+                        let o = pe.as_ref().and_then(|pe| owned.and_then(|o| o.children.get(pe)));
                         match r {
                             Some(r) if remove_whole(r, o) => continue,
                             Some(r) => self.prune(&mut item, r, o, path, &keys),
@@ -1063,12 +918,7 @@ impl<'a> Walker<'a> {
                     }
                     *items = kept;
                 }
-                ListKind::Set => items.retain(|v| {
-                    !remove
-                        .children
-                        .get(&PathElement::Value(v.to_string()))
-                        .is_some_and(|r| r.member)
-                }),
+                ListKind::Set => items.retain(|v| !remove.children.get(&PathElement::Value(v.to_string())).is_some_and(|r| r.member)),
                 // Owned as a whole; the parent removes it.
                 ListKind::Atomic => {}
             },
@@ -1100,20 +950,12 @@ mod tests {
         })
     }
 
-    fn apply_as(
-        live: Option<&Value>,
-        cfg: &Value,
-        mgr: &str,
-        force: bool,
-    ) -> Result<Value, Vec<Conflict>> {
+    fn apply_as(live: Option<&Value>, cfg: &Value, mgr: &str, force: bool) -> Result<Value, Vec<Conflict>> {
         apply(live, cfg, mgr, force, V, T1, &BuiltinPatchMeta, None)
     }
 
     fn entry<'a>(obj: &'a Value, mgr: &str, op: &str) -> Option<&'a Value> {
-        obj.pointer("/metadata/managedFields")?
-            .as_array()?
-            .iter()
-            .find(|e| e["manager"] == mgr && e["operation"] == op)
+        obj.pointer("/metadata/managedFields")?.as_array()?.iter().find(|e| e["manager"] == mgr && e["operation"] == op)
     }
 
     fn fields<'a>(obj: &'a Value, mgr: &str, op: &str) -> &'a Value {
@@ -1146,10 +988,7 @@ mod tests {
         );
         // Key order on the wire matches Kubernetes: `.` first, `subresource` omitted.
         let text = serde_json::to_string(&mf[0]).unwrap();
-        assert!(
-            text.contains("\"k:{\\\"name\\\":\\\"nginx\\\"}\":{\".\":{},\"f:env\""),
-            "{text}"
-        );
+        assert!(text.contains("\"k:{\\\"name\\\":\\\"nginx\\\"}\":{\".\":{},\"f:env\""), "{text}");
         assert!(!text.contains("subresource"));
         assert_eq!(obj["spec"]["replicas"], 3);
         assert_eq!(obj["metadata"]["name"], "web");
@@ -1159,19 +998,9 @@ mod tests {
     #[test]
     fn different_value_conflicts() {
         let live = apply_as(None, &deployment(3, "nginx:1"), "a", false).unwrap();
-        let errs =
-            apply_as(Some(&live), &json!({"spec": {"replicas": 5}}), "b", false).unwrap_err();
-        assert_eq!(
-            errs,
-            vec![Conflict {
-                manager: "a".into(),
-                field: ".spec.replicas".into()
-            }]
-        );
-        assert_eq!(
-            conflict_message(&errs, V),
-            "Apply failed with 1 conflict: conflict with \"a\" using apps/v1: .spec.replicas"
-        );
+        let errs = apply_as(Some(&live), &json!({"spec": {"replicas": 5}}), "b", false).unwrap_err();
+        assert_eq!(errs, vec![Conflict { manager: "a".into(), field: ".spec.replicas".into() }]);
+        assert_eq!(conflict_message(&errs, V), "Apply failed with 1 conflict: conflict with \"a\" using apps/v1: .spec.replicas");
     }
 
     #[test]
@@ -1179,13 +1008,7 @@ mod tests {
         let live = apply_as(None, &deployment(3, "nginx:1"), "a", false).unwrap();
         let errs = apply_as(Some(&live), &deployment(5, "nginx:2"), "b", false).unwrap_err();
         let fields: Vec<&str> = errs.iter().map(|c| c.field.as_str()).collect();
-        assert_eq!(
-            fields,
-            [
-                ".spec.replicas",
-                ".spec.template.spec.containers[name=\"nginx\"].image"
-            ]
-        );
+        assert_eq!(fields, [".spec.replicas", ".spec.template.spec.containers[name=\"nginx\"].image"]);
         assert_eq!(
             conflict_message(&errs, V),
             "Apply failed with 2 conflicts: conflicts with \"a\" using apps/v1:\n\
@@ -1198,14 +1021,8 @@ mod tests {
     fn same_value_is_shared() {
         let live = apply_as(None, &deployment(3, "nginx:1"), "a", false).unwrap();
         let obj = apply_as(Some(&live), &json!({"spec": {"replicas": 3}}), "b", false).unwrap();
-        assert_eq!(
-            fields(&obj, "a", "Apply")["f:spec"]["f:replicas"],
-            json!({})
-        );
-        assert_eq!(
-            fields(&obj, "b", "Apply"),
-            &json!({"f:spec": {"f:replicas": {}}})
-        );
+        assert_eq!(fields(&obj, "a", "Apply")["f:spec"]["f:replicas"], json!({}));
+        assert_eq!(fields(&obj, "b", "Apply"), &json!({"f:spec": {"f:replicas": {}}}));
     }
 
     #[test]
@@ -1213,13 +1030,8 @@ mod tests {
         let live = apply_as(None, &deployment(3, "nginx:1"), "a", false).unwrap();
         let obj = apply_as(Some(&live), &json!({"spec": {"replicas": 5}}), "b", true).unwrap();
         assert_eq!(obj["spec"]["replicas"], 5);
-        assert!(fields(&obj, "a", "Apply")["f:spec"]
-            .get("f:replicas")
-            .is_none());
-        assert_eq!(
-            fields(&obj, "b", "Apply"),
-            &json!({"f:spec": {"f:replicas": {}}})
-        );
+        assert!(fields(&obj, "a", "Apply")["f:spec"].get("f:replicas").is_none());
+        assert_eq!(fields(&obj, "b", "Apply"), &json!({"f:spec": {"f:replicas": {}}}));
         // The loser keeps its other fields.
         assert!(fields(&obj, "a", "Apply")["f:spec"]["f:template"].is_object());
     }
@@ -1229,10 +1041,7 @@ mod tests {
         let live = apply_as(None, &json!({"spec": {"replicas": 3}}), "a", false).unwrap();
         let obj = apply_as(Some(&live), &json!({"spec": {"replicas": 5}}), "b", true).unwrap();
         assert!(entry(&obj, "a", "Apply").is_none());
-        assert_eq!(
-            obj["metadata"]["managedFields"].as_array().unwrap().len(),
-            1
-        );
+        assert_eq!(obj["metadata"]["managedFields"].as_array().unwrap().len(), 1);
     }
 
     #[test]
@@ -1240,34 +1049,21 @@ mod tests {
         let live = apply_as(None, &deployment(3, "nginx:1"), "a", false).unwrap();
         let mut cfg = deployment(3, "nginx:1");
         cfg["metadata"].as_object_mut().unwrap().remove("labels");
-        cfg["spec"]["template"]["spec"]["containers"][0]
-            .as_object_mut()
-            .unwrap()
-            .remove("env");
+        cfg["spec"]["template"]["spec"]["containers"][0].as_object_mut().unwrap().remove("env");
         let obj = apply_as(Some(&live), &cfg, "a", false).unwrap();
         // The emptied labels map goes too, since nobody owns it.
         assert!(obj["metadata"].get("labels").is_none());
-        assert!(obj["spec"]["template"]["spec"]["containers"][0]
-            .get("env")
-            .is_none());
+        assert!(obj["spec"]["template"]["spec"]["containers"][0].get("env").is_none());
         assert!(fields(&obj, "a", "Apply")["f:metadata"].is_null());
     }
 
     #[test]
     fn dropping_a_list_element_removes_it() {
         let mut two = deployment(3, "nginx:1");
-        two["spec"]["template"]["spec"]["containers"]
-            .as_array_mut()
-            .unwrap()
-            .push(json!({"name": "sidecar", "image": "busybox"}));
+        two["spec"]["template"]["spec"]["containers"].as_array_mut().unwrap().push(json!({"name": "sidecar", "image": "busybox"}));
         let live = apply_as(None, &two, "a", false).unwrap();
         let obj = apply_as(Some(&live), &deployment(3, "nginx:1"), "a", false).unwrap();
-        let names: Vec<&Value> = obj["spec"]["template"]["spec"]["containers"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|c| &c["name"])
-            .collect();
+        let names: Vec<&Value> = obj["spec"]["template"]["spec"]["containers"].as_array().unwrap().iter().map(|c| &c["name"]).collect();
         assert_eq!(names, [&json!("nginx")]);
     }
 
@@ -1279,13 +1075,8 @@ mod tests {
         cfg["spec"].as_object_mut().unwrap().remove("replicas");
         let obj = apply_as(Some(&live), &cfg, "a", false).unwrap();
         assert_eq!(obj["spec"]["replicas"], 3);
-        assert!(fields(&obj, "a", "Apply")["f:spec"]
-            .get("f:replicas")
-            .is_none());
-        assert_eq!(
-            fields(&obj, "b", "Apply"),
-            &json!({"f:spec": {"f:replicas": {}}})
-        );
+        assert!(fields(&obj, "a", "Apply")["f:spec"].get("f:replicas").is_none());
+        assert_eq!(fields(&obj, "b", "Apply"), &json!({"f:spec": {"f:replicas": {}}}));
     }
 
     #[test]
@@ -1311,26 +1102,13 @@ mod tests {
         let live = apply_as(None, &deployment(3, "nginx:1"), "a", false).unwrap();
         let mut updated = live.clone();
         updated["spec"]["replicas"] = json!(5);
-        track_update(
-            Some(&live),
-            &mut updated,
-            "kubectl-edit",
-            V,
-            T2,
-            &BuiltinPatchMeta,
-            None,
-        );
-        assert!(fields(&updated, "a", "Apply")["f:spec"]
-            .get("f:replicas")
-            .is_none());
+        track_update(Some(&live), &mut updated, "kubectl-edit", V, T2, &BuiltinPatchMeta, None);
+        assert!(fields(&updated, "a", "Apply")["f:spec"].get("f:replicas").is_none());
         let edit = entry(&updated, "kubectl-edit", "Update").unwrap();
         assert_eq!(edit["fieldsV1"], json!({"f:spec": {"f:replicas": {}}}));
         assert_eq!(edit["time"], T2);
         // Apply entries sort before Update entries.
-        assert_eq!(
-            updated["metadata"]["managedFields"][0]["operation"],
-            "Apply"
-        );
+        assert_eq!(updated["metadata"]["managedFields"][0]["operation"], "Apply");
 
         let errs = apply_as(Some(&updated), &deployment(3, "nginx:1"), "a", false).unwrap_err();
         assert_eq!(
@@ -1345,34 +1123,15 @@ mod tests {
         track_update(None, &mut created, "ctl", V, T1, &BuiltinPatchMeta, None);
         let mut second = created.clone();
         second["spec"]["paused"] = json!(true);
-        track_update(
-            Some(&created),
-            &mut second,
-            "ctl",
-            V,
-            T2,
-            &BuiltinPatchMeta,
-            None,
-        );
+        track_update(Some(&created), &mut second, "ctl", V, T2, &BuiltinPatchMeta, None);
         let mf = second["metadata"]["managedFields"].as_array().unwrap();
         assert_eq!(mf.len(), 1);
-        assert_eq!(
-            mf[0]["fieldsV1"],
-            json!({"f:spec": {"f:paused": {}, "f:replicas": {}}})
-        );
+        assert_eq!(mf[0]["fieldsV1"], json!({"f:spec": {"f:paused": {}, "f:replicas": {}}}));
         assert_eq!(mf[0]["time"], T2);
 
         // A no-op write keeps the entry as it was.
         let mut third = second.clone();
-        track_update(
-            Some(&second),
-            &mut third,
-            "ctl",
-            V,
-            "2030-01-01T00:00:00Z",
-            &BuiltinPatchMeta,
-            None,
-        );
+        track_update(Some(&second), &mut third, "ctl", V, "2030-01-01T00:00:00Z", &BuiltinPatchMeta, None);
         assert_eq!(third, second);
     }
 
@@ -1380,19 +1139,8 @@ mod tests {
     fn update_removal_drops_ownership_everywhere() {
         let live = apply_as(None, &deployment(3, "nginx:1"), "a", false).unwrap();
         let mut updated = live.clone();
-        updated["metadata"]
-            .as_object_mut()
-            .unwrap()
-            .remove("labels");
-        track_update(
-            Some(&live),
-            &mut updated,
-            "ctl",
-            V,
-            T2,
-            &BuiltinPatchMeta,
-            None,
-        );
+        updated["metadata"].as_object_mut().unwrap().remove("labels");
+        track_update(Some(&live), &mut updated, "ctl", V, T2, &BuiltinPatchMeta, None);
         assert!(fields(&updated, "a", "Apply").get("f:metadata").is_none());
         assert!(entry(&updated, "ctl", "Update").is_none());
     }
@@ -1409,29 +1157,13 @@ mod tests {
         with_status["status"] = json!({"readyReplicas": 1});
         let mut changed = with_status.clone();
         changed["status"]["readyReplicas"] = json!(2);
-        track_update(
-            Some(&with_status),
-            &mut changed,
-            "ctl",
-            V,
-            T2,
-            &BuiltinPatchMeta,
-            None,
-        );
+        track_update(Some(&with_status), &mut changed, "ctl", V, T2, &BuiltinPatchMeta, None);
         assert!(entry(&changed, "ctl", "Update").is_none());
 
         let mut via_status = with_status.clone();
         via_status["status"]["readyReplicas"] = json!(2);
         via_status["spec"]["replicas"] = json!(9);
-        track_update(
-            Some(&with_status),
-            &mut via_status,
-            "ctrl",
-            V,
-            T2,
-            &BuiltinPatchMeta,
-            Some("status"),
-        );
+        track_update(Some(&with_status), &mut via_status, "ctrl", V, T2, &BuiltinPatchMeta, Some("status"));
         let e = entry(&via_status, "ctrl", "Update").unwrap();
         assert_eq!(e["subresource"], "status");
         assert_eq!(e["fieldsV1"], json!({"f:status": {"f:readyReplicas": {}}}));
@@ -1441,15 +1173,7 @@ mod tests {
     fn create_via_update_owns_everything_tracked() {
         let mut obj = deployment(2, "nginx:1");
         obj["status"] = json!({"replicas": 0});
-        track_update(
-            None,
-            &mut obj,
-            "kubectl-create",
-            V,
-            T1,
-            &BuiltinPatchMeta,
-            None,
-        );
+        track_update(None, &mut obj, "kubectl-create", V, T1, &BuiltinPatchMeta, None);
         let f = fields(&obj, "kubectl-create", "Update");
         assert_eq!(f["f:metadata"], json!({"f:labels": {"f:app": {}}}));
         assert_eq!(f["f:spec"]["f:replicas"], json!({}));
@@ -1466,25 +1190,17 @@ mod tests {
             {"name": "b", "image": "2"}, {"name": "a", "image": "1"}, {"name": "c", "image": "3"}
         ]}}}});
         let obj = apply_as(Some(&live), &cfg, "a", false).unwrap();
-        let names: Vec<&str> = obj["spec"]["template"]["spec"]["containers"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .filter_map(|c| c["name"].as_str())
-            .collect();
+        let names: Vec<&str> =
+            obj["spec"]["template"]["spec"]["containers"].as_array().unwrap().iter().filter_map(|c| c["name"].as_str()).collect();
         assert_eq!(names, ["b", "a", "x", "c"]);
         assert_eq!(obj["metadata"]["finalizers"], json!(["a", "b"]));
-        assert_eq!(
-            fields(&obj, "a", "Apply")["f:metadata"],
-            json!({"f:finalizers": {"v:\"b\"": {}}})
-        );
+        assert_eq!(fields(&obj, "a", "Apply")["f:metadata"], json!({"f:finalizers": {"v:\"b\"": {}}}));
     }
 
     #[test]
     fn first_apply_to_untracked_object_protects_existing_fields() {
         let live = deployment(3, "nginx:1");
-        let errs =
-            apply_as(Some(&live), &json!({"spec": {"replicas": 4}}), "a", false).unwrap_err();
+        let errs = apply_as(Some(&live), &json!({"spec": {"replicas": 4}}), "a", false).unwrap_err();
         assert_eq!(errs[0].manager, BEFORE_FIRST_APPLY_MANAGER);
     }
 
@@ -1506,42 +1222,13 @@ mod tests {
             {}, 7, {"manager": "m", "operation": "Apply", "fieldsV1": {"f:spec": 3, "x:y": {}, "k:nope": {}}},
             {"manager": "m", "operation": "Update", "fieldsType": "FieldsV9"}
         ]}, "spec": [1, 2]});
-        for cfg in [
-            json!(null),
-            json!([1]),
-            json!({"metadata": 3}),
-            json!({"spec": {"template": {"spec": {"containers": [1, {"image": "x"}]}}}}),
-        ] {
-            let _ = apply(
-                Some(&garbage),
-                &cfg,
-                "x",
-                true,
-                V,
-                T1,
-                &BuiltinPatchMeta,
-                None,
-            );
-            let _ = apply(
-                Some(&json!("str")),
-                &cfg,
-                "x",
-                false,
-                V,
-                T1,
-                &BuiltinPatchMeta,
-                Some("status"),
-            );
+        for cfg in
+            [json!(null), json!([1]), json!({"metadata": 3}), json!({"spec": {"template": {"spec": {"containers": [1, {"image": "x"}]}}}})]
+        {
+            let _ = apply(Some(&garbage), &cfg, "x", true, V, T1, &BuiltinPatchMeta, None);
+            let _ = apply(Some(&json!("str")), &cfg, "x", false, V, T1, &BuiltinPatchMeta, Some("status"));
             let mut new = cfg.clone();
-            track_update(
-                Some(&garbage),
-                &mut new,
-                "x",
-                V,
-                T1,
-                &BuiltinPatchMeta,
-                None,
-            );
+            track_update(Some(&garbage), &mut new, "x", V, T1, &BuiltinPatchMeta, None);
         }
         assert_eq!(conflict_message(&[], V), "Apply failed with 0 conflicts: ");
     }

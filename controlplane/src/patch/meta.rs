@@ -56,8 +56,7 @@ impl PatchMeta for BuiltinPatchMeta {
         let key = |k: &str| ListStrategy::Map(vec![k.to_string()]);
         let last = path.last().copied().unwrap_or_default();
         // Pod-spec lists sit under spec.template.spec (workloads) or spec (pods).
-        let in_pod_spec = path.windows(2).any(|w| w == ["template", "spec"])
-            || path.first() == Some(&"spec");
+        let in_pod_spec = path.windows(2).any(|w| w == ["template", "spec"]) || path.first() == Some(&"spec");
         match last {
             "conditions" if path.first() == Some(&"status") => key("type"),
             "containers" | "initContainers" | "ephemeralContainers" if in_pod_spec => key("name"),
@@ -66,10 +65,7 @@ impl PatchMeta for BuiltinPatchMeta {
             "volumeMounts" => key("mountPath"),
             "volumeDevices" => key("devicePath"),
             "hostAliases" => key("ip"),
-            "topologySpreadConstraints" => ListStrategy::Map(vec![
-                "topologyKey".into(),
-                "whenUnsatisfiable".into(),
-            ]),
+            "topologySpreadConstraints" => ListStrategy::Map(vec!["topologyKey".into(), "whenUnsatisfiable".into()]),
             "resourceClaims" | "schedulingGates" if in_pod_spec => key("name"),
             _ => ListStrategy::Atomic,
         }
@@ -102,10 +98,8 @@ impl SchemaPatchMeta {
             while node.get("type").and_then(|t| t.as_str()) == Some("array") {
                 node = node.get("items")?;
             }
-            node = node
-                .get("properties")
-                .and_then(|p| p.get(*seg))
-                .or_else(|| node.get("additionalProperties").filter(|a| a.is_object()))?;
+            node =
+                node.get("properties").and_then(|p| p.get(*seg)).or_else(|| node.get("additionalProperties").filter(|a| a.is_object()))?;
         }
         Some(node)
     }

@@ -170,31 +170,16 @@ type Result<T> = std::result::Result<T, StrategicPatchError>;
 ///
 /// `original` may be `null` (treated as `{}`); otherwise both must be JSON objects.
 /// `meta` says how each list merges; see the module docs for the exact semantics.
-pub fn apply(
-    original: &Value,
-    patch: &Value,
-    meta: &dyn PatchMeta,
-) -> std::result::Result<Value, StrategicPatchError> {
+pub fn apply(original: &Value, patch: &Value, meta: &dyn PatchMeta) -> std::result::Result<Value, StrategicPatchError> {
     let Value::Object(patch) = patch else {
-        return Err(StrategicPatchError::NotAnObject {
-            what: "patch",
-            found: type_name(patch),
-        });
+        return Err(StrategicPatchError::NotAnObject { what: "patch", found: type_name(patch) });
     };
     let original = match original {
         Value::Object(map) => map.clone(),
         Value::Null => Object::new(),
-        other => {
-            return Err(StrategicPatchError::NotAnObject {
-                what: "original object",
-                found: type_name(other),
-            })
-        }
+        other => return Err(StrategicPatchError::NotAnObject { what: "original object", found: type_name(other) }),
     };
-    let mut merger = Merger {
-        meta,
-        path: Vec::new(),
-    };
+    let mut merger = Merger { meta, path: Vec::new() };
     merger.merge_map(original, patch).map(Value::Object)
 }
 
@@ -247,12 +232,7 @@ impl Merger<'_> {
             Some(Value::String(s)) if s == "delete" => return Ok(Object::new()),
             // Accepted as the default strategy (Go would reject it; see module docs).
             Some(Value::String(s)) if s == "merge" => {}
-            Some(other) => {
-                return Err(StrategicPatchError::UnknownPatchDirective {
-                    path: self.at(),
-                    value: other.to_string(),
-                })
-            }
+            Some(other) => return Err(StrategicPatchError::UnknownPatchDirective { path: self.at(), value: other.to_string() }),
         }
 
         if let Some(keys) = patch.get(RETAIN_KEYS_DIRECTIVE) {
@@ -298,10 +278,7 @@ impl Merger<'_> {
         }
         match key.split_once('/') {
             Some((head, field)) if head == prefix => Ok(Some(field)),
-            _ => Err(StrategicPatchError::MalformedDirectiveKey {
-                path: self.at(),
-                key: key.to_owned(),
-            }),
+            _ => Err(StrategicPatchError::MalformedDirectiveKey { path: self.at(), key: key.to_owned() }),
         }
     }
 
@@ -328,10 +305,7 @@ impl Merger<'_> {
                 continue;
             }
             if !retained.contains(key.as_str()) {
-                return Err(StrategicPatchError::NotRetained {
-                    path: self.at(),
-                    field: key.clone(),
-                });
+                return Err(StrategicPatchError::NotRetained { path: self.at(), field: key.clone() });
             }
         }
         original.retain(|key, _| retained.contains(key.as_str()));
@@ -349,9 +323,7 @@ impl Merger<'_> {
         let merged = match (original.get_mut(key), patch_value) {
             (Some(Value::Object(live)), Value::Object(patch_map)) => {
                 let live = std::mem::take(live);
-                Some(Value::Object(
-                    self.nested(key, |m| m.merge_map(live, patch_map))?,
-                ))
+                Some(Value::Object(self.nested(key, |m| m.merge_map(live, patch_map))?))
             }
             (Some(Value::Array(live)), Value::Array(patch_list)) => {
                 let live = std::mem::take(live);
@@ -376,18 +348,11 @@ impl Merger<'_> {
     }
 
     /// Go's `mergeSliceHandler`: merge lists by strategy, replace atomic ones.
-    fn merge_list(
-        &mut self,
-        original: Vec<Value>,
-        patch: &[Value],
-        strategy: &ListStrategy,
-    ) -> Result<Vec<Value>> {
+    fn merge_list(&mut self, original: Vec<Value>, patch: &[Value], strategy: &ListStrategy) -> Result<Vec<Value>> {
         match strategy {
             ListStrategy::Atomic => self.strip_list(patch),
             ListStrategy::Set => self.merge_slice(original, patch, None),
-            ListStrategy::Map(keys) => {
-                self.merge_slice(original, patch, keys.first().map(String::as_str))
-            }
+            ListStrategy::Map(keys) => self.merge_slice(original, patch, keys.first().map(String::as_str)),
         }
     }
 
@@ -406,9 +371,7 @@ impl Merger<'_> {
             };
             match kind {
                 None => kind = Some(this),
-                Some(previous) if previous != this => {
-                    return Err(self.invalid("list elements are not all of the same type"))
-                }
+                Some(previous) if previous != this => return Err(self.invalid("list elements are not all of the same type")),
                 Some(_) => {}
             }
         }
@@ -416,39 +379,25 @@ impl Merger<'_> {
     }
 
     fn invalid(&self, problem: &'static str) -> StrategicPatchError {
-        StrategicPatchError::InvalidList {
-            path: self.at(),
-            problem,
-        }
+        StrategicPatchError::InvalidList { path: self.at(), problem }
     }
 
     /// Go's `mergeSlice` for lists with a merge strategy.
-    fn merge_slice(
-        &mut self,
-        original: Vec<Value>,
-        patch: &[Value],
-        merge_key: Option<&str>,
-    ) -> Result<Vec<Value>> {
+    fn merge_slice(&mut self, original: Vec<Value>, patch: &[Value], merge_key: Option<&str>) -> Result<Vec<Value>> {
         if original.is_empty() && patch.is_empty() {
             return Ok(original);
         }
         match (self.element_kind(&[original.as_slice(), patch])?, merge_key) {
             (None, _) => Ok(original),
             (Some(Kind::Object), Some(key)) => self.merge_object_list(original, patch, key),
-            (Some(Kind::Object), None) => {
-                Err(self.invalid("cannot merge a list of objects without a merge key"))
-            }
+            (Some(Kind::Object), None) => Err(self.invalid("cannot merge a list of objects without a merge key")),
             // A keyed list of primitives fails Go's partitioning step.
             (Some(_), Some(_)) => {
                 let (what, index) = match patch.iter().position(|v| !v.is_object()) {
                     Some(index) => ("element", index),
                     None => ("existing element", 0),
                 };
-                Err(StrategicPatchError::ElementNotObject {
-                    path: self.at(),
-                    what,
-                    index,
-                })
+                Err(StrategicPatchError::ElementNotObject { path: self.at(), what, index })
             }
             (Some(_), None) => Ok(merge_primitive_list(original, patch)),
         }
@@ -457,22 +406,13 @@ impl Merger<'_> {
     /// Merges a list of objects by `key`: `$patch` elements first
     /// (`mergeSliceWithSpecialElements`), then merge-or-append
     /// (`mergeSliceWithoutSpecialElements`), then ordering.
-    fn merge_object_list(
-        &mut self,
-        original: Vec<Value>,
-        patch: &[Value],
-        key: &str,
-    ) -> Result<Vec<Value>> {
+    fn merge_object_list(&mut self, original: Vec<Value>, patch: &[Value], key: &str) -> Result<Vec<Value>> {
         let mut live = original;
         let mut plain: Vec<(usize, &Object)> = Vec::new();
         let mut replace = false;
         for (index, element) in patch.iter().enumerate() {
             let Value::Object(element) = element else {
-                return Err(StrategicPatchError::ElementNotObject {
-                    path: self.at(),
-                    what: "element",
-                    index,
-                });
+                return Err(StrategicPatchError::ElementNotObject { path: self.at(), what: "element", index });
             };
             match element.get(PATCH_DIRECTIVE) {
                 None => plain.push((index, element)),
@@ -486,15 +426,8 @@ impl Merger<'_> {
                 // The list becomes the remaining patch elements; keep scanning so
                 // other `$patch` elements are still validated, as Go does.
                 Some(Value::String(s)) if s == "replace" => replace = true,
-                Some(Value::String(s)) if s == "merge" => {
-                    return Err(self.invalid("$patch: merge is not supported for list elements"))
-                }
-                Some(other) => {
-                    return Err(StrategicPatchError::UnknownPatchDirective {
-                        path: self.at(),
-                        value: other.to_string(),
-                    })
-                }
+                Some(Value::String(s)) if s == "merge" => return Err(self.invalid("$patch: merge is not supported for list elements")),
+                Some(other) => return Err(StrategicPatchError::UnknownPatchDirective { path: self.at(), value: other.to_string() }),
             }
         }
 
@@ -544,32 +477,16 @@ impl Merger<'_> {
         }
 
         let (patch_items, server_only) = self.partition(merged, &patch_order, Some(key))?;
-        Ok(normalize_element_order(
-            patch_items,
-            server_only,
-            &patch_order,
-            &live_order,
-            Some(key),
-        ))
+        Ok(normalize_element_order(patch_items, server_only, &patch_order, &live_order, Some(key)))
     }
 
     fn missing_key(&self, what: &'static str, index: usize, key: &str) -> StrategicPatchError {
-        StrategicPatchError::MissingMergeKey {
-            path: self.at(),
-            what,
-            index,
-            key: key.to_owned(),
-        }
+        StrategicPatchError::MissingMergeKey { path: self.at(), what, index, key: key.to_owned() }
     }
 
     /// Go's `partition*ByPresentInList`: elements named in `ids` (by merge key, or by
     /// value for primitives) versus the rest, each in list order.
-    fn partition(
-        &self,
-        merged: Vec<Value>,
-        ids: &[Value],
-        key: Option<&str>,
-    ) -> Result<(Vec<Value>, Vec<Value>)> {
+    fn partition(&self, merged: Vec<Value>, ids: &[Value], key: Option<&str>) -> Result<(Vec<Value>, Vec<Value>)> {
         let mut named = Vec::new();
         let mut rest = Vec::new();
         for (index, element) in merged.into_iter().enumerate() {
@@ -577,11 +494,7 @@ impl Merger<'_> {
                 None => ids.contains(&element),
                 Some(key) => {
                     let Value::Object(map) = &element else {
-                        return Err(StrategicPatchError::ElementNotObject {
-                            path: self.at(),
-                            what: "merged element",
-                            index,
-                        });
+                        return Err(StrategicPatchError::ElementNotObject { path: self.at(), what: "merged element", index });
                     };
                     let Some(id) = map.get(key) else {
                         return Err(self.missing_key("merged element", index, key));
@@ -601,13 +514,7 @@ impl Merger<'_> {
     /// Go's `mergePatchIntoOriginal` for one `$setElementOrder/<field>`: merge the list
     /// (if the patch has it), then order it. Precedence: `$setElementOrder`, then
     /// the live order for elements it does not name.
-    fn apply_element_order(
-        &mut self,
-        original: &mut Object,
-        patch: &Object,
-        field: &str,
-        order: &Value,
-    ) -> Result<()> {
+    fn apply_element_order(&mut self, original: &mut Object, patch: &Object, field: &str, order: &Value) -> Result<()> {
         let Value::Array(order) = order else {
             return Err(StrategicPatchError::DirectiveType {
                 path: self.at(),
@@ -625,35 +532,22 @@ impl Merger<'_> {
                 None => None,
                 Some(Value::Array(list)) => Some(list.clone()),
                 Some(other) => {
-                    return Err(StrategicPatchError::NotAList {
-                        path: m.at(),
-                        side: "original object",
-                        found: type_name(other),
-                    })
+                    return Err(StrategicPatchError::NotAList { path: m.at(), side: "original object", found: type_name(other) })
                 }
             };
             let patch_list: Option<&[Value]> = match patch.get(field) {
                 None => None,
                 Some(Value::Array(list)) => Some(list),
-                Some(other) => {
-                    return Err(StrategicPatchError::NotAList {
-                        path: m.at(),
-                        side: "patch",
-                        found: type_name(other),
-                    })
-                }
+                Some(other) => return Err(StrategicPatchError::NotAList { path: m.at(), side: "patch", found: type_name(other) }),
             };
             m.validate_order(patch_list.unwrap_or(&[]), order, merge_key)?;
-            let kind =
-                m.element_kind(&[live.as_deref().unwrap_or(&[]), patch_list.unwrap_or(&[])])?;
+            let kind = m.element_kind(&[live.as_deref().unwrap_or(&[]), patch_list.unwrap_or(&[])])?;
 
             let merged = match (&live, patch_list) {
                 (None, None) => return Ok(()),
                 (Some(live), None) => live.clone(),
                 (None, Some(patch_list)) => m.strip_list(patch_list)?,
-                (Some(live), Some(patch_list)) => {
-                    m.merge_list(live.clone(), patch_list, &strategy)?
-                }
+                (Some(live), Some(patch_list)) => m.merge_list(live.clone(), patch_list, &strategy)?,
             };
             let Some(kind) = kind else {
                 // Nothing on either side; Go errors here, an empty list is harmless.
@@ -662,9 +556,7 @@ impl Merger<'_> {
             };
             let id_key = match (merge_key, kind) {
                 (Some(key), _) => Some(key),
-                (None, Kind::Object) => {
-                    return Err(m.invalid("cannot order a list of objects without a merge key"))
-                }
+                (None, Kind::Object) => return Err(m.invalid("cannot order a list of objects without a merge key")),
                 (None, _) => None,
             };
 
@@ -674,11 +566,7 @@ impl Merger<'_> {
                     let mut ids = Vec::with_capacity(order.len());
                     for (index, element) in order.iter().enumerate() {
                         let Value::Object(map) = element else {
-                            return Err(StrategicPatchError::ElementNotObject {
-                                path: m.at(),
-                                what: "$setElementOrder element",
-                                index,
-                            });
+                            return Err(StrategicPatchError::ElementNotObject { path: m.at(), what: "$setElementOrder element", index });
                         };
                         let Some(id) = map.get(key) else {
                             return Err(m.missing_key("$setElementOrder element", index, key));
@@ -708,12 +596,7 @@ impl Merger<'_> {
     /// Go's `validatePatchWithSetOrderList`: the patch list's elements (deletions and
     /// other `$patch` elements aside) must appear in `$setElementOrder`, in the same
     /// relative order.
-    fn validate_order(
-        &self,
-        patch_list: &[Value],
-        order: &[Value],
-        key: Option<&str>,
-    ) -> Result<()> {
+    fn validate_order(&self, patch_list: &[Value], order: &[Value], key: Option<&str>) -> Result<()> {
         if order.is_empty() || patch_list.is_empty() {
             return Ok(());
         }
@@ -721,11 +604,7 @@ impl Merger<'_> {
         for (index, element) in patch_list.iter().enumerate() {
             if key.is_some() {
                 if !element.is_object() {
-                    return Err(StrategicPatchError::ElementNotObject {
-                        path: self.at(),
-                        what: "element",
-                        index,
-                    });
+                    return Err(StrategicPatchError::ElementNotObject { path: self.at(), what: "element", index });
                 }
                 if element.get(PATCH_DIRECTIVE).and_then(Value::as_str) == Some("delete") {
                     continue;
@@ -735,9 +614,7 @@ impl Merger<'_> {
         }
 
         let (mut next_patch, mut next_order) = (0, 0);
-        while let (Some(&(index, element)), Some(wanted)) =
-            (candidates.get(next_patch), order.get(next_order))
-        {
+        while let (Some(&(index, element)), Some(wanted)) = (candidates.get(next_patch), order.get(next_order)) {
             if element.get(PATCH_DIRECTIVE).is_some() {
                 // A `$patch` element has no identity of its own: Go skips it without
                 // consuming an order entry.
@@ -771,10 +648,7 @@ impl Merger<'_> {
         // Elements left over once the order list is exhausted were not named by it (or
         // not in its order). Trailing `$patch` elements are tolerated; Go rejects them.
         let leftover = candidates.get(next_patch..).unwrap_or(&[]);
-        if leftover
-            .iter()
-            .any(|(_, element)| element.get(PATCH_DIRECTIVE).is_none())
-        {
+        if leftover.iter().any(|(_, element)| element.get(PATCH_DIRECTIVE).is_none()) {
             return Err(StrategicPatchError::OrderMismatch { path: self.at() });
         }
         Ok(())
@@ -782,13 +656,7 @@ impl Merger<'_> {
 
     /// Applies `$deleteFromPrimitiveList/<field>`: removes every listed value from the
     /// list `<field>`, whatever its strategy (as current apimachinery does).
-    fn delete_from_primitive_list(
-        &mut self,
-        original: &mut Object,
-        directive: &str,
-        field: &str,
-        value: &Value,
-    ) -> Result<()> {
+    fn delete_from_primitive_list(&mut self, original: &mut Object, directive: &str, field: &str, value: &Value) -> Result<()> {
         if value.is_null() {
             // Go rewrites the key to `<field>` before its null check, so a null
             // deletion list deletes the field itself.
@@ -796,11 +664,7 @@ impl Merger<'_> {
             return Ok(());
         }
         let Value::Array(remove) = value else {
-            return Err(StrategicPatchError::DirectiveType {
-                path: self.at(),
-                directive: directive.to_owned(),
-                expected: "a list",
-            });
+            return Err(StrategicPatchError::DirectiveType { path: self.at(), directive: directive.to_owned(), expected: "a list" });
         };
         // Nothing to delete from, or not a list: Go leaves the field alone.
         let Some(Value::Array(list)) = original.get_mut(field) else {
@@ -808,9 +672,7 @@ impl Merger<'_> {
         };
         self.nested(field, |m| {
             if m.element_kind(&[list.as_slice(), remove.as_slice()])? == Some(Kind::Object) {
-                return Err(
-                    m.invalid("$deleteFromPrimitiveList applies only to lists of primitives")
-                );
+                return Err(m.invalid("$deleteFromPrimitiveList applies only to lists of primitives"));
             }
             list.retain(|v| !remove.contains(v));
             Ok(())
@@ -866,15 +728,10 @@ impl Merger<'_> {
         for (key, value) in map {
             if key == PATCH_DIRECTIVE {
                 if !matches!(value.as_str(), Some("replace" | "delete" | "merge")) {
-                    return Err(StrategicPatchError::UnknownPatchDirective {
-                        path: self.at(),
-                        value: value.to_string(),
-                    });
+                    return Err(StrategicPatchError::UnknownPatchDirective { path: self.at(), value: value.to_string() });
                 }
             } else if key == RETAIN_KEYS_DIRECTIVE {
-                let names = value
-                    .as_array()
-                    .is_some_and(|list| list.iter().all(Value::is_string));
+                let names = value.as_array().is_some_and(|list| list.iter().all(Value::is_string));
                 if !names {
                     return Err(StrategicPatchError::DirectiveType {
                         path: self.at(),
@@ -882,27 +739,12 @@ impl Merger<'_> {
                         expected: "a list of field names",
                     });
                 }
-            } else if self
-                .directive_field(key, SET_ELEMENT_ORDER_PREFIX)?
-                .is_some()
-            {
+            } else if self.directive_field(key, SET_ELEMENT_ORDER_PREFIX)?.is_some() {
                 if !value.is_array() {
-                    return Err(StrategicPatchError::DirectiveType {
-                        path: self.at(),
-                        directive: key.clone(),
-                        expected: "a list",
-                    });
+                    return Err(StrategicPatchError::DirectiveType { path: self.at(), directive: key.clone(), expected: "a list" });
                 }
-            } else if self
-                .directive_field(key, DELETE_FROM_PRIMITIVE_LIST_PREFIX)?
-                .is_some()
-                && !(value.is_array() || value.is_null())
-            {
-                return Err(StrategicPatchError::DirectiveType {
-                    path: self.at(),
-                    directive: key.clone(),
-                    expected: "a list",
-                });
+            } else if self.directive_field(key, DELETE_FROM_PRIMITIVE_LIST_PREFIX)?.is_some() && !(value.is_array() || value.is_null()) {
+                return Err(StrategicPatchError::DirectiveType { path: self.at(), directive: key.clone(), expected: "a list" });
             }
         }
         Ok(())
@@ -921,8 +763,7 @@ fn merge_primitive_list(original: Vec<Value>, patch: &[Value]) -> Vec<Value> {
             merged.push(value);
         }
     }
-    let (named, rest): (Vec<Value>, Vec<Value>) =
-        merged.into_iter().partition(|v| patch.contains(v));
+    let (named, rest): (Vec<Value>, Vec<Value>) = merged.into_iter().partition(|v| patch.contains(v));
     normalize_element_order(named, rest, patch, &live_order, None)
 }
 
@@ -935,9 +776,7 @@ fn identity<'v>(element: &'v Value, key: Option<&str>) -> Option<&'v Value> {
 }
 
 fn identities(list: &[Value], key: Option<&str>) -> Vec<Value> {
-    list.iter()
-        .filter_map(|e| identity(e, key).cloned())
-        .collect()
+    list.iter().filter_map(|e| identity(e, key).cloned()).collect()
 }
 
 /// Where `element` sits in `order` (a list of identities).
@@ -950,10 +789,7 @@ fn position(order: &[Value], element: &Value, key: Option<&str>) -> Option<usize
 /// calls unknown elements "less" than everything; inputs never contain such elements
 /// once validated, so they simply go last here.
 fn sort_by_order(items: Vec<Value>, order: &[Value], key: Option<&str>) -> Vec<Value> {
-    let mut keyed: Vec<(usize, Value)> = items
-        .into_iter()
-        .map(|item| (position(order, &item, key).unwrap_or(usize::MAX), item))
-        .collect();
+    let mut keyed: Vec<(usize, Value)> = items.into_iter().map(|item| (position(order, &item, key).unwrap_or(usize::MAX), item)).collect();
     keyed.sort_by_key(|(rank, _)| *rank);
     keyed.into_iter().map(|(_, item)| item).collect()
 }
@@ -1038,9 +874,7 @@ mod tests {
     impl PatchMeta for MergeItemMeta {
         fn list_strategy(&self, path: &[&str]) -> ListStrategy {
             match path.last().copied() {
-                Some("mergingList" | "retainKeysMergingList") => {
-                    ListStrategy::Map(vec!["name".into()])
-                }
+                Some("mergingList" | "retainKeysMergingList") => ListStrategy::Map(vec!["name".into()]),
                 Some("mergingIntList") => ListStrategy::Set,
                 _ => ListStrategy::Atomic,
             }
@@ -1130,10 +964,7 @@ mod tests {
                 "terminationMessagePath": "/dev/termination-log"
             }])
         );
-        assert_eq!(
-            merged["metadata"]["annotations"]["kubectl.kubernetes.io/last-applied-configuration"],
-            json!("{}")
-        );
+        assert_eq!(merged["metadata"]["annotations"]["kubectl.kubernetes.io/last-applied-configuration"], json!("{}"));
         assert_eq!(merged["spec"]["replicas"], json!(2));
         assert_no_directives(&merged);
     }
@@ -1145,42 +976,29 @@ mod tests {
             "$setElementOrder/containers": [{"name": "c"}, {"name": "a"}, {"name": "b"}]
         }}}});
         let merged = smp(live, patch);
-        assert_eq!(
-            containers(&merged),
-            &json!([{"name": "c"}, {"name": "a"}, {"name": "b"}])
-        );
+        assert_eq!(containers(&merged), &json!([{"name": "c"}, {"name": "a"}, {"name": "b"}]));
     }
 
     #[test]
     fn null_deletes_a_field_and_unmatched_null_is_ignored() {
         let live = json!({"metadata": {"labels": {"app": "web", "tier": "fe"}}});
         let patch = json!({"metadata": {"labels": {"tier": null, "absent": null}}});
-        assert_eq!(
-            smp(live, patch),
-            json!({"metadata": {"labels": {"app": "web"}}})
-        );
+        assert_eq!(smp(live, patch), json!({"metadata": {"labels": {"app": "web"}}}));
     }
 
     #[test]
     fn nested_null_in_a_new_field_is_discarded() {
         let live = json!({"metadata": {"name": "x"}});
         let patch = json!({"metadata": {"labels": {"a": "1", "b": null}}});
-        assert_eq!(
-            smp(live, patch),
-            json!({"metadata": {"name": "x", "labels": {"a": "1"}}})
-        );
+        assert_eq!(smp(live, patch), json!({"metadata": {"name": "x", "labels": {"a": "1"}}}));
     }
 
     #[test]
     fn replace_directive_on_a_map() {
         let live = deployment(json!([]));
-        let patch =
-            json!({"spec": {"selector": {"$patch": "replace", "matchLabels": {"new": "yes"}}}});
+        let patch = json!({"spec": {"selector": {"$patch": "replace", "matchLabels": {"new": "yes"}}}});
         let merged = smp(live, patch);
-        assert_eq!(
-            merged["spec"]["selector"],
-            json!({"matchLabels": {"new": "yes"}})
-        );
+        assert_eq!(merged["spec"]["selector"], json!({"matchLabels": {"new": "yes"}}));
     }
 
     #[test]
@@ -1195,10 +1013,7 @@ mod tests {
         // apimachinery test "delete map from nested map".
         let live = json!({"metadata": {"labels": {"a": "1", "b": "2"}, "name": "x"}});
         let patch = json!({"metadata": {"labels": {"$patch": "delete"}}});
-        assert_eq!(
-            smp(live, patch),
-            json!({"metadata": {"labels": {}, "name": "x"}})
-        );
+        assert_eq!(smp(live, patch), json!({"metadata": {"labels": {}, "name": "x"}}));
     }
 
     #[test]
@@ -1215,10 +1030,7 @@ mod tests {
     #[test]
     fn replace_directive_alone_empties_a_list() {
         // apimachinery test "delete all items from merging list".
-        let merged = go_case(
-            json!({"mergingList": [{"name": "1"}, {"name": "2"}]}),
-            json!({"mergingList": [{"$patch": "replace"}]}),
-        );
+        let merged = go_case(json!({"mergingList": [{"name": "1"}, {"name": "2"}]}), json!({"mergingList": [{"$patch": "replace"}]}));
         assert_eq!(merged, json!({"mergingList": []}));
     }
 
@@ -1233,10 +1045,7 @@ mod tests {
                 {"name": "1", "$patch": "delete"}, {"name": "3", "$patch": "delete"}
             ]}),
         );
-        assert_eq!(
-            merged,
-            json!({"mergingList": [{"name": "2", "value": "a"}]})
-        );
+        assert_eq!(merged, json!({"mergingList": [{"name": "2", "value": "a"}]}));
     }
 
     #[test]
@@ -1260,10 +1069,7 @@ mod tests {
     fn retain_keys_drops_unlisted_fields_even_without_a_null() {
         let live = json!({"spec": {"strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1}}}});
         let patch = json!({"spec": {"strategy": {"$retainKeys": ["type"], "type": "Recreate"}}});
-        assert_eq!(
-            smp(live, patch),
-            json!({"spec": {"strategy": {"type": "Recreate"}}})
-        );
+        assert_eq!(smp(live, patch), json!({"spec": {"strategy": {"type": "Recreate"}}}));
     }
 
     #[test]
@@ -1287,10 +1093,7 @@ mod tests {
         let live = json!({"spec": {"strategy": {"type": "RollingUpdate"}}});
         let patch = json!({"spec": {"strategy": {"$retainKeys": ["type"], "rollingUpdate": {"maxSurge": 1}}}});
         let err = smp_err(live, patch);
-        assert!(
-            err.contains("spec.strategy") && err.contains("rollingUpdate"),
-            "{err}"
-        );
+        assert!(err.contains("spec.strategy") && err.contains("rollingUpdate"), "{err}");
     }
 
     #[test]
@@ -1300,10 +1103,7 @@ mod tests {
             "$setElementOrder/finalizers": ["a", "c"],
             "$deleteFromPrimitiveList/finalizers": ["b"]
         }});
-        assert_eq!(
-            smp(live, patch),
-            json!({"metadata": {"finalizers": ["a", "c"]}})
-        );
+        assert_eq!(smp(live, patch), json!({"metadata": {"finalizers": ["a", "c"]}}));
     }
 
     #[test]
@@ -1320,10 +1120,7 @@ mod tests {
     #[test]
     fn set_union_keeps_live_items_and_dedupes() {
         // apimachinery test "unique scalars when merging lists".
-        let merged = go_case(
-            json!({"mergingIntList": [1, 2]}),
-            json!({"mergingIntList": [2, 3]}),
-        );
+        let merged = go_case(json!({"mergingIntList": [1, 2]}), json!({"mergingIntList": [2, 3]}));
         assert_eq!(merged, json!({"mergingIntList": [1, 2, 3]}));
     }
 
@@ -1333,10 +1130,7 @@ mod tests {
         let merged = smp(live.clone(), json!({"metadata": {"finalizers": ["c"]}}));
         assert_eq!(merged["metadata"]["finalizers"], json!(["c", "a", "b"]));
         // With the order kubectl sends, the new value lands where the manifest has it.
-        let merged = smp(
-            live,
-            json!({"metadata": {"$setElementOrder/finalizers": ["a", "b", "c"], "finalizers": ["c"]}}),
-        );
+        let merged = smp(live, json!({"metadata": {"$setElementOrder/finalizers": ["a", "b", "c"], "finalizers": ["c"]}}));
         assert_eq!(merged["metadata"]["finalizers"], json!(["a", "b", "c"]));
     }
 
@@ -1380,19 +1174,13 @@ mod tests {
     fn new_list_with_delete_directive_and_order_against_other_live_items() {
         // apimachinery test "nested patch merge with empty list", two-way and three-way.
         let patch = json!({"mergingList": [{"name": "hello"}, {"$patch": "delete", "name": "doesntexist"}]});
-        assert_eq!(
-            go_case(json!({"name": "hi"}), patch),
-            json!({"name": "hi", "mergingList": [{"name": "hello"}]})
-        );
+        assert_eq!(go_case(json!({"name": "hi"}), patch), json!({"name": "hi", "mergingList": [{"name": "hello"}]}));
         let three_way = json!({
             "$setElementOrder/mergingList": [{"name": "hello"}, {"name": "doesntexist"}],
             "mergingList": [{"name": "hello"}, {"$patch": "delete", "name": "doesntexist"}]
         });
         assert_eq!(
-            go_case(
-                json!({"name": "hi", "mergingList": [{"name": "hello2"}]}),
-                three_way
-            ),
+            go_case(json!({"name": "hi", "mergingList": [{"name": "hello2"}]}), three_way),
             json!({"name": "hi", "mergingList": [{"name": "hello"}, {"name": "hello2"}]})
         );
     }
@@ -1408,10 +1196,7 @@ mod tests {
             }),
             &MergeItemMeta,
         );
-        assert!(
-            matches!(err, Err(StrategicPatchError::OrderMismatch { .. })),
-            "{err:?}"
-        );
+        assert!(matches!(err, Err(StrategicPatchError::OrderMismatch { .. })), "{err:?}");
     }
 
     #[test]
@@ -1460,10 +1245,7 @@ mod tests {
     fn appended_element_goes_first_without_order_like_go() {
         let live = deployment(json!([{"name": "a"}]));
         let patch = json!({"spec": {"template": {"spec": {"containers": [{"name": "b", "image": "b:1"}]}}}});
-        assert_eq!(
-            containers(&smp(live, patch)),
-            &json!([{"name": "b", "image": "b:1"}, {"name": "a"}])
-        );
+        assert_eq!(containers(&smp(live, patch)), &json!([{"name": "b", "image": "b:1"}, {"name": "a"}]));
     }
 
     #[test]
@@ -1473,10 +1255,7 @@ mod tests {
             {"name": "app", "image": "x"},
             {"image": "nameless"}
         ]}}}});
-        assert_eq!(
-            smp_err(live, patch),
-            "spec.template.spec.containers: element 1 has no merge key \"name\""
-        );
+        assert_eq!(smp_err(live, patch), "spec.template.spec.containers: element 1 has no merge key \"name\"");
     }
 
     #[test]
@@ -1504,10 +1283,7 @@ mod tests {
             json!({"spec": {"template": {"spec": {"containers": [[{"name": "app"}]]}}}}),
         ];
         for patch in cases {
-            assert!(
-                apply(&live, &patch, &BuiltinPatchMeta).is_err(),
-                "accepted {patch}"
-            );
+            assert!(apply(&live, &patch, &BuiltinPatchMeta).is_err(), "accepted {patch}");
         }
         assert!(apply(&json!("str"), &json!({}), &BuiltinPatchMeta).is_err());
     }
@@ -1528,10 +1304,7 @@ mod tests {
 
     #[test]
     fn null_original_is_an_empty_object() {
-        assert_eq!(
-            smp(Value::Null, json!({"a": {"b": 1}})),
-            json!({"a": {"b": 1}})
-        );
+        assert_eq!(smp(Value::Null, json!({"a": {"b": 1}})), json!({"a": {"b": 1}}));
     }
 
     /// Throws awkward shapes at every combination of live value and patch value, in

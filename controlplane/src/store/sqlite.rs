@@ -58,20 +58,18 @@ impl SqliteStore {
         let mut index = Index::new();
         {
             let mut stmt = conn.prepare("SELECT key, rev, value FROM kv").map_err(backend)?;
-            let rows = stmt
-                .query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?, r.get::<_, Vec<u8>>(2)?)))
-                .map_err(backend)?;
+            let rows =
+                stmt.query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?, r.get::<_, Vec<u8>>(2)?))).map_err(backend)?;
             for row in rows {
                 let (key, rev, bytes) = row.map_err(backend)?;
-                let value: Value = serde_json::from_slice(&bytes)
-                    .map_err(|e| StoreError::Backend(format!("corrupt value under {key}: {e}")))?;
+                let value: Value =
+                    serde_json::from_slice(&bytes).map_err(|e| StoreError::Backend(format!("corrupt value under {key}: {e}")))?;
                 index.insert(key, Entry { rev: rev as Revision, value: Arc::new(value) });
             }
         }
         // The revision survives deletes of the newest key because it is kept on its own.
-        let stored: i64 = conn
-            .query_row("SELECT COALESCE(MAX(value), 0) FROM meta WHERE name = 'revision'", [], |r| r.get(0))
-            .map_err(backend)?;
+        let stored: i64 =
+            conn.query_row("SELECT COALESCE(MAX(value), 0) FROM meta WHERE name = 'revision'", [], |r| r.get(0)).map_err(backend)?;
         let max_rev = index.values().map(|e| e.rev).max().unwrap_or(0).max(stored as Revision);
 
         let index = Arc::new(RwLock::new(index));
@@ -101,9 +99,14 @@ impl SqliteStore {
     }
 }
 
-
 impl SqliteStore {
-    fn list_locked(&self, index: &Index, prefix: &str, start_after: Option<&str>, limit: Option<usize>) -> (Vec<(String, Entry)>, Revision) {
+    fn list_locked(
+        &self,
+        index: &Index,
+        prefix: &str,
+        start_after: Option<&str>,
+        limit: Option<usize>,
+    ) -> (Vec<(String, Entry)>, Revision) {
         use std::ops::Bound;
 
         // Read the revision under the same lock as the data, so the list is a consistent snapshot.
@@ -112,10 +115,7 @@ impl SqliteStore {
             Some(k) if k >= prefix => Bound::Excluded(k.to_string()),
             _ => Bound::Included(prefix.to_string()),
         };
-        let iter = index
-            .range((lower, Bound::Unbounded))
-            .take_while(|(k, _)| k.starts_with(prefix))
-            .map(|(k, e)| (k.clone(), e.clone()));
+        let iter = index.range((lower, Bound::Unbounded)).take_while(|(k, _)| k.starts_with(prefix)).map(|(k, e)| (k.clone(), e.clone()));
         let items = match limit {
             Some(n) => iter.take(n).collect(),
             None => iter.collect(),
@@ -241,10 +241,7 @@ impl Writer {
                 }
             }
             if next != base {
-                txn.execute(
-                    "INSERT OR REPLACE INTO meta (name, value) VALUES ('revision', ?1)",
-                    params![next as i64],
-                )?;
+                txn.execute("INSERT OR REPLACE INTO meta (name, value) VALUES ('revision', ?1)", params![next as i64])?;
             }
             txn.commit()
         })();

@@ -12,12 +12,9 @@ use controlplane::server::{Server, ServerConfig};
 
 /// Starts a server on `127.0.0.1:0` over `dir` (a fresh or an existing data dir).
 pub async fn start(dir: &Path) -> Server {
-    controlplane::server::start(
-        ServerConfig::control_plane(dir, "127.0.0.1:0".parse().unwrap()),
-        prometheus::Registry::new(),
-    )
-    .await
-    .expect("the control plane starts")
+    controlplane::server::start(ServerConfig::control_plane(dir, "127.0.0.1:0".parse().unwrap()), prometheus::Registry::new())
+        .await
+        .expect("the control plane starts")
 }
 
 /// The admin client config for context `root`, read from the kubeconfig the server wrote.

@@ -108,19 +108,29 @@ impl ServerProc {
 
     fn rss_mib(&self) -> f64 {
         let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).unwrap_or_default();
-        status.lines().find_map(|l| l.strip_prefix("VmRSS:")).and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok()).unwrap_or(0.0) / 1024.0
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
+            .unwrap_or(0.0)
+            / 1024.0
     }
 
     fn cpu_secs(&self) -> f64 {
         let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.child.id())).unwrap_or_default();
         let fields: Vec<&str> = stat.rsplit(')').next().unwrap_or_default().split_whitespace().collect();
-        let ticks: f64 = fields.get(11).and_then(|u| u.parse::<f64>().ok()).unwrap_or(0.0) + fields.get(12).and_then(|s| s.parse::<f64>().ok()).unwrap_or(0.0);
+        let ticks: f64 = fields.get(11).and_then(|u| u.parse::<f64>().ok()).unwrap_or(0.0)
+            + fields.get(12).and_then(|s| s.parse::<f64>().ok()).unwrap_or(0.0);
         ticks / 100.0
     }
 
     async fn client(&self, context: &str, path_override: Option<&str>) -> anyhow::Result<kube::Client> {
         let kc = kube::config::Kubeconfig::read_from(&self.kubeconfig)?;
-        let mut cfg = kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions { context: Some(context.into()), ..Default::default() }).await?;
+        let mut cfg = kube::Config::from_custom_kubeconfig(
+            kc,
+            &kube::config::KubeConfigOptions { context: Some(context.into()), ..Default::default() },
+        )
+        .await?;
         if let Some(p) = path_override {
             let base = cfg.cluster_url.to_string();
             let root = base.split("/clusters/").next().unwrap_or(&base).to_string();
@@ -159,19 +169,48 @@ impl Report {
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     let s = if args.quick {
-        Sizes { write_clients: 32, write_secs: 3.0, gets: 2_000, watchers: 200, watch_writes: 30, workspaces: 50, objects_per_ws: 20, sim_nodes: 20, sim_pods: 1_000 }
+        Sizes {
+            write_clients: 32,
+            write_secs: 3.0,
+            gets: 2_000,
+            watchers: 200,
+            watch_writes: 30,
+            workspaces: 50,
+            objects_per_ws: 20,
+            sim_nodes: 20,
+            sim_pods: 1_000,
+        }
     } else {
-        Sizes { write_clients: 32, write_secs: 10.0, gets: 20_000, watchers: 1_000, watch_writes: 100, workspaces: 1_000, objects_per_ws: 100, sim_nodes: 100, sim_pods: 5_000 }
+        Sizes {
+            write_clients: 32,
+            write_secs: 10.0,
+            gets: 20_000,
+            watchers: 1_000,
+            watch_writes: 100,
+            workspaces: 1_000,
+            objects_per_ws: 100,
+            sim_nodes: 100,
+            sim_pods: 5_000,
+        }
     };
     let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0);
-    let mem = std::fs::read_to_string("/proc/meminfo").ok().and_then(|m| m.lines().next().map(|l| l.split_whitespace().nth(1).unwrap_or("0").parse::<f64>().unwrap_or(0.0) / 1024.0 / 1024.0)).unwrap_or(0.0);
+    let mem = std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|m| m.lines().next().map(|l| l.split_whitespace().nth(1).unwrap_or("0").parse::<f64>().unwrap_or(0.0) / 1024.0 / 1024.0))
+        .unwrap_or(0.0);
     println!("# machine: {cores} cores, {mem:.1} GiB; mode: {}", if args.quick { "quick" } else { "full" });
     let mut report = Report { rows: vec![], json: vec![] };
 
     if args.only.as_deref().is_none_or(|o| o == "controlplane") {
         // Floor: durable writes straight into the store, no HTTP, no admission.
         let store_floor = store_floor(s.write_clients, s.write_secs).await?;
-        report.add("store: durable creates/s (32 writers, in-process)", format!("{store_floor:.0}/s"), "-".into(), "-".into(), json!({"scenario": "store_creates", "per_sec": store_floor, "writers": s.write_clients}));
+        report.add(
+            "store: durable creates/s (32 writers, in-process)",
+            format!("{store_floor:.0}/s"),
+            "-".into(),
+            "-".into(),
+            json!({"scenario": "store_creates", "per_sec": store_floor, "writers": s.write_clients}),
+        );
 
         let srv = ServerProc::start(&args.flotilla)?;
         let client = srv.client("root", None).await?;
@@ -205,7 +244,13 @@ async fn main() -> anyhow::Result<()> {
             gets.push(t.elapsed().as_secs_f64() * 1e3);
         }
         let (g50, g99, _) = summarize(gets);
-        report.add("API: GET p50 / p99", format!("{g50:.2} / {g99:.2} ms"), format!("healthz {rtt50:.2} / {rtt99:.2} ms"), format!("{:.1}x p99", g99 / rtt99), json!({"scenario": "get", "p50_ms": g50, "p99_ms": g99, "floor_p50_ms": rtt50, "floor_p99_ms": rtt99, "n": s.gets}));
+        report.add(
+            "API: GET p50 / p99",
+            format!("{g50:.2} / {g99:.2} ms"),
+            format!("healthz {rtt50:.2} / {rtt99:.2} ms"),
+            format!("{:.1}x p99", g99 / rtt99),
+            json!({"scenario": "get", "p50_ms": g50, "p99_ms": g99, "floor_p50_ms": rtt50, "floor_p99_ms": rtt99, "n": s.gets}),
+        );
 
         // LIST latency of the whole namespace (everything created above).
         let mut lists = Vec::new();
@@ -242,8 +287,8 @@ async fn main() -> anyhow::Result<()> {
             "-".into(),
             "-".into(),
             json!({"scenario": "watch_fanout", "watchers": s.watchers, "writes": s.watch_writes, "samples": f.samples,
-                   "p50_ms": f.after_ack.0, "p99_ms": f.after_ack.1, "max_ms": f.after_ack.2,
-                   }),
+            "p50_ms": f.after_ack.0, "p99_ms": f.after_ack.1, "max_ms": f.after_ack.2,
+            }),
         );
         report.add(
             &format!("watch: event at {} watchers from send p50 / p99", s.watchers),
@@ -271,7 +316,6 @@ async fn main() -> anyhow::Result<()> {
             json!({"scenario": "workspaces_rss", "workspaces": s.workspaces, "objects_per_workspace": s.objects_per_ws, "rss_mib": m.with_objects,
                    "rss_with_empty_workspaces_mib": m.with_workspaces, "idle_rss_mib": m.idle, "server_cpu_secs": m.cpu_secs, "load_secs": m.load_secs}),
         );
-
     }
     if args.only.as_deref().is_none_or(|o| o == "sim") {
         // A simulated cluster: a 100-replica rollout against its startup delay, then
@@ -291,10 +335,9 @@ async fn main() -> anyhow::Result<()> {
             format!("{:.1} KiB/pod", (sim.rss_mib - sim.idle_rss_mib) * 1024.0 / sim.running.max(1) as f64),
             json!({"scenario": "sim_rss", "nodes": s.sim_nodes, "running_pods": sim.running, "rss_mib": sim.rss_mib, "idle_rss_mib": sim.idle_rss_mib, "cpu_secs": sim.cpu_secs, "load_secs": sim.load_secs}),
         );
-
     }
     println!();
-    println!("{:<52} {:<30} {:<26} {}", "SCENARIO", "RESULT", "FLOOR (same run)", "RATIO");
+    println!("{:<52} {:<30} {:<26} RATIO", "SCENARIO", "RESULT", "FLOOR (same run)");
     for (a, b, c, d) in &report.rows {
         println!("{a:<52} {b:<30} {c:<26} {d}");
     }
@@ -428,13 +471,18 @@ async fn workspaces_rss(bin: &Path, workspaces: usize, per_ws: usize) -> anyhow:
     tokio::time::sleep(Duration::from_millis(500)).await;
     let idle = srv.rss_mib();
     let root = srv.client("root", None).await?;
-    let ws_api: Api<DynamicObject> = Api::all_with(root.clone(), &ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("tenancy.flotilla.io", "v1alpha1", "Workspace"), "workspaces"));
+    let ws_api: Api<DynamicObject> = Api::all_with(
+        root.clone(),
+        &ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("tenancy.flotilla.io", "v1alpha1", "Workspace"), "workspaces"),
+    );
     let start = Instant::now();
     futures::stream::iter(0..workspaces)
         .map(|i| {
             let ws_api = ws_api.clone();
             async move {
-                let obj: DynamicObject = serde_json::from_value(json!({"apiVersion": "tenancy.flotilla.io/v1alpha1", "kind": "Workspace", "metadata": {"name": format!("ws-{i}")}}))?;
+                let obj: DynamicObject = serde_json::from_value(
+                    json!({"apiVersion": "tenancy.flotilla.io/v1alpha1", "kind": "Workspace", "metadata": {"name": format!("ws-{i}")}}),
+                )?;
                 ws_api.create(&PostParams::default(), &obj).await?;
                 anyhow::Ok(())
             }
@@ -445,7 +493,13 @@ async fn workspaces_rss(bin: &Path, workspaces: usize, per_ws: usize) -> anyhow:
     // Wait until every workspace has its namespaces (Ready).
     let deadline = Instant::now() + Duration::from_secs(300);
     loop {
-        let ready = ws_api.list(&Default::default()).await?.items.iter().filter(|w| w.data.pointer("/status/phase").and_then(|p| p.as_str()) == Some("Ready")).count();
+        let ready = ws_api
+            .list(&Default::default())
+            .await?
+            .items
+            .iter()
+            .filter(|w| w.data.pointer("/status/phase").and_then(|p| p.as_str()) == Some("Ready"))
+            .count();
         if ready == workspaces {
             break;
         }
@@ -510,7 +564,8 @@ fn bench_deployment(name: &str, replicas: usize) -> anyhow::Result<k8s_openapi::
 fn available(d: &k8s_openapi::api::apps::v1::Deployment) -> bool {
     let want = d.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1);
     let st = d.status.clone().unwrap_or_default();
-    st.available_replicas.unwrap_or(0) == want && st.conditions.unwrap_or_default().iter().any(|c| c.type_ == "Available" && c.status == "True")
+    st.available_replicas.unwrap_or(0) == want
+        && st.conditions.unwrap_or_default().iter().any(|c| c.type_ == "Available" && c.status == "True")
 }
 
 /// Waits until every named Deployment is Available; returns when each became so.
@@ -529,7 +584,9 @@ async fn wait_available(api: &Api<k8s_openapi::api::apps::v1::Deployment>, names
 
 async fn sim_cluster(bin: &Path, nodes: usize, pods: usize) -> anyhow::Result<SimFigures> {
     use k8s_openapi::api::apps::v1::Deployment;
-    let yaml = format!("name: bench\nnodes:\n  - {{count: {nodes}, cpu: \"16\", memory: 64Gi, pods: 110}}\nstartupDelay: {SIM_STARTUP_DELAY_MS}ms\n");
+    let yaml = format!(
+        "name: bench\nnodes:\n  - {{count: {nodes}, cpu: \"16\", memory: 64Gi, pods: 110}}\nstartupDelay: {SIM_STARTUP_DELAY_MS}ms\n"
+    );
     let srv = ServerProc::sim(bin, "bench", &yaml)?;
     tokio::time::sleep(Duration::from_millis(500)).await;
     let idle_rss_mib = srv.rss_mib();
@@ -566,6 +623,22 @@ async fn sim_cluster(bin: &Path, nodes: usize, pods: usize) -> anyhow::Result<Si
     wait_available(&api, &names, Duration::from_secs(600)).await?;
     let load_secs = start.elapsed().as_secs_f64();
     tokio::time::sleep(Duration::from_secs(2)).await;
-    let running = api.list(&Default::default()).await?.items.iter().filter(|d| names.iter().any(|n| Some(n) == d.metadata.name.as_ref())).map(|d| d.status.as_ref().and_then(|s| s.available_replicas).unwrap_or(0) as usize).sum();
-    Ok(SimFigures { rollouts: rollouts.len(), rollout_p50_ms: p50, rollout_max_ms: max, running, rss_mib: srv.rss_mib(), idle_rss_mib, cpu_secs: srv.cpu_secs(), load_secs })
+    let running = api
+        .list(&Default::default())
+        .await?
+        .items
+        .iter()
+        .filter(|d| names.iter().any(|n| Some(n) == d.metadata.name.as_ref()))
+        .map(|d| d.status.as_ref().and_then(|s| s.available_replicas).unwrap_or(0) as usize)
+        .sum();
+    Ok(SimFigures {
+        rollouts: rollouts.len(),
+        rollout_p50_ms: p50,
+        rollout_max_ms: max,
+        running,
+        rss_mib: srv.rss_mib(),
+        idle_rss_mib,
+        cpu_secs: srv.cpu_secs(),
+        load_secs,
+    })
 }

@@ -74,11 +74,7 @@ impl ObjectRef {
     pub fn from_meta(kind: Kind, meta: &ObjectMeta) -> Self {
         ObjectRef {
             kind,
-            namespace: if kind.namespaced() {
-                meta.namespace.clone()
-            } else {
-                None
-            },
+            namespace: if kind.namespaced() { meta.namespace.clone() } else { None },
             name: meta.name.clone().unwrap_or_default(),
             uid: meta.uid.clone(),
         }

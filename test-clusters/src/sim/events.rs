@@ -31,54 +31,25 @@ impl Recorder {
     }
 
     /// An action creating a `Normal` event about the object.
-    pub fn normal(
-        &mut self,
-        kind: Kind,
-        about: &ObjectMeta,
-        component: &str,
-        reason: &str,
-        message: String,
-    ) -> Action {
+    pub fn normal(&mut self, kind: Kind, about: &ObjectMeta, component: &str, reason: &str, message: String) -> Action {
         self.event(kind, about, "Normal", component, reason, message)
     }
 
     /// An action creating a `Warning` event about the object.
-    pub fn warning(
-        &mut self,
-        kind: Kind,
-        about: &ObjectMeta,
-        component: &str,
-        reason: &str,
-        message: String,
-    ) -> Action {
+    pub fn warning(&mut self, kind: Kind, about: &ObjectMeta, component: &str, reason: &str, message: String) -> Action {
         self.event(kind, about, "Warning", component, reason, message)
     }
 
-    fn event(
-        &mut self,
-        kind: Kind,
-        about: &ObjectMeta,
-        type_: &str,
-        component: &str,
-        reason: &str,
-        message: String,
-    ) -> Action {
+    fn event(&mut self, kind: Kind, about: &ObjectMeta, type_: &str, component: &str, reason: &str, message: String) -> Action {
         let name = about.name.clone().unwrap_or_default();
         // Kubernetes names events "<object>.<UnixNano in hex>"; the sequence number keeps
         // events of one pass apart.
         let stamp = self.now.as_nanosecond() + self.seq;
         self.seq += 1;
         let time = k8s_time(self.now);
-        let namespace = about
-            .namespace
-            .clone()
-            .unwrap_or_else(|| "default".to_string());
+        let namespace = about.namespace.clone().unwrap_or_else(|| "default".to_string());
         Action::Create(Object::Event(Box::new(Event {
-            metadata: ObjectMeta {
-                name: Some(format!("{name}.{stamp:x}")),
-                namespace: Some(namespace),
-                ..Default::default()
-            },
+            metadata: ObjectMeta { name: Some(format!("{name}.{stamp:x}")), namespace: Some(namespace), ..Default::default() },
             involved_object: ObjectReference {
                 api_version: Some(kind.api_version().to_string()),
                 kind: Some(kind.name().to_string()),
@@ -91,10 +62,7 @@ impl Recorder {
             reason: Some(reason.to_string()),
             message: Some(message),
             type_: Some(type_.to_string()),
-            source: Some(EventSource {
-                component: Some(component.to_string()),
-                host: None,
-            }),
+            source: Some(EventSource { component: Some(component.to_string()), host: None }),
             reporting_component: Some(component.to_string()),
             reporting_instance: Some(component.to_string()),
             first_timestamp: Some(time.clone()),

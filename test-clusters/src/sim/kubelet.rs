@@ -23,8 +23,8 @@ use std::time::Duration;
 
 use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::api::core::v1::{
-    Container, ContainerState, ContainerStateRunning, ContainerStateTerminated,
-    ContainerStateWaiting, ContainerStatus, HostIP, Node, Pod, PodCondition, PodIP, PodStatus,
+    Container, ContainerState, ContainerStateRunning, ContainerStateTerminated, ContainerStateWaiting, ContainerStatus, HostIP, Node, Pod,
+    PodCondition, PodIP, PodStatus,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use sha2::{Digest, Sha256};
@@ -45,40 +45,22 @@ pub struct KubeletSync {
 
 /// Brings the status of every pod bound to one of `nodes` up to date. `started` maps pod
 /// uids to the exact moment their first status was written.
-pub fn sync(
-    nodes: &[Node],
-    pods: &[Pod],
-    started: &BTreeMap<String, Timestamp>,
-    startup_delay: Duration,
-    now: Timestamp,
-) -> KubeletSync {
+pub fn sync(nodes: &[Node], pods: &[Pod], started: &BTreeMap<String, Timestamp>, startup_delay: Duration, now: Timestamp) -> KubeletSync {
     let mut out = KubeletSync::default();
-    let by_name: BTreeMap<&str, &Node> = nodes
-        .iter()
-        .filter_map(|n| Some((n.metadata.name.as_deref()?, n)))
-        .collect();
+    let by_name: BTreeMap<&str, &Node> = nodes.iter().filter_map(|n| Some((n.metadata.name.as_deref()?, n))).collect();
     let mut used_ips: BTreeMap<&str, BTreeSet<String>> = BTreeMap::new();
     for p in pods {
-        if let (Some(node), Some(ip)) = (
-            bound_node(p),
-            p.status.as_ref().and_then(|s| s.pod_ip.clone()),
-        ) {
+        if let (Some(node), Some(ip)) = (bound_node(p), p.status.as_ref().and_then(|s| s.pod_ip.clone())) {
             used_ips.entry(node).or_default().insert(ip);
         }
     }
-    let mut bound: Vec<&Pod> = pods
-        .iter()
-        .filter(|p| bound_node(p).is_some_and(|n| by_name.contains_key(n)))
-        .collect();
+    let mut bound: Vec<&Pod> = pods.iter().filter(|p| bound_node(p).is_some_and(|n| by_name.contains_key(n))).collect();
     bound.sort_by_key(|p| pod::key(p));
     for p in bound {
         let node_name = bound_node(p).unwrap_or_default();
         let node = by_name[node_name];
         if p.metadata.deletion_timestamp.is_some() {
-            out.actions.push(Action::Delete {
-                target: ObjectRef::from_meta(Kind::Pod, &p.metadata),
-                grace_period_seconds: Some(0),
-            });
+            out.actions.push(Action::Delete { target: ObjectRef::from_meta(Kind::Pod, &p.metadata), grace_period_seconds: Some(0) });
             continue;
         }
         if pod::is_terminal(p) {
@@ -87,21 +69,14 @@ pub fn sync(
         let ips = used_ips.entry(node_name).or_default();
         let uid = p.metadata.uid.clone().unwrap_or_default();
         let anchor = started.get(&uid).copied();
-        let status = desired_status(p, node, startup_delay, now, anchor, |cidr| {
-            allocate_ip(cidr, ips)
-        });
-        if p.status
-            .as_ref()
-            .and_then(|s| s.start_time.as_ref())
-            .is_none()
-        {
+        let status = desired_status(p, node, startup_delay, now, anchor, |cidr| allocate_ip(cidr, ips));
+        if p.status.as_ref().and_then(|s| s.start_time.as_ref()).is_none() {
             out.started.push(uid);
         }
         if p.status.as_ref() != Some(&status) {
             let mut updated = p.clone();
             updated.status = Some(status);
-            out.actions
-                .push(Action::UpdateStatus(Object::Pod(Box::new(updated))));
+            out.actions.push(Action::UpdateStatus(Object::Pod(Box::new(updated))));
         }
         if let Some(at) = next_transition(p, startup_delay, now, anchor) {
             out.wake_at = Some(out.wake_at.map_or(at, |w| w.min(at)));
@@ -111,22 +86,13 @@ pub fn sync(
 }
 
 fn bound_node(p: &Pod) -> Option<&str> {
-    p.spec
-        .as_ref()?
-        .node_name
-        .as_deref()
-        .filter(|n| !n.is_empty())
+    p.spec.as_ref()?.node_name.as_deref().filter(|n| !n.is_empty())
 }
 
 /// When the pod will turn Running, if it has started (has a `startTime`) and is not running
 /// yet. `started` is the exact start when known. A pod without a `startTime` changes on the
 /// next sync, which writes it.
-pub fn next_transition(
-    pod: &Pod,
-    startup_delay: Duration,
-    now: Timestamp,
-    started: Option<Timestamp>,
-) -> Option<Timestamp> {
+pub fn next_transition(pod: &Pod, startup_delay: Duration, now: Timestamp, started: Option<Timestamp>) -> Option<Timestamp> {
     let status = pod.status.as_ref()?;
     if status.phase.as_deref() == Some("Running") {
         return None;
@@ -139,9 +105,7 @@ pub fn next_transition(
 /// The remembered start moment if it agrees with the stored `startTime` (same second), else
 /// `startTime`: a status written in a later pass than remembered wins.
 fn exact_start(remembered: Option<Timestamp>, start_time: Timestamp) -> Timestamp {
-    remembered
-        .filter(|r| r.as_second() == start_time.as_second())
-        .unwrap_or(start_time)
+    remembered.filter(|r| r.as_second() == start_time.as_second()).unwrap_or(start_time)
 }
 
 fn signed(d: Duration) -> SignedDuration {
@@ -169,11 +133,7 @@ pub fn desired_status(
     let host_ip = nodes::internal_ip(node).unwrap_or_default().to_string();
 
     let init: Vec<&Container> = spec.init_containers.iter().flatten().collect();
-    let regular_init: Vec<&str> = init
-        .iter()
-        .filter(|c| !is_sidecar(c))
-        .map(|c| c.name.as_str())
-        .collect();
+    let regular_init: Vec<&str> = init.iter().filter(|c| !is_sidecar(c)).map(|c| c.name.as_str()).collect();
     let init_statuses: Vec<ContainerStatus> = init
         .iter()
         .map(|c| {
@@ -193,14 +153,7 @@ pub fn desired_status(
             if running {
                 running_status(pod, c, previous, now)
             } else {
-                waiting(
-                    c,
-                    if regular_init.is_empty() {
-                        "ContainerCreating"
-                    } else {
-                        "PodInitializing"
-                    },
-                )
+                waiting(c, if regular_init.is_empty() { "ContainerCreating" } else { "PodInitializing" })
             }
         })
         .collect();
@@ -212,69 +165,29 @@ pub fn desired_status(
         if running || regular_init.is_empty() {
             condition(&old, "Initialized", true, None, None, now)
         } else {
-            let msg = format!(
-                "containers with incomplete status: [{}]",
-                regular_init.join(" ")
-            );
-            condition(
-                &old,
-                "Initialized",
-                false,
-                Some("ContainersNotInitialized"),
-                Some(msg),
-                now,
-            )
+            let msg = format!("containers with incomplete status: [{}]", regular_init.join(" "));
+            condition(&old, "Initialized", false, Some("ContainersNotInitialized"), Some(msg), now)
         },
         if running {
             condition(&old, "Ready", true, None, None, now)
         } else {
-            condition(
-                &old,
-                "Ready",
-                false,
-                Some("ContainersNotReady"),
-                Some(unready.clone()),
-                now,
-            )
+            condition(&old, "Ready", false, Some("ContainersNotReady"), Some(unready.clone()), now)
         },
         if running {
             condition(&old, "ContainersReady", true, None, None, now)
         } else {
-            condition(
-                &old,
-                "ContainersReady",
-                false,
-                Some("ContainersNotReady"),
-                Some(unready),
-                now,
-            )
+            condition(&old, "ContainersReady", false, Some("ContainersNotReady"), Some(unready), now)
         },
         // Binding set PodScheduled=True; the kubelet reports it too.
         condition(&old, "PodScheduled", true, None, None, now),
     ];
     // Keep conditions the kubelet does not own (readiness gates, DisruptionTarget, ...).
-    const OWNED: [&str; 5] = [
-        "PodReadyToStartContainers",
-        "Initialized",
-        "Ready",
-        "ContainersReady",
-        "PodScheduled",
-    ];
-    conditions.extend(
-        old.conditions
-            .iter()
-            .flatten()
-            .filter(|c| !OWNED.contains(&c.type_.as_str()))
-            .cloned(),
-    );
+    const OWNED: [&str; 5] = ["PodReadyToStartContainers", "Initialized", "Ready", "ContainersReady", "PodScheduled"];
+    conditions.extend(old.conditions.iter().flatten().filter(|c| !OWNED.contains(&c.type_.as_str())).cloned());
 
     let pod_ip = if running {
         Some(old.pod_ip.clone().unwrap_or_else(|| {
-            let cidr = node
-                .spec
-                .as_ref()
-                .and_then(|s| s.pod_cidr.clone())
-                .unwrap_or_else(|| "10.244.0.0/24".to_string());
+            let cidr = node.spec.as_ref().and_then(|s| s.pod_cidr.clone()).unwrap_or_else(|| "10.244.0.0/24".to_string());
             allocate_ip(&cidr)
         }))
     } else {
@@ -299,28 +212,16 @@ fn is_sidecar(c: &Container) -> bool {
     c.restart_policy.as_deref() == Some("Always")
 }
 
-fn find_status<'a>(
-    statuses: Option<&'a Vec<ContainerStatus>>,
-    name: &str,
-) -> Option<&'a ContainerStatus> {
+fn find_status<'a>(statuses: Option<&'a Vec<ContainerStatus>>, name: &str) -> Option<&'a ContainerStatus> {
     statuses?.iter().find(|s| s.name == name)
 }
 
 /// A condition, keeping the old transition time when the status has not changed.
-fn condition(
-    old: &PodStatus,
-    type_: &str,
-    ok: bool,
-    reason: Option<&str>,
-    message: Option<String>,
-    now: Timestamp,
-) -> PodCondition {
+fn condition(old: &PodStatus, type_: &str, ok: bool, reason: Option<&str>, message: Option<String>, now: Timestamp) -> PodCondition {
     let status = if ok { "True" } else { "False" };
     let previous = old.conditions.iter().flatten().find(|c| c.type_ == type_);
     let transition = match previous {
-        Some(c) if c.status == status && c.last_transition_time.is_some() => {
-            c.last_transition_time.clone()
-        }
+        Some(c) if c.status == status && c.last_transition_time.is_some() => c.last_transition_time.clone(),
         _ => Some(k8s_time(now)),
     };
     PodCondition {
@@ -344,10 +245,7 @@ fn waiting(c: &Container, reason: &str) -> ContainerStatus {
         restart_count: 0,
         last_state: Some(ContainerState::default()),
         state: Some(ContainerState {
-            waiting: Some(ContainerStateWaiting {
-                reason: Some(reason.to_string()),
-                message: None,
-            }),
+            waiting: Some(ContainerStateWaiting { reason: Some(reason.to_string()), message: None }),
             ..Default::default()
         }),
         ..Default::default()
@@ -359,18 +257,11 @@ fn kept(previous: Option<&Time>, now: Timestamp) -> Time {
     previous.cloned().unwrap_or_else(|| k8s_time(now))
 }
 
-fn running_status(
-    pod: &Pod,
-    c: &Container,
-    previous: Option<&ContainerStatus>,
-    now: Timestamp,
-) -> ContainerStatus {
+fn running_status(pod: &Pod, c: &Container, previous: Option<&ContainerStatus>, now: Timestamp) -> ContainerStatus {
     let started_at = previous.and_then(|s| s.state.as_ref()?.running.as_ref()?.started_at.as_ref());
     ContainerStatus {
         state: Some(ContainerState {
-            running: Some(ContainerStateRunning {
-                started_at: Some(kept(started_at, now)),
-            }),
+            running: Some(ContainerStateRunning { started_at: Some(kept(started_at, now)) }),
             ..Default::default()
         }),
         ready: true,
@@ -379,12 +270,7 @@ fn running_status(
     }
 }
 
-fn completed(
-    pod: &Pod,
-    c: &Container,
-    previous: Option<&ContainerStatus>,
-    now: Timestamp,
-) -> ContainerStatus {
+fn completed(pod: &Pod, c: &Container, previous: Option<&ContainerStatus>, now: Timestamp) -> ContainerStatus {
     let previous = previous.and_then(|s| s.state.as_ref()?.terminated.as_ref());
     let base = started(pod, c);
     ContainerStatus {
@@ -408,10 +294,7 @@ fn completed(
 /// The fields of a container that has been created: resolved image, image and container IDs.
 fn started(pod: &Pod, c: &Container) -> ContainerStatus {
     let image = normalize_image(c.image.as_deref().unwrap_or_default());
-    let repo = image
-        .rsplit_once('@')
-        .map(|(r, _)| r)
-        .unwrap_or_else(|| strip_tag(&image));
+    let repo = image.rsplit_once('@').map(|(r, _)| r).unwrap_or_else(|| strip_tag(&image));
     let image_digest = hex::encode(Sha256::digest(image.as_bytes()));
     let uid = pod.metadata.uid.as_deref().unwrap_or_default();
     let container_digest = hex::encode(Sha256::digest(format!("{uid}/{}", c.name).as_bytes()));
@@ -442,8 +325,7 @@ pub fn normalize_image(image: &str) -> String {
         return String::new();
     }
     let (first, rest) = image.split_once('/').unwrap_or(("", image));
-    let has_registry =
-        !first.is_empty() && (first.contains('.') || first.contains(':') || first == "localhost");
+    let has_registry = !first.is_empty() && (first.contains('.') || first.contains(':') || first == "localhost");
     let mut full = if has_registry {
         image.to_string()
     } else if first.is_empty() {
@@ -483,25 +365,15 @@ mod tests {
     }
 
     fn status_after(p: &Pod, now: Timestamp) -> PodStatus {
-        desired_status(p, &node(), DELAY, now, None, |cidr| {
-            allocate_ip(cidr, &mut BTreeSet::new())
-        })
+        desired_status(p, &node(), DELAY, now, None, |cidr| allocate_ip(cidr, &mut BTreeSet::new()))
     }
 
     fn with_status(p: &Pod, s: PodStatus) -> Pod {
-        Pod {
-            status: Some(s),
-            ..p.clone()
-        }
+        Pod { status: Some(s), ..p.clone() }
     }
 
     fn cond<'a>(s: &'a PodStatus, t: &str) -> &'a PodCondition {
-        s.conditions
-            .as_ref()
-            .unwrap()
-            .iter()
-            .find(|c| c.type_ == t)
-            .unwrap()
+        s.conditions.as_ref().unwrap().iter().find(|c| c.type_ == t).unwrap()
     }
 
     #[test]
@@ -513,47 +385,13 @@ mod tests {
         assert_eq!(s.host_ip.as_deref(), Some("10.89.0.2"));
         assert_eq!(s.pod_ip, None);
         let c = &s.container_statuses.as_ref().unwrap()[0];
-        assert_eq!(
-            c.state
-                .as_ref()
-                .unwrap()
-                .waiting
-                .as_ref()
-                .unwrap()
-                .reason
-                .as_deref(),
-            Some("ContainerCreating")
-        );
-        assert_eq!(
-            (c.ready, c.started, c.image.as_str(), c.image_id.as_str()),
-            (false, Some(false), "nginx", "")
-        );
-        let types: Vec<&str> = s
-            .conditions
-            .as_ref()
-            .unwrap()
-            .iter()
-            .map(|c| c.type_.as_str())
-            .collect();
-        assert_eq!(
-            types,
-            [
-                "PodReadyToStartContainers",
-                "Initialized",
-                "Ready",
-                "ContainersReady",
-                "PodScheduled"
-            ]
-        );
+        assert_eq!(c.state.as_ref().unwrap().waiting.as_ref().unwrap().reason.as_deref(), Some("ContainerCreating"));
+        assert_eq!((c.ready, c.started, c.image.as_str(), c.image_id.as_str()), (false, Some(false), "nginx", ""));
+        let types: Vec<&str> = s.conditions.as_ref().unwrap().iter().map(|c| c.type_.as_str()).collect();
+        assert_eq!(types, ["PodReadyToStartContainers", "Initialized", "Ready", "ContainersReady", "PodScheduled"]);
         let ready = cond(&s, "Ready");
-        assert_eq!(
-            (ready.status.as_str(), ready.reason.as_deref()),
-            ("False", Some("ContainersNotReady"))
-        );
-        assert_eq!(
-            ready.message.as_deref(),
-            Some("containers with unready status: [web]")
-        );
+        assert_eq!((ready.status.as_str(), ready.reason.as_deref()), ("False", Some("ContainersNotReady")));
+        assert_eq!(ready.message.as_deref(), Some("containers with unready status: [web]"));
         assert_eq!(cond(&s, "PodReadyToStartContainers").status, "False");
         assert_eq!(cond(&s, "Initialized").status, "True");
         assert_eq!(s.qos_class.as_deref(), Some("BestEffort"));
@@ -564,30 +402,13 @@ mod tests {
 
     #[test]
     fn the_pod_runs_after_the_startup_delay() {
-        let p = Pod::test("web-1")
-            .on_node("n1")
-            .image("nginx")
-            .requests("100m", "64Mi")
-            .build();
+        let p = Pod::test("web-1").on_node("n1").image("nginx").requests("100m", "64Mi").build();
         let creating = with_status(&p, status_after(&p, t(10)));
-        assert_eq!(
-            next_transition(&creating, DELAY, t(10), None),
-            Some(t(10) + SignedDuration::from_millis(1500))
-        );
+        assert_eq!(next_transition(&creating, DELAY, t(10), None), Some(t(10) + SignedDuration::from_millis(1500)));
         // An exact start moment, when known, beats the whole-second startTime.
         let exact = t(10) + SignedDuration::from_millis(700);
-        assert_eq!(
-            next_transition(&creating, DELAY, t(10), Some(exact)),
-            Some(exact + SignedDuration::from_millis(1500))
-        );
-        let s = desired_status(
-            &creating,
-            &node(),
-            DELAY,
-            t(11) + SignedDuration::from_millis(600),
-            Some(exact),
-            |_| unreachable!(),
-        );
+        assert_eq!(next_transition(&creating, DELAY, t(10), Some(exact)), Some(exact + SignedDuration::from_millis(1500)));
+        let s = desired_status(&creating, &node(), DELAY, t(11) + SignedDuration::from_millis(600), Some(exact), |_| unreachable!());
         assert_eq!(s.phase.as_deref(), Some("Pending"));
         // Still creating just before the delay has passed.
         let s = status_after(&creating, t(11));
@@ -598,53 +419,20 @@ mod tests {
         assert_eq!(s.pod_ip.as_deref(), Some("10.244.1.2"));
         assert_eq!(s.pod_ips.as_ref().unwrap()[0].ip, "10.244.1.2");
         assert_eq!(s.start_time.as_ref().unwrap().0, t(10));
-        for t_ in [
-            "PodReadyToStartContainers",
-            "Initialized",
-            "Ready",
-            "ContainersReady",
-            "PodScheduled",
-        ] {
+        for t_ in ["PodReadyToStartContainers", "Initialized", "Ready", "ContainersReady", "PodScheduled"] {
             assert_eq!(cond(&s, t_).status, "True", "{t_}");
         }
-        assert_eq!(
-            cond(&s, "Ready").last_transition_time.as_ref().unwrap().0,
-            t(12)
-        );
+        assert_eq!(cond(&s, "Ready").last_transition_time.as_ref().unwrap().0, t(12));
         // Initialized stayed True: its transition time is the first one.
-        assert_eq!(
-            cond(&s, "Initialized")
-                .last_transition_time
-                .as_ref()
-                .unwrap()
-                .0,
-            t(10)
-        );
+        assert_eq!(cond(&s, "Initialized").last_transition_time.as_ref().unwrap().0, t(10));
         let c = &s.container_statuses.as_ref().unwrap()[0];
         assert_eq!((c.ready, c.started, c.restart_count), (true, Some(true), 0));
         assert_eq!(c.image, "docker.io/library/nginx:latest");
         assert!(
-            c.image_id.starts_with("docker.io/library/nginx@sha256:")
-                && c.image_id.len() == "docker.io/library/nginx@sha256:".len() + 64
+            c.image_id.starts_with("docker.io/library/nginx@sha256:") && c.image_id.len() == "docker.io/library/nginx@sha256:".len() + 64
         );
-        assert!(c
-            .container_id
-            .as_ref()
-            .unwrap()
-            .starts_with("containerd://"));
-        assert_eq!(
-            c.state
-                .as_ref()
-                .unwrap()
-                .running
-                .as_ref()
-                .unwrap()
-                .started_at
-                .as_ref()
-                .unwrap()
-                .0,
-            t(12)
-        );
+        assert!(c.container_id.as_ref().unwrap().starts_with("containerd://"));
+        assert_eq!(c.state.as_ref().unwrap().running.as_ref().unwrap().started_at.as_ref().unwrap().0, t(12));
         assert_eq!(s.qos_class.as_deref(), Some("Burstable"));
 
         // Recomputing later changes nothing.
@@ -655,41 +443,18 @@ mod tests {
 
     #[test]
     fn init_containers_show_while_starting_and_complete() {
-        let p = Pod::test("job")
-            .on_node("n1")
-            .image("busybox")
-            .init_container("setup", "busybox:1.36")
-            .build();
+        let p = Pod::test("job").on_node("n1").image("busybox").init_container("setup", "busybox:1.36").build();
         let s = status_after(&p, t(0));
         let init = cond(&s, "Initialized");
-        assert_eq!(
-            (init.status.as_str(), init.reason.as_deref()),
-            ("False", Some("ContainersNotInitialized"))
-        );
-        assert_eq!(
-            init.message.as_deref(),
-            Some("containers with incomplete status: [setup]")
-        );
+        assert_eq!((init.status.as_str(), init.reason.as_deref()), ("False", Some("ContainersNotInitialized")));
+        assert_eq!(init.message.as_deref(), Some("containers with incomplete status: [setup]"));
         let main = &s.container_statuses.as_ref().unwrap()[0];
-        assert_eq!(
-            main.state
-                .as_ref()
-                .unwrap()
-                .waiting
-                .as_ref()
-                .unwrap()
-                .reason
-                .as_deref(),
-            Some("PodInitializing")
-        );
+        assert_eq!(main.state.as_ref().unwrap().waiting.as_ref().unwrap().reason.as_deref(), Some("PodInitializing"));
 
         let running = status_after(&with_status(&p, s), t(5));
         let setup = &running.init_container_statuses.as_ref().unwrap()[0];
         let term = setup.state.as_ref().unwrap().terminated.as_ref().unwrap();
-        assert_eq!(
-            (term.exit_code, term.reason.as_deref()),
-            (0, Some("Completed"))
-        );
+        assert_eq!((term.exit_code, term.reason.as_deref()), (0, Some("Completed")));
         assert_eq!(setup.image, "docker.io/library/busybox:1.36");
         assert_eq!(cond(&running, "Initialized").status, "True");
     }
@@ -701,13 +466,7 @@ mod tests {
         let b = Pod::test("b").on_node("n1").build();
         let elsewhere = Pod::test("c").on_node("other-node").build();
         let none = BTreeMap::new();
-        let first = sync(
-            &nodes,
-            &[a.clone(), b.clone(), elsewhere],
-            &none,
-            DELAY,
-            t(0),
-        );
+        let first = sync(&nodes, &[a.clone(), b.clone(), elsewhere], &none, DELAY, t(0));
         assert_eq!(first.actions.len(), 2);
         assert_eq!(first.started, ["uid-a", "uid-b"]);
         assert_eq!(first.wake_at, None, "no pod has a startTime yet");
@@ -721,62 +480,33 @@ mod tests {
             .collect();
         let again = sync(&nodes, &statuses, &none, DELAY, t(1));
         assert!(again.actions.is_empty());
-        assert_eq!(
-            again.wake_at,
-            Some(t(0) + SignedDuration::from_millis(1500))
-        );
+        assert_eq!(again.wake_at, Some(t(0) + SignedDuration::from_millis(1500)));
         let later = sync(&nodes, &statuses, &none, DELAY, t(2));
         let ips: BTreeSet<String> = later
             .actions
             .iter()
             .map(|x| match x {
-                Action::UpdateStatus(Object::Pod(p)) => {
-                    p.status.as_ref().unwrap().pod_ip.clone().unwrap()
-                }
+                Action::UpdateStatus(Object::Pod(p)) => p.status.as_ref().unwrap().pod_ip.clone().unwrap(),
                 other => panic!("{other:?}"),
             })
             .collect();
-        assert_eq!(
-            ips,
-            BTreeSet::from(["10.244.1.2".to_string(), "10.244.1.3".to_string()])
-        );
+        assert_eq!(ips, BTreeSet::from(["10.244.1.2".to_string(), "10.244.1.3".to_string()]));
     }
 
     #[test]
     fn deleting_pods_are_finished() {
-        let p = Pod::test("a")
-            .on_node("n1")
-            .ready_at(t(0))
-            .deleting()
-            .build();
+        let p = Pod::test("a").on_node("n1").ready_at(t(0)).deleting().build();
         let out = sync(&[node()], &[p], &BTreeMap::new(), DELAY, t(5));
-        assert!(
-            matches!(&out.actions[..], [Action::Delete { target, grace_period_seconds: Some(0) }] if target.name == "a")
-        );
+        assert!(matches!(&out.actions[..], [Action::Delete { target, grace_period_seconds: Some(0) }] if target.name == "a"));
     }
 
     #[test]
     fn image_normalization() {
         assert_eq!(normalize_image("nginx"), "docker.io/library/nginx:latest");
-        assert_eq!(
-            normalize_image("nginx:1.27"),
-            "docker.io/library/nginx:1.27"
-        );
-        assert_eq!(
-            normalize_image("bitnami/redis"),
-            "docker.io/bitnami/redis:latest"
-        );
-        assert_eq!(
-            normalize_image("registry.k8s.io/pause:3.10"),
-            "registry.k8s.io/pause:3.10"
-        );
-        assert_eq!(
-            normalize_image("localhost:5000/app"),
-            "localhost:5000/app:latest"
-        );
-        assert_eq!(
-            normalize_image("ghcr.io/a/b@sha256:abc"),
-            "ghcr.io/a/b@sha256:abc"
-        );
+        assert_eq!(normalize_image("nginx:1.27"), "docker.io/library/nginx:1.27");
+        assert_eq!(normalize_image("bitnami/redis"), "docker.io/bitnami/redis:latest");
+        assert_eq!(normalize_image("registry.k8s.io/pause:3.10"), "registry.k8s.io/pause:3.10");
+        assert_eq!(normalize_image("localhost:5000/app"), "localhost:5000/app:latest");
+        assert_eq!(normalize_image("ghcr.io/a/b@sha256:abc"), "ghcr.io/a/b@sha256:abc");
     }
 }

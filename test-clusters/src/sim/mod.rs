@@ -114,13 +114,7 @@ impl Simulator {
 
     /// A simulator with its own source of pod-name suffixes.
     pub fn with_names(def: ClusterDef, names: impl NameSource + Send + 'static) -> Self {
-        Simulator {
-            def,
-            names: Box::new(names),
-            expectations: BTreeMap::new(),
-            assumed: BTreeMap::new(),
-            started: BTreeMap::new(),
-        }
+        Simulator { def, names: Box::new(names), expectations: BTreeMap::new(), assumed: BTreeMap::new(), started: BTreeMap::new() }
     }
 
     /// The cluster definition.
@@ -153,11 +147,7 @@ impl Simulator {
                 }
             }
             Action::Bind { pod, .. } => {
-                self.assumed.remove(&format!(
-                    "{}/{}",
-                    pod.namespace.as_deref().unwrap_or_default(),
-                    pod.name
-                ));
+                self.assumed.remove(&format!("{}/{}", pod.namespace.as_deref().unwrap_or_default(), pod.name));
             }
             _ => {}
         }
@@ -174,15 +164,10 @@ impl Simulator {
         };
 
         // Nodes: register the ones the definition has and the state lacks.
-        let present: BTreeSet<&str> = state
-            .nodes
-            .iter()
-            .filter_map(|n| n.metadata.name.as_deref())
-            .collect();
+        let present: BTreeSet<&str> = state.nodes.iter().filter_map(|n| n.metadata.name.as_deref()).collect();
         for node in nodes::nodes(&self.def, now) {
             if !present.contains(node.metadata.name.as_deref().unwrap_or_default()) {
-                out.actions
-                    .push(Action::Create(Object::Node(Box::new(node))));
+                out.actions.push(Action::Create(Object::Node(Box::new(node))));
             }
         }
 
@@ -195,13 +180,8 @@ impl Simulator {
         let mut deployments: Vec<&Deployment> = state.deployments.iter().collect();
         deployments.sort_by_key(|d| (d.metadata.namespace.clone(), d.metadata.name.clone()));
         for d in deployments {
-            let replica_sets: Vec<&ReplicaSet> = d
-                .metadata
-                .uid
-                .as_deref()
-                .and_then(|uid| rs_by_owner.get(uid))
-                .cloned()
-                .unwrap_or_default();
+            let replica_sets: Vec<&ReplicaSet> =
+                d.metadata.uid.as_deref().and_then(|uid| rs_by_owner.get(uid)).cloned().unwrap_or_default();
             let pods = replica_sets
                 .iter()
                 .filter_map(|rs| rs.metadata.uid.as_deref())
@@ -213,12 +193,7 @@ impl Simulator {
                 .filter(|rs| rs.metadata.namespace == d.metadata.namespace)
                 .filter_map(|rs| rs.metadata.name.as_deref())
                 .collect();
-            let input = deployment::DeploymentInput {
-                deployment: d,
-                replica_sets,
-                pods,
-                taken_names,
-            };
+            let input = deployment::DeploymentInput { deployment: d, replica_sets, pods, taken_names };
             let result = deployment::sync(&input, now, &mut rec);
             out.actions.extend(result.actions);
             wake(result.wake_at, &mut out);
@@ -227,35 +202,23 @@ impl Simulator {
         // Replicaset controller.
         let mut taken: BTreeMap<Option<String>, BTreeSet<String>> = BTreeMap::new();
         for p in &state.pods {
-            taken
-                .entry(p.metadata.namespace.clone())
-                .or_default()
-                .insert(p.metadata.name.clone().unwrap_or_default());
+            taken.entry(p.metadata.namespace.clone()).or_default().insert(p.metadata.name.clone().unwrap_or_default());
         }
         let mut replicasets: Vec<&ReplicaSet> = state.replicasets.iter().collect();
         replicasets.sort_by_key(|rs| (rs.metadata.namespace.clone(), rs.metadata.name.clone()));
         for rs in replicasets {
             let uid = rs.metadata.uid.clone().unwrap_or_default();
             let pods = pods_by_owner.get(uid.as_str()).cloned().unwrap_or_default();
-            let related_pods =
-                match pod::controller_uid(&rs.metadata).and_then(|owner| rs_by_owner.get(owner)) {
-                    Some(siblings) => siblings
-                        .iter()
-                        .filter_map(|s| s.metadata.uid.as_deref())
-                        .flat_map(|u| pods_by_owner.get(u).cloned().unwrap_or_default())
-                        .collect(),
-                    None => Vec::new(),
-                };
-            let manage = self
-                .expectations
-                .get(&uid)
-                .is_none_or(|e| e.creates.is_empty() && e.deletes.is_empty());
-            let input = replicaset::ReplicaSetInput {
-                replica_set: rs,
-                pods,
-                related_pods,
-                manage,
+            let related_pods = match pod::controller_uid(&rs.metadata).and_then(|owner| rs_by_owner.get(owner)) {
+                Some(siblings) => siblings
+                    .iter()
+                    .filter_map(|s| s.metadata.uid.as_deref())
+                    .flat_map(|u| pods_by_owner.get(u).cloned().unwrap_or_default())
+                    .collect(),
+                None => Vec::new(),
             };
+            let manage = self.expectations.get(&uid).is_none_or(|e| e.creates.is_empty() && e.deletes.is_empty());
+            let input = replicaset::ReplicaSetInput { replica_set: rs, pods, related_pods, manage };
             let names_taken = taken.entry(rs.metadata.namespace.clone()).or_default();
             let result = replicaset::sync(&input, now, self.names.as_mut(), names_taken, &mut rec);
             if !result.created.is_empty() || !result.deleted.is_empty() {
@@ -269,11 +232,7 @@ impl Simulator {
         }
 
         // Scheduler.
-        let assumed: BTreeMap<String, String> = self
-            .assumed
-            .iter()
-            .map(|(k, (node, _))| (k.clone(), node.clone()))
-            .collect();
+        let assumed: BTreeMap<String, String> = self.assumed.iter().map(|(k, (node, _))| (k.clone(), node.clone())).collect();
         let scheduled = scheduler::schedule(&state.nodes, &state.pods, &assumed, now, &mut rec);
         for (key, node) in scheduled.bindings {
             self.assumed.insert(key, (node, now));
@@ -281,24 +240,14 @@ impl Simulator {
         out.actions.extend(scheduled.actions);
 
         // Kubelets.
-        let kubelets = kubelet::sync(
-            &state.nodes,
-            &state.pods,
-            &self.started,
-            self.def.startup_delay,
-            now,
-        );
-        self.started
-            .extend(kubelets.started.into_iter().map(|uid| (uid, now)));
+        let kubelets = kubelet::sync(&state.nodes, &state.pods, &self.started, self.def.startup_delay, now);
+        self.started.extend(kubelets.started.into_iter().map(|uid| (uid, now)));
         out.actions.extend(kubelets.actions);
         wake(kubelets.wake_at, &mut out);
 
         // Waiting on expectations or assumed bindings that time out also needs a wake-up.
         for e in self.expectations.values() {
-            wake(
-                e.since.map(|s| s + replicaset::EXPECTATIONS_TIMEOUT),
-                &mut out,
-            );
+            wake(e.since.map(|s| s + replicaset::EXPECTATIONS_TIMEOUT), &mut out);
         }
         for (_, since) in self.assumed.values() {
             wake(Some(*since + ASSUME_TIMEOUT), &mut out);
@@ -309,55 +258,34 @@ impl Simulator {
     /// Drops expectations and assumptions the state now shows fulfilled, or that timed out.
     fn observe(&mut self, state: &ClusterState, now: Timestamp) {
         let pod_names: BTreeSet<String> = state.pods.iter().map(pod::key).collect();
-        let pod_uids: BTreeSet<&str> = state
-            .pods
-            .iter()
-            .filter_map(|p| p.metadata.uid.as_deref())
-            .collect();
-        let rs_by_uid: BTreeMap<&str, &ReplicaSet> = state
-            .replicasets
-            .iter()
-            .filter_map(|rs| Some((rs.metadata.uid.as_deref()?, rs)))
-            .collect();
+        let pod_uids: BTreeSet<&str> = state.pods.iter().filter_map(|p| p.metadata.uid.as_deref()).collect();
+        let rs_by_uid: BTreeMap<&str, &ReplicaSet> =
+            state.replicasets.iter().filter_map(|rs| Some((rs.metadata.uid.as_deref()?, rs))).collect();
         self.expectations.retain(|uid, e| {
             let Some(rs) = rs_by_uid.get(uid.as_str()) else {
                 return false;
             };
             let ns = rs.metadata.namespace.as_deref().unwrap_or_default();
-            e.creates
-                .retain(|name| !pod_names.contains(&format!("{ns}/{name}")));
+            e.creates.retain(|name| !pod_names.contains(&format!("{ns}/{name}")));
             e.deletes.retain(|uid| pod_uids.contains(uid.as_str()));
-            let fresh = e
-                .since
-                .is_some_and(|s| now < s + replicaset::EXPECTATIONS_TIMEOUT);
+            let fresh = e.since.is_some_and(|s| now < s + replicaset::EXPECTATIONS_TIMEOUT);
             fresh && !(e.creates.is_empty() && e.deletes.is_empty())
         });
         let bound: BTreeMap<String, &Pod> = state.pods.iter().map(|p| (pod::key(p), p)).collect();
         self.assumed.retain(|key, (_, since)| {
-            let still_unbound = bound.get(key).is_some_and(|p| {
-                p.spec
-                    .as_ref()
-                    .and_then(|s| s.node_name.as_deref())
-                    .is_none_or(str::is_empty)
-            });
+            let still_unbound =
+                bound.get(key).is_some_and(|p| p.spec.as_ref().and_then(|s| s.node_name.as_deref()).is_none_or(str::is_empty));
             still_unbound && now < *since + ASSUME_TIMEOUT
         });
-        let running: BTreeSet<&str> = state
-            .pods
-            .iter()
-            .filter(|p| pod::phase(p) == "Running")
-            .filter_map(|p| p.metadata.uid.as_deref())
-            .collect();
+        let running: BTreeSet<&str> =
+            state.pods.iter().filter(|p| pod::phase(p) == "Running").filter_map(|p| p.metadata.uid.as_deref()).collect();
         // Only pods still starting need their start moment.
-        self.started
-            .retain(|uid, _| pod_uids.contains(uid.as_str()) && !running.contains(uid.as_str()));
+        self.started.retain(|uid, _| pod_uids.contains(uid.as_str()) && !running.contains(uid.as_str()));
     }
 }
 
 /// Objects grouped by the uid of their controller.
-fn group_by_controller<
-    T: k8s_openapi::Metadata<Ty = k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta>,
->(
+fn group_by_controller<T: k8s_openapi::Metadata<Ty = k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta>>(
     items: &[T],
 ) -> BTreeMap<&str, Vec<&T>> {
     let mut map: BTreeMap<&str, Vec<&T>> = BTreeMap::new();

@@ -58,9 +58,7 @@ impl NameSource for SeededNames {
 
 /// Maps each character onto [`ALPHANUMS`] by its code, as `rand.SafeEncodeString` does.
 pub fn safe_encode(s: &str) -> String {
-    s.chars()
-        .map(|c| ALPHANUMS[(c as usize) % ALPHANUMS.len()] as char)
-        .collect()
+    s.chars().map(|c| ALPHANUMS[(c as usize) % ALPHANUMS.len()] as char).collect()
 }
 
 #[cfg(test)]

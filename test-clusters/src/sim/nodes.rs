@@ -15,8 +15,7 @@ use std::collections::BTreeMap;
 
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{
-    DaemonEndpoint, Node, NodeAddress, NodeCondition, NodeDaemonEndpoints, NodeSpec, NodeStatus,
-    NodeSystemInfo,
+    DaemonEndpoint, Node, NodeAddress, NodeCondition, NodeDaemonEndpoints, NodeSpec, NodeStatus, NodeSystemInfo,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -40,50 +39,23 @@ pub const EPHEMERAL_STORAGE: &str = "100Gi";
 /// The node names of a definition, in order.
 pub fn node_names(def: &ClusterDef) -> Vec<String> {
     let total = def.node_count();
-    (1..=total)
-        .map(|i| {
-            if i == 1 {
-                format!("{}-worker", def.name)
-            } else {
-                format!("{}-worker{i}", def.name)
-            }
-        })
-        .collect()
+    (1..=total).map(|i| if i == 1 { format!("{}-worker", def.name) } else { format!("{}-worker{i}", def.name) }).collect()
 }
 
 /// The Node objects for a definition, as they look when their kubelets have registered and
 /// reported `Ready` at `now`.
 pub fn nodes(def: &ClusterDef, now: Timestamp) -> Vec<Node> {
     let names = node_names(def);
-    let groups = def
-        .node_groups
-        .iter()
-        .flat_map(|g| std::iter::repeat_n(g, g.count as usize));
+    let groups = def.node_groups.iter().flat_map(|g| std::iter::repeat_n(g, g.count as usize));
     names
         .iter()
         .zip(groups)
         .enumerate()
-        .map(|(i, (name, group))| {
-            node(
-                &def.name,
-                name,
-                i,
-                group.node_allocatable(),
-                &group.labels,
-                now,
-            )
-        })
+        .map(|(i, (name, group))| node(&def.name, name, i, group.node_allocatable(), &group.labels, now))
         .collect()
 }
 
-fn node(
-    cluster: &str,
-    name: &str,
-    index: usize,
-    allocatable: Resources,
-    group_labels: &BTreeMap<String, String>,
-    now: Timestamp,
-) -> Node {
+fn node(cluster: &str, name: &str, index: usize, allocatable: Resources, group_labels: &BTreeMap<String, String>, now: Timestamp) -> Node {
     let mut labels = group_labels.clone();
     for (k, v) in [
         ("beta.kubernetes.io/arch", "amd64"),
@@ -96,26 +68,14 @@ fn node(
     }
     let annotations = BTreeMap::from([
         ("node.alpha.kubernetes.io/ttl".to_string(), "0".to_string()),
-        (
-            "volumes.kubernetes.io/controller-managed-attach-detach".to_string(),
-            "true".to_string(),
-        ),
+        ("volumes.kubernetes.io/controller-managed-attach-detach".to_string(), "true".to_string()),
     ]);
     let mut resources = BTreeMap::from([
-        (
-            "cpu".to_string(),
-            Quantity(quantity::format_cpu(allocatable.cpu_millis)),
-        ),
-        (
-            "ephemeral-storage".to_string(),
-            Quantity(EPHEMERAL_STORAGE.to_string()),
-        ),
+        ("cpu".to_string(), Quantity(quantity::format_cpu(allocatable.cpu_millis))),
+        ("ephemeral-storage".to_string(), Quantity(EPHEMERAL_STORAGE.to_string())),
         ("hugepages-1Gi".to_string(), Quantity("0".to_string())),
         ("hugepages-2Mi".to_string(), Quantity("0".to_string())),
-        (
-            "memory".to_string(),
-            Quantity(quantity::format_memory(allocatable.memory_bytes)),
-        ),
+        ("memory".to_string(), Quantity(quantity::format_memory(allocatable.memory_bytes))),
     ]);
     resources.insert("pods".to_string(), Quantity(allocatable.pods.to_string()));
     let time = k8s_time(now);
@@ -129,69 +89,25 @@ fn node(
     };
     let pod_cidr = format!("10.244.{}.0/24", index + 1);
     let digest = hex::encode(Sha256::digest(format!("{cluster}/{name}")));
-    let uuid = format!(
-        "{}-{}-{}-{}-{}",
-        &digest[0..8],
-        &digest[8..12],
-        &digest[12..16],
-        &digest[16..20],
-        &digest[20..32]
-    );
+    let uuid = format!("{}-{}-{}-{}-{}", &digest[0..8], &digest[8..12], &digest[12..16], &digest[16..20], &digest[20..32]);
     Node {
-        metadata: ObjectMeta {
-            name: Some(name.to_string()),
-            labels: Some(labels),
-            annotations: Some(annotations),
-            ..Default::default()
-        },
-        spec: Some(NodeSpec {
-            pod_cidr: Some(pod_cidr.clone()),
-            pod_cidrs: Some(vec![pod_cidr]),
-            ..Default::default()
-        }),
+        metadata: ObjectMeta { name: Some(name.to_string()), labels: Some(labels), annotations: Some(annotations), ..Default::default() },
+        spec: Some(NodeSpec { pod_cidr: Some(pod_cidr.clone()), pod_cidrs: Some(vec![pod_cidr]), ..Default::default() }),
         status: Some(NodeStatus {
             addresses: Some(vec![
-                NodeAddress {
-                    type_: "InternalIP".into(),
-                    address: format!("10.89.{}.{}", index / 250, index % 250 + 2),
-                },
-                NodeAddress {
-                    type_: "Hostname".into(),
-                    address: name.to_string(),
-                },
+                NodeAddress { type_: "InternalIP".into(), address: format!("10.89.{}.{}", index / 250, index % 250 + 2) },
+                NodeAddress { type_: "Hostname".into(), address: name.to_string() },
             ]),
             allocatable: Some(resources.clone()),
             capacity: Some(resources),
             // The kubelet's order (pkg/kubelet/nodestatus/setters.go).
             conditions: Some(vec![
-                condition(
-                    "MemoryPressure",
-                    "False",
-                    "KubeletHasSufficientMemory",
-                    "kubelet has sufficient memory available",
-                ),
-                condition(
-                    "DiskPressure",
-                    "False",
-                    "KubeletHasNoDiskPressure",
-                    "kubelet has no disk pressure",
-                ),
-                condition(
-                    "PIDPressure",
-                    "False",
-                    "KubeletHasSufficientPID",
-                    "kubelet has sufficient PID available",
-                ),
-                condition(
-                    "Ready",
-                    "True",
-                    "KubeletReady",
-                    "kubelet is posting ready status",
-                ),
+                condition("MemoryPressure", "False", "KubeletHasSufficientMemory", "kubelet has sufficient memory available"),
+                condition("DiskPressure", "False", "KubeletHasNoDiskPressure", "kubelet has no disk pressure"),
+                condition("PIDPressure", "False", "KubeletHasSufficientPID", "kubelet has sufficient PID available"),
+                condition("Ready", "True", "KubeletReady", "kubelet is posting ready status"),
             ]),
-            daemon_endpoints: Some(NodeDaemonEndpoints {
-                kubelet_endpoint: Some(DaemonEndpoint { port: 10250 }),
-            }),
+            daemon_endpoints: Some(NodeDaemonEndpoints { kubelet_endpoint: Some(DaemonEndpoint { port: 10250 }) }),
             node_info: Some(NodeSystemInfo {
                 architecture: "amd64".into(),
                 boot_id: uuid.clone(),
@@ -212,30 +128,17 @@ fn node(
 
 /// A node's allocatable cpu, memory and pods; unparsable values count as zero.
 pub fn allocatable(node: &Node) -> Resources {
-    node.status
-        .as_ref()
-        .and_then(|s| s.allocatable.as_ref())
-        .and_then(|a| Resources::from_resource_list(a).ok())
-        .unwrap_or_default()
+    node.status.as_ref().and_then(|s| s.allocatable.as_ref()).and_then(|a| Resources::from_resource_list(a).ok()).unwrap_or_default()
 }
 
 /// The node's `InternalIP` address.
 pub fn internal_ip(node: &Node) -> Option<&str> {
-    node.status
-        .as_ref()?
-        .addresses
-        .as_ref()?
-        .iter()
-        .find(|a| a.type_ == "InternalIP")
-        .map(|a| a.address.as_str())
+    node.status.as_ref()?.addresses.as_ref()?.iter().find(|a| a.type_ == "InternalIP").map(|a| a.address.as_str())
 }
 
 /// Whether the node is cordoned (`spec.unschedulable`).
 pub fn is_unschedulable(node: &Node) -> bool {
-    node.spec
-        .as_ref()
-        .and_then(|s| s.unschedulable)
-        .unwrap_or(false)
+    node.spec.as_ref().and_then(|s| s.unschedulable).unwrap_or(false)
 }
 
 #[cfg(test)]
@@ -254,10 +157,7 @@ mod tests {
 
     #[test]
     fn names_follow_kind() {
-        assert_eq!(
-            node_names(&def()),
-            ["east-worker", "east-worker2", "east-worker3"]
-        );
+        assert_eq!(node_names(&def()), ["east-worker", "east-worker2", "east-worker3"]);
     }
 
     #[test]
@@ -275,40 +175,19 @@ mod tests {
         assert_eq!(allocatable(first), Resources::new(4000, 8 << 30, 110));
         let status = first.status.as_ref().unwrap();
         assert_eq!(status.capacity, status.allocatable);
-        let ready = status
-            .conditions
-            .as_ref()
-            .unwrap()
-            .iter()
-            .find(|c| c.type_ == "Ready")
-            .unwrap();
-        assert_eq!(
-            (ready.status.as_str(), ready.reason.as_deref()),
-            ("True", Some("KubeletReady"))
-        );
-        assert_eq!(
-            ready.message.as_deref(),
-            Some("kubelet is posting ready status")
-        );
-        assert_eq!(
-            status.node_info.as_ref().unwrap().kubelet_version,
-            "v1.32.0"
-        );
+        let ready = status.conditions.as_ref().unwrap().iter().find(|c| c.type_ == "Ready").unwrap();
+        assert_eq!((ready.status.as_str(), ready.reason.as_deref()), ("True", Some("KubeletReady")));
+        assert_eq!(ready.message.as_deref(), Some("kubelet is posting ready status"));
+        assert_eq!(status.node_info.as_ref().unwrap().kubelet_version, "v1.32.0");
         assert_eq!(internal_ip(first), Some("10.89.0.2"));
 
         let third = &nodes[2];
         assert!(!third.metadata.labels.as_ref().unwrap().contains_key("disk"));
         assert_eq!(allocatable(third), Resources::new(500, 1536 << 20, 110));
         let cap = third.status.as_ref().unwrap().capacity.as_ref().unwrap();
-        assert_eq!(
-            (cap["cpu"].0.as_str(), cap["memory"].0.as_str()),
-            ("500m", "1536Mi")
-        );
+        assert_eq!((cap["cpu"].0.as_str(), cap["memory"].0.as_str()), ("500m", "1536Mi"));
         assert_eq!(internal_ip(third), Some("10.89.0.4"));
-        assert_eq!(
-            third.spec.as_ref().unwrap().pod_cidr.as_deref(),
-            Some("10.244.3.0/24")
-        );
+        assert_eq!(third.spec.as_ref().unwrap().pod_cidr.as_deref(), Some("10.244.3.0/24"));
         assert!(!is_unschedulable(third));
     }
 

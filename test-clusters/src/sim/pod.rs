@@ -9,11 +9,7 @@ use crate::quantity::Resources;
 
 /// The uid of the object's controller (the owner reference with `controller: true`).
 pub fn controller_uid(meta: &ObjectMeta) -> Option<&str> {
-    meta.owner_references
-        .iter()
-        .flatten()
-        .find(|r| r.controller == Some(true))
-        .map(|r| r.uid.as_str())
+    meta.owner_references.iter().flatten().find(|r| r.controller == Some(true)).map(|r| r.uid.as_str())
 }
 
 /// An owner reference marking `owner` as the controller, as `metav1.NewControllerRef` builds it.
@@ -30,10 +26,7 @@ pub fn controller_ref(api_version: &str, kind: &str, owner: &ObjectMeta) -> Owne
 
 /// The pod's phase, `Pending` when unset.
 pub fn phase(pod: &Pod) -> &str {
-    pod.status
-        .as_ref()
-        .and_then(|s| s.phase.as_deref())
-        .unwrap_or("Pending")
+    pod.status.as_ref().and_then(|s| s.phase.as_deref()).unwrap_or("Pending")
 }
 
 /// Whether the pod has finished (`Succeeded` or `Failed`).
@@ -49,12 +42,7 @@ pub fn is_active(pod: &Pod) -> bool {
 
 /// The pod condition of the given type.
 pub fn condition<'a>(pod: &'a Pod, type_: &str) -> Option<&'a PodCondition> {
-    pod.status
-        .as_ref()?
-        .conditions
-        .as_ref()?
-        .iter()
-        .find(|c| c.type_ == type_)
+    pod.status.as_ref()?.conditions.as_ref()?.iter().find(|c| c.type_ == type_)
 }
 
 /// Whether the pod's `Ready` condition is `True`.
@@ -64,10 +52,7 @@ pub fn is_ready(pod: &Pod) -> bool {
 
 /// When the pod last turned Ready, if it is Ready.
 pub fn ready_since(pod: &Pod) -> Option<Timestamp> {
-    condition(pod, "Ready")
-        .filter(|c| c.status == "True")
-        .and_then(|c| c.last_transition_time.as_ref())
-        .map(|t| t.0)
+    condition(pod, "Ready").filter(|c| c.status == "True").and_then(|c| c.last_transition_time.as_ref()).map(|t| t.0)
 }
 
 /// Whether the pod has been Ready for more than `min_ready_seconds` (`podutil.IsPodAvailable`:
@@ -107,10 +92,7 @@ pub fn requests(pod: &Pod) -> Result<Resources, crate::quantity::QuantityError> 
 /// has cpu and memory limits with requests equal to them, `BestEffort` when no container
 /// requests or limits cpu or memory, else `Burstable`.
 pub fn qos_class(spec: &PodSpec) -> &'static str {
-    let containers = spec
-        .containers
-        .iter()
-        .chain(spec.init_containers.iter().flatten());
+    let containers = spec.containers.iter().chain(spec.init_containers.iter().flatten());
     let mut any = false;
     let mut guaranteed = true;
     for c in containers {
@@ -126,12 +108,8 @@ pub fn qos_class(spec: &PodSpec) -> &'static str {
             }
             let same = match (request, limit) {
                 (Some(r), Some(l)) => {
-                    crate::quantity::parse(&r.0)
-                        .ok()
-                        .and_then(|r| r.milli_value())
-                        == crate::quantity::parse(&l.0)
-                            .ok()
-                            .and_then(|l| l.milli_value())
+                    crate::quantity::parse(&r.0).ok().and_then(|r| r.milli_value())
+                        == crate::quantity::parse(&l.0).ok().and_then(|l| l.milli_value())
                 }
                 _ => false,
             };
@@ -151,9 +129,5 @@ pub fn qos_class(spec: &PodSpec) -> &'static str {
 
 /// `namespace/name`, the key pods are tracked by.
 pub fn key(pod: &Pod) -> String {
-    format!(
-        "{}/{}",
-        pod.metadata.namespace.as_deref().unwrap_or_default(),
-        pod.metadata.name.as_deref().unwrap_or_default()
-    )
+    format!("{}/{}", pod.metadata.namespace.as_deref().unwrap_or_default(), pod.metadata.name.as_deref().unwrap_or_default())
 }

@@ -59,17 +59,8 @@ pub fn sync(
 ) -> ReplicaSetSync {
     let rs = input.replica_set;
     let mut out = ReplicaSetSync::default();
-    let active: Vec<&Pod> = input
-        .pods
-        .iter()
-        .copied()
-        .filter(|p| pod::is_active(p))
-        .collect();
-    let min_ready = rs
-        .spec
-        .as_ref()
-        .and_then(|s| s.min_ready_seconds)
-        .unwrap_or(0);
+    let active: Vec<&Pod> = input.pods.iter().copied().filter(|p| pod::is_active(p)).collect();
+    let min_ready = rs.spec.as_ref().and_then(|s| s.min_ready_seconds).unwrap_or(0);
 
     if input.manage && rs.metadata.deletion_timestamp.is_none() && rs.metadata.uid.is_some() {
         let want = replicas(rs).max(0) as usize;
@@ -90,18 +81,10 @@ pub fn sync(
             }
         } else if active.len() > want {
             let count = (active.len() - want).min(BURST_REPLICAS);
-            let related = if input.related_pods.is_empty() {
-                &input.pods
-            } else {
-                &input.related_pods
-            };
+            let related = if input.related_pods.is_empty() { &input.pods } else { &input.related_pods };
             for victim in pods_to_delete(&active, related, count, now) {
-                out.deleted
-                    .push(victim.metadata.uid.clone().unwrap_or_default());
-                out.actions.push(Action::Delete {
-                    target: ObjectRef::from_meta(Kind::Pod, &victim.metadata),
-                    grace_period_seconds: None,
-                });
+                out.deleted.push(victim.metadata.uid.clone().unwrap_or_default());
+                out.actions.push(Action::Delete { target: ObjectRef::from_meta(Kind::Pod, &victim.metadata), grace_period_seconds: None });
                 let name = victim.metadata.name.clone().unwrap_or_default();
                 out.actions.push(rec.normal(
                     Kind::ReplicaSet,
@@ -119,8 +102,7 @@ pub fn sync(
     if normalized(&status) != normalized(&rs.status.clone().unwrap_or_default()) {
         let mut updated = rs.clone();
         updated.status = Some(status);
-        out.actions
-            .push(Action::UpdateStatus(Object::ReplicaSet(Box::new(updated))));
+        out.actions.push(Action::UpdateStatus(Object::ReplicaSet(Box::new(updated))));
     }
     out.wake_at = active
         .iter()
@@ -139,25 +121,17 @@ pub fn replicas(rs: &ReplicaSet) -> i32 {
 pub fn calculate_status(rs: &ReplicaSet, active: &[&Pod], now: Timestamp) -> ReplicaSetStatus {
     let spec = rs.spec.as_ref();
     let min_ready = spec.and_then(|s| s.min_ready_seconds).unwrap_or(0);
-    let template_labels = spec
-        .and_then(|s| s.template.as_ref())
-        .and_then(|t| t.metadata.as_ref())
-        .and_then(|m| m.labels.clone())
-        .unwrap_or_default();
+    let template_labels =
+        spec.and_then(|s| s.template.as_ref()).and_then(|t| t.metadata.as_ref()).and_then(|m| m.labels.clone()).unwrap_or_default();
     let fully_labeled = active
         .iter()
         .filter(|p| {
             let labels = p.metadata.labels.as_ref();
-            template_labels
-                .iter()
-                .all(|(k, v)| labels.and_then(|l| l.get(k)) == Some(v))
+            template_labels.iter().all(|(k, v)| labels.and_then(|l| l.get(k)) == Some(v))
         })
         .count();
     let ready = active.iter().filter(|p| pod::is_ready(p)).count();
-    let available = active
-        .iter()
-        .filter(|p| pod::is_available(p, min_ready, now))
-        .count();
+    let available = active.iter().filter(|p| pod::is_available(p, min_ready, now)).count();
     let previous = rs.status.clone().unwrap_or_default();
     ReplicaSetStatus {
         replicas: active.len() as i32,
@@ -201,11 +175,7 @@ fn new_pod(rs: &ReplicaSet, names: &mut dyn NameSource, taken: &mut BTreeSet<Str
             break candidate;
         }
     };
-    let template = rs
-        .spec
-        .as_ref()
-        .and_then(|s| s.template.clone())
-        .unwrap_or_default();
+    let template = rs.spec.as_ref().and_then(|s| s.template.clone()).unwrap_or_default();
     let template_meta = template.metadata.unwrap_or_default();
     let spec = template.spec.unwrap_or_default();
     let qos = pod::qos_class(&spec).to_string();
@@ -217,19 +187,11 @@ fn new_pod(rs: &ReplicaSet, names: &mut dyn NameSource, taken: &mut BTreeSet<Str
             labels: template_meta.labels,
             annotations: template_meta.annotations,
             finalizers: template_meta.finalizers,
-            owner_references: Some(vec![pod::controller_ref(
-                "apps/v1",
-                "ReplicaSet",
-                &rs.metadata,
-            )]),
+            owner_references: Some(vec![pod::controller_ref("apps/v1", "ReplicaSet", &rs.metadata)]),
             ..Default::default()
         },
         spec: Some(spec),
-        status: Some(PodStatus {
-            phase: Some("Pending".into()),
-            qos_class: Some(qos),
-            ..Default::default()
-        }),
+        status: Some(PodStatus { phase: Some("Pending".into()), qos_class: Some(qos), ..Default::default() }),
     }
 }
 
@@ -244,12 +206,7 @@ fn new_pod(rs: &ReplicaSet, names: &mut dyn NameSource, taken: &mut BTreeSet<Str
 /// 6. Ready more recently first, comparing on a log2 scale of how long ago (LogarithmicScaleDown);
 /// 7. more container restarts first;
 /// 8. created more recently first, also on a log2 scale; then by uid.
-pub fn pods_to_delete<'a>(
-    active: &[&'a Pod],
-    related: &[&Pod],
-    count: usize,
-    now: Timestamp,
-) -> Vec<&'a Pod> {
+pub fn pods_to_delete<'a>(active: &[&'a Pod], related: &[&Pod], count: usize, now: Timestamp) -> Vec<&'a Pod> {
     if count >= active.len() {
         return active.to_vec();
     }
@@ -257,19 +214,13 @@ pub fn pods_to_delete<'a>(
     for p in related.iter().filter(|p| pod::is_active(p)) {
         *per_node.entry(node_name(p)).or_default() += 1;
     }
-    let mut ranked: Vec<(&'a Pod, usize)> = active
-        .iter()
-        .map(|p| (*p, per_node.get(node_name(p)).copied().unwrap_or(0)))
-        .collect();
+    let mut ranked: Vec<(&'a Pod, usize)> = active.iter().map(|p| (*p, per_node.get(node_name(p)).copied().unwrap_or(0))).collect();
     ranked.sort_by(|(a, ra), (b, rb)| deletion_order(a, *ra, b, *rb, now));
     ranked.into_iter().take(count).map(|(p, _)| p).collect()
 }
 
 fn node_name(p: &Pod) -> &str {
-    p.spec
-        .as_ref()
-        .and_then(|s| s.node_name.as_deref())
-        .unwrap_or("")
+    p.spec.as_ref().and_then(|s| s.node_name.as_deref()).unwrap_or("")
 }
 
 fn phase_rank(p: &Pod) -> u8 {
@@ -291,14 +242,7 @@ fn deletion_cost(p: &Pod) -> i32 {
 }
 
 fn max_restarts(p: &Pod) -> i32 {
-    p.status
-        .as_ref()
-        .and_then(|s| s.container_statuses.as_ref())
-        .into_iter()
-        .flatten()
-        .map(|c| c.restart_count)
-        .max()
-        .unwrap_or(0)
+    p.status.as_ref().and_then(|s| s.container_statuses.as_ref()).into_iter().flatten().map(|c| c.restart_count).max().unwrap_or(0)
 }
 
 /// `floor(log2(now - t in ns))`, -1 when `t` is not in the past (`logarithmicRankDiff`).
@@ -313,11 +257,7 @@ fn log_rank(t: Timestamp, now: Timestamp) -> i64 {
 
 /// Orders two optional times "empty first, then later first" (`afterOrZero` with
 /// LogarithmicScaleDown): equal log-scale ranks compare as equal here and fall to the uid.
-fn newer_first(
-    a: Option<Timestamp>,
-    b: Option<Timestamp>,
-    now: Timestamp,
-) -> Option<std::cmp::Ordering> {
+fn newer_first(a: Option<Timestamp>, b: Option<Timestamp>, now: Timestamp) -> Option<std::cmp::Ordering> {
     use std::cmp::Ordering;
     match (a, b) {
         (None, None) => None,
@@ -328,21 +268,11 @@ fn newer_first(
     }
 }
 
-fn deletion_order(
-    a: &Pod,
-    rank_a: usize,
-    b: &Pod,
-    rank_b: usize,
-    now: Timestamp,
-) -> std::cmp::Ordering {
+fn deletion_order(a: &Pod, rank_a: usize, b: &Pod, rank_b: usize, now: Timestamp) -> std::cmp::Ordering {
     use std::cmp::Ordering;
     let (na, nb) = (node_name(a), node_name(b));
     if na != nb && (na.is_empty() || nb.is_empty()) {
-        return if na.is_empty() {
-            Ordering::Less
-        } else {
-            Ordering::Greater
-        };
+        return if na.is_empty() { Ordering::Less } else { Ordering::Greater };
     }
     let by_uid = || a.metadata.uid.cmp(&b.metadata.uid);
     phase_rank(a)
@@ -384,23 +314,9 @@ mod tests {
     use crate::sim::testutil::*;
 
     fn run(rs: &ReplicaSet, pods: &[Pod], now: Timestamp) -> ReplicaSetSync {
-        let input = ReplicaSetInput {
-            replica_set: rs,
-            pods: pods.iter().collect(),
-            related_pods: vec![],
-            manage: true,
-        };
-        let mut taken = pods
-            .iter()
-            .filter_map(|p| p.metadata.name.clone())
-            .collect();
-        sync(
-            &input,
-            now,
-            &mut SeededNames::new(1),
-            &mut taken,
-            &mut Recorder::new(now),
-        )
+        let input = ReplicaSetInput { replica_set: rs, pods: pods.iter().collect(), related_pods: vec![], manage: true };
+        let mut taken = pods.iter().filter_map(|p| p.metadata.name.clone()).collect();
+        sync(&input, now, &mut SeededNames::new(1), &mut taken, &mut Recorder::new(now))
     }
 
     #[test]
@@ -419,17 +335,11 @@ mod tests {
         assert_eq!(out.created.len(), 3);
         for p in &pods {
             let name = p.metadata.name.as_deref().unwrap();
-            assert!(
-                name.starts_with("web-abc-") && name.len() == "web-abc-".len() + 5,
-                "{name}"
-            );
+            assert!(name.starts_with("web-abc-") && name.len() == "web-abc-".len() + 5, "{name}");
             assert_eq!(p.metadata.generate_name.as_deref(), Some("web-abc-"));
             assert_eq!(p.metadata.labels.as_ref().unwrap()["app"], "web");
             let owner = &p.metadata.owner_references.as_ref().unwrap()[0];
-            assert_eq!(
-                (owner.kind.as_str(), owner.uid.as_str(), owner.controller),
-                ("ReplicaSet", "uid-web-abc", Some(true))
-            );
+            assert_eq!((owner.kind.as_str(), owner.uid.as_str(), owner.controller), ("ReplicaSet", "uid-web-abc", Some(true)));
             assert_eq!(owner.block_owner_deletion, Some(true));
         }
         let names: BTreeSet<_> = pods.iter().map(|p| p.metadata.name.clone()).collect();
@@ -447,51 +357,20 @@ mod tests {
     #[test]
     fn does_not_manage_without_expectations_met() {
         let rs = ReplicaSet::test("web-abc").replicas(3).build();
-        let input = ReplicaSetInput {
-            replica_set: &rs,
-            pods: vec![],
-            related_pods: vec![],
-            manage: false,
-        };
-        let out = sync(
-            &input,
-            t(0),
-            &mut SeededNames::new(1),
-            &mut BTreeSet::new(),
-            &mut Recorder::new(t(0)),
-        );
+        let input = ReplicaSetInput { replica_set: &rs, pods: vec![], related_pods: vec![], manage: false };
+        let out = sync(&input, t(0), &mut SeededNames::new(1), &mut BTreeSet::new(), &mut Recorder::new(t(0)));
         assert!(out.created.is_empty());
-        assert!(!out
-            .actions
-            .iter()
-            .any(|a| matches!(a, Action::Create(Object::Pod(_)))));
+        assert!(!out.actions.iter().any(|a| matches!(a, Action::Create(Object::Pod(_)))));
     }
 
     #[test]
     fn status_counts_ready_and_available_pods() {
-        let rs = ReplicaSet::test("web-abc")
-            .replicas(3)
-            .min_ready_seconds(10)
-            .generation(4)
-            .build();
+        let rs = ReplicaSet::test("web-abc").replicas(3).min_ready_seconds(10).generation(4).build();
         let pods = vec![
-            Pod::test("a")
-                .owned_by(&rs)
-                .on_node("n1")
-                .ready_at(t(0))
-                .build(),
-            Pod::test("b")
-                .owned_by(&rs)
-                .on_node("n1")
-                .ready_at(t(55))
-                .build(),
+            Pod::test("a").owned_by(&rs).on_node("n1").ready_at(t(0)).build(),
+            Pod::test("b").owned_by(&rs).on_node("n1").ready_at(t(55)).build(),
             Pod::test("c").owned_by(&rs).pending().build(),
-            Pod::test("d")
-                .owned_by(&rs)
-                .on_node("n1")
-                .ready_at(t(0))
-                .deleting()
-                .build(),
+            Pod::test("d").owned_by(&rs).on_node("n1").ready_at(t(0)).deleting().build(),
         ];
         let out = run(&rs, &pods, t(60));
         let status = status_of(&out.actions).unwrap();
@@ -509,11 +388,7 @@ mod tests {
     #[test]
     fn unchanged_status_is_not_written() {
         let rs = ReplicaSet::test("web-abc").replicas(1).build();
-        let pods = vec![Pod::test("a")
-            .owned_by(&rs)
-            .on_node("n1")
-            .ready_at(t(0))
-            .build()];
+        let pods = vec![Pod::test("a").owned_by(&rs).on_node("n1").ready_at(t(0)).build()];
         let first = run(&rs, &pods, t(5));
         let mut rs2 = rs.clone();
         rs2.status = status_of(&first.actions);
@@ -526,48 +401,18 @@ mod tests {
         let rs = ReplicaSet::test("web-abc").replicas(2).build();
         let now = t(10_000);
         let pods = vec![
-            Pod::test("running-old")
-                .owned_by(&rs)
-                .on_node("n1")
-                .ready_at(t(100))
-                .created(t(0))
-                .build(),
-            Pod::test("unscheduled")
-                .owned_by(&rs)
-                .pending()
-                .created(t(50))
-                .build(),
-            Pod::test("running-new")
-                .owned_by(&rs)
-                .on_node("n2")
-                .ready_at(t(9_000))
-                .created(t(8_000))
-                .build(),
-            Pod::test("creating")
-                .owned_by(&rs)
-                .on_node("n2")
-                .container_creating()
-                .created(t(9_990))
-                .build(),
-            Pod::test("not-ready")
-                .owned_by(&rs)
-                .on_node("n1")
-                .running_not_ready()
-                .created(t(1))
-                .build(),
+            Pod::test("running-old").owned_by(&rs).on_node("n1").ready_at(t(100)).created(t(0)).build(),
+            Pod::test("unscheduled").owned_by(&rs).pending().created(t(50)).build(),
+            Pod::test("running-new").owned_by(&rs).on_node("n2").ready_at(t(9_000)).created(t(8_000)).build(),
+            Pod::test("creating").owned_by(&rs).on_node("n2").container_creating().created(t(9_990)).build(),
+            Pod::test("not-ready").owned_by(&rs).on_node("n1").running_not_ready().created(t(1)).build(),
         ];
         let order = |n: usize| {
             let active: Vec<&Pod> = pods.iter().collect();
-            pods_to_delete(&active, &active, n, now)
-                .iter()
-                .map(|p| p.metadata.name.clone().unwrap())
-                .collect::<Vec<_>>()
+            pods_to_delete(&active, &active, n, now).iter().map(|p| p.metadata.name.clone().unwrap()).collect::<Vec<_>>()
         };
         // Unscheduled, then pending, then not ready, then the most recently ready.
-        assert_eq!(
-            order(4),
-            ["unscheduled", "creating", "not-ready", "running-new"]
-        );
+        assert_eq!(order(4), ["unscheduled", "creating", "not-ready", "running-new"]);
         let out = run(&rs, &pods, now);
         let deleted: Vec<_> = out
             .actions
@@ -578,51 +423,24 @@ mod tests {
             })
             .collect();
         assert_eq!(deleted, ["unscheduled", "creating", "not-ready"]);
-        assert_eq!(
-            out.deleted,
-            ["uid-unscheduled", "uid-creating", "uid-not-ready"]
-        );
+        assert_eq!(out.deleted, ["uid-unscheduled", "uid-creating", "uid-not-ready"]);
     }
 
     #[test]
     fn scale_down_prefers_doubled_up_nodes_and_deletion_cost() {
         let rs = ReplicaSet::test("web-abc").replicas(1).build();
         let now = t(10_000);
-        let a = Pod::test("alone")
-            .owned_by(&rs)
-            .on_node("n1")
-            .ready_at(t(100))
-            .created(t(0))
-            .build();
-        let b = Pod::test("crowded")
-            .owned_by(&rs)
-            .on_node("n2")
-            .ready_at(t(100))
-            .created(t(0))
-            .build();
-        let c = Pod::test("crowded2")
-            .owned_by(&rs)
-            .on_node("n2")
-            .ready_at(t(100))
-            .created(t(0))
-            .build();
+        let a = Pod::test("alone").owned_by(&rs).on_node("n1").ready_at(t(100)).created(t(0)).build();
+        let b = Pod::test("crowded").owned_by(&rs).on_node("n2").ready_at(t(100)).created(t(0)).build();
+        let c = Pod::test("crowded2").owned_by(&rs).on_node("n2").ready_at(t(100)).created(t(0)).build();
         let active = vec![&a, &b, &c];
         let victims = pods_to_delete(&active, &active, 1, now);
         assert_eq!(victims[0].metadata.name.as_deref(), Some("crowded"));
 
         let mut cheap = a.clone();
-        cheap.metadata.annotations = Some(BTreeMap::from([(
-            "controller.kubernetes.io/pod-deletion-cost".to_string(),
-            "-5".to_string(),
-        )]));
+        cheap.metadata.annotations = Some(BTreeMap::from([("controller.kubernetes.io/pod-deletion-cost".to_string(), "-5".to_string())]));
         let active = vec![&cheap, &b, &c];
-        assert_eq!(
-            pods_to_delete(&active, &active, 1, now)[0]
-                .metadata
-                .name
-                .as_deref(),
-            Some("alone")
-        );
+        assert_eq!(pods_to_delete(&active, &active, 1, now)[0].metadata.name.as_deref(), Some("alone"));
     }
 
     #[test]
@@ -631,41 +449,14 @@ mod tests {
         // Ready 100s and 90s ago: different times in the same power-of-two bucket of
         // nanoseconds, so the uid decides. Without the log scale "y", Ready and created more
         // recently, would go first.
-        let x = Pod::test("x")
-            .on_node("n")
-            .ready_at(t(100_000 - 100))
-            .created(t(10))
-            .build();
-        let y = Pod::test("y")
-            .on_node("m")
-            .ready_at(t(100_000 - 90))
-            .created(t(99_000))
-            .build();
-        assert_eq!(
-            log_rank(t(100_000 - 100), now),
-            log_rank(t(100_000 - 90), now)
-        );
+        let x = Pod::test("x").on_node("n").ready_at(t(100_000 - 100)).created(t(10)).build();
+        let y = Pod::test("y").on_node("m").ready_at(t(100_000 - 90)).created(t(99_000)).build();
+        assert_eq!(log_rank(t(100_000 - 100), now), log_rank(t(100_000 - 90), now));
         let active = vec![&y, &x];
-        assert_eq!(
-            pods_to_delete(&active, &[], 1, now)[0]
-                .metadata
-                .name
-                .as_deref(),
-            Some("x")
-        );
+        assert_eq!(pods_to_delete(&active, &[], 1, now)[0].metadata.name.as_deref(), Some("x"));
         // Ready 1000s ago is a bucket further: the more recently Ready pod goes first.
-        let z = Pod::test("a-old")
-            .on_node("n")
-            .ready_at(t(100_000 - 1000))
-            .created(t(10))
-            .build();
+        let z = Pod::test("a-old").on_node("n").ready_at(t(100_000 - 1000)).created(t(10)).build();
         let active = vec![&z, &y];
-        assert_eq!(
-            pods_to_delete(&active, &[], 1, now)[0]
-                .metadata
-                .name
-                .as_deref(),
-            Some("y")
-        );
+        assert_eq!(pods_to_delete(&active, &[], 1, now)[0].metadata.name.as_deref(), Some("y"));
     }
 }

@@ -84,13 +84,7 @@ struct NodeState<'a> {
 /// `assumed` maps pods (by `namespace/name`) to the node an earlier pass bound them to,
 /// for bindings the input does not show yet: those pods are not scheduled again and count
 /// against their node.
-pub fn schedule(
-    nodes: &[Node],
-    pods: &[Pod],
-    assumed: &BTreeMap<String, String>,
-    now: Timestamp,
-    rec: &mut Recorder,
-) -> Scheduled {
+pub fn schedule(nodes: &[Node], pods: &[Pod], assumed: &BTreeMap<String, String>, now: Timestamp, rec: &mut Recorder) -> Scheduled {
     let mut out = Scheduled::default();
     let mut states: Vec<NodeState<'_>> = nodes
         .iter()
@@ -107,11 +101,7 @@ pub fn schedule(
 
     let mut pending: Vec<&Pod> = Vec::new();
     for p in pods.iter().filter(|p| !pod::is_terminal(p)) {
-        let bound = p
-            .spec
-            .as_ref()
-            .and_then(|s| s.node_name.as_deref())
-            .filter(|n| !n.is_empty());
+        let bound = p.spec.as_ref().and_then(|s| s.node_name.as_deref()).filter(|n| !n.is_empty());
         let node = bound.or_else(|| assumed.get(&pod::key(p)).map(String::as_str));
         match node {
             Some(node) => {
@@ -119,17 +109,13 @@ pub fn schedule(
                     account(state, p);
                 }
             }
-            None if wants_default_scheduler(p) && p.metadata.deletion_timestamp.is_none() => {
-                pending.push(p)
-            }
+            None if wants_default_scheduler(p) && p.metadata.deletion_timestamp.is_none() => pending.push(p),
             None => {}
         }
     }
     pending.sort_by(|a, b| {
         let created = |p: &Pod| p.metadata.creation_timestamp.as_ref().map(|t| t.0);
-        created(a)
-            .cmp(&created(b))
-            .then_with(|| pod::key(a).cmp(&pod::key(b)))
+        created(a).cmp(&created(b)).then_with(|| pod::key(a).cmp(&pod::key(b)))
     });
 
     for p in pending {
@@ -141,41 +127,25 @@ pub fn schedule(
             }
         };
         if states.is_empty() {
-            unschedulable(
-                &mut out,
-                p,
-                "Unschedulable",
-                "no nodes available to schedule pods".into(),
-                now,
-                rec,
-            );
+            unschedulable(&mut out, p, "Unschedulable", "no nodes available to schedule pods".into(), now, rec);
             continue;
         }
-        let verdicts: Vec<Result<(), Rejection>> =
-            states.iter().map(|s| filter(p, request, s)).collect();
-        let best = verdicts
-            .iter()
-            .enumerate()
-            .filter(|(_, v)| v.is_ok())
-            .map(|(i, _)| i)
-            .max_by(|a, b| {
-                let (sa, sb) = (&states[*a], &states[*b]);
-                let owner = pod::controller_uid(&p.metadata).unwrap_or_default();
-                score(p, sa)
-                    .cmp(&score(p, sb))
-                    .then_with(|| sb.per_owner.get(owner).cmp(&sa.per_owner.get(owner)))
-                    .then_with(|| sb.name.cmp(sa.name))
-            });
+        let verdicts: Vec<Result<(), Rejection>> = states.iter().map(|s| filter(p, request, s)).collect();
+        let best = verdicts.iter().enumerate().filter(|(_, v)| v.is_ok()).map(|(i, _)| i).max_by(|a, b| {
+            let (sa, sb) = (&states[*a], &states[*b]);
+            let owner = pod::controller_uid(&p.metadata).unwrap_or_default();
+            score(p, sa)
+                .cmp(&score(p, sb))
+                .then_with(|| sb.per_owner.get(owner).cmp(&sa.per_owner.get(owner)))
+                .then_with(|| sb.name.cmp(sa.name))
+        });
         match best {
             Some(i) => {
                 let node = states[i].name.to_string();
                 account(&mut states[i], p);
                 let ns = p.metadata.namespace.as_deref().unwrap_or_default();
                 let name = p.metadata.name.as_deref().unwrap_or_default();
-                out.actions.push(Action::Bind {
-                    pod: ObjectRef::from_meta(Kind::Pod, &p.metadata),
-                    node: node.clone(),
-                });
+                out.actions.push(Action::Bind { pod: ObjectRef::from_meta(Kind::Pod, &p.metadata), node: node.clone() });
                 out.actions.push(rec.normal(
                     Kind::Pod,
                     &p.metadata,
@@ -186,16 +156,8 @@ pub fn schedule(
                 out.bindings.push((pod::key(p), node));
             }
             None => {
-                let rejections: Vec<&Rejection> =
-                    verdicts.iter().filter_map(|v| v.as_ref().err()).collect();
-                unschedulable(
-                    &mut out,
-                    p,
-                    "Unschedulable",
-                    fit_error(states.len(), &rejections),
-                    now,
-                    rec,
-                );
+                let rejections: Vec<&Rejection> = verdicts.iter().filter_map(|v| v.as_ref().err()).collect();
+                unschedulable(&mut out, p, "Unschedulable", fit_error(states.len(), &rejections), now, rec);
             }
         }
     }
@@ -203,10 +165,7 @@ pub fn schedule(
 }
 
 fn wants_default_scheduler(p: &Pod) -> bool {
-    p.spec
-        .as_ref()
-        .and_then(|s| s.scheduler_name.as_deref())
-        .is_none_or(|n| n == SCHEDULER_NAME)
+    p.spec.as_ref().and_then(|s| s.scheduler_name.as_deref()).is_none_or(|n| n == SCHEDULER_NAME)
 }
 
 fn account(state: &mut NodeState<'_>, p: &Pod) {
@@ -220,22 +179,14 @@ fn account(state: &mut NodeState<'_>, p: &Pod) {
 
 /// Runs the filters on one node.
 fn filter(p: &Pod, request: Resources, s: &NodeState<'_>) -> Result<(), Rejection> {
-    let unresolvable = |reason| {
-        Err(Rejection {
-            reasons: vec![reason],
-            unresolvable: true,
-        })
-    };
+    let unresolvable = |reason| Err(Rejection { reasons: vec![reason], unresolvable: true });
     if nodes::is_unschedulable(s.node) {
         return unresolvable(REASON_UNSCHEDULABLE);
     }
     let selector = p.spec.as_ref().and_then(|s| s.node_selector.as_ref());
     let labels = s.node.metadata.labels.as_ref();
     if let Some(selector) = selector {
-        if !selector
-            .iter()
-            .all(|(k, v)| labels.and_then(|l| l.get(k)) == Some(v))
-        {
+        if !selector.iter().all(|(k, v)| labels.and_then(|l| l.get(k)) == Some(v)) {
             return unresolvable(REASON_SELECTOR);
         }
     }
@@ -244,29 +195,16 @@ fn filter(p: &Pod, request: Resources, s: &NodeState<'_>) -> Result<(), Rejectio
     if s.requested.pods + 1 > s.allocatable.pods {
         reasons.push(REASON_TOO_MANY_PODS);
     }
-    if request.cpu_millis > 0
-        && request.cpu_millis
-            > s.allocatable
-                .cpu_millis
-                .saturating_sub(s.requested.cpu_millis)
-    {
+    if request.cpu_millis > 0 && request.cpu_millis > s.allocatable.cpu_millis.saturating_sub(s.requested.cpu_millis) {
         reasons.push(REASON_CPU);
     }
-    if request.memory_bytes > 0
-        && request.memory_bytes
-            > s.allocatable
-                .memory_bytes
-                .saturating_sub(s.requested.memory_bytes)
-    {
+    if request.memory_bytes > 0 && request.memory_bytes > s.allocatable.memory_bytes.saturating_sub(s.requested.memory_bytes) {
         reasons.push(REASON_MEMORY);
     }
     if reasons.is_empty() {
         Ok(())
     } else {
-        Err(Rejection {
-            reasons,
-            unresolvable: false,
-        })
+        Err(Rejection { reasons, unresolvable: false })
     }
 }
 
@@ -279,49 +217,24 @@ fn fit_error(node_count: usize, rejections: &[&Rejection]) -> String {
         for reason in &r.reasons {
             *filter_counts.entry(reason).or_default() += 1;
         }
-        *preemption_counts
-            .entry(if r.unresolvable {
-                NOT_HELPFUL
-            } else {
-                NO_VICTIMS
-            })
-            .or_default() += 1;
+        *preemption_counts.entry(if r.unresolvable { NOT_HELPFUL } else { NO_VICTIMS }).or_default() += 1;
     }
-    let preemption = format!(
-        "preemption: 0/{node_count} nodes are available: {}.",
-        histogram(&preemption_counts)
-    );
-    format!(
-        "0/{node_count} nodes are available: {}. {preemption}.",
-        histogram(&filter_counts)
-    )
+    let preemption = format!("preemption: 0/{node_count} nodes are available: {}.", histogram(&preemption_counts));
+    format!("0/{node_count} nodes are available: {}. {preemption}.", histogram(&filter_counts))
 }
 
 /// "N reason" entries sorted as strings (so "10 x" sorts before "2 y"), joined by ", ".
 fn histogram(counts: &BTreeMap<&str, usize>) -> String {
-    let mut entries: Vec<String> = counts
-        .iter()
-        .map(|(reason, n)| format!("{n} {reason}"))
-        .collect();
+    let mut entries: Vec<String> = counts.iter().map(|(reason, n)| format!("{n} {reason}")).collect();
     entries.sort();
     entries.join(", ")
 }
 
 /// Records that the pod cannot be scheduled, unless the pod already says exactly that.
-fn unschedulable(
-    out: &mut Scheduled,
-    p: &Pod,
-    reason: &str,
-    message: String,
-    now: Timestamp,
-    rec: &mut Recorder,
-) {
+fn unschedulable(out: &mut Scheduled, p: &Pod, reason: &str, message: String, now: Timestamp, rec: &mut Recorder) {
     let current = pod::condition(p, "PodScheduled");
-    if current.is_some_and(|c| {
-        c.status == "False"
-            && c.reason.as_deref() == Some(reason)
-            && c.message.as_deref() == Some(message.as_str())
-    }) {
+    if current.is_some_and(|c| c.status == "False" && c.reason.as_deref() == Some(reason) && c.message.as_deref() == Some(message.as_str()))
+    {
         return;
     }
     let transition = match current {
@@ -345,15 +258,8 @@ fn unschedulable(
         Some(c) => *c = condition,
         None => conditions.push(condition),
     }
-    out.actions
-        .push(Action::UpdateStatus(Object::Pod(Box::new(updated))));
-    out.actions.push(rec.warning(
-        Kind::Pod,
-        &p.metadata,
-        component::SCHEDULER,
-        "FailedScheduling",
-        message,
-    ));
+    out.actions.push(Action::UpdateStatus(Object::Pod(Box::new(updated))));
+    out.actions.push(rec.warning(Kind::Pod, &p.metadata, component::SCHEDULER, "FailedScheduling", message));
 }
 
 /// The pod's requests with 100m cpu and 200Mi memory for containers that request none
@@ -363,71 +269,30 @@ fn nonzero_requests(p: &Pod) -> Resources {
         return Resources::new(DEFAULT_MILLI_CPU_REQUEST, DEFAULT_MEMORY_REQUEST, 1);
     };
     let mut spec: PodSpec = spec.clone();
-    for c in spec
-        .containers
-        .iter_mut()
-        .chain(spec.init_containers.iter_mut().flatten())
-    {
-        let r =
-            Resources::from_requests(&c.resources.clone().unwrap_or_default()).unwrap_or_default();
-        let mut requests = c
-            .resources
-            .as_ref()
-            .and_then(|r| r.requests.clone())
-            .unwrap_or_default();
+    for c in spec.containers.iter_mut().chain(spec.init_containers.iter_mut().flatten()) {
+        let r = Resources::from_requests(&c.resources.clone().unwrap_or_default()).unwrap_or_default();
+        let mut requests = c.resources.as_ref().and_then(|r| r.requests.clone()).unwrap_or_default();
         if r.cpu_millis == 0 {
-            requests.insert(
-                "cpu".into(),
-                k8s_openapi::apimachinery::pkg::api::resource::Quantity(format!(
-                    "{DEFAULT_MILLI_CPU_REQUEST}m"
-                )),
-            );
+            requests.insert("cpu".into(), k8s_openapi::apimachinery::pkg::api::resource::Quantity(format!("{DEFAULT_MILLI_CPU_REQUEST}m")));
         }
         if r.memory_bytes == 0 {
-            requests.insert(
-                "memory".into(),
-                k8s_openapi::apimachinery::pkg::api::resource::Quantity(
-                    DEFAULT_MEMORY_REQUEST.to_string(),
-                ),
-            );
+            requests.insert("memory".into(), k8s_openapi::apimachinery::pkg::api::resource::Quantity(DEFAULT_MEMORY_REQUEST.to_string()));
         }
         c.resources.get_or_insert_with(Default::default).requests = Some(requests);
     }
-    Resources::for_pod(&spec).unwrap_or(Resources::new(
-        DEFAULT_MILLI_CPU_REQUEST,
-        DEFAULT_MEMORY_REQUEST,
-        1,
-    ))
+    Resources::for_pod(&spec).unwrap_or(Resources::new(DEFAULT_MILLI_CPU_REQUEST, DEFAULT_MEMORY_REQUEST, 1))
 }
 
 /// LeastAllocated plus BalancedAllocation, each 0–100, as integers like kube-scheduler's.
 fn score(p: &Pod, s: &NodeState<'_>) -> u64 {
     let want = s.nonzero_requested.saturating_add(nonzero_requests(p));
-    let pairs = [
-        (want.cpu_millis, s.allocatable.cpu_millis),
-        (want.memory_bytes, s.allocatable.memory_bytes),
-    ];
+    let pairs = [(want.cpu_millis, s.allocatable.cpu_millis), (want.memory_bytes, s.allocatable.memory_bytes)];
     let least: u64 = pairs
         .iter()
-        .map(|&(requested, capacity)| {
-            if capacity == 0 || requested > capacity {
-                0
-            } else {
-                (capacity - requested) * 100 / capacity
-            }
-        })
+        .map(|&(requested, capacity)| if capacity == 0 || requested > capacity { 0 } else { (capacity - requested) * 100 / capacity })
         .sum::<u64>()
         / 2;
-    let fractions: Vec<f64> = pairs
-        .iter()
-        .map(|&(r, c)| {
-            if c == 0 {
-                1.0
-            } else {
-                (r as f64 / c as f64).min(1.0)
-            }
-        })
-        .collect();
+    let fractions: Vec<f64> = pairs.iter().map(|&(r, c)| if c == 0 { 1.0 } else { (r as f64 / c as f64).min(1.0) }).collect();
     // With two resources the standard deviation is half the difference.
     let std = (fractions[0] - fractions[1]).abs() / 2.0;
     let balanced = ((1.0 - std) * 100.0) as u64;
@@ -444,22 +309,14 @@ mod tests {
     }
 
     fn run(nodes: &[Node], pods: &[Pod]) -> Scheduled {
-        schedule(
-            nodes,
-            pods,
-            &BTreeMap::new(),
-            t(100),
-            &mut Recorder::new(t(100)),
-        )
+        schedule(nodes, pods, &BTreeMap::new(), t(100), &mut Recorder::new(t(100)))
     }
 
     fn message(out: &Scheduled) -> String {
         out.actions
             .iter()
             .find_map(|a| match a {
-                Action::UpdateStatus(Object::Pod(p)) => {
-                    pod::condition(p, "PodScheduled").and_then(|c| c.message.clone())
-                }
+                Action::UpdateStatus(Object::Pod(p)) => pod::condition(p, "PodScheduled").and_then(|c| c.message.clone()),
                 _ => None,
             })
             .expect("an unschedulable condition")
@@ -470,26 +327,14 @@ mod tests {
         let nodes = [node("n1", "2", "4Gi", 110)];
         let p = Pod::test("web-1").requests("500m", "1Gi").build();
         let out = run(&nodes, &[p]);
-        assert_eq!(
-            out.bindings,
-            [("default/web-1".to_string(), "n1".to_string())]
-        );
-        assert!(
-            matches!(&out.actions[0], Action::Bind { pod, node } if pod.name == "web-1" && node == "n1")
-        );
-        assert_eq!(
-            event_messages(&out.actions),
-            ["Successfully assigned default/web-1 to n1"]
-        );
+        assert_eq!(out.bindings, [("default/web-1".to_string(), "n1".to_string())]);
+        assert!(matches!(&out.actions[0], Action::Bind { pod, node } if pod.name == "web-1" && node == "n1"));
+        assert_eq!(event_messages(&out.actions), ["Successfully assigned default/web-1 to n1"]);
     }
 
     #[test]
     fn counts_reasons_per_node_in_the_fit_error() {
-        let nodes = [
-            node("a", "1", "8Gi", 110),
-            node("b", "8", "8Gi", 1),
-            node("c", "8", "8Gi", 1),
-        ];
+        let nodes = [node("a", "1", "8Gi", 110), node("b", "8", "8Gi", 1), node("c", "8", "8Gi", 1)];
         let busy_b = Pod::test("old-b").on_node("b").ready_at(t(0)).build();
         let busy_c = Pod::test("old-c").on_node("c").ready_at(t(0)).build();
         let p = Pod::test("big").requests("2", "1Gi").build();
@@ -509,10 +354,7 @@ mod tests {
                 _ => None,
             })
             .unwrap();
-        assert_eq!(
-            (cond.status.as_str(), cond.reason.as_deref()),
-            ("False", Some("Unschedulable"))
-        );
+        assert_eq!((cond.status.as_str(), cond.reason.as_deref()), ("False", Some("Unschedulable")));
     }
 
     #[test]
@@ -528,16 +370,8 @@ mod tests {
     #[test]
     fn requests_add_up_on_a_node() {
         let nodes = [node("a", "1", "4Gi", 110)];
-        let pods = [
-            Pod::test("p1")
-                .requests("600m", "1Gi")
-                .created(t(1))
-                .build(),
-            Pod::test("p2")
-                .requests("600m", "1Gi")
-                .created(t(2))
-                .build(),
-        ];
+        let pods =
+            [Pod::test("p1").requests("600m", "1Gi").created(t(1)).build(), Pod::test("p2").requests("600m", "1Gi").created(t(2)).build()];
         let out = run(&nodes, &pods);
         // The older pod gets the node; the second no longer fits next to it.
         assert_eq!(out.bindings, [("default/p1".to_string(), "a".to_string())]);
@@ -546,23 +380,11 @@ mod tests {
 
     #[test]
     fn node_selector_and_cordon_are_hard_filters() {
-        let mut cordoned = Node::test("c")
-            .capacity("4", "4Gi", 110)
-            .label("disk", "ssd")
-            .build();
-        cordoned
-            .spec
-            .get_or_insert_with(Default::default)
-            .unschedulable = Some(true);
+        let mut cordoned = Node::test("c").capacity("4", "4Gi", 110).label("disk", "ssd").build();
+        cordoned.spec.get_or_insert_with(Default::default).unschedulable = Some(true);
         let nodes = [
-            Node::test("a")
-                .capacity("4", "4Gi", 110)
-                .label("disk", "hdd")
-                .build(),
-            Node::test("b")
-                .capacity("4", "4Gi", 110)
-                .label("disk", "ssd")
-                .build(),
+            Node::test("a").capacity("4", "4Gi", 110).label("disk", "hdd").build(),
+            Node::test("b").capacity("4", "4Gi", 110).label("disk", "ssd").build(),
             cordoned,
         ];
         let p = Pod::test("p").node_selector("disk", "ssd").build();
@@ -579,17 +401,9 @@ mod tests {
 
     #[test]
     fn mixed_preemption_verdicts() {
-        let nodes = [
-            Node::test("a")
-                .capacity("1", "4Gi", 110)
-                .label("disk", "ssd")
-                .build(),
-            Node::test("b").capacity("4", "4Gi", 110).build(),
-        ];
-        let p = Pod::test("p")
-            .requests("2", "1Gi")
-            .node_selector("disk", "ssd")
-            .build();
+        let nodes =
+            [Node::test("a").capacity("1", "4Gi", 110).label("disk", "ssd").build(), Node::test("b").capacity("4", "4Gi", 110).build()];
+        let p = Pod::test("p").requests("2", "1Gi").node_selector("disk", "ssd").build();
         assert_eq!(
             message(&run(&nodes, &[p])),
             "0/2 nodes are available: 1 Insufficient cpu, 1 node(s) didn't match Pod's node affinity/selector. preemption: 0/2 nodes are available: 1 No preemption victims found for incoming pod, 1 Preemption is not helpful for scheduling.."
@@ -604,10 +418,7 @@ mod tests {
 
     #[test]
     fn no_nodes_at_all() {
-        assert_eq!(
-            message(&run(&[], &[Pod::test("p").build()])),
-            "no nodes available to schedule pods"
-        );
+        assert_eq!(message(&run(&[], &[Pod::test("p").build()])), "no nodes available to schedule pods");
     }
 
     #[test]
@@ -626,18 +437,8 @@ mod tests {
         let second = run(&nodes, std::slice::from_ref(&updated));
         assert!(second.actions.is_empty(), "{:?}", second.actions);
         // A different verdict (the node filled up further) is written, keeping the transition time.
-        let filler = Pod::test("filler")
-            .on_node("a")
-            .requests("0", "900Mi")
-            .ready_at(t(0))
-            .build();
-        let third = schedule(
-            &nodes,
-            &[updated, filler],
-            &BTreeMap::new(),
-            t(200),
-            &mut Recorder::new(t(200)),
-        );
+        let filler = Pod::test("filler").on_node("a").requests("0", "900Mi").ready_at(t(0)).build();
+        let third = schedule(&nodes, &[updated, filler], &BTreeMap::new(), t(200), &mut Recorder::new(t(200)));
         let cond = third
             .actions
             .iter()
@@ -646,40 +447,22 @@ mod tests {
                 _ => None,
             })
             .unwrap();
-        assert!(cond
-            .message
-            .unwrap()
-            .contains("1 Insufficient cpu, 1 Insufficient memory"));
+        assert!(cond.message.unwrap().contains("1 Insufficient cpu, 1 Insufficient memory"));
         assert_eq!(cond.last_transition_time.unwrap().0, t(100));
     }
 
     #[test]
     fn spreads_replicas_over_equal_nodes_and_prefers_free_ones() {
-        let nodes = [
-            node("a", "4", "8Gi", 110),
-            node("b", "4", "8Gi", 110),
-            node("c", "4", "8Gi", 110),
-        ];
+        let nodes = [node("a", "4", "8Gi", 110), node("b", "4", "8Gi", 110), node("c", "4", "8Gi", 110)];
         let rs = k8s_openapi::api::apps::v1::ReplicaSet::test("web-x").build();
-        let pods: Vec<Pod> = (0..3)
-            .map(|i| {
-                Pod::test(&format!("web-{i}"))
-                    .owned_by(&rs)
-                    .requests("1", "1Gi")
-                    .created(t(i))
-                    .build()
-            })
-            .collect();
+        let pods: Vec<Pod> =
+            (0..3).map(|i| Pod::test(&format!("web-{i}")).owned_by(&rs).requests("1", "1Gi").created(t(i)).build()).collect();
         let out = run(&nodes, &pods);
         let used: Vec<&str> = out.bindings.iter().map(|(_, n)| n.as_str()).collect();
         assert_eq!(used, ["a", "b", "c"]);
 
         // A busier node scores lower.
-        let busy = Pod::test("busy")
-            .on_node("a")
-            .requests("3", "1Gi")
-            .ready_at(t(0))
-            .build();
+        let busy = Pod::test("busy").on_node("a").requests("3", "1Gi").ready_at(t(0)).build();
         let out = run(&nodes, &[busy, Pod::test("p").requests("1", "1Gi").build()]);
         assert_eq!(out.bindings[0].1, "b");
     }

@@ -22,9 +22,7 @@ pub const POD_TEMPLATE_HASH_LABEL: &str = "pod-template-hash";
 pub fn fnv32a(bytes: &[u8]) -> u32 {
     const OFFSET: u32 = 0x811c_9dc5;
     const PRIME: u32 = 0x0100_0193;
-    bytes
-        .iter()
-        .fold(OFFSET, |h, b| (h ^ u32::from(*b)).wrapping_mul(PRIME))
+    bytes.iter().fold(OFFSET, |h, b| (h ^ u32::from(*b)).wrapping_mul(PRIME))
 }
 
 /// The template as JSON without the hash label, with empty values dropped.
@@ -83,16 +81,9 @@ mod tests {
 
     fn template(image: &str) -> PodTemplateSpec {
         PodTemplateSpec {
-            metadata: Some(ObjectMeta {
-                labels: Some(BTreeMap::from([("app".to_string(), "web".to_string())])),
-                ..Default::default()
-            }),
+            metadata: Some(ObjectMeta { labels: Some(BTreeMap::from([("app".to_string(), "web".to_string())])), ..Default::default() }),
             spec: Some(PodSpec {
-                containers: vec![Container {
-                    name: "web".into(),
-                    image: Some(image.into()),
-                    ..Default::default()
-                }],
+                containers: vec![Container { name: "web".into(), image: Some(image.into()), ..Default::default() }],
                 ..Default::default()
             }),
         }
@@ -110,30 +101,17 @@ mod tests {
         let h = compute_hash(&template("nginx:1.27"), None);
         assert_eq!(h, compute_hash(&template("nginx:1.27"), None));
         assert!(!h.is_empty() && h.len() <= 10, "{h}");
-        assert!(
-            h.bytes()
-                .all(|c| super::super::names::ALPHANUMS.contains(&c)),
-            "{h}"
-        );
+        assert!(h.bytes().all(|c| super::super::names::ALPHANUMS.contains(&c)), "{h}");
         assert_ne!(h, compute_hash(&template("nginx:1.28"), None));
         assert_ne!(h, compute_hash(&template("nginx:1.27"), Some(1)));
-        assert_ne!(
-            compute_hash(&template("nginx:1.27"), Some(1)),
-            compute_hash(&template("nginx:1.27"), Some(2))
-        );
+        assert_ne!(compute_hash(&template("nginx:1.27"), Some(1)), compute_hash(&template("nginx:1.27"), Some(2)));
     }
 
     #[test]
     fn equality_ignores_the_hash_label_and_empty_values() {
         let a = template("nginx");
         let mut b = a.clone();
-        b.metadata
-            .as_mut()
-            .unwrap()
-            .labels
-            .as_mut()
-            .unwrap()
-            .insert(POD_TEMPLATE_HASH_LABEL.into(), "abc".into());
+        b.metadata.as_mut().unwrap().labels.as_mut().unwrap().insert(POD_TEMPLATE_HASH_LABEL.into(), "abc".into());
         b.metadata.as_mut().unwrap().annotations = Some(BTreeMap::new());
         b.spec.as_mut().unwrap().volumes = Some(vec![]);
         assert!(equal_ignore_hash(&a, &b));

@@ -22,9 +22,7 @@ fn east() -> ClusterDef {
 
 /// One node of 1 cpu / 2Gi and 10 pod slots.
 fn small() -> ClusterDef {
-    cluster(
-        "name: small\nnodes: [{count: 1, cpu: '1', memory: 2Gi, pods: 10}]\nstartupDelay: 300ms",
-    )
+    cluster("name: small\nnodes: [{count: 1, cpu: '1', memory: 2Gi, pods: 10}]\nstartupDelay: 300ms")
 }
 
 fn ms(n: i64) -> SignedDuration {
@@ -47,27 +45,17 @@ fn complete(api: &FakeApi, name: &str) -> bool {
         && n(s.updated_replicas) == want
         && n(s.replicas) == want
         && n(s.available_replicas) == want
-        && util::get_condition(&s, "Progressing").and_then(|c| c.reason.as_deref())
-            == Some(util::reason::NEW_RS_AVAILABLE)
+        && util::get_condition(&s, "Progressing").and_then(|c| c.reason.as_deref()) == Some(util::reason::NEW_RS_AVAILABLE)
 }
 
 fn events_with_reason(api: &FakeApi, reason: &str) -> Vec<String> {
-    api.events
-        .iter()
-        .filter(|e| e.reason.as_deref() == Some(reason))
-        .filter_map(|e| e.message.clone())
-        .collect()
+    api.events.iter().filter(|e| e.reason.as_deref() == Some(reason)).filter_map(|e| e.message.clone()).collect()
 }
 
 #[test]
 fn nodes_are_registered_once() {
     let (api, mut sim) = start(east());
-    let names: Vec<_> = api
-        .state
-        .nodes
-        .iter()
-        .map(|n| n.metadata.name.clone().unwrap())
-        .collect();
+    let names: Vec<_> = api.state.nodes.iter().map(|n| n.metadata.name.clone().unwrap()).collect();
     assert_eq!(names, ["east-worker", "east-worker2"]);
     assert!(sim.reconcile(&api.state, t(1)).actions.is_empty());
 }
@@ -75,13 +63,7 @@ fn nodes_are_registered_once() {
 #[test]
 fn a_deployment_becomes_available() {
     let (mut api, mut sim) = start(east());
-    api.create_deployment(
-        Deployment::test("web")
-            .replicas(3)
-            .requests("500m", "1Gi")
-            .build(),
-        t(1),
-    );
+    api.create_deployment(Deployment::test("web").replicas(3).requests("500m", "1Gi").build(), t(1));
     let (_, wake) = api.settle(&mut sim, t(1));
     // All three pods are bound and starting; the next thing to happen is their start.
     assert_eq!(wake, Some(t(2)));
@@ -89,75 +71,32 @@ fn a_deployment_becomes_available() {
     assert_eq!(pods.len(), 3);
     for p in &pods {
         assert!(p.spec.as_ref().unwrap().node_name.is_some());
-        let waiting = p
-            .status
-            .as_ref()
-            .unwrap()
-            .container_statuses
-            .as_ref()
-            .unwrap()[0]
-            .state
-            .as_ref()
-            .unwrap()
-            .waiting
-            .clone();
-        assert_eq!(
-            waiting.unwrap().reason.as_deref(),
-            Some("ContainerCreating")
-        );
+        let waiting = p.status.as_ref().unwrap().container_statuses.as_ref().unwrap()[0].state.as_ref().unwrap().waiting.clone();
+        assert_eq!(waiting.unwrap().reason.as_deref(), Some("ContainerCreating"));
     }
     let s = api.deployment_status("web");
-    assert_eq!(
-        (s.replicas, s.updated_replicas, s.available_replicas),
-        (Some(3), Some(3), None)
-    );
-    assert_eq!(
-        util::get_condition(&s, "Available").unwrap().status,
-        "False"
-    );
+    assert_eq!((s.replicas, s.updated_replicas, s.available_replicas), (Some(3), Some(3), None));
+    assert_eq!(util::get_condition(&s, "Available").unwrap().status, "False");
 
     let (_, wake) = api.settle(&mut sim, t(2));
     assert_eq!(wake, None, "nothing left to wait for");
     assert!(complete(&api, "web"));
     let s = api.deployment_status("web");
-    assert_eq!(
-        (
-            s.ready_replicas,
-            s.unavailable_replicas,
-            s.observed_generation
-        ),
-        (Some(3), None, Some(1))
-    );
+    assert_eq!((s.ready_replicas, s.unavailable_replicas, s.observed_generation), (Some(3), None, Some(1)));
     assert_eq!(util::get_condition(&s, "Available").unwrap().status, "True");
     for p in api.live_pods() {
         assert_eq!(p.status.as_ref().unwrap().phase.as_deref(), Some("Running"));
-        assert!(p
-            .status
-            .as_ref()
-            .unwrap()
-            .pod_ip
-            .as_deref()
-            .unwrap()
-            .starts_with("10.244."));
+        assert!(p.status.as_ref().unwrap().pod_ip.as_deref().unwrap().starts_with("10.244."));
     }
     // Replicas are spread: both nodes are used.
-    let nodes: BTreeSet<_> = api
-        .live_pods()
-        .iter()
-        .map(|p| p.spec.as_ref().unwrap().node_name.clone().unwrap())
-        .collect();
+    let nodes: BTreeSet<_> = api.live_pods().iter().map(|p| p.spec.as_ref().unwrap().node_name.clone().unwrap()).collect();
     assert_eq!(nodes.len(), 2);
 
     let rs_name = api.state.replicasets[0].metadata.name.clone().unwrap();
-    assert_eq!(
-        events_with_reason(&api, "ScalingReplicaSet"),
-        [format!("Scaled up replica set {rs_name} from 0 to 3")]
-    );
+    assert_eq!(events_with_reason(&api, "ScalingReplicaSet"), [format!("Scaled up replica set {rs_name} from 0 to 3")]);
     assert_eq!(events_with_reason(&api, "SuccessfulCreate").len(), 3);
     assert_eq!(events_with_reason(&api, "Scheduled").len(), 3);
-    assert!(
-        events_with_reason(&api, "Scheduled")[0].starts_with("Successfully assigned default/web-")
-    );
+    assert!(events_with_reason(&api, "Scheduled")[0].starts_with("Successfully assigned default/web-"));
 
     // Settled means idempotent: nothing more to do, now or later.
     assert!(sim.reconcile(&api.state, t(2)).actions.is_empty());
@@ -167,20 +106,12 @@ fn a_deployment_becomes_available() {
 #[test]
 fn rolling_update_with_surge_1_unavailable_0_keeps_full_availability() {
     let (mut api, mut sim) = start(east());
-    let d = Deployment::test("web")
-        .replicas(3)
-        .requests("500m", "1Gi")
-        .rolling(IntOrString::Int(1), IntOrString::Int(0))
-        .build();
+    let d = Deployment::test("web").replicas(3).requests("500m", "1Gi").rolling(IntOrString::Int(1), IntOrString::Int(0)).build();
     api.create_deployment(d, t(0));
-    let mut now = run_until(&mut api, &mut sim, t(0), ms(500), 20, |api, _| {
-        complete(api, "web")
-    });
+    let mut now = run_until(&mut api, &mut sim, t(0), ms(500), 20, |api, _| complete(api, "web"));
     let old_rs = api.state.replicasets[0].metadata.uid.clone();
 
-    api.update_deployment("web", |s| {
-        s.template.spec.as_mut().unwrap().containers[0].image = Some("nginx:1.28".into())
-    });
+    api.update_deployment("web", |s| s.template.spec.as_mut().unwrap().containers[0].image = Some("nginx:1.28".into()));
     let mut max_pods = 0;
     let mut min_available = usize::MAX;
     let mut passes = 0;
@@ -199,19 +130,11 @@ fn rolling_update_with_surge_1_unavailable_0_keeps_full_availability() {
     assert_eq!(max_pods, 4, "never more than replicas + maxSurge pods");
     assert_eq!(min_available, 3, "never fewer than replicas available");
     // The old ReplicaSet is kept (revision history) at zero; all pods are new.
-    let old = api
-        .state
-        .replicasets
-        .iter()
-        .find(|rs| rs.metadata.uid == old_rs)
-        .unwrap();
+    let old = api.state.replicasets.iter().find(|rs| rs.metadata.uid == old_rs).unwrap();
     assert_eq!(util::rs_replicas(old), 0);
     for p in api.live_pods() {
         assert_ne!(pod::controller_uid(&p.metadata), old_rs.as_deref());
-        assert_eq!(
-            p.spec.as_ref().unwrap().containers[0].image.as_deref(),
-            Some("nginx:1.28")
-        );
+        assert_eq!(p.spec.as_ref().unwrap().containers[0].image.as_deref(), Some("nginx:1.28"));
     }
     let scaling = events_with_reason(&api, "ScalingReplicaSet");
     // Up 0→1 on creation, then three down/up pairs.
@@ -221,22 +144,10 @@ fn rolling_update_with_surge_1_unavailable_0_keeps_full_availability() {
 #[test]
 fn default_rolling_update_stays_within_its_bounds() {
     // 10 replicas with the default 25%/25%: at most 13 pods, at least 8 available.
-    let (mut api, mut sim) = start(cluster(
-        "name: big\nnodes: [{count: 3, cpu: '16', memory: 32Gi}]\nstartupDelay: 2s",
-    ));
-    api.create_deployment(
-        Deployment::test("web")
-            .replicas(10)
-            .requests("100m", "128Mi")
-            .build(),
-        t(0),
-    );
-    let mut now = run_until(&mut api, &mut sim, t(0), ms(500), 40, |api, _| {
-        complete(api, "web")
-    });
-    api.update_deployment("web", |s| {
-        s.template.spec.as_mut().unwrap().containers[0].image = Some("nginx:1.28".into())
-    });
+    let (mut api, mut sim) = start(cluster("name: big\nnodes: [{count: 3, cpu: '16', memory: 32Gi}]\nstartupDelay: 2s"));
+    api.create_deployment(Deployment::test("web").replicas(10).requests("100m", "128Mi").build(), t(0));
+    let mut now = run_until(&mut api, &mut sim, t(0), ms(500), 40, |api, _| complete(api, "web"));
+    api.update_deployment("web", |s| s.template.spec.as_mut().unwrap().containers[0].image = Some("nginx:1.28".into()));
     let (mut max_pods, mut min_available) = (0, usize::MAX);
     for _ in 0..1000 {
         if complete(&api, "web") {
@@ -260,12 +171,8 @@ fn default_rolling_update_stays_within_its_bounds() {
 fn recreate_never_mixes_old_and_new_pods() {
     let (mut api, mut sim) = start(east());
     api.create_deployment(Deployment::test("web").replicas(2).recreate().build(), t(0));
-    let mut now = run_until(&mut api, &mut sim, t(0), ms(500), 20, |api, _| {
-        complete(api, "web")
-    });
-    api.update_deployment("web", |s| {
-        s.template.spec.as_mut().unwrap().containers[0].image = Some("nginx:1.28".into())
-    });
+    let mut now = run_until(&mut api, &mut sim, t(0), ms(500), 20, |api, _| complete(api, "web"));
+    api.update_deployment("web", |s| s.template.spec.as_mut().unwrap().containers[0].image = Some("nginx:1.28".into()));
     for _ in 0..200 {
         if complete(&api, "web") {
             break;
@@ -276,11 +183,7 @@ fn recreate_never_mixes_old_and_new_pods() {
             continue;
         }
         api.apply(&out.actions, now);
-        let images: BTreeSet<_> = api
-            .live_pods()
-            .iter()
-            .map(|p| p.spec.as_ref().unwrap().containers[0].image.clone())
-            .collect();
+        let images: BTreeSet<_> = api.live_pods().iter().map(|p| p.spec.as_ref().unwrap().containers[0].image.clone()).collect();
         assert!(images.len() <= 1, "old and new pods at once: {images:?}");
     }
     assert!(complete(&api, "web"));
@@ -289,91 +192,50 @@ fn recreate_never_mixes_old_and_new_pods() {
 #[test]
 fn pods_that_do_not_fit_stay_pending_and_the_deadline_passes() {
     let (mut api, mut sim) = start(small());
-    api.create_deployment(
-        Deployment::test("web")
-            .replicas(3)
-            .requests("400m", "256Mi")
-            .progress_deadline(60)
-            .build(),
-        t(0),
-    );
-    run_until(&mut api, &mut sim, t(0), ms(500), 10, |api, _| {
-        api.deployment_status("web").available_replicas == Some(2)
-    });
-    let pending: Vec<_> = api
-        .live_pods()
-        .into_iter()
-        .filter(|p| p.spec.as_ref().unwrap().node_name.is_none())
-        .collect();
+    api.create_deployment(Deployment::test("web").replicas(3).requests("400m", "256Mi").progress_deadline(60).build(), t(0));
+    run_until(&mut api, &mut sim, t(0), ms(500), 10, |api, _| api.deployment_status("web").available_replicas == Some(2));
+    let pending: Vec<_> = api.live_pods().into_iter().filter(|p| p.spec.as_ref().unwrap().node_name.is_none()).collect();
     assert_eq!(pending.len(), 1);
     let cond = pod::condition(pending[0], "PodScheduled").unwrap();
-    assert_eq!(
-        (cond.status.as_str(), cond.reason.as_deref()),
-        ("False", Some("Unschedulable"))
-    );
+    assert_eq!((cond.status.as_str(), cond.reason.as_deref()), ("False", Some("Unschedulable")));
     let msg = "0/1 nodes are available: 1 Insufficient cpu. preemption: 0/1 nodes are available: 1 No preemption victims found for incoming pod..";
     assert_eq!(cond.message.as_deref(), Some(msg));
     // One FailedScheduling event, not one per pass.
     assert_eq!(events_with_reason(&api, "FailedScheduling"), [msg]);
 
     let s = api.deployment_status("web");
-    assert_eq!(
-        (s.replicas, s.available_replicas, s.unavailable_replicas),
-        (Some(3), Some(2), Some(1))
-    );
-    assert_eq!(
-        util::get_condition(&s, "Available").unwrap().status,
-        "False"
-    );
+    assert_eq!((s.replicas, s.available_replicas, s.unavailable_replicas), (Some(3), Some(2), Some(1)));
+    assert_eq!(util::get_condition(&s, "Available").unwrap().status, "False");
     let progressing = util::get_condition(&s, "Progressing").unwrap();
-    assert_eq!(
-        progressing.reason.as_deref(),
-        Some(util::reason::RS_UPDATED)
-    );
+    assert_eq!(progressing.reason.as_deref(), Some(util::reason::RS_UPDATED));
 
     // Nothing moves until the progress deadline, which the simulator asks to be woken for.
     let last_progress = progressing.last_update_time.clone().unwrap().0;
     let (_, wake) = api.settle(&mut sim, last_progress + SignedDuration::from_secs(30));
     assert_eq!(wake, Some(last_progress + SignedDuration::from_secs(61)));
     api.settle(&mut sim, wake.unwrap());
-    let p = util::get_condition(&api.deployment_status("web"), "Progressing")
-        .cloned()
-        .unwrap();
-    assert_eq!(
-        (p.status.as_str(), p.reason.as_deref()),
-        ("False", Some(util::reason::TIMED_OUT))
-    );
+    let p = util::get_condition(&api.deployment_status("web"), "Progressing").cloned().unwrap();
+    assert_eq!((p.status.as_str(), p.reason.as_deref()), ("False", Some(util::reason::TIMED_OUT)));
 
     // Freeing room lets the pod run.
     api.update_deployment("web", |s| s.replicas = Some(2));
     let now = wake.unwrap() + SignedDuration::from_secs(1);
     api.settle(&mut sim, now);
     assert_eq!(api.live_pods().len(), 2);
-    assert!(
-        api.live_pods()
-            .iter()
-            .all(|p| p.spec.as_ref().unwrap().node_name.is_some()),
-        "the pending pod is deleted first"
-    );
+    assert!(api.live_pods().iter().all(|p| p.spec.as_ref().unwrap().node_name.is_some()), "the pending pod is deleted first");
 }
 
 #[test]
 fn scaling_down_removes_pods_and_scaling_up_adds_them() {
     let (mut api, mut sim) = start(east());
     api.create_deployment(Deployment::test("web").replicas(4).build(), t(0));
-    run_until(&mut api, &mut sim, t(0), ms(500), 20, |api, _| {
-        complete(api, "web")
-    });
+    run_until(&mut api, &mut sim, t(0), ms(500), 20, |api, _| complete(api, "web"));
     api.update_deployment("web", |s| s.replicas = Some(1));
-    let now = run_until(&mut api, &mut sim, t(10), ms(500), 10, |api, _| {
-        complete(api, "web")
-    });
+    let now = run_until(&mut api, &mut sim, t(10), ms(500), 10, |api, _| complete(api, "web"));
     assert_eq!(api.live_pods().len(), 1);
     assert_eq!(events_with_reason(&api, "SuccessfulDelete").len(), 3);
     api.update_deployment("web", |s| s.replicas = Some(5));
-    run_until(&mut api, &mut sim, now, ms(500), 10, |api, _| {
-        complete(api, "web")
-    });
+    run_until(&mut api, &mut sim, now, ms(500), 10, |api, _| complete(api, "web"));
     assert_eq!(api.live_pods().len(), 5);
     let rs = &api.state.replicasets[0].metadata.name;
     let scaling = events_with_reason(&api, "ScalingReplicaSet");
@@ -392,19 +254,9 @@ fn scaling_down_removes_pods_and_scaling_up_adds_them() {
 fn node_selectors_pick_nodes() {
     let def = cluster("name: mixed\nnodes: [{count: 1, cpu: '2', memory: 4Gi, labels: {disk: ssd}}, {count: 1, cpu: '2', memory: 4Gi}]");
     let (mut api, mut sim) = start(def);
-    api.create_deployment(
-        Deployment::test("db")
-            .replicas(2)
-            .node_selector("disk", "ssd")
-            .build(),
-        t(0),
-    );
+    api.create_deployment(Deployment::test("db").replicas(2).node_selector("disk", "ssd").build(), t(0));
     api.settle(&mut sim, t(0));
-    let nodes: BTreeSet<_> = api
-        .live_pods()
-        .iter()
-        .filter_map(|p| p.spec.as_ref().unwrap().node_name.clone())
-        .collect();
+    let nodes: BTreeSet<_> = api.live_pods().iter().filter_map(|p| p.spec.as_ref().unwrap().node_name.clone()).collect();
     assert_eq!(nodes, BTreeSet::from(["mixed-worker".to_string()]));
 }
 
@@ -413,18 +265,10 @@ fn graceful_pod_deletion_is_finished_by_the_kubelet() {
     let (mut api, mut sim) = start(east());
     api.graceful_pod_deletion = true;
     api.create_deployment(Deployment::test("web").replicas(2).build(), t(0));
-    run_until(&mut api, &mut sim, t(0), ms(500), 20, |api, _| {
-        complete(api, "web")
-    });
+    run_until(&mut api, &mut sim, t(0), ms(500), 20, |api, _| complete(api, "web"));
     api.update_deployment("web", |s| s.replicas = Some(1));
-    run_until(&mut api, &mut sim, t(10), ms(500), 10, |api, _| {
-        complete(api, "web")
-    });
-    assert_eq!(
-        api.state.pods.len(),
-        1,
-        "the deleted pod is gone, not left terminating"
-    );
+    run_until(&mut api, &mut sim, t(10), ms(500), 10, |api, _| complete(api, "web"));
+    assert_eq!(api.state.pods.len(), 1, "the deleted pod is gone, not left terminating");
 }
 
 #[test]
@@ -455,32 +299,21 @@ fn unapplied_creates_are_not_repeated_until_forgotten() {
     // Create the ReplicaSet, but do not apply anything after that.
     let first = sim.reconcile(&api.state, t(0));
     api.apply(&first.actions, t(0));
-    let creates = |out: &Reconciled| {
-        out.actions
-            .iter()
-            .filter(|a| matches!(a, Action::Create(Object::Pod(_))))
-            .cloned()
-            .collect::<Vec<_>>()
-    };
+    let creates =
+        |out: &Reconciled| out.actions.iter().filter(|a| matches!(a, Action::Create(Object::Pod(_)))).cloned().collect::<Vec<_>>();
     let second = sim.reconcile(&api.state, t(0));
     assert_eq!(creates(&second).len(), 2);
     // The pods did not show up: the controller waits for them instead of asking again.
     let third = sim.reconcile(&api.state, t(1));
     assert!(creates(&third).is_empty());
-    assert_eq!(
-        third.next_wakeup,
-        Some(t(0) + replicaset::EXPECTATIONS_TIMEOUT)
-    );
+    assert_eq!(third.next_wakeup, Some(t(0) + replicaset::EXPECTATIONS_TIMEOUT));
     // Forgetting one of two failed creates is not enough: the other is still awaited.
     sim.forget(&creates(&second)[0]);
     assert!(creates(&sim.reconcile(&api.state, t(2))).is_empty());
     sim.forget(&creates(&second)[1]);
     let retried = creates(&sim.reconcile(&api.state, t(3)));
     assert_eq!(retried.len(), 2);
-    assert!(
-        retried.iter().all(|a| !creates(&second).contains(a)),
-        "new names"
-    );
+    assert!(retried.iter().all(|a| !creates(&second).contains(a)), "new names");
     // Unreported and unseen creates are retried once the expectations time out.
     let later = t(3) + replicaset::EXPECTATIONS_TIMEOUT;
     assert!(creates(&sim.reconcile(&api.state, later - ms(1000))).is_empty());
@@ -490,68 +323,32 @@ fn unapplied_creates_are_not_repeated_until_forgotten() {
 #[test]
 fn unapplied_bindings_are_assumed() {
     let (mut api, mut sim) = start(small());
-    api.create_deployment(
-        Deployment::test("web")
-            .replicas(3)
-            .requests("400m", "64Mi")
-            .build(),
-        t(0),
-    );
+    api.create_deployment(Deployment::test("web").replicas(3).requests("400m", "64Mi").build(), t(0));
     // Apply everything except bindings.
     for _ in 0..5 {
         let out = sim.reconcile(&api.state, t(0));
-        let not_binds: Vec<Action> = out
-            .actions
-            .into_iter()
-            .filter(|a| !matches!(a, Action::Bind { .. }))
-            .collect();
+        let not_binds: Vec<Action> = out.actions.into_iter().filter(|a| !matches!(a, Action::Bind { .. })).collect();
         api.apply(&not_binds, t(0));
     }
     let out = sim.reconcile(&api.state, t(1));
-    assert!(
-        !out.actions.iter().any(|a| matches!(a, Action::Bind { .. })),
-        "bindings are not repeated"
-    );
+    assert!(!out.actions.iter().any(|a| matches!(a, Action::Bind { .. })), "bindings are not repeated");
     let binds_after_timeout = sim.reconcile(&api.state, t(0) + ASSUME_TIMEOUT);
     // Two pods fit on the 1-cpu node; the third was found unschedulable.
-    assert_eq!(
-        binds_after_timeout
-            .actions
-            .iter()
-            .filter(|a| matches!(a, Action::Bind { .. }))
-            .count(),
-        2
-    );
+    assert_eq!(binds_after_timeout.actions.iter().filter(|a| matches!(a, Action::Bind { .. })).count(), 2);
 }
 
 #[test]
 fn pod_names_are_unique_across_passes() {
     let (mut api, mut sim) = start(east());
-    api.create_deployment(
-        Deployment::test("web")
-            .replicas(30)
-            .requests("10m", "10Mi")
-            .build(),
-        t(0),
-    );
+    api.create_deployment(Deployment::test("web").replicas(30).requests("10m", "10Mi").build(), t(0));
     api.settle(&mut sim, t(0));
-    let names: BTreeSet<_> = api
-        .state
-        .pods
-        .iter()
-        .map(|p| p.metadata.name.clone())
-        .collect();
+    let names: BTreeSet<_> = api.state.pods.iter().map(|p| p.metadata.name.clone()).collect();
     assert_eq!(names.len(), 30);
     let per_node: BTreeMap<_, usize> = api.state.pods.iter().fold(BTreeMap::new(), |mut m, p| {
-        *m.entry(p.spec.as_ref().unwrap().node_name.clone())
-            .or_default() += 1;
+        *m.entry(p.spec.as_ref().unwrap().node_name.clone()).or_default() += 1;
         m
     });
-    assert_eq!(
-        per_node.values().copied().collect::<Vec<_>>(),
-        [15, 15],
-        "equal nodes share the pods"
-    );
+    assert_eq!(per_node.values().copied().collect::<Vec<_>>(), [15, 15], "equal nodes share the pods");
 }
 
 #[test]
@@ -562,12 +359,7 @@ fn clusters_name_pods_differently() {
         api.settle(&mut sim, t(0));
         api.state.pods[0].metadata.name.clone().unwrap()
     };
-    assert_ne!(
-        first_pod(east()),
-        first_pod(cluster(
-            "name: west\nnodes: [{count: 2, cpu: '4', memory: 8Gi}]"
-        ))
-    );
+    assert_ne!(first_pod(east()), first_pod(cluster("name: west\nnodes: [{count: 2, cpu: '4', memory: 8Gi}]")));
 }
 
 #[test]
@@ -579,22 +371,14 @@ fn startup_delay_counts_from_the_first_status_not_the_whole_second() {
     let (actions, wake) = api.settle(&mut sim, now);
     let p = &api.live_pods()[0];
     assert_eq!(p.status.as_ref().unwrap().phase.as_deref(), Some("Pending"));
-    assert_eq!(
-        p.status.as_ref().unwrap().start_time.as_ref().unwrap().0,
-        t(0)
-    );
+    assert_eq!(p.status.as_ref().unwrap().start_time.as_ref().unwrap().0, t(0));
     assert_eq!(wake, Some(now + ms(300)));
-    assert!(actions
-        .iter()
-        .any(|a| matches!(a, Action::UpdateStatus(Object::Pod(_)))));
+    assert!(actions.iter().any(|a| matches!(a, Action::UpdateStatus(Object::Pod(_)))));
     // Still starting 299ms later.
     assert!(sim.reconcile(&api.state, now + ms(299)).actions.is_empty());
     let (_, wake) = api.settle(&mut sim, now + ms(300));
     assert_eq!(wake, None);
-    assert_eq!(
-        api.live_pods()[0].status.as_ref().unwrap().phase.as_deref(),
-        Some("Running")
-    );
+    assert_eq!(api.live_pods()[0].status.as_ref().unwrap().phase.as_deref(), Some("Running"));
 }
 
 #[test]
@@ -604,13 +388,7 @@ fn a_restarted_simulator_falls_back_to_start_time() {
     api.settle(&mut sim, t(0) + ms(500));
     // A new simulator does not know the exact start: it counts from startTime, t(0).
     let mut fresh = Simulator::new(east());
-    assert!(fresh
-        .reconcile(&api.state, t(0) + ms(999))
-        .actions
-        .is_empty());
+    assert!(fresh.reconcile(&api.state, t(0) + ms(999)).actions.is_empty());
     api.settle(&mut fresh, t(1));
-    assert_eq!(
-        api.live_pods()[0].status.as_ref().unwrap().phase.as_deref(),
-        Some("Running")
-    );
+    assert_eq!(api.live_pods()[0].status.as_ref().unwrap().phase.as_deref(), Some("Running"));
 }

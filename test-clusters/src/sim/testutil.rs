@@ -6,12 +6,10 @@ use std::collections::BTreeMap;
 
 use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::api::apps::v1::{
-    Deployment, DeploymentSpec, DeploymentStatus, DeploymentStrategy, ReplicaSet, ReplicaSetSpec,
-    ReplicaSetStatus, RollingUpdateDeployment,
+    Deployment, DeploymentSpec, DeploymentStatus, DeploymentStrategy, ReplicaSet, ReplicaSetSpec, ReplicaSetStatus, RollingUpdateDeployment,
 };
 use k8s_openapi::api::core::v1::{
-    Container, Event, Node, NodeAddress, NodeSpec, NodeStatus, Pod, PodSpec, PodStatus,
-    PodTemplateSpec, ResourceRequirements,
+    Container, Event, Node, NodeAddress, NodeSpec, NodeStatus, Pod, PodSpec, PodStatus, PodTemplateSpec, ResourceRequirements,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, Time};
@@ -69,19 +67,12 @@ fn labels(app: &str) -> BTreeMap<String, String> {
 }
 
 fn container(image: &str) -> Container {
-    Container {
-        name: "web".into(),
-        image: Some(image.into()),
-        ..Default::default()
-    }
+    Container { name: "web".into(), image: Some(image.into()), ..Default::default() }
 }
 
 fn requirements(cpu: &str, mem: &str) -> ResourceRequirements {
     ResourceRequirements {
-        requests: Some(BTreeMap::from([
-            ("cpu".to_string(), Quantity(cpu.into())),
-            ("memory".to_string(), Quantity(mem.into())),
-        ])),
+        requests: Some(BTreeMap::from([("cpu".to_string(), Quantity(cpu.into())), ("memory".to_string(), Quantity(mem.into()))])),
         ..Default::default()
     }
 }
@@ -93,26 +84,13 @@ impl Test for Deployment {
     type Builder = DeploymentBuilder;
     fn test(name: &str) -> DeploymentBuilder {
         DeploymentBuilder(Deployment {
-            metadata: ObjectMeta {
-                creation_timestamp: None,
-                generation: Some(1),
-                ..meta(name)
-            },
+            metadata: ObjectMeta { creation_timestamp: None, generation: Some(1), ..meta(name) },
             spec: Some(DeploymentSpec {
                 replicas: Some(1),
-                selector: LabelSelector {
-                    match_labels: Some(labels(name)),
-                    ..Default::default()
-                },
+                selector: LabelSelector { match_labels: Some(labels(name)), ..Default::default() },
                 template: PodTemplateSpec {
-                    metadata: Some(ObjectMeta {
-                        labels: Some(labels(name)),
-                        ..Default::default()
-                    }),
-                    spec: Some(PodSpec {
-                        containers: vec![container("nginx:1.27")],
-                        ..Default::default()
-                    }),
+                    metadata: Some(ObjectMeta { labels: Some(labels(name)), ..Default::default() }),
+                    spec: Some(PodSpec { containers: vec![container("nginx:1.27")], ..Default::default() }),
                 },
                 ..Default::default()
             }),
@@ -142,19 +120,13 @@ impl DeploymentBuilder {
     pub fn rolling(mut self, max_surge: IntOrString, max_unavailable: IntOrString) -> Self {
         self.spec().strategy = Some(DeploymentStrategy {
             type_: Some("RollingUpdate".into()),
-            rolling_update: Some(RollingUpdateDeployment {
-                max_surge: Some(max_surge),
-                max_unavailable: Some(max_unavailable),
-            }),
+            rolling_update: Some(RollingUpdateDeployment { max_surge: Some(max_surge), max_unavailable: Some(max_unavailable) }),
         });
         self
     }
     /// The Recreate strategy.
     pub fn recreate(mut self) -> Self {
-        self.spec().strategy = Some(DeploymentStrategy {
-            type_: Some("Recreate".into()),
-            rolling_update: None,
-        });
+        self.spec().strategy = Some(DeploymentStrategy { type_: Some("Recreate".into()), rolling_update: None });
         self
     }
     /// `spec.minReadySeconds`.
@@ -174,10 +146,7 @@ impl DeploymentBuilder {
     }
     /// A `nodeSelector` entry.
     pub fn node_selector(mut self, k: &str, v: &str) -> Self {
-        self.pod_spec()
-            .node_selector
-            .get_or_insert_with(BTreeMap::new)
-            .insert(k.into(), v.into());
+        self.pod_spec().node_selector.get_or_insert_with(BTreeMap::new).insert(k.into(), v.into());
         self
     }
     /// The Deployment.
@@ -196,19 +165,10 @@ impl Test for ReplicaSet {
             metadata: meta(name),
             spec: Some(ReplicaSetSpec {
                 replicas: Some(1),
-                selector: LabelSelector {
-                    match_labels: Some(labels("web")),
-                    ..Default::default()
-                },
+                selector: LabelSelector { match_labels: Some(labels("web")), ..Default::default() },
                 template: Some(PodTemplateSpec {
-                    metadata: Some(ObjectMeta {
-                        labels: Some(labels("web")),
-                        ..Default::default()
-                    }),
-                    spec: Some(PodSpec {
-                        containers: vec![container("nginx:1.27")],
-                        ..Default::default()
-                    }),
+                    metadata: Some(ObjectMeta { labels: Some(labels("web")), ..Default::default() }),
+                    spec: Some(PodSpec { containers: vec![container("nginx:1.27")], ..Default::default() }),
                 }),
                 ..Default::default()
             }),
@@ -246,18 +206,9 @@ impl Test for Pod {
     type Builder = PodBuilder;
     fn test(name: &str) -> PodBuilder {
         PodBuilder(Pod {
-            metadata: ObjectMeta {
-                labels: Some(labels("web")),
-                ..meta(name)
-            },
-            spec: Some(PodSpec {
-                containers: vec![container("nginx:1.27")],
-                ..Default::default()
-            }),
-            status: Some(PodStatus {
-                phase: Some("Pending".into()),
-                ..Default::default()
-            }),
+            metadata: ObjectMeta { labels: Some(labels("web")), ..meta(name) },
+            spec: Some(PodSpec { containers: vec![container("nginx:1.27")], ..Default::default() }),
+            status: Some(PodStatus { phase: Some("Pending".into()), ..Default::default() }),
         })
     }
 }
@@ -268,11 +219,7 @@ impl PodBuilder {
     }
     /// Controlled by the ReplicaSet.
     pub fn owned_by(mut self, rs: &ReplicaSet) -> Self {
-        self.0.metadata.owner_references = Some(vec![pod::controller_ref(
-            "apps/v1",
-            "ReplicaSet",
-            &rs.metadata,
-        )]);
+        self.0.metadata.owner_references = Some(vec![pod::controller_ref("apps/v1", "ReplicaSet", &rs.metadata)]);
         self
     }
     /// Bound to the node.
@@ -292,22 +239,16 @@ impl PodBuilder {
     }
     /// An extra init container.
     pub fn init_container(mut self, name: &str, image: &str) -> Self {
-        self.spec()
-            .init_containers
-            .get_or_insert_with(Vec::new)
-            .push(Container {
-                name: name.into(),
-                image: Some(image.into()),
-                ..Default::default()
-            });
+        self.spec().init_containers.get_or_insert_with(Vec::new).push(Container {
+            name: name.into(),
+            image: Some(image.into()),
+            ..Default::default()
+        });
         self
     }
     /// A `nodeSelector` entry.
     pub fn node_selector(mut self, k: &str, v: &str) -> Self {
-        self.spec()
-            .node_selector
-            .get_or_insert_with(BTreeMap::new)
-            .insert(k.into(), v.into());
+        self.spec().node_selector.get_or_insert_with(BTreeMap::new).insert(k.into(), v.into());
         self
     }
     /// `metadata.creationTimestamp`.
@@ -317,38 +258,26 @@ impl PodBuilder {
     }
     /// Running and Ready since `at`.
     pub fn ready_at(mut self, at: Timestamp) -> Self {
-        self.0.status = Some(PodStatus {
-            phase: Some("Running".into()),
-            conditions: Some(vec![cond("Ready", "True", at)]),
-            ..Default::default()
-        });
+        self.0.status =
+            Some(PodStatus { phase: Some("Running".into()), conditions: Some(vec![cond("Ready", "True", at)]), ..Default::default() });
         self
     }
     /// Running but not Ready.
     pub fn running_not_ready(mut self) -> Self {
-        self.0.status = Some(PodStatus {
-            phase: Some("Running".into()),
-            conditions: Some(vec![cond("Ready", "False", t(0))]),
-            ..Default::default()
-        });
+        self.0.status =
+            Some(PodStatus { phase: Some("Running".into()), conditions: Some(vec![cond("Ready", "False", t(0))]), ..Default::default() });
         self
     }
     /// Bound but still starting.
     pub fn container_creating(mut self) -> Self {
-        self.0.status = Some(PodStatus {
-            phase: Some("Pending".into()),
-            conditions: Some(vec![cond("Ready", "False", t(0))]),
-            ..Default::default()
-        });
+        self.0.status =
+            Some(PodStatus { phase: Some("Pending".into()), conditions: Some(vec![cond("Ready", "False", t(0))]), ..Default::default() });
         self
     }
     /// Not bound to any node.
     pub fn pending(mut self) -> Self {
         self.spec().node_name = None;
-        self.0.status = Some(PodStatus {
-            phase: Some("Pending".into()),
-            ..Default::default()
-        });
+        self.0.status = Some(PodStatus { phase: Some("Pending".into()), ..Default::default() });
         self
     }
     /// The phase.
@@ -385,21 +314,12 @@ impl Test for Node {
         NodeBuilder(Node {
             metadata: ObjectMeta {
                 name: Some(name.into()),
-                labels: Some(BTreeMap::from([(
-                    "kubernetes.io/hostname".to_string(),
-                    name.to_string(),
-                )])),
+                labels: Some(BTreeMap::from([("kubernetes.io/hostname".to_string(), name.to_string())])),
                 ..Default::default()
             },
-            spec: Some(NodeSpec {
-                pod_cidr: Some("10.244.1.0/24".into()),
-                ..Default::default()
-            }),
+            spec: Some(NodeSpec { pod_cidr: Some("10.244.1.0/24".into()), ..Default::default() }),
             status: Some(NodeStatus {
-                addresses: Some(vec![NodeAddress {
-                    type_: "InternalIP".into(),
-                    address: "10.89.0.2".into(),
-                }]),
+                addresses: Some(vec![NodeAddress { type_: "InternalIP".into(), address: "10.89.0.2".into() }]),
                 ..Default::default()
             }),
         })
@@ -421,11 +341,7 @@ impl NodeBuilder {
     }
     /// A label.
     pub fn label(mut self, k: &str, v: &str) -> Self {
-        self.0
-            .metadata
-            .labels
-            .get_or_insert_with(BTreeMap::new)
-            .insert(k.into(), v.into());
+        self.0.metadata.labels.get_or_insert_with(BTreeMap::new).insert(k.into(), v.into());
         self
     }
     /// The Node.
@@ -462,12 +378,7 @@ impl FakeApi {
 
     /// Replaces a Deployment's spec as `kubectl apply` would, bumping the generation if it changed.
     pub fn update_deployment(&mut self, name: &str, f: impl FnOnce(&mut DeploymentSpec)) {
-        let d = self
-            .state
-            .deployments
-            .iter_mut()
-            .find(|d| d.metadata.name.as_deref() == Some(name))
-            .expect("deployment");
+        let d = self.state.deployments.iter_mut().find(|d| d.metadata.name.as_deref() == Some(name)).expect("deployment");
         let before = d.spec.clone();
         f(d.spec.as_mut().unwrap());
         if d.spec != before {
@@ -477,11 +388,7 @@ impl FakeApi {
 
     /// The named Deployment.
     pub fn deployment(&self, name: &str) -> &Deployment {
-        self.state
-            .deployments
-            .iter()
-            .find(|d| d.metadata.name.as_deref() == Some(name))
-            .expect("deployment")
+        self.state.deployments.iter().find(|d| d.metadata.name.as_deref() == Some(name)).expect("deployment")
     }
 
     /// The Deployment's status (default when unset).
@@ -508,24 +415,14 @@ impl FakeApi {
         match action {
             Action::Create(object) => match object.clone() {
                 Object::Node(mut n) => {
-                    if self
-                        .state
-                        .nodes
-                        .iter()
-                        .all(|x| x.metadata.name != n.metadata.name)
-                    {
+                    if self.state.nodes.iter().all(|x| x.metadata.name != n.metadata.name) {
                         self.stamp(&mut n.metadata, now);
                         n.metadata.namespace = None;
                         self.state.nodes.push(*n);
                     }
                 }
                 Object::ReplicaSet(mut rs) => {
-                    if self
-                        .state
-                        .replicasets
-                        .iter()
-                        .all(|x| x.metadata.name != rs.metadata.name)
-                    {
+                    if self.state.replicasets.iter().all(|x| x.metadata.name != rs.metadata.name) {
                         self.stamp(&mut rs.metadata, now);
                         rs.metadata.generation = Some(1);
                         rs.status = None;
@@ -533,12 +430,7 @@ impl FakeApi {
                     }
                 }
                 Object::Pod(mut p) => {
-                    if self
-                        .state
-                        .pods
-                        .iter()
-                        .all(|x| x.metadata.name != p.metadata.name)
-                    {
+                    if self.state.pods.iter().all(|x| x.metadata.name != p.metadata.name) {
                         self.stamp(&mut p.metadata, now);
                         self.state.pods.push(*p);
                     }
@@ -550,17 +442,8 @@ impl FakeApi {
                 }
             },
             Action::Patch { target, patch } => {
-                assert_eq!(
-                    target.kind,
-                    Kind::ReplicaSet,
-                    "only ReplicaSets are patched"
-                );
-                if let Some(rs) = self
-                    .state
-                    .replicasets
-                    .iter_mut()
-                    .find(|x| x.metadata.name.as_deref() == Some(target.name.as_str()))
-                {
+                assert_eq!(target.kind, Kind::ReplicaSet, "only ReplicaSets are patched");
+                if let Some(rs) = self.state.replicasets.iter_mut().find(|x| x.metadata.name.as_deref() == Some(target.name.as_str())) {
                     let before = rs.spec.clone();
                     let mut value = serde_json::to_value(&*rs).unwrap();
                     merge_patch(&mut value, patch);
@@ -572,60 +455,37 @@ impl FakeApi {
             }
             Action::UpdateStatus(object) => match object {
                 Object::Deployment(d) => {
-                    if let Some(x) = self
-                        .state
-                        .deployments
-                        .iter_mut()
-                        .find(|x| x.metadata.uid == d.metadata.uid)
-                    {
+                    if let Some(x) = self.state.deployments.iter_mut().find(|x| x.metadata.uid == d.metadata.uid) {
                         x.status = d.status.clone();
                         // The status strategy keeps annotations from the request.
                         x.metadata.annotations = d.metadata.annotations.clone();
                     }
                 }
                 Object::ReplicaSet(rs) => {
-                    if let Some(x) = self
-                        .state
-                        .replicasets
-                        .iter_mut()
-                        .find(|x| x.metadata.uid == rs.metadata.uid)
-                    {
+                    if let Some(x) = self.state.replicasets.iter_mut().find(|x| x.metadata.uid == rs.metadata.uid) {
                         x.status = rs.status.clone();
                     }
                 }
                 Object::Pod(p) => {
-                    if let Some(x) = self
-                        .state
-                        .pods
-                        .iter_mut()
-                        .find(|x| x.metadata.uid == p.metadata.uid)
-                    {
+                    if let Some(x) = self.state.pods.iter_mut().find(|x| x.metadata.uid == p.metadata.uid) {
                         x.status = p.status.clone();
                     }
                 }
                 other => panic!("unexpected status write {other:?}"),
             },
-            Action::Delete {
-                target,
-                grace_period_seconds,
-            } => match target.kind {
+            Action::Delete { target, grace_period_seconds } => match target.kind {
                 Kind::Pod => {
-                    let Some(i) = self.state.pods.iter().position(|p| {
-                        p.metadata.uid == target.uid
-                            && p.metadata.name.as_deref() == Some(&target.name)
-                    }) else {
+                    let Some(i) = self
+                        .state
+                        .pods
+                        .iter()
+                        .position(|p| p.metadata.uid == target.uid && p.metadata.name.as_deref() == Some(&target.name))
+                    else {
                         return;
                     };
-                    let bound = self.state.pods[i]
-                        .spec
-                        .as_ref()
-                        .and_then(|s| s.node_name.as_ref())
-                        .is_some();
+                    let bound = self.state.pods[i].spec.as_ref().and_then(|s| s.node_name.as_ref()).is_some();
                     if self.graceful_pod_deletion && bound && *grace_period_seconds != Some(0) {
-                        self.state.pods[i]
-                            .metadata
-                            .deletion_timestamp
-                            .get_or_insert_with(|| super::k8s_time(now));
+                        self.state.pods[i].metadata.deletion_timestamp.get_or_insert_with(|| super::k8s_time(now));
                     } else {
                         self.state.pods.remove(i);
                     }
@@ -633,19 +493,12 @@ impl FakeApi {
                 Kind::ReplicaSet => {
                     let uid = target.uid.clone();
                     self.state.replicasets.retain(|rs| rs.metadata.uid != uid);
-                    self.state
-                        .pods
-                        .retain(|p| pod::controller_uid(&p.metadata) != uid.as_deref());
+                    self.state.pods.retain(|p| pod::controller_uid(&p.metadata) != uid.as_deref());
                 }
                 other => panic!("unexpected delete of {other:?}"),
             },
             Action::Bind { pod: target, node } => {
-                if let Some(p) = self
-                    .state
-                    .pods
-                    .iter_mut()
-                    .find(|p| p.metadata.name.as_deref() == Some(&target.name))
-                {
+                if let Some(p) = self.state.pods.iter_mut().find(|p| p.metadata.name.as_deref() == Some(&target.name)) {
                     let spec = p.spec.get_or_insert_with(Default::default);
                     assert!(spec.node_name.is_none(), "pod {} bound twice", target.name);
                     spec.node_name = Some(node.clone());
@@ -665,11 +518,7 @@ impl FakeApi {
 
     /// Runs the simulator and applies what it returns until nothing is left to do at `now`,
     /// returning every action taken. Panics if it does not settle.
-    pub fn settle(
-        &mut self,
-        sim: &mut super::Simulator,
-        now: Timestamp,
-    ) -> (Vec<Action>, Option<Timestamp>) {
+    pub fn settle(&mut self, sim: &mut super::Simulator, now: Timestamp) -> (Vec<Action>, Option<Timestamp>) {
         let mut all = Vec::new();
         for _ in 0..50 {
             let out = sim.reconcile(&self.state, now);
@@ -679,27 +528,17 @@ impl FakeApi {
             self.apply(&out.actions, now);
             all.extend(out.actions);
         }
-        panic!(
-            "the simulation did not settle at {now}; last actions: {:#?}",
-            all.iter().rev().take(10).collect::<Vec<_>>()
-        );
+        panic!("the simulation did not settle at {now}; last actions: {:#?}", all.iter().rev().take(10).collect::<Vec<_>>());
     }
 
     /// Pods controlled by any ReplicaSet of the Deployment that are not being deleted.
     pub fn live_pods(&self) -> Vec<&Pod> {
-        self.state
-            .pods
-            .iter()
-            .filter(|p| pod::is_active(p))
-            .collect()
+        self.state.pods.iter().filter(|p| pod::is_active(p)).collect()
     }
 
     /// Pods that are Ready (and available, with `min_ready` seconds) at `now`.
     pub fn available_pods(&self, min_ready: i32, now: Timestamp) -> usize {
-        self.live_pods()
-            .into_iter()
-            .filter(|p| pod::is_available(p, min_ready, now))
-            .count()
+        self.live_pods().into_iter().filter(|p| pod::is_available(p, min_ready, now)).count()
     }
 }
 
@@ -739,12 +578,5 @@ pub fn run_until(
         }
         now += step;
     }
-    panic!(
-        "condition not reached by {now}; deployments: {:#?}",
-        api.state
-            .deployments
-            .iter()
-            .map(|d| &d.status)
-            .collect::<Vec<_>>()
-    );
+    panic!("condition not reached by {now}; deployments: {:#?}", api.state.deployments.iter().map(|d| &d.status).collect::<Vec<_>>());
 }

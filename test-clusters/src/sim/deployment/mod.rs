@@ -78,16 +78,8 @@ pub fn sync(input: &DeploymentInput<'_>, now: Timestamp, rec: &mut Recorder) -> 
 /// Orders ReplicaSets oldest first, then by name (`controller.ReplicaSetsByCreationTimestamp`).
 /// One created in this pass has no timestamp yet and sorts as the newest.
 fn by_creation(a: &ReplicaSet, b: &ReplicaSet) -> std::cmp::Ordering {
-    let ts = |rs: &ReplicaSet| {
-        rs.metadata
-            .creation_timestamp
-            .as_ref()
-            .map(|t| t.0)
-            .unwrap_or(Timestamp::MAX)
-    };
-    ts(a)
-        .cmp(&ts(b))
-        .then_with(|| a.metadata.name.cmp(&b.metadata.name))
+    let ts = |rs: &ReplicaSet| rs.metadata.creation_timestamp.as_ref().map(|t| t.0).unwrap_or(Timestamp::MAX);
+    ts(a).cmp(&ts(b)).then_with(|| a.metadata.name.cmp(&b.metadata.name))
 }
 
 /// The counts of one ReplicaSet at the moment the status is computed from.
@@ -130,16 +122,11 @@ impl Controller<'_, '_> {
     }
 
     fn old_indices(&self) -> Vec<usize> {
-        (0..self.rss.len())
-            .filter(|i| Some(*i) != self.new)
-            .collect()
+        (0..self.rss.len()).filter(|i| Some(*i) != self.new).collect()
     }
 
     fn active_old_indices(&self) -> Vec<usize> {
-        self.old_indices()
-            .into_iter()
-            .filter(|i| util::rs_replicas(&self.rss[*i]) > 0)
-            .collect()
+        self.old_indices().into_iter().filter(|i| util::rs_replicas(&self.rss[*i]) > 0).collect()
     }
 
     fn sync_deployment(&mut self) {
@@ -158,8 +145,7 @@ impl Controller<'_, '_> {
                     &self.d.metadata,
                     component::DEPLOYMENT,
                     "SelectingAll",
-                    "This deployment is selecting all pods. A non-empty selector is required."
-                        .into(),
+                    "This deployment is selecting all pods. A non-empty selector is required.".into(),
                 );
                 self.actions.push(a);
                 self.status.observed_generation = Some(self.generation());
@@ -179,15 +165,7 @@ impl Controller<'_, '_> {
 
     /// Emits the one status write, if anything changed, and works out the next wake-up.
     fn finish(self) -> DeploymentSync {
-        let Controller {
-            d,
-            spec,
-            status,
-            annotations,
-            mut actions,
-            now,
-            ..
-        } = self;
+        let Controller { d, spec, status, annotations, mut actions, now, .. } = self;
         let old_status = d.status.clone().unwrap_or_default();
         let old_annotations = d.metadata.annotations.clone().unwrap_or_default();
         if !util::same_ignoring_times(&status, &old_status) || annotations != old_annotations {
@@ -197,10 +175,7 @@ impl Controller<'_, '_> {
             actions.push(Action::UpdateStatus(Object::Deployment(Box::new(updated))));
         }
         // requeueStuckDeployment: look again once the progress deadline has passed.
-        let wake_at = match (
-            spec.progress_deadline_seconds,
-            util::get_condition(&status, reason::PROGRESSING),
-        ) {
+        let wake_at = match (spec.progress_deadline_seconds, util::get_condition(&status, reason::PROGRESSING)) {
             (Some(deadline), Some(cond))
                 if cond.reason.as_deref() != Some(reason::TIMED_OUT)
                     && cond.reason.as_deref() != Some(reason::NEW_RS_AVAILABLE)
@@ -208,10 +183,7 @@ impl Controller<'_, '_> {
                     && !util::deployment_complete(d, &spec, &status) =>
             {
                 // A deadline already passed is handled by this sync; never ask to be woken "now".
-                cond.last_update_time
-                    .as_ref()
-                    .map(|t| t.0 + SignedDuration::from_secs(i64::from(deadline) + 1))
-                    .filter(|t| *t > now)
+                cond.last_update_time.as_ref().map(|t| t.0 + SignedDuration::from_secs(i64::from(deadline) + 1)).filter(|t| *t > now)
             }
             _ => None,
         };
@@ -223,29 +195,16 @@ impl Controller<'_, '_> {
         if self.spec.progress_deadline_seconds.is_none() {
             return;
         }
-        let current =
-            util::get_condition(&self.status, reason::PROGRESSING).and_then(|c| c.reason.clone());
+        let current = util::get_condition(&self.status, reason::PROGRESSING).and_then(|c| c.reason.clone());
         if current.as_deref() == Some(reason::TIMED_OUT) {
             return;
         }
         let paused_shown = current.as_deref() == Some(reason::PAUSED);
         if self.spec.paused && !paused_shown {
-            let c = util::new_condition(
-                reason::PROGRESSING,
-                "Unknown",
-                reason::PAUSED,
-                "Deployment is paused".into(),
-                self.now,
-            );
+            let c = util::new_condition(reason::PROGRESSING, "Unknown", reason::PAUSED, "Deployment is paused".into(), self.now);
             util::set_condition(&mut self.status, c);
         } else if !self.spec.paused && paused_shown {
-            let c = util::new_condition(
-                reason::PROGRESSING,
-                "Unknown",
-                reason::RESUMED,
-                "Deployment is resumed".into(),
-                self.now,
-            );
+            let c = util::new_condition(reason::PROGRESSING, "Unknown", reason::RESUMED, "Deployment is resumed".into(), self.now);
             util::set_condition(&mut self.status, c);
         }
     }
@@ -253,11 +212,7 @@ impl Controller<'_, '_> {
     /// `isScalingEvent`: an active ReplicaSet was last scaled for a different `spec.replicas`.
     fn is_scaling_event(&mut self) -> bool {
         self.resolve_new(false);
-        let active = self
-            .new
-            .into_iter()
-            .chain(self.active_old_indices())
-            .filter(|i| util::rs_replicas(&self.rss[*i]) > 0);
+        let active = self.new.into_iter().chain(self.active_old_indices()).filter(|i| util::rs_replicas(&self.rss[*i]) > 0);
         let replicas = self.spec.replicas;
         active.into_iter().any(|i| {
             util::annotation(&self.rss[i], util::DESIRED_REPLICAS_ANNOTATION)
@@ -273,47 +228,20 @@ impl Controller<'_, '_> {
         if self.new.is_some() || self.collided {
             return;
         }
-        let template = self
-            .d
-            .spec
-            .as_ref()
-            .map(|s| s.template.clone())
-            .unwrap_or_default();
-        let found = self.rss.iter().position(|rs| {
-            rs.spec
-                .as_ref()
-                .and_then(|s| s.template.as_ref())
-                .is_some_and(|t| equal_ignore_hash(t, &template))
-        });
-        let max_old_revision = self
+        let template = self.d.spec.as_ref().map(|s| s.template.clone()).unwrap_or_default();
+        let found = self
             .rss
             .iter()
-            .enumerate()
-            .filter(|(i, _)| Some(*i) != found)
-            .map(|(_, rs)| util::revision(rs))
-            .max()
-            .unwrap_or(0);
+            .position(|rs| rs.spec.as_ref().and_then(|s| s.template.as_ref()).is_some_and(|t| equal_ignore_hash(t, &template)));
+        let max_old_revision =
+            self.rss.iter().enumerate().filter(|(i, _)| Some(*i) != found).map(|(_, rs)| util::revision(rs)).max().unwrap_or(0);
         let new_revision = max_old_revision + 1;
-        let replicas_annotations = (
-            self.spec.replicas,
-            self.spec.replicas + self.spec.max_surge(),
-        );
+        let replicas_annotations = (self.spec.replicas, self.spec.replicas + self.spec.max_surge());
 
         if let Some(i) = found {
             let mut rs = self.rss[i].clone();
-            let annotations_changed = util::set_new_rs_annotations(
-                &self.annotations,
-                &mut rs,
-                new_revision,
-                true,
-                replicas_annotations,
-            );
-            let min_ready_changed = rs
-                .spec
-                .as_ref()
-                .and_then(|s| s.min_ready_seconds)
-                .unwrap_or(0)
-                != self.spec.min_ready_seconds;
+            let annotations_changed = util::set_new_rs_annotations(&self.annotations, &mut rs, new_revision, true, replicas_annotations);
+            let min_ready_changed = rs.spec.as_ref().and_then(|s| s.min_ready_seconds).unwrap_or(0) != self.spec.min_ready_seconds;
             if annotations_changed || min_ready_changed {
                 if let Some(s) = rs.spec.as_mut() {
                     s.min_ready_seconds = Some(self.spec.min_ready_seconds);
@@ -326,24 +254,11 @@ impl Controller<'_, '_> {
                     }),
                 });
             }
-            let rev = util::annotation(&rs, util::REVISION_ANNOTATION)
-                .unwrap_or_default()
-                .to_string();
+            let rev = util::annotation(&rs, util::REVISION_ANNOTATION).unwrap_or_default().to_string();
             self.set_deployment_revision(rev);
-            if self.spec.progress_deadline_seconds.is_some()
-                && util::get_condition(&self.status, reason::PROGRESSING).is_none()
-            {
-                let msg = format!(
-                    "Found new replica set {:?}",
-                    rs.metadata.name.as_deref().unwrap_or_default()
-                );
-                let c = util::new_condition(
-                    reason::PROGRESSING,
-                    "True",
-                    reason::FOUND_NEW_RS,
-                    msg,
-                    self.now,
-                );
+            if self.spec.progress_deadline_seconds.is_some() && util::get_condition(&self.status, reason::PROGRESSING).is_none() {
+                let msg = format!("Found new replica set {:?}", rs.metadata.name.as_deref().unwrap_or_default());
+                let c = util::new_condition(reason::PROGRESSING, "True", reason::FOUND_NEW_RS, msg, self.now);
                 util::set_condition(&mut self.status, c);
             }
             self.rss[i] = rs;
@@ -363,37 +278,18 @@ impl Controller<'_, '_> {
             self.collided = true;
             return;
         }
-        let mut labels = template
-            .metadata
-            .as_ref()
-            .and_then(|m| m.labels.clone())
-            .unwrap_or_default();
+        let mut labels = template.metadata.as_ref().and_then(|m| m.labels.clone()).unwrap_or_default();
         labels.insert(POD_TEMPLATE_HASH_LABEL.to_string(), hash.clone());
         let mut rs_template = template.clone();
-        rs_template
-            .metadata
-            .get_or_insert_with(Default::default)
-            .labels = Some(labels.clone());
-        let mut selector: LabelSelector = self
-            .d
-            .spec
-            .as_ref()
-            .map(|s| s.selector.clone())
-            .unwrap_or_default();
-        selector
-            .match_labels
-            .get_or_insert_with(BTreeMap::new)
-            .insert(POD_TEMPLATE_HASH_LABEL.to_string(), hash);
+        rs_template.metadata.get_or_insert_with(Default::default).labels = Some(labels.clone());
+        let mut selector: LabelSelector = self.d.spec.as_ref().map(|s| s.selector.clone()).unwrap_or_default();
+        selector.match_labels.get_or_insert_with(BTreeMap::new).insert(POD_TEMPLATE_HASH_LABEL.to_string(), hash);
         let mut rs = ReplicaSet {
             metadata: ObjectMeta {
                 name: Some(name.clone()),
                 namespace: self.d.metadata.namespace.clone(),
                 labels: Some(labels),
-                owner_references: Some(vec![pod::controller_ref(
-                    "apps/v1",
-                    "Deployment",
-                    &self.d.metadata,
-                )]),
+                owner_references: Some(vec![pod::controller_ref("apps/v1", "Deployment", &self.d.metadata)]),
                 ..Default::default()
             },
             spec: Some(ReplicaSetSpec {
@@ -410,17 +306,10 @@ impl Controller<'_, '_> {
         if let Some(s) = rs.spec.as_mut() {
             s.replicas = Some(count);
         }
-        util::set_new_rs_annotations(
-            &self.annotations,
-            &mut rs,
-            new_revision,
-            false,
-            replicas_annotations,
-        );
+        util::set_new_rs_annotations(&self.annotations, &mut rs, new_revision, false, replicas_annotations);
         self.rss[idx] = rs.clone();
         self.new = Some(idx);
-        self.actions
-            .push(Action::Create(Object::ReplicaSet(Box::new(rs))));
+        self.actions.push(Action::Create(Object::ReplicaSet(Box::new(rs))));
         if count > 0 {
             let a = self.rec.normal(
                 Kind::Deployment,
@@ -446,8 +335,7 @@ impl Controller<'_, '_> {
 
     fn set_deployment_revision(&mut self, revision: String) {
         if self.annotations.get(util::REVISION_ANNOTATION) != Some(&revision) {
-            self.annotations
-                .insert(util::REVISION_ANNOTATION.to_string(), revision);
+            self.annotations.insert(util::REVISION_ANNOTATION.to_string(), revision);
         }
     }
 
@@ -519,13 +407,7 @@ impl Controller<'_, '_> {
         });
         if size_changes {
             let msg = format!("Scaled {direction} replica set {name} from {from} to {to}");
-            let a = self.rec.normal(
-                Kind::Deployment,
-                &self.d.metadata,
-                component::DEPLOYMENT,
-                "ScalingReplicaSet",
-                msg,
-            );
+            let a = self.rec.normal(Kind::Deployment, &self.d.metadata, component::DEPLOYMENT, "ScalingReplicaSet", msg);
             self.actions.push(a);
         }
         size_changes
@@ -548,20 +430,12 @@ impl Controller<'_, '_> {
     /// over the active ReplicaSets in proportion to their sizes.
     fn scale_proportionally(&mut self) {
         let replicas = self.spec.replicas;
-        let mut active: Vec<usize> = self
-            .new
-            .into_iter()
-            .chain(self.old_indices())
-            .filter(|i| util::rs_replicas(&self.rss[*i]) > 0)
-            .collect();
+        let mut active: Vec<usize> =
+            self.new.into_iter().chain(self.old_indices()).filter(|i| util::rs_replicas(&self.rss[*i]) > 0).collect();
         match active.len() {
             0 => {
                 // FindActiveOrLatest: the new ReplicaSet, else the newest old one.
-                let latest = self.new.or_else(|| {
-                    self.old_indices()
-                        .into_iter()
-                        .max_by(|a, b| by_creation(&self.rss[*a], &self.rss[*b]))
-                });
+                let latest = self.new.or_else(|| self.old_indices().into_iter().max_by(|a, b| by_creation(&self.rss[*a], &self.rss[*b])));
                 if let Some(i) = latest {
                     if util::rs_replicas(&self.rss[i]) != replicas {
                         self.scale_and_record(i, replicas);
@@ -589,30 +463,23 @@ impl Controller<'_, '_> {
         if !self.spec.is_rolling() {
             return;
         }
-        let current: i32 = active
-            .iter()
-            .map(|i| util::rs_replicas(&self.rss[*i]))
-            .sum();
-        let allowed = if replicas > 0 {
-            replicas + self.spec.max_surge()
-        } else {
-            0
-        };
+        let current: i32 = active.iter().map(|i| util::rs_replicas(&self.rss[*i])).sum();
+        let allowed = if replicas > 0 { replicas + self.spec.max_surge() } else { 0 };
         let to_add = allowed - current;
         let rss = &self.rss;
         // Larger ReplicaSets first; on equal sizes the newer first when growing and the older
         // first when shrinking (ReplicaSetsBySizeNewer / BySizeOlder).
         active.sort_by(|a, b| {
             let (ra, rb) = (&rss[*a], &rss[*b]);
-            util::rs_replicas(rb)
-                .cmp(&util::rs_replicas(ra))
-                .then_with(|| {
+            util::rs_replicas(rb).cmp(&util::rs_replicas(ra)).then_with(
+                || {
                     if to_add > 0 {
                         by_creation(rb, ra)
                     } else {
                         by_creation(ra, rb)
                     }
-                })
+                },
+            )
         });
         let direction = if to_add > 0 { "up" } else { "down" };
         let mut added = 0;
@@ -640,11 +507,8 @@ impl Controller<'_, '_> {
     /// all available.
     fn is_saturated(&self, i: usize) -> bool {
         let rs = &self.rss[i];
-        let desired = util::annotation(rs, util::DESIRED_REPLICAS_ANNOTATION)
-            .and_then(|v| v.parse::<i32>().ok());
-        util::rs_replicas(rs) == self.spec.replicas
-            && desired == Some(self.spec.replicas)
-            && util::rs_available(rs) == self.spec.replicas
+        let desired = util::annotation(rs, util::DESIRED_REPLICAS_ANNOTATION).and_then(|v| v.parse::<i32>().ok());
+        util::rs_replicas(rs) == self.spec.replicas && desired == Some(self.spec.replicas) && util::rs_available(rs) == self.spec.replicas
     }
 
     /// `GetProportion`: this ReplicaSet's share of `to_add`, never overshooting what is left.
@@ -671,9 +535,7 @@ impl Controller<'_, '_> {
             return -size;
         }
         let max_now = self.spec.replicas + self.spec.max_surge();
-        let mut max_before = util::annotation(rs, util::MAX_REPLICAS_ANNOTATION)
-            .and_then(|v| v.parse::<i32>().ok())
-            .unwrap_or(0);
+        let mut max_before = util::annotation(rs, util::MAX_REPLICAS_ANNOTATION).and_then(|v| v.parse::<i32>().ok()).unwrap_or(0);
         if max_before == 0 {
             max_before = self.status.replicas.unwrap_or(0);
             if max_before == 0 {
@@ -721,17 +583,13 @@ impl Controller<'_, '_> {
     fn reconcile_old(&mut self) -> bool {
         let Some(new) = self.new else { return false };
         let old_active = self.active_old_indices();
-        let old_pods: i32 = old_active
-            .iter()
-            .map(|i| util::rs_replicas(&self.rss[*i]))
-            .sum();
+        let old_pods: i32 = old_active.iter().map(|i| util::rs_replicas(&self.rss[*i])).sum();
         if old_pods == 0 {
             return false;
         }
         let all_pods: i32 = self.rss.iter().map(util::rs_replicas).sum();
         let min_available = self.spec.replicas - self.spec.max_unavailable();
-        let new_unavailable =
-            util::rs_replicas(&self.rss[new]) - util::rs_available(&self.rss[new]);
+        let new_unavailable = util::rs_replicas(&self.rss[new]) - util::rs_available(&self.rss[new]);
         let max_scaled_down = all_pods - min_available - new_unavailable;
         if max_scaled_down <= 0 {
             return false;
@@ -765,11 +623,7 @@ impl Controller<'_, '_> {
     /// `replicas - maxUnavailable`, oldest ReplicaSet first.
     fn scale_down_old_for_rolling(&mut self, old_active: &[usize]) -> i32 {
         let min_available = self.spec.replicas - self.spec.max_unavailable();
-        let available: i32 = old_active
-            .iter()
-            .chain(self.new.iter())
-            .map(|i| util::rs_available(&self.rss[*i]))
-            .sum();
+        let available: i32 = old_active.iter().chain(self.new.iter()).map(|i| util::rs_available(&self.rss[*i])).sum();
         if available <= min_available {
             return 0;
         }
@@ -822,19 +676,11 @@ impl Controller<'_, '_> {
     /// `oldPodsRunning`: old ReplicaSets still report pods, or pods outside the new
     /// ReplicaSet have not finished.
     fn old_pods_running(&self) -> bool {
-        if self
-            .old_indices()
-            .iter()
-            .map(|i| util::rs_actual(&self.rss[*i]))
-            .sum::<i32>()
-            > 0
-        {
+        if self.old_indices().iter().map(|i| util::rs_actual(&self.rss[*i])).sum::<i32>() > 0 {
             return true;
         }
         let new_uid = self.new.and_then(|i| self.rss[i].metadata.uid.as_deref());
-        self.pods
-            .iter()
-            .any(|p| pod::controller_uid(&p.metadata) != new_uid && !pod::is_terminal(p))
+        self.pods.iter().any(|p| pod::controller_uid(&p.metadata) != new_uid && !pod::is_terminal(p))
     }
 
     /// `cleanupDeployment`: delete the oldest fully scaled-down ReplicaSets beyond
@@ -843,38 +689,20 @@ impl Controller<'_, '_> {
         let Some(limit) = self.spec.revision_history_limit else {
             return;
         };
-        let mut candidates: Vec<&ReplicaSet> = self
-            .old_indices()
-            .into_iter()
-            .map(|i| &self.rss[i])
-            .filter(|rs| rs.metadata.deletion_timestamp.is_none())
-            .collect();
+        let mut candidates: Vec<&ReplicaSet> =
+            self.old_indices().into_iter().map(|i| &self.rss[i]).filter(|rs| rs.metadata.deletion_timestamp.is_none()).collect();
         let excess = candidates.len() as i64 - i64::from(limit);
         if excess <= 0 {
             return;
         }
-        candidates.sort_by(|a, b| {
-            util::revision(a)
-                .cmp(&util::revision(b))
-                .then_with(|| by_creation(a, b))
-        });
+        candidates.sort_by(|a, b| util::revision(a).cmp(&util::revision(b)).then_with(|| by_creation(a, b)));
         let mut deletes = Vec::new();
         for rs in candidates.into_iter().take(excess as usize) {
-            let observed = rs
-                .status
-                .as_ref()
-                .and_then(|s| s.observed_generation)
-                .unwrap_or(0);
-            if util::rs_actual(rs) != 0
-                || util::rs_replicas(rs) != 0
-                || rs.metadata.generation.unwrap_or(0) > observed
-            {
+            let observed = rs.status.as_ref().and_then(|s| s.observed_generation).unwrap_or(0);
+            if util::rs_actual(rs) != 0 || util::rs_replicas(rs) != 0 || rs.metadata.generation.unwrap_or(0) > observed {
                 continue;
             }
-            deletes.push(Action::Delete {
-                target: ObjectRef::from_meta(Kind::ReplicaSet, &rs.metadata),
-                grace_period_seconds: None,
-            });
+            deletes.push(Action::Delete { target: ObjectRef::from_meta(Kind::ReplicaSet, &rs.metadata), grace_period_seconds: None });
         }
         self.actions.extend(deletes);
     }
@@ -925,9 +753,7 @@ impl Controller<'_, '_> {
             self.status = new_status;
             return;
         };
-        let new_rs_name = self
-            .new
-            .map(|i| self.rss[i].metadata.name.clone().unwrap_or_default());
+        let new_rs_name = self.new.map(|i| self.rss[i].metadata.name.clone().unwrap_or_default());
         let about = |done: &str| match &new_rs_name {
             Some(rs) => format!("ReplicaSet {rs:?} {done}."),
             None => format!("Deployment {:?} {done}.", self.name()),
@@ -935,9 +761,7 @@ impl Controller<'_, '_> {
         let current = util::get_condition(&self.status, reason::PROGRESSING).cloned();
         let n = |v: Option<i32>| v.unwrap_or(0);
         let rollout_done_before = n(new_status.replicas) == n(new_status.updated_replicas)
-            && current
-                .as_ref()
-                .is_some_and(|c| c.reason.as_deref() == Some(reason::NEW_RS_AVAILABLE));
+            && current.as_ref().is_some_and(|c| c.reason.as_deref() == Some(reason::NEW_RS_AVAILABLE));
         if !rollout_done_before {
             if util::deployment_complete(self.d, &self.spec, &new_status) {
                 let c = util::new_condition(
@@ -950,13 +774,7 @@ impl Controller<'_, '_> {
                 util::set_condition(&mut new_status, c);
             } else if util::deployment_progressing(&self.status, &new_status) {
                 // Progress refreshes the update time even when the reason stays the same.
-                let mut c = util::new_condition(
-                    reason::PROGRESSING,
-                    "True",
-                    reason::RS_UPDATED,
-                    about("is progressing"),
-                    self.now,
-                );
+                let mut c = util::new_condition(reason::PROGRESSING, "True", reason::RS_UPDATED, about("is progressing"), self.now);
                 if let Some(cur) = &current {
                     if cur.status == "True" {
                         c.last_transition_time = cur.last_transition_time.clone();
@@ -965,13 +783,7 @@ impl Controller<'_, '_> {
                 }
                 util::set_condition(&mut new_status, c);
             } else if self.timed_out(&new_status, deadline) {
-                let c = util::new_condition(
-                    reason::PROGRESSING,
-                    "False",
-                    reason::TIMED_OUT,
-                    about("has timed out progressing"),
-                    self.now,
-                );
+                let c = util::new_condition(reason::PROGRESSING, "False", reason::TIMED_OUT, about("has timed out progressing"), self.now);
                 util::set_condition(&mut new_status, c);
             }
         }
@@ -987,10 +799,7 @@ impl Controller<'_, '_> {
         match cond.reason.as_deref() {
             Some(reason::NEW_RS_AVAILABLE) => false,
             Some(reason::TIMED_OUT) => true,
-            _ => cond
-                .last_update_time
-                .as_ref()
-                .is_some_and(|t| t.0 + SignedDuration::from_secs(i64::from(deadline)) < self.now),
+            _ => cond.last_update_time.as_ref().is_some_and(|t| t.0 + SignedDuration::from_secs(i64::from(deadline)) < self.now),
         }
     }
 }
@@ -998,15 +807,8 @@ impl Controller<'_, '_> {
 /// An empty selector selects every pod; the controller refuses to act on it.
 fn selects_everything(d: &Deployment) -> bool {
     let Some(spec) = &d.spec else { return false };
-    spec.selector
-        .match_labels
-        .as_ref()
-        .is_none_or(|m| m.is_empty())
-        && spec
-            .selector
-            .match_expressions
-            .as_ref()
-            .is_none_or(|m| m.is_empty())
+    spec.selector.match_labels.as_ref().is_none_or(|m| m.is_empty())
+        && spec.selector.match_expressions.as_ref().is_none_or(|m| m.is_empty())
 }
 
 #[cfg(test)]

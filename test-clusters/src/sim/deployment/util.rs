@@ -104,19 +104,14 @@ impl Spec {
                     max_unavailable: ru.max_unavailable.unwrap_or_else(quarter),
                 }
             }
-            None => Strategy::RollingUpdate {
-                max_surge: quarter(),
-                max_unavailable: quarter(),
-            },
+            None => Strategy::RollingUpdate { max_surge: quarter(), max_unavailable: quarter() },
         };
         Spec {
             replicas: spec.replicas.unwrap_or(1),
             min_ready_seconds: spec.min_ready_seconds.unwrap_or(0),
             paused: spec.paused.unwrap_or(false),
-            progress_deadline_seconds: Some(spec.progress_deadline_seconds.unwrap_or(600))
-                .filter(|s| *s != i32::MAX),
-            revision_history_limit: Some(spec.revision_history_limit.unwrap_or(10))
-                .filter(|s| *s != i32::MAX),
+            progress_deadline_seconds: Some(spec.progress_deadline_seconds.unwrap_or(600)).filter(|s| *s != i32::MAX),
+            revision_history_limit: Some(spec.revision_history_limit.unwrap_or(10)).filter(|s| *s != i32::MAX),
             strategy,
         }
     }
@@ -131,10 +126,7 @@ impl Spec {
     pub fn fenceposts(&self) -> (i32, i32) {
         match &self.strategy {
             Strategy::Recreate => (0, 0),
-            Strategy::RollingUpdate {
-                max_surge,
-                max_unavailable,
-            } => {
+            Strategy::RollingUpdate { max_surge, max_unavailable } => {
                 let surge = scaled_value(max_surge, self.replicas, true);
                 let mut unavailable = scaled_value(max_unavailable, self.replicas, false);
                 if surge == 0 && unavailable == 0 {
@@ -173,11 +165,7 @@ pub fn scaled_value(v: &IntOrString, total: i32, round_up: bool) -> i32 {
                 return 0;
             };
             let product = percent * i64::from(total);
-            let value = if round_up {
-                (product + 99).div_euclid(100)
-            } else {
-                product.div_euclid(100)
-            };
+            let value = if round_up { (product + 99).div_euclid(100) } else { product.div_euclid(100) };
             value as i32
         }
     }
@@ -195,34 +183,22 @@ pub fn rs_actual(rs: &ReplicaSet) -> i32 {
 
 /// `status.availableReplicas`.
 pub fn rs_available(rs: &ReplicaSet) -> i32 {
-    rs.status
-        .as_ref()
-        .and_then(|s| s.available_replicas)
-        .unwrap_or(0)
+    rs.status.as_ref().and_then(|s| s.available_replicas).unwrap_or(0)
 }
 
 /// `status.readyReplicas`.
 pub fn rs_ready(rs: &ReplicaSet) -> i32 {
-    rs.status
-        .as_ref()
-        .and_then(|s| s.ready_replicas)
-        .unwrap_or(0)
+    rs.status.as_ref().and_then(|s| s.ready_replicas).unwrap_or(0)
 }
 
 /// The ReplicaSet's revision annotation as a number (0 when absent or unparsable).
 pub fn revision(rs: &ReplicaSet) -> i64 {
-    annotation(rs, REVISION_ANNOTATION)
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0)
+    annotation(rs, REVISION_ANNOTATION).and_then(|v| v.parse().ok()).unwrap_or(0)
 }
 
 /// One annotation of a ReplicaSet.
 pub fn annotation<'a>(rs: &'a ReplicaSet, key: &str) -> Option<&'a str> {
-    rs.metadata
-        .annotations
-        .as_ref()?
-        .get(key)
-        .map(String::as_str)
+    rs.metadata.annotations.as_ref()?.get(key).map(String::as_str)
 }
 
 /// Sets the `desired-replicas` and `max-replicas` annotations; true when anything changed
@@ -230,10 +206,7 @@ pub fn annotation<'a>(rs: &'a ReplicaSet, key: &str) -> Option<&'a str> {
 pub fn set_replicas_annotations(rs: &mut ReplicaSet, desired: i32, max: i32) -> bool {
     let annotations = rs.metadata.annotations.get_or_insert_with(BTreeMap::new);
     let mut changed = false;
-    for (key, value) in [
-        (DESIRED_REPLICAS_ANNOTATION, desired),
-        (MAX_REPLICAS_ANNOTATION, max),
-    ] {
+    for (key, value) in [(DESIRED_REPLICAS_ANNOTATION, desired), (MAX_REPLICAS_ANNOTATION, max)] {
         let value = value.to_string();
         if annotations.get(key) != Some(&value) {
             annotations.insert(key.to_string(), value);
@@ -289,10 +262,7 @@ pub fn set_new_rs_annotations(
         annotations.insert(REVISION_ANNOTATION.to_string(), new_revision.to_string());
         changed = true;
         if let Some(old) = old {
-            let history = annotations
-                .get(REVISION_HISTORY_ANNOTATION)
-                .cloned()
-                .unwrap_or_default();
+            let history = annotations.get(REVISION_HISTORY_ANNOTATION).cloned().unwrap_or_default();
             if history.is_empty() {
                 annotations.insert(REVISION_HISTORY_ANNOTATION.to_string(), old);
             } else {
@@ -319,25 +289,12 @@ pub fn set_new_rs_annotations(
 }
 
 /// The condition of the given type.
-pub fn get_condition<'a>(
-    status: &'a DeploymentStatus,
-    type_: &str,
-) -> Option<&'a DeploymentCondition> {
-    status
-        .conditions
-        .as_ref()?
-        .iter()
-        .find(|c| c.type_ == type_)
+pub fn get_condition<'a>(status: &'a DeploymentStatus, type_: &str) -> Option<&'a DeploymentCondition> {
+    status.conditions.as_ref()?.iter().find(|c| c.type_ == type_)
 }
 
 /// A condition stamped with `now` (`NewDeploymentCondition`).
-pub fn new_condition(
-    type_: &str,
-    status: &str,
-    reason: &str,
-    message: String,
-    now: Timestamp,
-) -> DeploymentCondition {
+pub fn new_condition(type_: &str, status: &str, reason: &str, message: String, now: Timestamp) -> DeploymentCondition {
     DeploymentCondition {
         type_: type_.to_string(),
         status: status.to_string(),
@@ -361,10 +318,7 @@ pub fn set_condition(status: &mut DeploymentStatus, mut condition: DeploymentCon
         }
     }
     remove_condition(status, &condition.type_);
-    status
-        .conditions
-        .get_or_insert_with(Vec::new)
-        .push(condition);
+    status.conditions.get_or_insert_with(Vec::new).push(condition);
 }
 
 /// Removes the condition of the given type.
@@ -440,10 +394,7 @@ mod tests {
                 replicas: Some(replicas),
                 strategy: Some(DeploymentStrategy {
                     type_: Some("RollingUpdate".into()),
-                    rolling_update: Some(RollingUpdateDeployment {
-                        max_surge: Some(surge),
-                        max_unavailable: Some(unavailable),
-                    }),
+                    rolling_update: Some(RollingUpdateDeployment { max_surge: Some(surge), max_unavailable: Some(unavailable) }),
                 }),
                 ..Default::default()
             }),
@@ -461,13 +412,7 @@ mod tests {
         assert_eq!(s.replicas, 1);
         assert_eq!(s.progress_deadline_seconds, Some(600));
         assert_eq!(s.revision_history_limit, Some(10));
-        assert_eq!(
-            s.strategy,
-            Strategy::RollingUpdate {
-                max_surge: pct("25%"),
-                max_unavailable: pct("25%")
-            }
-        );
+        assert_eq!(s.strategy, Strategy::RollingUpdate { max_surge: pct("25%"), max_unavailable: pct("25%") });
         // 25% of 1: surge rounds up to 1, unavailable rounds down to 0.
         assert_eq!(s.fenceposts(), (1, 0));
     }
@@ -476,22 +421,13 @@ mod tests {
     fn fenceposts_round_surge_up_and_unavailable_down() {
         assert_eq!(spec(10, pct("25%"), pct("25%")).fenceposts(), (3, 2));
         assert_eq!(spec(3, pct("25%"), pct("25%")).fenceposts(), (1, 0));
-        assert_eq!(
-            spec(4, IntOrString::Int(1), IntOrString::Int(0)).fenceposts(),
-            (1, 0)
-        );
+        assert_eq!(spec(4, IntOrString::Int(1), IntOrString::Int(0)).fenceposts(), (1, 0));
         // Both zero: unavailability becomes 1.
         assert_eq!(spec(3, pct("0%"), pct("10%")).fenceposts(), (0, 1));
         assert_eq!(spec(3, pct("0%"), pct("10%")).max_unavailable(), 1);
         // Never more unavailable than replicas, none with zero replicas.
-        assert_eq!(
-            spec(2, IntOrString::Int(0), IntOrString::Int(5)).max_unavailable(),
-            2
-        );
-        assert_eq!(
-            spec(0, IntOrString::Int(0), IntOrString::Int(5)).max_unavailable(),
-            0
-        );
+        assert_eq!(spec(2, IntOrString::Int(0), IntOrString::Int(5)).max_unavailable(), 2);
+        assert_eq!(spec(0, IntOrString::Int(0), IntOrString::Int(5)).max_unavailable(), 0);
         assert_eq!(scaled_value(&pct("bogus"), 10, true), 0);
     }
 
@@ -500,112 +436,31 @@ mod tests {
         let mut status = DeploymentStatus::default();
         let t0 = Timestamp::from_second(100).unwrap();
         let t1 = Timestamp::from_second(200).unwrap();
-        set_condition(
-            &mut status,
-            new_condition(
-                "Progressing",
-                "True",
-                reason::NEW_RS_CREATED,
-                "a".into(),
-                t0,
-            ),
-        );
-        set_condition(
-            &mut status,
-            new_condition(
-                "Available",
-                "False",
-                reason::MINIMUM_REPLICAS_UNAVAILABLE,
-                "b".into(),
-                t0,
-            ),
-        );
+        set_condition(&mut status, new_condition("Progressing", "True", reason::NEW_RS_CREATED, "a".into(), t0));
+        set_condition(&mut status, new_condition("Available", "False", reason::MINIMUM_REPLICAS_UNAVAILABLE, "b".into(), t0));
         // Same status and reason: nothing changes, not even the update time.
-        set_condition(
-            &mut status,
-            new_condition(
-                "Available",
-                "False",
-                reason::MINIMUM_REPLICAS_UNAVAILABLE,
-                "c".into(),
-                t1,
-            ),
-        );
-        assert_eq!(
-            get_condition(&status, "Available")
-                .unwrap()
-                .message
-                .as_deref(),
-            Some("b")
-        );
+        set_condition(&mut status, new_condition("Available", "False", reason::MINIMUM_REPLICAS_UNAVAILABLE, "c".into(), t1));
+        assert_eq!(get_condition(&status, "Available").unwrap().message.as_deref(), Some("b"));
         // Same status, new reason: transition time kept, update time new, moved to the end.
-        set_condition(
-            &mut status,
-            new_condition("Progressing", "True", reason::RS_UPDATED, "d".into(), t1),
-        );
+        set_condition(&mut status, new_condition("Progressing", "True", reason::RS_UPDATED, "d".into(), t1));
         let p = get_condition(&status, "Progressing").unwrap();
-        assert_eq!(
-            (
-                p.last_transition_time.as_ref().unwrap().0,
-                p.last_update_time.as_ref().unwrap().0
-            ),
-            (t0, t1)
-        );
+        assert_eq!((p.last_transition_time.as_ref().unwrap().0, p.last_update_time.as_ref().unwrap().0), (t0, t1));
         assert_eq!(status.conditions.as_ref().unwrap()[1].type_, "Progressing");
         // Status flips: both times new.
-        set_condition(
-            &mut status,
-            new_condition(
-                "Available",
-                "True",
-                reason::MINIMUM_REPLICAS_AVAILABLE,
-                "e".into(),
-                t1,
-            ),
-        );
-        assert_eq!(
-            get_condition(&status, "Available")
-                .unwrap()
-                .last_transition_time
-                .as_ref()
-                .unwrap()
-                .0,
-            t1
-        );
+        set_condition(&mut status, new_condition("Available", "True", reason::MINIMUM_REPLICAS_AVAILABLE, "e".into(), t1));
+        assert_eq!(get_condition(&status, "Available").unwrap().last_transition_time.as_ref().unwrap().0, t1);
     }
 
     #[test]
     fn comparison_ignores_timestamps_and_empty_values() {
         let t0 = Timestamp::from_second(100).unwrap();
         let t1 = Timestamp::from_second(200).unwrap();
-        let mut a = DeploymentStatus {
-            replicas: Some(0),
-            conditions: Some(vec![]),
-            ..Default::default()
-        };
+        let mut a = DeploymentStatus { replicas: Some(0), conditions: Some(vec![]), ..Default::default() };
         let b = DeploymentStatus::default();
         assert!(same_ignoring_times(&a, &b));
-        set_condition(
-            &mut a,
-            new_condition(
-                "Available",
-                "True",
-                reason::MINIMUM_REPLICAS_AVAILABLE,
-                "m".into(),
-                t0,
-            ),
-        );
+        set_condition(&mut a, new_condition("Available", "True", reason::MINIMUM_REPLICAS_AVAILABLE, "m".into(), t0));
         let mut c = DeploymentStatus::default();
-        set_condition(
-            &mut c,
-            new_condition(
-                "Available",
-                "True",
-                reason::MINIMUM_REPLICAS_AVAILABLE,
-                "m".into(),
-                t1,
-            ),
-        );
+        set_condition(&mut c, new_condition("Available", "True", reason::MINIMUM_REPLICAS_AVAILABLE, "m".into(), t1));
         assert!(same_ignoring_times(&a, &c));
         c.ready_replicas = Some(1);
         assert!(!same_ignoring_times(&a, &c));
@@ -614,10 +469,7 @@ mod tests {
     #[test]
     fn rollback_keeps_revision_history() {
         let mut rs = ReplicaSet::default();
-        let d = BTreeMap::from([
-            ("team".to_string(), "a".to_string()),
-            (REVISION_ANNOTATION.to_string(), "9".to_string()),
-        ]);
+        let d = BTreeMap::from([("team".to_string(), "a".to_string()), (REVISION_ANNOTATION.to_string(), "9".to_string())]);
         assert!(set_new_rs_annotations(&d, &mut rs, 1, false, (3, 4)));
         assert_eq!(annotation(&rs, REVISION_ANNOTATION), Some("1"));
         assert_eq!(annotation(&rs, "team"), Some("a"));
