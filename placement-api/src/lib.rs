@@ -9,6 +9,7 @@
 mod crds;
 pub mod keys;
 mod placement;
+pub mod quantity;
 mod synctarget;
 mod workloadplacement;
 mod workspace;

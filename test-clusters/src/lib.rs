@@ -11,7 +11,8 @@
 pub mod config;
 pub mod driver;
 pub mod duration;
-pub mod quantity;
+/// Resource quantities, shared with the scheduler and the syncer.
+pub use placement_api::quantity;
 pub mod sim;
 
 pub use config::{ClusterDef, ConfigError, NodeGroup};

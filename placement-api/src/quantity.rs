@@ -1,5 +1,6 @@
-//! Kubernetes resource quantities: parsing, formatting and the small resource vector the
-//! simulated scheduler does its arithmetic with.
+//! Kubernetes resource quantities: parsing, formatting and the small resource vector
+//! (cpu, memory, pods) that the scheduler, the syncer's capacity report and the
+//! simulated clusters do their arithmetic with.
 //!
 //! The grammar is the one `k8s.io/apimachinery/pkg/api/resource` accepts: a signed decimal
 //! number followed by a binary suffix (`Ki` … `Ei`), a decimal SI suffix (`m`, `k`, `M`, `G`,

@@ -1,0 +1,82 @@
+//! Downstream namespace names. Every upstream `{workspace, namespace}` pair maps to one
+//! downstream namespace `flotilla-<12 base36 characters>`: short enough for any
+//! workspace and namespace name (kcp's longer names ran into the 63-character limit),
+//! stable across restarts, and annotated with the pair it holds so that it can always
+//! be traced back.
+
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+/// Prefix of every downstream namespace Flotilla creates.
+pub const NAMESPACE_PREFIX: &str = "flotilla-";
+/// Base36 characters of hash in a downstream namespace name: 36^12 ≈ 4.7e18 names.
+const HASH_CHARS: usize = 12;
+
+/// The upstream place a downstream namespace holds, stored as JSON in the
+/// `workload.flotilla.io/namespace-locator` annotation.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NamespaceLocator {
+    /// The upstream workspace.
+    pub workspace: String,
+    /// The namespace in that workspace.
+    pub namespace: String,
+}
+
+impl NamespaceLocator {
+    /// The locator of `namespace` in `workspace`.
+    pub fn new(workspace: &str, namespace: &str) -> Self {
+        Self { workspace: workspace.into(), namespace: namespace.into() }
+    }
+
+    /// The annotation value.
+    pub fn to_annotation(&self) -> String {
+        serde_json::to_string(self).expect("two strings serialize")
+    }
+
+    /// Reads an annotation value; `None` when it is not a locator.
+    pub fn from_annotation(value: &str) -> Option<Self> {
+        serde_json::from_str(value).ok()
+    }
+
+    /// The downstream namespace name.
+    pub fn downstream_namespace(&self) -> String {
+        let digest = Sha256::digest(self.to_annotation().as_bytes());
+        let mut n = u128::from_be_bytes(digest[..16].try_into().expect("a SHA-256 digest has 32 bytes"));
+        let mut out = String::with_capacity(NAMESPACE_PREFIX.len() + HASH_CHARS);
+        out.push_str(NAMESPACE_PREFIX);
+        for _ in 0..HASH_CHARS {
+            let d = (n % 36) as u32;
+            n /= 36;
+            out.push(char::from_digit(d, 36).expect("a base-36 digit"));
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_short_stable_and_distinct() {
+        let a = NamespaceLocator::new("team-a", "default");
+        let name = a.downstream_namespace();
+        assert_eq!(name.len(), "flotilla-".len() + 12);
+        assert!(name.starts_with("flotilla-") && name[9..].chars().all(|c| c.is_ascii_digit() || c.is_ascii_lowercase()), "{name}");
+        assert_eq!(name, NamespaceLocator::new("team-a", "default").downstream_namespace(), "stable");
+        // The pair is hashed, not concatenated: "a-b"/"c" and "a"/"b-c" differ.
+        assert_ne!(NamespaceLocator::new("a-b", "c").downstream_namespace(), NamespaceLocator::new("a", "b-c").downstream_namespace());
+        assert_ne!(name, NamespaceLocator::new("team-b", "default").downstream_namespace());
+        // Even the longest names fit in a namespace name.
+        let long = NamespaceLocator::new(&"w".repeat(63), &"n".repeat(63)).downstream_namespace();
+        assert!(long.len() <= 63, "{long}");
+    }
+
+    #[test]
+    fn the_annotation_round_trips() {
+        let l = NamespaceLocator::new("demo", "shop");
+        assert_eq!(l.to_annotation(), r#"{"workspace":"demo","namespace":"shop"}"#);
+        assert_eq!(NamespaceLocator::from_annotation(&l.to_annotation()), Some(l));
+        assert_eq!(NamespaceLocator::from_annotation("not json"), None);
+    }
+}
