@@ -82,11 +82,11 @@ pub async fn run(api: Arc<Api>) {
                 tokio::select! {
                     ev = stream.next() => match ev {
                         Some(Ok(ev)) => {
-                            if let Some(w) = work_for(&ev.key, ev.kind, &ev.object) {
+                            if let Some(w) = work_for(&ev.key, ev.kind, &ev.object()) {
                                 queue.insert(w);
                             }
                             if ev.kind == EventType::Deleted {
-                                if let (Some((ws, ns, _)), Some(uid)) = (split_key(&ev.key), meta_str(&ev.object, "uid")) {
+                                if let (Some((ws, ns, _)), Some(uid)) = (split_key(&ev.key), meta_str(&ev.object(), "uid")) {
                                     queue.insert(Work::Dependents { ws: ws.into(), ns: ns.into(), uid: uid.into() });
                                 }
                             }

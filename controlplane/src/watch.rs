@@ -177,8 +177,9 @@ async fn run(
                     Some(Ok(ev)) => ev,
                 };
                 let ws = split_key(&ev.key).map(|(w, _, _)| w).unwrap_or_default();
-                let now_matches = selected(&ev.object, opts.labels.as_ref(), opts.fields.as_ref());
-                let was_matching = ev.prev.as_deref().is_some_and(|p| selected(p, opts.labels.as_ref(), opts.fields.as_ref()));
+                let object = ev.object();
+                let now_matches = selected(&object, opts.labels.as_ref(), opts.fields.as_ref());
+                let was_matching = ev.prev().is_some_and(|p| selected(&p, opts.labels.as_ref(), opts.fields.as_ref()));
                 let kind = match (ev.kind, was_matching, now_matches) {
                     (EventType::Added, _, true) => "ADDED",
                     (EventType::Modified, true, true) => "MODIFIED",
@@ -187,7 +188,7 @@ async fn run(
                     (EventType::Deleted, true, _) => "DELETED",
                     _ => continue,
                 };
-                if !out.send(kind, present(&scope, ws, &ev.object)).await { return; }
+                if !out.send(kind, present(&scope, ws, &object)).await { return; }
             }
         }
     }

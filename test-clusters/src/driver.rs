@@ -8,16 +8,14 @@
 //! batched into one reconcile; the simulator's wake-up time (a pod finishing its
 //! startup delay) drives the rest.
 
-use std::collections::BTreeMap;
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use controlplane::api::{Api, DeleteOptions, FieldValidation, PatchKind, Scope, Sub, WriteOptions};
 use controlplane::store::{Event, EventType, StoreError};
+use futures::StreamExt;
 use jiff::Timestamp;
-use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
-use k8s_openapi::api::core::v1::{Node, Pod};
-use serde::de::DeserializeOwned;
 use serde_json::{json, Value};
 use tokio::sync::watch;
 use tracing::Instrument;
@@ -33,13 +31,15 @@ const RESYNC: Duration = Duration::from_secs(10);
 /// The field manager of the simulated controllers' writes.
 const MANAGER: &str = "kube-controller-manager";
 
-/// Typed copies of the objects the simulation reads, by store key.
+/// Typed copies of the objects the simulation reads, kept in the vectors the
+/// simulator reads them from, so that a reconcile costs no copy of the cluster.
 #[derive(Default)]
 struct Cache {
-    nodes: BTreeMap<String, Node>,
-    deployments: BTreeMap<String, Deployment>,
-    replicasets: BTreeMap<String, ReplicaSet>,
-    pods: BTreeMap<String, Pod>,
+    state: ClusterState,
+    /// Store key to (kind, position in its vector).
+    at: HashMap<String, (Kind, usize)>,
+    /// Per kind, the store key of each position, to fix `at` after a swap-remove.
+    keys: HashMap<Kind, Vec<String>>,
 }
 
 fn key_prefix(kind: Kind) -> String {
@@ -53,39 +53,51 @@ fn key_prefix(kind: Kind) -> String {
 const WATCHED: [Kind; 4] = [Kind::Node, Kind::Deployment, Kind::ReplicaSet, Kind::Pod];
 
 impl Cache {
-    fn apply(&mut self, key: &str, value: Option<&Value>) {
-        fn put<T: DeserializeOwned>(map: &mut BTreeMap<String, T>, key: &str, value: Option<&Value>) {
-            match value.map(|v| serde_json::from_value::<T>(v.clone())) {
-                Some(Ok(obj)) => {
-                    map.insert(key.to_string(), obj);
-                }
-                Some(Err(e)) => {
-                    tracing::warn!(key, error = %e, "stored object does not decode; the simulation ignores it")
-                }
-                None => {
-                    map.remove(key);
-                }
-            }
-        }
-        for kind in WATCHED {
-            if key.starts_with(&key_prefix(kind)) {
-                match kind {
-                    Kind::Node => put(&mut self.nodes, key, value),
-                    Kind::Deployment => put(&mut self.deployments, key, value),
-                    Kind::ReplicaSet => put(&mut self.replicasets, key, value),
-                    Kind::Pod => put(&mut self.pods, key, value),
-                    Kind::Event => {}
+    /// Puts the object stored as `json` under `key`, or removes it for `None`.
+    fn apply(&mut self, key: &str, json: Option<&str>) {
+        let Some(kind) = WATCHED.into_iter().find(|k| key.starts_with(&key_prefix(*k))) else { return };
+        match json {
+            None => self.remove(kind, key),
+            Some(json) => {
+                let decoded = match kind {
+                    Kind::Node => serde_json::from_str(json).map(|o| self.put(kind, key, o, |s| &mut s.nodes)),
+                    Kind::Deployment => serde_json::from_str(json).map(|o| self.put(kind, key, o, |s| &mut s.deployments)),
+                    Kind::ReplicaSet => serde_json::from_str(json).map(|o| self.put(kind, key, o, |s| &mut s.replicasets)),
+                    Kind::Pod => serde_json::from_str(json).map(|o| self.put(kind, key, o, |s| &mut s.pods)),
+                    Kind::Event => Ok(()),
+                };
+                if let Err(e) = decoded {
+                    tracing::warn!(key, error = %e, "stored object does not decode; the simulation ignores it");
                 }
             }
         }
     }
 
-    fn state(&self) -> ClusterState {
-        ClusterState {
-            nodes: self.nodes.values().cloned().collect(),
-            deployments: self.deployments.values().cloned().collect(),
-            replicasets: self.replicasets.values().cloned().collect(),
-            pods: self.pods.values().cloned().collect(),
+    fn put<T>(&mut self, kind: Kind, key: &str, obj: T, vec: impl Fn(&mut ClusterState) -> &mut Vec<T>) {
+        match self.at.get(key) {
+            Some(&(_, i)) => vec(&mut self.state)[i] = obj,
+            None => {
+                let items = vec(&mut self.state);
+                self.at.insert(key.to_string(), (kind, items.len()));
+                items.push(obj);
+                self.keys.entry(kind).or_default().push(key.to_string());
+            }
+        }
+    }
+
+    fn remove(&mut self, kind: Kind, key: &str) {
+        let Some((_, i)) = self.at.remove(key) else { return };
+        match kind {
+            Kind::Node => drop(self.state.nodes.swap_remove(i)),
+            Kind::Deployment => drop(self.state.deployments.swap_remove(i)),
+            Kind::ReplicaSet => drop(self.state.replicasets.swap_remove(i)),
+            Kind::Pod => drop(self.state.pods.swap_remove(i)),
+            Kind::Event => {}
+        }
+        let keys = self.keys.entry(kind).or_default();
+        keys.swap_remove(i);
+        if let Some(moved) = keys.get(i) {
+            self.at.insert(moved.clone(), (kind, i));
         }
     }
 }
@@ -119,7 +131,7 @@ pub async fn run(api: Arc<Api>, mut sim: Simulator, mut stop: watch::Receiver<bo
                 let (items, rev) = api.store.list(&key_prefix(kind), None, None);
                 from = from.max(rev);
                 for (key, entry) in items {
-                    cache.apply(&key, Some(&entry.value));
+                    cache.apply(&key, Some(&entry.value.to_string()));
                 }
             }
             let mut events = match api.store.watch("", from) {
@@ -135,18 +147,13 @@ pub async fn run(api: Arc<Api>, mut sim: Simulator, mut stop: watch::Receiver<bo
                 if dirty {
                     dirty = false;
                     let now = Timestamp::now();
-                    let reconciled = sim.reconcile(&cache.state(), now);
+                    let reconciled = sim.reconcile(&cache.state, now);
                     wake_at = reconciled.next_wakeup;
                     if !reconciled.actions.is_empty() {
                         tracing::debug!(actions = reconciled.actions.len(), "applying");
                     }
-                    for action in reconciled.actions {
-                        if let Err(e) = apply(&api, &action).await {
-                            if !e.benign {
-                                tracing::warn!(target_object = %action.target(), error = %e.message, "simulated controller write failed; retrying on the next reconcile");
-                            }
-                            sim.forget(&action);
-                        }
+                    for action in apply_all(&api, reconciled.actions).await {
+                        sim.forget(&action);
                     }
                 }
                 let sleep_for = wake_at
@@ -189,6 +196,46 @@ pub async fn run(api: Arc<Api>, mut sim: Simulator, mut stop: watch::Receiver<bo
     .await
 }
 
+/// How many objects' actions are applied at once. Every write is durable, so applying
+/// them one after another would cost one fsync each; concurrent writes share a group
+/// commit.
+const WRITE_CONCURRENCY: usize = 16;
+
+/// Applies a reconcile's actions: in order for each object, objects concurrently.
+/// Returns the actions that could not be applied, for the simulator to forget.
+async fn apply_all(api: &Api, actions: Vec<Action>) -> Vec<Action> {
+    let mut per_object: Vec<(ObjectRef, Vec<Action>)> = Vec::new();
+    let mut index: std::collections::HashMap<ObjectRef, usize> = std::collections::HashMap::new();
+    for action in actions {
+        let mut target = action.target();
+        target.uid = None;
+        match index.get(&target) {
+            Some(&i) => per_object[i].1.push(action),
+            None => {
+                index.insert(target.clone(), per_object.len());
+                per_object.push((target, vec![action]));
+            }
+        }
+    }
+    let failed = futures::stream::iter(per_object)
+        .map(|(_, actions)| async move {
+            let mut failed = Vec::new();
+            for action in actions {
+                if let Err(e) = apply(api, &action).await {
+                    if !e.benign {
+                        tracing::warn!(target_object = %action.target(), error = %e.message, "simulated controller write failed; retrying on the next reconcile");
+                    }
+                    failed.push(action);
+                }
+            }
+            failed
+        })
+        .buffer_unordered(WRITE_CONCURRENCY)
+        .collect::<Vec<_>>()
+        .await;
+    failed.into_iter().flatten().collect()
+}
+
 /// Folds one store event into the cache; whether it concerns the simulation.
 fn absorb(cache: &mut Cache, ev: &Event) -> bool {
     if !WATCHED.iter().any(|k| ev.key.starts_with(&key_prefix(*k))) {
@@ -196,7 +243,7 @@ fn absorb(cache: &mut Cache, ev: &Event) -> bool {
     }
     match ev.kind {
         EventType::Deleted => cache.apply(&ev.key, None),
-        EventType::Added | EventType::Modified => cache.apply(&ev.key, Some(&ev.object)),
+        EventType::Added | EventType::Modified => cache.apply(&ev.key, Some(ev.doc.raw())),
     }
     true
 }

@@ -11,6 +11,7 @@
 //! on a key's mod revision, watch from a revision) so that an etcd implementation can
 //! sit behind it unchanged.
 
+mod doc;
 mod sqlite;
 mod window;
 
@@ -19,6 +20,7 @@ use std::sync::Arc;
 use futures::future::BoxFuture;
 use serde_json::Value;
 
+pub use doc::Doc;
 pub use sqlite::SqliteStore;
 pub use window::{Event, EventType, WatchStream, EVENT_WINDOW};
 

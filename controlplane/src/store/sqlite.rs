@@ -23,13 +23,26 @@ use serde_json::Value;
 use tokio::sync::oneshot;
 
 use super::window::Window;
-use super::{Entry, Event, EventType, Revision, Store, StoreError, WatchStream, WriteOp};
+use super::{Doc, Entry, Event, EventType, Revision, Store, StoreError, WatchStream, WriteOp};
 
 /// Upper bound on writes per transaction. Large enough that 32+ concurrent clients
 /// share one fsync, small enough that one huge burst doesn't delay its first writer.
 const MAX_BATCH: usize = 512;
 
-type Index = BTreeMap<String, Entry>;
+/// What the index keeps per key: the revision and the serialized document.
+#[derive(Debug, Clone)]
+struct Stored {
+    rev: Revision,
+    doc: Arc<Doc>,
+}
+
+impl Stored {
+    fn entry(&self) -> Entry {
+        Entry { rev: self.rev, value: self.doc.value() }
+    }
+}
+
+type Index = BTreeMap<String, Stored>;
 
 struct Request {
     op: WriteOp,
@@ -62,9 +75,10 @@ impl SqliteStore {
                 stmt.query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?, r.get::<_, Vec<u8>>(2)?))).map_err(backend)?;
             for row in rows {
                 let (key, rev, bytes) = row.map_err(backend)?;
-                let value: Value =
-                    serde_json::from_slice(&bytes).map_err(|e| StoreError::Backend(format!("corrupt value under {key}: {e}")))?;
-                index.insert(key, Entry { rev: rev as Revision, value: Arc::new(value) });
+                let corrupt = |e: String| StoreError::Backend(format!("corrupt value under {key}: {e}"));
+                let text = String::from_utf8(bytes).map_err(|e| corrupt(e.to_string()))?;
+                let doc = Doc::from_raw(text).map_err(|e| corrupt(e.to_string()))?;
+                index.insert(key, Stored { rev: rev as Revision, doc });
             }
         }
         // The revision survives deletes of the newest key because it is kept on its own.
@@ -115,7 +129,7 @@ impl SqliteStore {
             Some(k) if k >= prefix => Bound::Excluded(k.to_string()),
             _ => Bound::Included(prefix.to_string()),
         };
-        let iter = index.range((lower, Bound::Unbounded)).take_while(|(k, _)| k.starts_with(prefix)).map(|(k, e)| (k.clone(), e.clone()));
+        let iter = index.range((lower, Bound::Unbounded)).take_while(|(k, _)| k.starts_with(prefix)).map(|(k, e)| (k.clone(), e.entry()));
         let items = match limit {
             Some(n) => iter.take(n).collect(),
             None => iter.collect(),
@@ -140,7 +154,7 @@ impl Store for SqliteStore {
     }
 
     fn get(&self, key: &str) -> Option<Entry> {
-        self.read().get(key).cloned()
+        self.read().get(key).map(Stored::entry)
     }
 
     fn list(&self, prefix: &str, start_after: Option<&str>, limit: Option<usize>) -> (Vec<(String, Entry)>, Revision) {
@@ -157,9 +171,9 @@ impl Store for SqliteStore {
         // Newest first, so the last write to each key is the oldest event after `rev`,
         // whose previous value is the key's state at `rev`.
         for ev in undo.iter().rev().filter(|e| in_range(&e.key)) {
-            let before = ev.prev.as_ref().map(|p| Entry {
+            let before = ev.prev().map(|p| Entry {
                 rev: p.pointer("/metadata/resourceVersion").and_then(|v| v.as_str()).and_then(|v| v.parse().ok()).unwrap_or(0),
-                value: p.clone(),
+                value: p,
             });
             view.insert(ev.key.clone(), before);
         }
@@ -206,7 +220,7 @@ impl Writer {
         let base = self.rev.load(Ordering::Acquire);
         let mut next = base;
         // Changes made earlier in this batch, which later requests must see.
-        let mut overlay: HashMap<String, Option<Entry>> = HashMap::new();
+        let mut overlay: HashMap<String, Option<Stored>> = HashMap::new();
         let mut staged = Vec::with_capacity(batch.len());
         let outcome = (|| -> rusqlite::Result<()> {
             let txn = self.conn.transaction()?;
@@ -228,9 +242,8 @@ impl Writer {
                                     overlay.insert(key, None);
                                 }
                                 _ => {
-                                    let bytes = serde_json::to_vec(&*entry.value).unwrap_or_default();
-                                    upsert.execute(params![key, next as i64, bytes])?;
-                                    overlay.insert(key, Some(entry.clone()));
+                                    upsert.execute(params![key, next as i64, event.doc.raw().as_bytes()])?;
+                                    overlay.insert(key, Some(Stored { rev: next, doc: event.doc.clone() }));
                                 }
                             }
                             Ok((entry, Arc::new(event)))
@@ -278,14 +291,14 @@ impl Writer {
 }
 
 /// Checks one request against the current value and builds the stored entry and event.
-fn stage(op: WriteOp, current: Option<Entry>, rev: Revision) -> Result<(Entry, Event), StoreError> {
+fn stage(op: WriteOp, current: Option<Stored>, rev: Revision) -> Result<(Entry, Event), StoreError> {
     match op {
         WriteOp::Create { key, value } => {
             if current.is_some() {
                 return Err(StoreError::AlreadyExists(key));
             }
             let value = Arc::new(stamp(value, rev));
-            let event = Event { rev, key, kind: EventType::Added, object: value.clone(), prev: None };
+            let event = Event { rev, key, kind: EventType::Added, doc: Doc::new(&value), prev_doc: None };
             Ok((Entry { rev, value }, event))
         }
         WriteOp::Update { key, value, expected } => {
@@ -294,7 +307,7 @@ fn stage(op: WriteOp, current: Option<Entry>, rev: Revision) -> Result<(Entry, E
                 return Err(StoreError::Conflict { key, expected, actual: cur.rev });
             }
             let value = Arc::new(stamp(value, rev));
-            let event = Event { rev, key, kind: EventType::Modified, object: value.clone(), prev: Some(cur.value) };
+            let event = Event { rev, key, kind: EventType::Modified, doc: Doc::new(&value), prev_doc: Some(cur.doc) };
             Ok((Entry { rev, value }, event))
         }
         WriteOp::Delete { key, expected } => {
@@ -305,8 +318,8 @@ fn stage(op: WriteOp, current: Option<Entry>, rev: Revision) -> Result<(Entry, E
                 }
             }
             // The DELETED event carries the deletion revision, as etcd-backed watches do.
-            let value = Arc::new(stamp((*cur.value).clone(), rev));
-            let event = Event { rev, key, kind: EventType::Deleted, object: value.clone(), prev: Some(cur.value) };
+            let value = Arc::new(stamp((*cur.doc.value()).clone(), rev));
+            let event = Event { rev, key, kind: EventType::Deleted, doc: Doc::new(&value), prev_doc: Some(cur.doc) };
             Ok((Entry { rev, value }, event))
         }
     }
@@ -383,6 +396,6 @@ mod tests {
         s.write(WriteOp::Delete { key: "k/a".into(), expected: Some(a.rev) }).await.unwrap();
         let ev = w.next().await.unwrap().unwrap();
         assert_eq!(ev.kind, EventType::Deleted);
-        assert_eq!(ev.object["metadata"]["resourceVersion"], "2");
+        assert_eq!(ev.object()["metadata"]["resourceVersion"], "2");
     }
 }

@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex};
 use serde_json::Value;
 use tokio::sync::broadcast;
 
-use super::{Revision, StoreError};
+use super::{Doc, Revision, StoreError};
 
 /// How many events the window keeps, across all keys. kube-apiserver's watch cache
 /// keeps a per-resource window sized for roughly a minute of churn; one shared window
@@ -46,10 +46,22 @@ pub struct Event {
     /// What happened.
     pub kind: EventType,
     /// The new value; for a delete, the last value stamped with the deletion revision.
-    pub object: Arc<Value>,
+    pub doc: Arc<Doc>,
     /// The value before the write, when there was one. Filtered watches need it to
     /// turn "no longer matches" into a DELETED event, as the apiserver's watch cache does.
-    pub prev: Option<Arc<Value>>,
+    pub prev_doc: Option<Arc<Doc>>,
+}
+
+impl Event {
+    /// The new value (see [`Event::doc`]), parsed.
+    pub fn object(&self) -> Arc<Value> {
+        self.doc.value()
+    }
+
+    /// The value before the write (see [`Event::prev_doc`]), parsed.
+    pub fn prev(&self) -> Option<Arc<Value>> {
+        self.prev_doc.as_ref().map(|d| d.value())
+    }
 }
 
 struct Inner {
@@ -178,7 +190,7 @@ mod tests {
     use serde_json::json;
 
     fn ev(rev: Revision, key: &str) -> Arc<Event> {
-        Arc::new(Event { rev, key: key.into(), kind: EventType::Added, object: Arc::new(json!({})), prev: None })
+        Arc::new(Event { rev, key: key.into(), kind: EventType::Added, doc: Doc::new(&Arc::new(json!({}))), prev_doc: None })
     }
 
     #[tokio::test]
