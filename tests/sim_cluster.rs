@@ -172,3 +172,30 @@ fn a_restart_on_the_same_data_dir_is_the_same_cluster() {
     c.k(&["scale", "deployment/keep", "--replicas=3"]);
     c.k(&["rollout", "status", "deployment/keep", "--timeout=30s"]);
 }
+
+#[test]
+fn a_file_with_several_clusters_needs_a_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let demo = concat!(env!("CARGO_MANIFEST_DIR"), "/test-clusters/demo.yaml");
+    let o = std::process::Command::new(common::bin())
+        .args(["--data-dir", dir.path().to_str().unwrap(), "sim-cluster", "--config", demo, "--listen", "127.0.0.1:0"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success() && stderr.contains("defines 3 clusters (east, west, eu); choose one with --name"), "{stderr}");
+    let o = std::process::Command::new(common::bin())
+        .args(["--data-dir", dir.path().to_str().unwrap(), "sim-cluster", "--config", demo, "--name", "mars"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success() && stderr.contains("defines no cluster \"mars\"; it defines: east, west, eu"), "{stderr}");
+    // With a name, that cluster runs: eu has one node.
+    let (mut child, _url) = common::spawn_ready(
+        &["--data-dir", dir.path().to_str().unwrap(), "sim-cluster", "--config", demo, "--name", "eu", "--listen", "127.0.0.1:0"],
+        &dir.path().join("eu.log"),
+    );
+    let nodes = common::kubectl_cmd(&dir.path().join("eu.kubeconfig"), dir.path(), &["get", "nodes", "-o", "name"]).output().unwrap();
+    let _ = child.kill();
+    let _ = child.wait();
+    assert_eq!(String::from_utf8_lossy(&nodes.stdout).trim(), "node/eu-worker");
+}
