@@ -216,6 +216,27 @@ impl Api {
             start = Some(t.start);
             list_rv = Some(t.rv);
         }
+        let limit = opts.limit.filter(|l| *l > 0);
+        // Nothing to filter or change: pass the stored documents through unparsed.
+        let passthrough = list_rv.is_none()
+            && opts.labels.is_none()
+            && opts.fields.is_none()
+            && !scope.wildcard()
+            && scope.rt.builtin() != Some(Builtin::EventV1);
+        if passthrough {
+            let (docs, rev) = self.store.list_docs(&prefix);
+            let mut items = Vec::new();
+            let mut cont = None;
+            for (key, doc) in docs {
+                if limit.is_some_and(|l| items.len() >= l) {
+                    let last = items.last().map(|(k, _): &(String, _)| k.clone()).unwrap_or_default();
+                    cont = Some(encode_continue(&ContinueToken { rv: rev, start: last }));
+                    break;
+                }
+                items.push((key, Presented::raw(doc)));
+            }
+            return Ok((items.into_iter().map(|(_, p)| p).collect(), rev, cont));
+        }
         // Every page of one list is served from the snapshot of the first page.
         let (entries, list_rv) = match list_rv {
             Some(rv) => (
@@ -226,7 +247,6 @@ impl Api {
             ),
             None => self.store.list(&prefix, None, None),
         };
-        let limit = opts.limit.filter(|l| *l > 0);
         let mut items = Vec::new();
         let mut cont = None;
         let mut last_key = None;
@@ -1060,6 +1080,15 @@ pub enum Presented {
     Stored(Arc<Value>),
     /// A copy changed for this response (another version, the cluster annotation).
     Changed(Value),
+    /// The stored document, unparsed: serialized by copying its text; parsed only if
+    /// someone looks inside (a Table, a delete-collection).
+    Raw(Arc<crate::store::Doc>, Arc<std::sync::OnceLock<Arc<Value>>>),
+}
+
+impl Presented {
+    fn raw(doc: Arc<crate::store::Doc>) -> Self {
+        Presented::Raw(doc, Arc::default())
+    }
 }
 
 impl std::ops::Deref for Presented {
@@ -1068,13 +1097,20 @@ impl std::ops::Deref for Presented {
         match self {
             Presented::Stored(v) => v,
             Presented::Changed(v) => v,
+            Presented::Raw(doc, parsed) => parsed.get_or_init(|| doc.value()),
         }
     }
 }
 
 impl serde::Serialize for Presented {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        (**self).serialize(s)
+        match self {
+            Presented::Raw(doc, _) => {
+                let raw: &serde_json::value::RawValue = serde_json::from_str(doc.raw()).map_err(serde::ser::Error::custom)?;
+                raw.serialize(s)
+            }
+            other => (**other).serialize(s),
+        }
     }
 }
 
@@ -1090,6 +1126,7 @@ impl Presented {
         match self {
             Presented::Stored(v) => Arc::unwrap_or_clone(v),
             Presented::Changed(v) => v,
+            Presented::Raw(doc, _) => Arc::unwrap_or_clone(doc.value()),
         }
     }
 }

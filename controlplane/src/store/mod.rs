@@ -87,6 +87,9 @@ pub trait Store: Send + Sync + 'static {
     /// Every entry whose key starts with `prefix`, in key order, starting after
     /// `start_after` when given (for pagination), and the revision the list reflects.
     fn list(&self, prefix: &str, start_after: Option<&str>, limit: Option<usize>) -> (Vec<(String, Entry)>, Revision);
+    /// Like [`Store::list`] with no bounds, but the stored documents unparsed, for
+    /// responses that pass them through as they are.
+    fn list_docs(&self, prefix: &str) -> (Vec<(String, Arc<Doc>)>, Revision);
     /// Like [`Store::list`], but as the data stood at revision `rev`, for the later
     /// pages of a paginated list; `Expired` once `rev` has left the event window.
     fn list_at(&self, prefix: &str, start_after: Option<&str>, rev: Revision) -> Result<Vec<(String, Entry)>, StoreError>;

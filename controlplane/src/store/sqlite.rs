@@ -162,6 +162,14 @@ impl Store for SqliteStore {
         self.list_locked(&index, prefix, start_after, limit)
     }
 
+    fn list_docs(&self, prefix: &str) -> (Vec<(String, Arc<Doc>)>, Revision) {
+        let index = self.read();
+        let rev = self.rev.load(Ordering::Acquire);
+        let items =
+            index.range(prefix.to_string()..).take_while(|(k, _)| k.starts_with(prefix)).map(|(k, e)| (k.clone(), e.doc.clone())).collect();
+        (items, rev)
+    }
+
     fn list_at(&self, prefix: &str, start_after: Option<&str>, rev: Revision) -> Result<Vec<(String, Entry)>, StoreError> {
         let index = self.read();
         let undo = self.window.events_after(rev)?;
