@@ -454,6 +454,13 @@ impl Api {
         if opts.dry_run {
             return Ok(Written { object: present(scope, &scope.workspace, &obj), created: false, warnings });
         }
+        // A write that changes nothing is not stored: the resourceVersion stays and no
+        // watch event goes out, as kube-apiserver's GuaranteedUpdate skips identical
+        // bytes (storage/etcd3/store.go). Controllers that re-apply their desired
+        // state on every event rely on this to settle instead of waking each other.
+        if same_but_for_times(old, &obj) {
+            return Ok(Written { object: present(scope, &scope.workspace, old), created: false, warnings });
+        }
         // An object that is being deleted goes away once its last finalizer is removed.
         let deleting = objmeta::meta_str(old, "deletionTimestamp").is_some();
         let ns_finalizers = scope.rt.builtin() == Some(Builtin::Namespace)
@@ -987,6 +994,30 @@ fn bump_generation(rt: &ResourceType, old: &Value, new: &mut Value) {
         let g = old.pointer("/metadata/generation").and_then(Value::as_i64).unwrap_or(0);
         objmeta::meta_mut(new).insert("generation".into(), json!(g + 1));
     }
+}
+
+/// Whether `new` is `old` apart from the resourceVersion and the times of managedFields
+/// entries, which the field manager stamps on every write. (kube-apiserver does not even
+/// restamp them when a manager's fields are unchanged, so such a write is a no-op there.)
+fn same_but_for_times(old: &Value, new: &Value) -> bool {
+    fn strip(v: &Value) -> Value {
+        let mut v = v.clone();
+        if let Some(m) = v.get_mut("metadata").and_then(Value::as_object_mut) {
+            m.remove("resourceVersion");
+            if let Some(entries) = m.get_mut("managedFields").and_then(Value::as_array_mut) {
+                for e in entries.iter_mut().filter_map(Value::as_object_mut) {
+                    e.remove("time");
+                }
+            }
+        }
+        v
+    }
+    // Cheap rejection first: most writes change something outside metadata.
+    let outside_meta_equal = match (old.as_object(), new.as_object()) {
+        (Some(o), Some(n)) => o.len() == n.len() && o.iter().all(|(k, v)| k == "metadata" || n.get(k) == Some(v)),
+        _ => false,
+    };
+    outside_meta_equal && strip(old) == strip(new)
 }
 
 /// ObjectMeta fields a custom resource may carry; everything else in metadata is pruned.

@@ -15,7 +15,7 @@ use crate::auth::Auth;
 use crate::http::{self, AppState};
 use crate::metrics::Metrics;
 use crate::registry::{Profile, Registry};
-use crate::store::{SqliteStore, Store};
+use crate::store::{SqliteStore, Store, WindowLimits};
 use crate::{controllers, kubeconfig, tls};
 
 /// How long in-flight requests get to finish on shutdown. Watches are cut at once
@@ -35,6 +35,8 @@ pub struct ServerConfig {
     pub single_cluster: bool,
     /// Name used for the CA, kubeconfig cluster and context names.
     pub name: String,
+    /// How far back watches can resume.
+    pub event_window: WindowLimits,
 }
 
 impl ServerConfig {
@@ -46,13 +48,21 @@ impl ServerConfig {
             listen,
             single_cluster: false,
             name: "flotilla".into(),
+            event_window: WindowLimits::CONTROL_PLANE,
         }
     }
 
     /// A simulated physical cluster named `name`: one logical cluster at `/`, state in
     /// `data_dir`, and a kind-shaped kubeconfig at `kubeconfig`.
     pub fn physical_cluster(name: &str, data_dir: &Path, kubeconfig: PathBuf, listen: SocketAddr) -> Self {
-        Self { data_dir: data_dir.to_path_buf(), kubeconfig, listen, single_cluster: true, name: name.into() }
+        Self {
+            data_dir: data_dir.to_path_buf(),
+            kubeconfig,
+            listen,
+            single_cluster: true,
+            name: name.into(),
+            event_window: WindowLimits::PHYSICAL_CLUSTER,
+        }
     }
 }
 
@@ -107,7 +117,7 @@ pub async fn start(config: ServerConfig, prometheus: prometheus::Registry) -> an
     let _ = rustls::crypto::ring::default_provider().install_default();
     std::fs::create_dir_all(&config.data_dir).with_context(|| format!("creating data dir {}", config.data_dir.display()))?;
     let lock = lock_data_dir(&config.data_dir)?;
-    let store = SqliteStore::open(&config.data_dir.join("store.db")).context("opening the store")?;
+    let store = SqliteStore::open_with_window(&config.data_dir.join("store.db"), config.event_window).context("opening the store")?;
     let store: Arc<dyn Store> = store;
     let profile = if config.single_cluster { Profile::PhysicalCluster } else { Profile::ControlPlane };
     let registry = Arc::new(Registry::new(profile));

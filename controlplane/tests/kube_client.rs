@@ -466,6 +466,37 @@ async fn server_side_apply_conflict_then_force_takes_ownership() {
     srv.shutdown().await.unwrap();
 }
 
+/// Controllers re-apply their desired state on every event; a write that changes nothing
+/// must not bump the resourceVersion or wake the watchers, or they would chase each other.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn writes_that_change_nothing_keep_the_resource_version_and_send_no_event() {
+    let dir = tempfile::tempdir().unwrap();
+    let srv = start(dir.path()).await;
+    let cms: Api<ConfigMap> = Api::namespaced(root_client(&srv).await, "default");
+    let body = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "same"}, "data": {"k": "v"}});
+    let first = cms.patch("same", &PatchParams::apply("ctl"), &Patch::Apply(body.clone())).await.unwrap();
+    let rv = first.metadata.resource_version.clone().unwrap();
+    let mut events = cms.watch(&WatchParams::default().fields("metadata.name=same"), &rv).await.unwrap().boxed();
+
+    let again = cms.patch("same", &PatchParams::apply("ctl"), &Patch::Apply(body.clone())).await.unwrap();
+    assert_eq!(again.metadata.resource_version.as_deref(), Some(rv.as_str()), "an identical apply is a no-op");
+    let replaced = cms.replace("same", &PostParams::default(), &again).await.unwrap();
+    assert_eq!(replaced.metadata.resource_version.as_deref(), Some(rv.as_str()), "an identical update is a no-op");
+    let merged = cms.patch("same", &PatchParams::default(), &Patch::Merge(json!({"data": {"k": "v"}}))).await.unwrap();
+    assert_eq!(merged.metadata.resource_version.as_deref(), Some(rv.as_str()), "a merge patch that changes nothing is a no-op");
+
+    // A real change still goes through, and it is the first event the watch sees.
+    let changed = cms.patch("same", &PatchParams::default(), &Patch::Merge(json!({"data": {"k": "w"}}))).await.unwrap();
+    assert_ne!(changed.metadata.resource_version.as_deref(), Some(rv.as_str()));
+    match tokio::time::timeout(DEADLINE, events.next()).await {
+        Ok(Some(Ok(WatchEvent::Modified(cm)))) => {
+            assert_eq!(data_of(&cm, "k").as_deref(), Some("w"), "the first event after the no-ops is the real change")
+        }
+        other => panic!("expected the MODIFIED event of the real change, got {other:?}"),
+    }
+    srv.shutdown().await.unwrap();
+}
+
 // ---------------------------------------------------------------------------------
 // 4. the finalizer helper
 // ---------------------------------------------------------------------------------

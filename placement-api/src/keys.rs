@@ -36,6 +36,9 @@ pub const NAMESPACE_LOCATOR_ANNOTATION: &str = "workload.flotilla.io/namespace-l
 pub const SYNC_TARGET_LABEL: &str = "workload.flotilla.io/sync-target";
 /// Annotation on every downstream object: the upstream workspace/namespace/name.
 pub const UPSTREAM_ANNOTATION: &str = "workload.flotilla.io/upstream";
+/// Annotation on a downstream workload copy: the upstream `metadata.generation` it was
+/// made from, so the status the syncer reports says which spec it describes.
+pub const SYNCED_GENERATION_ANNOTATION: &str = "workload.flotilla.io/synced-generation";
 /// Label on a cluster's kubeconfig Secret in `root`, naming its SyncTarget.
 pub const KUBECONFIG_SECRET_LABEL: &str = "workload.flotilla.io/kubeconfig-for";
 /// Prefix of the per-cluster finalizer a syncer puts on the upstream objects it

@@ -16,6 +16,7 @@ use controlplane::api::{Api, DeleteOptions, FieldValidation, PatchKind, Scope, S
 use controlplane::store::{Event, EventType, StoreError};
 use futures::StreamExt;
 use jiff::Timestamp;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde_json::{json, Value};
 use tokio::sync::watch;
 use tracing::Instrument;
@@ -73,7 +74,16 @@ impl Cache {
         }
     }
 
-    fn put<T>(&mut self, kind: Kind, key: &str, obj: T, vec: impl Fn(&mut ClusterState) -> &mut Vec<T>) {
+    fn put<T: k8s_openapi::Metadata<Ty = ObjectMeta>>(
+        &mut self,
+        kind: Kind,
+        key: &str,
+        mut obj: T,
+        vec: impl Fn(&mut ClusterState) -> &mut Vec<T>,
+    ) {
+        // No simulated controller reads managedFields, and decoded into `serde_json`
+        // trees (FieldsV1) they are the largest part of a cached pod by far.
+        obj.metadata_mut().managed_fields = None;
         match self.at.get(key) {
             Some(&(_, i)) => vec(&mut self.state)[i] = obj,
             None => {

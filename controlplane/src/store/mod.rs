@@ -22,7 +22,7 @@ use serde_json::Value;
 
 pub use doc::Doc;
 pub use sqlite::SqliteStore;
-pub use window::{Event, EventType, WatchStream, EVENT_WINDOW};
+pub use window::{Event, EventType, WatchStream, WindowLimits, EVENT_WINDOW};
 
 /// A store-wide revision; every write gets the next one.
 pub type Revision = u64;

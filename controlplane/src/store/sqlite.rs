@@ -22,7 +22,7 @@ use rusqlite::{params, Connection};
 use serde_json::Value;
 use tokio::sync::oneshot;
 
-use super::window::Window;
+use super::window::{Window, WindowLimits};
 use super::{Doc, Entry, Event, EventType, Revision, Store, StoreError, WatchStream, WriteOp};
 
 /// Upper bound on writes per transaction. Large enough that 32+ concurrent clients
@@ -58,8 +58,15 @@ pub struct SqliteStore {
 }
 
 impl SqliteStore {
-    /// Opens (or creates) the database at `path` and loads it into memory.
+    /// Opens (or creates) the database at `path` and loads it into memory, with the
+    /// control plane's watch window.
     pub fn open(path: &Path) -> Result<Arc<Self>, StoreError> {
+        Self::open_with_window(path, WindowLimits::CONTROL_PLANE)
+    }
+
+    /// Like [`SqliteStore::open`], with a watch window of the given reach.
+    pub fn open_with_window(path: &Path, window: WindowLimits) -> Result<Arc<Self>, StoreError> {
+        let limits = window;
         let conn = Connection::open(path).map_err(backend)?;
         conn.execute_batch(
             "PRAGMA journal_mode=WAL;
@@ -88,7 +95,7 @@ impl SqliteStore {
 
         let index = Arc::new(RwLock::new(index));
         let rev = Arc::new(AtomicU64::new(max_rev));
-        let window = Window::new(max_rev);
+        let window = Window::new(max_rev, limits);
         let (tx, rx) = mpsc::channel();
         let writer = Writer { conn, index: index.clone(), rev: rev.clone(), window: window.clone() };
         std::thread::Builder::new()

@@ -14,16 +14,45 @@ use tokio::sync::broadcast;
 
 use super::{Doc, Revision, StoreError};
 
-/// How many events the window keeps, across all keys. kube-apiserver's watch cache
-/// keeps a per-resource window sized for roughly a minute of churn; one shared window
-/// of this size covers several minutes at the write rates a control plane of a few
-/// thousand workloads sees (status heartbeats dominate), while costing only a pointer
-/// and a key per event, since values are shared with the object index.
+/// How many events the window keeps, across all keys, at most. kube-apiserver's watch
+/// cache keeps a per-resource window sized for roughly a minute of churn; one shared
+/// window of this size covers several minutes at the write rates a control plane of a
+/// few thousand workloads sees (status heartbeats dominate).
 pub const EVENT_WINDOW: usize = 100_000;
+
+/// How far back the window reaches: a count of events and a size of their documents,
+/// whichever is reached first. The size matters because an event keeps the document
+/// it wrote alive after later writes replace it in the index: a window of 100,000 pod
+/// status updates would hold some 350 MB of superseded pods.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WindowLimits {
+    /// Events kept at most.
+    pub events: usize,
+    /// Bytes of serialized documents (and keys) kept at most.
+    pub bytes: usize,
+}
+
+impl WindowLimits {
+    /// Flotilla's control plane: [`EVENT_WINDOW`] events, 256 MiB. Its many watchers
+    /// (syncers, the scheduler, users' `get -w`) should resume rather than relist after
+    /// a reconnect, and its objects are mostly small.
+    pub const CONTROL_PLANE: WindowLimits = WindowLimits { events: EVENT_WINDOW, bytes: 256 << 20 };
+    /// A simulated physical cluster: 32 MiB, about 10,000 pod updates. It has a
+    /// handful of watchers (a syncer, a user), and pods are large and churn a lot.
+    pub const PHYSICAL_CLUSTER: WindowLimits = WindowLimits { events: EVENT_WINDOW, bytes: 32 << 20 };
+}
+
+/// What an event costs the window beyond what the index holds anyway: its document
+/// (shared with the index only until the key is written again) and its key.
+fn event_bytes(ev: &Event) -> usize {
+    ev.doc.raw().len() + ev.key.len()
+}
 
 /// Live fan-out depth. A watcher that falls further behind than this re-reads from the
 /// window, so the value only trades memory for how often slow watchers take that path.
-const BROADCAST_CAPACITY: usize = 16_384;
+/// The channel's ring keeps its last this-many events alive whatever the window's
+/// limits, so it stays well below them: 4,096 pod updates are about 16 MB.
+const BROADCAST_CAPACITY: usize = 4_096;
 
 /// What happened to a key.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -66,6 +95,8 @@ impl Event {
 
 struct Inner {
     events: VecDeque<Arc<Event>>,
+    /// What the events in the window cost, by [`event_bytes`].
+    bytes: usize,
     /// Every event with a revision above this one is still in `events`.
     oldest: Revision,
 }
@@ -73,14 +104,15 @@ struct Inner {
 /// The shared window and its broadcast channel.
 pub(crate) struct Window {
     inner: Mutex<Inner>,
+    limits: WindowLimits,
     tx: broadcast::Sender<Arc<Event>>,
 }
 
 impl Window {
     /// A window that starts empty at `rev`: watches from `rev` or later can be served.
-    pub(crate) fn new(rev: Revision) -> Arc<Self> {
+    pub(crate) fn new(rev: Revision, limits: WindowLimits) -> Arc<Self> {
         let (tx, _) = broadcast::channel(BROADCAST_CAPACITY);
-        Arc::new(Self { inner: Mutex::new(Inner { events: VecDeque::new(), oldest: rev }), tx })
+        Arc::new(Self { inner: Mutex::new(Inner { events: VecDeque::new(), bytes: 0, oldest: rev }), limits, tx })
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
@@ -93,12 +125,15 @@ impl Window {
     pub(crate) fn publish(&self, events: Vec<Arc<Event>>) {
         let mut inner = self.lock();
         for ev in events {
+            inner.bytes += event_bytes(&ev);
             inner.events.push_back(ev.clone());
             // No receivers is not an error: nobody is watching right now.
             let _ = self.tx.send(ev);
         }
-        while inner.events.len() > EVENT_WINDOW {
+        // The newest event always stays, so a watch from the current revision works.
+        while inner.events.len() > 1 && (inner.events.len() > self.limits.events || inner.bytes > self.limits.bytes) {
             if let Some(old) = inner.events.pop_front() {
+                inner.bytes -= event_bytes(&old);
                 inner.oldest = old.rev;
             }
         }
@@ -195,7 +230,7 @@ mod tests {
 
     #[tokio::test]
     async fn replays_from_revision_then_streams_live() {
-        let w = Window::new(0);
+        let w = Window::new(0, WindowLimits::CONTROL_PLANE);
         w.publish(vec![ev(1, "a/x"), ev(2, "b/y"), ev(3, "a/z")]);
         let mut s = w.subscribe("a/", 1).unwrap();
         assert_eq!(s.next().await.unwrap().unwrap().rev, 3);
@@ -205,7 +240,7 @@ mod tests {
 
     #[tokio::test]
     async fn revision_before_window_is_expired() {
-        let w = Window::new(10);
+        let w = Window::new(10, WindowLimits::CONTROL_PLANE);
         match w.subscribe("", 9) {
             Err(StoreError::Expired { requested: 9, oldest: 10 }) => {}
             other => panic!("expected Expired, got {:?}", other.map(|_| ())),
@@ -215,11 +250,24 @@ mod tests {
 
     #[tokio::test]
     async fn trimming_moves_the_oldest_revision() {
-        let w = Window::new(0);
+        let w = Window::new(0, WindowLimits::CONTROL_PLANE);
         let events: Vec<_> = (1..=(EVENT_WINDOW as u64 + 5)).map(|r| ev(r, "k")).collect();
         w.publish(events);
         assert!(matches!(w.subscribe("", 4), Err(StoreError::Expired { oldest: 5, .. })));
         let mut s = w.subscribe("", 5).unwrap();
         assert_eq!(s.next().await.unwrap().unwrap().rev, 6);
+    }
+
+    #[tokio::test]
+    async fn the_byte_limit_trims_too_but_keeps_the_newest_event() {
+        // Each event costs its document ("{}", 2 bytes) plus its key (1 byte).
+        let w = Window::new(0, WindowLimits { events: 100, bytes: 10 });
+        w.publish((1..=5).map(|r| ev(r, "k")).collect());
+        assert!(matches!(w.subscribe("", 1), Err(StoreError::Expired { oldest: 2, .. })), "three events of 3 bytes fit in 10");
+        let mut s = w.subscribe("", 2).unwrap();
+        assert_eq!(s.next().await.unwrap().unwrap().rev, 3);
+        let big = Window::new(0, WindowLimits { events: 100, bytes: 1 });
+        big.publish(vec![ev(1, "k"), ev(2, "k")]);
+        assert!(big.subscribe("", 1).is_ok(), "an event larger than the limit still stays while it is the newest");
     }
 }

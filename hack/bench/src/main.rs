@@ -107,10 +107,31 @@ impl ServerProc {
     }
 
     fn rss_mib(&self) -> f64 {
+        self.status_mib("VmRSS:")
+    }
+
+    /// The largest RSS the process has had.
+    fn peak_rss_mib(&self) -> f64 {
+        self.status_mib("VmHWM:")
+    }
+
+    /// Steady-state RSS: the median of samples over a few seconds, since one sample
+    /// also catches whatever the allocator has not handed back yet.
+    async fn settled_rss_mib(&self) -> f64 {
+        let mut samples = Vec::new();
+        for _ in 0..11 {
+            samples.push(self.rss_mib());
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
+        samples.sort_by(f64::total_cmp);
+        samples[samples.len() / 2]
+    }
+
+    fn status_mib(&self, field: &str) -> f64 {
         let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).unwrap_or_default();
         status
             .lines()
-            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .find_map(|l| l.strip_prefix(field))
             .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
             .unwrap_or(0.0)
             / 1024.0
@@ -330,10 +351,10 @@ async fn main() -> anyhow::Result<()> {
         );
         report.add(
             &format!("sim: RSS with {} nodes, {} running pods", s.sim_nodes, sim.running),
-            format!("{:.0} MiB", sim.rss_mib),
+            format!("{:.0} MiB (peak {:.0})", sim.rss_mib, sim.peak_rss_mib),
             format!("empty cluster {:.0} MiB", sim.idle_rss_mib),
             format!("{:.1} KiB/pod", (sim.rss_mib - sim.idle_rss_mib) * 1024.0 / sim.running.max(1) as f64),
-            json!({"scenario": "sim_rss", "nodes": s.sim_nodes, "running_pods": sim.running, "rss_mib": sim.rss_mib, "idle_rss_mib": sim.idle_rss_mib, "cpu_secs": sim.cpu_secs, "load_secs": sim.load_secs}),
+            json!({"scenario": "sim_rss", "nodes": s.sim_nodes, "running_pods": sim.running, "rss_mib": sim.rss_mib, "peak_rss_mib": sim.peak_rss_mib, "idle_rss_mib": sim.idle_rss_mib, "cpu_secs": sim.cpu_secs, "load_secs": sim.load_secs}),
         );
     }
     println!();
@@ -547,6 +568,7 @@ struct SimFigures {
     rollout_max_ms: f64,
     running: usize,
     rss_mib: f64,
+    peak_rss_mib: f64,
     idle_rss_mib: f64,
     cpu_secs: f64,
     load_secs: f64,
@@ -636,7 +658,8 @@ async fn sim_cluster(bin: &Path, nodes: usize, pods: usize) -> anyhow::Result<Si
         rollout_p50_ms: p50,
         rollout_max_ms: max,
         running,
-        rss_mib: srv.rss_mib(),
+        rss_mib: srv.settled_rss_mib().await,
+        peak_rss_mib: srv.peak_rss_mib(),
         idle_rss_mib,
         cpu_secs: srv.cpu_secs(),
         load_secs,
