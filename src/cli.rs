@@ -123,6 +123,17 @@ pub struct StartArgs {
     /// Address to serve HTTPS on.
     #[arg(long, default_value = "127.0.0.1:6443")]
     pub listen: SocketAddr,
+    /// How often each push-mode syncer reports its cluster's heartbeat and capacity.
+    #[arg(long, default_value = "2s", value_parser = duration)]
+    pub heartbeat_interval: std::time::Duration,
+    /// How often controllers look at every object again, events or not.
+    #[arg(long, default_value = "30s", value_parser = duration)]
+    pub resync: std::time::Duration,
+}
+
+/// A Go-style duration flag (`500ms`, `2s`, `1m`).
+fn duration(s: &str) -> Result<std::time::Duration, String> {
+    test_clusters::duration::parse(s).map_err(|e| e.to_string())
 }
 
 /// `flotilla workspace ...`.

@@ -62,11 +62,15 @@ fn control_plane_kubeconfig(cli: &Cli) -> std::path::PathBuf {
 
 /// A client for the control plane's `root` workspace, from its admin kubeconfig.
 pub async fn root_client(kubeconfig: &Path) -> anyhow::Result<kube::Client> {
+    Ok(kube::Client::try_from(root_config(kubeconfig).await?)?)
+}
+
+/// The client configuration of the admin kubeconfig's `root` context.
+pub async fn root_config(kubeconfig: &Path) -> anyhow::Result<kube::Config> {
     let kc = kube::config::Kubeconfig::read_from(kubeconfig)
         .with_context(|| format!("reading {} (is the control plane started? pass --kubeconfig or --data-dir)", kubeconfig.display()))?;
     let opts = kube::config::KubeConfigOptions { context: Some("root".into()), ..Default::default() };
-    let config = kube::Config::from_custom_kubeconfig(kc, &opts).await.context("the kubeconfig has no usable \"root\" context")?;
-    Ok(kube::Client::try_from(config)?)
+    kube::Config::from_custom_kubeconfig(kc, &opts).await.context("the kubeconfig has no usable \"root\" context")
 }
 
 /// Prints rows under a header in kubectl's style: columns three spaces apart.

@@ -13,6 +13,17 @@ pub async fn run(data_dir: &Path, args: StartArgs) -> anyhow::Result<()> {
     println!("flotilla control plane serving on {}", controlplane::kubeconfig::server_url(srv.addr));
     println!("kubeconfig: {}", srv.kubeconfig.display());
     println!("try: kubectl --kubeconfig {} get namespaces", srv.kubeconfig.display());
+    // The controllers reach the control plane as any client would, through the admin
+    // kubeconfig (DESIGN: the syncer and scheduler use only the Kubernetes API).
+    let config = super::root_config(&srv.kubeconfig).await?;
+    let options = syncer::push::Options { heartbeat_interval: args.heartbeat_interval, resync: args.resync };
+    let base = kube::Client::try_from(syncer::clients::base_config(config.clone())?)?;
+    let _aggregator = syncer::AbortOnDrop(tokio::spawn(syncer::aggregate::run(base, args.resync)));
+    let _syncers = syncer::AbortOnDrop(tokio::spawn(async move {
+        if let Err(e) = syncer::push::run(config, options).await {
+            tracing::error!(error = %format!("{e:#}"), "push-mode syncers stopped");
+        }
+    }));
     println!("ready");
     super::shutdown_signal().await;
     tracing::info!("shutting down");

@@ -46,9 +46,13 @@ fn terminated(pod: &Pod) -> bool {
 
 /// Computes a cluster's capacity from its nodes and pods. A pod whose requests do
 /// not parse counts as requesting nothing but its pod slot.
-pub fn compute(nodes: &[Node], pods: &[Pod]) -> Capacity {
+pub fn compute<'a, N, P>(nodes: impl IntoIterator<Item = &'a N>, pods: impl IntoIterator<Item = &'a P>) -> Capacity
+where
+    N: std::borrow::Borrow<Node> + 'a,
+    P: std::borrow::Borrow<Pod> + 'a,
+{
     let mut free: BTreeMap<&str, Resources> = BTreeMap::new();
-    for node in nodes.iter().filter(|n| takes_pods(n)) {
+    for node in nodes.into_iter().map(|n| n.borrow()).filter(|n| takes_pods(n)) {
         let alloc = node.status.as_ref().and_then(|s| s.allocatable.as_ref()).map(Resources::from_resource_list);
         if let (Some(name), Some(Ok(alloc))) = (node.metadata.name.as_deref(), alloc) {
             free.insert(name, alloc);
@@ -56,7 +60,7 @@ pub fn compute(nodes: &[Node], pods: &[Pod]) -> Capacity {
     }
     let allocatable = free.values().fold(Resources::ZERO, |a, r| a.saturating_add(*r));
     let mut available = allocatable;
-    for pod in pods.iter().filter(|p| !terminated(p)) {
+    for pod in pods.into_iter().map(|p| p.borrow()).filter(|p| !terminated(p)) {
         let request = pod.spec.as_ref().and_then(|s| Resources::for_pod(s).ok()).unwrap_or(Resources::ZERO).max(Resources::new(0, 0, 1));
         let node = pod.spec.as_ref().and_then(|s| s.node_name.as_deref()).filter(|n| !n.is_empty());
         match node {
@@ -211,11 +215,11 @@ mod tests {
     fn a_thousand_node_cluster_reports_a_bounded_headroom() {
         let nodes: Vec<Node> =
             (0..1000).map(|i| node(&format!("n{i}"), &format!("{}", 1 + i % 64), &format!("{}Gi", 64 - i % 64), true, false)).collect();
-        let c = compute(&nodes, &[]);
+        let c = compute(&nodes, &Vec::<Pod>::new());
         assert_eq!(c.headroom.len(), MAX_HEADROOM);
         assert_eq!(c.headroom.first().unwrap().0.cpu_millis, 64_000, "the most cpu is kept");
         assert_eq!(c.headroom.last().unwrap().0.memory_bytes, 64 << 30, "the most memory is kept");
         let identical: Vec<Node> = (0..1000).map(|i| node(&format!("n{i}"), "8", "32Gi", true, false)).collect();
-        assert_eq!(compute(&identical, &[]).headroom, [(Resources::new(8000, 32 << 30, 110), 1000)]);
+        assert_eq!(compute(&identical, &Vec::<Pod>::new()).headroom, [(Resources::new(8000, 32 << 30, 110), 1000)]);
     }
 }

@@ -126,8 +126,10 @@ mod tests {
         };
         assert_eq!(Key::of_copy(Kind::Deployment, &copy), Some(key));
         assert_eq!(Key::upstream(Kind::Deployment, &ObjectMeta { name: Some("x".into()), ..Default::default() }), None);
-        let broken =
-            ObjectMeta { annotations: Some(BTreeMap::from([(UPSTREAM_ANNOTATION.to_string(), "demo/x".to_string())])), ..Default::default() };
+        let broken = ObjectMeta {
+            annotations: Some(BTreeMap::from([(UPSTREAM_ANNOTATION.to_string(), "demo/x".to_string())])),
+            ..Default::default()
+        };
         assert_eq!(Key::of_copy(Kind::Deployment, &broken), None);
     }
 }

@@ -3,9 +3,68 @@
 //!
 //! The decisions are pure functions, tested without a server:
 //! - [`naming`]: where an upstream namespace lives downstream;
+//! - [`transform`]: what a downstream copy looks like;
+//! - [`status`]: what a cluster reports, and what the upstream status sums to;
 //! - [`capacity`]: what the heartbeat reports about free room.
+//!
+//! Around them, [`sync::Syncer`] watches and writes, [`heartbeat`] beats, [`push`] runs
+//! a syncer per registered cluster inside the control plane process, and [`aggregate`]
+//! writes the upstream Deployments' status from their WorkloadPlacements.
 
 #![warn(missing_docs)]
 
+pub mod aggregate;
+pub mod cache;
 pub mod capacity;
+pub mod clients;
+pub mod error;
+pub mod heartbeat;
+pub mod key;
 pub mod naming;
+pub mod push;
+pub mod queue;
+pub mod status;
+pub mod sync;
+pub mod transform;
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use kube::Client;
+
+/// A task that is aborted when its handle is dropped, so that stopping a parent task
+/// stops what it started.
+pub struct AbortOnDrop<T>(pub tokio::task::JoinHandle<T>);
+
+impl<T> Drop for AbortOnDrop<T> {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+impl<T> Future for AbortOnDrop<T> {
+    type Output = Result<T, tokio::task::JoinError>;
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        Pin::new(&mut self.0).poll(cx)
+    }
+}
+
+/// Runs one cluster's syncer and its heartbeat until the task is dropped. `base` is a
+/// client of the control plane with no workspace path; `root` one of its `root`
+/// workspace, used only for heartbeats (a connection of their own).
+pub async fn run_with_heartbeat(settings: sync::Settings, heartbeat_interval: Duration, base: Client, root: Client, downstream: Client) {
+    let syncer = Arc::new(tokio::sync::OnceCell::new());
+    let name = settings.sync_target.clone();
+    let counting = syncer.clone();
+    let beat = AbortOnDrop(tokio::spawn(heartbeat::run(name, heartbeat_interval, root, downstream.clone(), move || {
+        counting.get().map_or(0, |s: &Arc<sync::Syncer>| s.assigned())
+    })));
+    sync::Syncer::run(settings, base, downstream, move |s| {
+        let _ = syncer.set(s);
+    })
+    .await;
+    drop(beat);
+}

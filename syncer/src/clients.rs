@@ -1,0 +1,38 @@
+//! Clients for the control plane's workspaces.
+//!
+//! The control plane serves each workspace under `/clusters/<workspace>` and the view
+//! across all of them under `/clusters/*`, which is read-only. A syncer reads through
+//! the wildcard view and writes into each object's own workspace. Rather than one
+//! connection pool per workspace, every workspace client shares one base client and
+//! only puts the workspace's path in front of each request.
+
+use anyhow::Context;
+use kube::client::Body;
+use kube::{Client, Config};
+
+/// The control plane's base URL without a path, from a kubeconfig context whose server
+/// may point at one workspace (`https://host/clusters/root`).
+pub fn base_config(mut config: Config) -> anyhow::Result<Config> {
+    let uri = config.cluster_url.clone();
+    let authority = uri.authority().context("the kubeconfig's server URL has no host")?.clone();
+    let scheme = uri.scheme().cloned().unwrap_or(http::uri::Scheme::HTTPS);
+    config.cluster_url = http::Uri::builder().scheme(scheme).authority(authority).path_and_query("/").build()?;
+    Ok(config)
+}
+
+/// A client whose requests go to `/clusters/<workspace>` of `base`'s server. `*` is the
+/// read-only view across every workspace.
+pub fn workspace(base: &Client, workspace: &str) -> Client {
+    let base = base.clone();
+    let prefix = if workspace == "*" { "/clusters/%2A".to_string() } else { format!("/clusters/{workspace}") };
+    let svc = tower::service_fn(move |mut req: http::Request<Body>| {
+        let base = base.clone();
+        let pq = req.uri().path_and_query().map_or("/", |p| p.as_str());
+        let rewritten = format!("{prefix}{pq}").parse::<http::Uri>();
+        async move {
+            *req.uri_mut() = rewritten.map_err(|e| kube::Error::Service(e.into()))?;
+            base.send(req).await
+        }
+    });
+    Client::new(svc, "default")
+}

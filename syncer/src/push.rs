@@ -1,0 +1,133 @@
+//! Push mode: the control plane process runs one syncer (and its heartbeat) per
+//! SyncTarget that has a kubeconfig Secret.
+//!
+//! Tasks start and stop as SyncTargets and their Secrets come and go, and restart when
+//! the kubeconfig changes. Each runs on its own tokio task: a panic in one is logged and
+//! that syncer restarted after a pause, and never reaches the others.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use futures::{FutureExt, StreamExt};
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::Api;
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::runtime::{reflector, watcher, WatchStreamExt};
+use kube::Client;
+use placement_api::{SyncMode, SyncTarget};
+use tracing::Instrument;
+
+use crate::sync::Settings;
+use crate::AbortOnDrop;
+
+/// How long a syncer that panicked waits before it starts again.
+const RESTART_PAUSE: Duration = Duration::from_secs(2);
+
+/// The settings every push-mode syncer gets.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// Heartbeat interval.
+    pub heartbeat_interval: Duration,
+    /// Resync interval.
+    pub resync: Duration,
+}
+
+/// Runs push-mode syncers for the SyncTargets of the control plane that `config`
+/// reaches until the task is dropped.
+pub async fn run(config: kube::Config, options: Options) -> anyhow::Result<()> {
+    let config = crate::clients::base_config(config)?;
+    let base = Client::try_from(config.clone())?;
+    // Heartbeats get a connection pool of their own (see `heartbeat`).
+    let beats = crate::clients::workspace(&Client::try_from(config)?, placement_api::ROOT_WORKSPACE);
+    let root = crate::clients::workspace(&base, placement_api::ROOT_WORKSPACE);
+    let (targets, targets_w) = reflector::store::<SyncTarget>();
+    let (secrets, secrets_w) = reflector::store::<Secret>();
+    let t = watcher(Api::<SyncTarget>::all(root.clone()), watcher::Config::default()).default_backoff().reflect(targets_w).map(|_| ());
+    let s = watcher(Api::<Secret>::namespaced(root.clone(), placement_api::SYSTEM_NAMESPACE), watcher::Config::default())
+        .default_backoff()
+        .reflect(secrets_w)
+        .map(|_| ());
+    let mut changes = futures::stream::select(t, s).boxed();
+    // SyncTarget name → (the kubeconfig it runs with, its task).
+    let mut running: HashMap<String, (String, AbortOnDrop<()>)> = HashMap::new();
+    let mut tick = tokio::time::interval(Duration::from_secs(5));
+    loop {
+        tokio::select! {
+            c = changes.next() => if c.is_none() { return Ok(()) },
+            _ = tick.tick() => {}
+        }
+        if targets.wait_until_ready().now_or_never().is_none() || secrets.wait_until_ready().now_or_never().is_none() {
+            continue;
+        }
+        let mut wanted: HashMap<String, String> = HashMap::new();
+        for st in targets.state() {
+            let Some(name) = st.metadata.name.clone() else { continue };
+            let Some(r) = st.spec.kubeconfig_secret_ref.as_ref().filter(|_| st.spec.sync_mode == SyncMode::Push) else { continue };
+            let secret = secrets.state().into_iter().find(|s| s.metadata.name.as_deref() == Some(r.name.as_str()));
+            let kubeconfig =
+                secret.and_then(|s| s.data.as_ref().and_then(|d| d.get(&r.key)).map(|b| String::from_utf8_lossy(&b.0).into_owned()));
+            match kubeconfig {
+                Some(k) => {
+                    wanted.insert(name, k);
+                }
+                None => tracing::warn!(sync_target = %name, secret = %r.name, "the kubeconfig Secret is missing; its syncer waits for it"),
+            }
+        }
+        running.retain(|name, (kubeconfig, _)| {
+            let keep = wanted.get(name) == Some(kubeconfig);
+            if !keep {
+                tracing::info!(sync_target = %name, "stopping its syncer");
+            }
+            keep
+        });
+        for (name, kubeconfig) in wanted {
+            if running.contains_key(&name) {
+                continue;
+            }
+            tracing::info!(sync_target = %name, "starting its syncer");
+            let task = tokio::spawn(supervise(name.clone(), kubeconfig.clone(), base.clone(), beats.clone(), options.clone()));
+            running.insert(name, (kubeconfig, AbortOnDrop(task)));
+        }
+    }
+}
+
+/// Runs one cluster's syncer and heartbeat, restarting them if they panic.
+async fn supervise(name: String, kubeconfig: String, base: Client, root: Client, options: Options) {
+    let span = tracing::info_span!("push", sync_target = %name);
+    async move {
+        loop {
+            let downstream = match downstream_client(&kubeconfig).await {
+                Ok(c) => c,
+                Err(e) => {
+                    tracing::error!(error = %format!("{e:#}"), "cannot use the stored kubeconfig; fix it with `flotilla cluster register` again");
+                    tokio::time::sleep(Duration::from_secs(30)).await;
+                    continue;
+                }
+            };
+            let settings = Settings { sync_target: name.clone(), resync: options.resync };
+            let task = AbortOnDrop(tokio::spawn(crate::run_with_heartbeat(
+                settings,
+                options.heartbeat_interval,
+                base.clone(),
+                root.clone(),
+                downstream,
+            )));
+            match task.await {
+                Ok(()) => return,
+                Err(e) if e.is_panic() => {
+                    tracing::error!(error = %e, pause = ?RESTART_PAUSE, "the syncer panicked; restarting it");
+                    tokio::time::sleep(RESTART_PAUSE).await;
+                }
+                Err(_) => return,
+            }
+        }
+    }
+    .instrument(span)
+    .await
+}
+
+async fn downstream_client(kubeconfig: &str) -> anyhow::Result<Client> {
+    let kc = Kubeconfig::from_yaml(kubeconfig)?;
+    let config = kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default()).await?;
+    Ok(Client::try_from(config)?)
+}

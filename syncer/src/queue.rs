@@ -1,0 +1,87 @@
+//! The work queue: keys in, one reconcile per key at a time out.
+//!
+//! A key queued many times before it runs runs once (kube-runtime's scheduler merges
+//! them); a key queued while it runs runs again right after; different keys run
+//! concurrently up to a limit. A failed reconcile is retried with exponential backoff,
+//! and a periodic resync queues every key again, so a missed event costs at most one
+//! resync interval.
+
+use std::collections::{HashMap, HashSet};
+use std::future::Future;
+use std::time::Duration;
+
+use futures::stream::FuturesUnordered;
+use futures::StreamExt;
+use kube::runtime::scheduler::{scheduler, ScheduleRequest};
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+use tokio_stream::wrappers::UnboundedReceiverStream;
+
+use crate::key::Key;
+
+/// The first retry delay after a failure; it doubles per failure up to [`MAX_BACKOFF`].
+const FIRST_BACKOFF: Duration = Duration::from_millis(100);
+/// The longest retry delay: a downstream cluster that is down is tried this often.
+const MAX_BACKOFF: Duration = Duration::from_secs(30);
+
+/// What a reconcile asks for next.
+pub enum Next {
+    /// Nothing until something changes.
+    Done,
+    /// Look again after this long (waiting for another object to catch up).
+    After(Duration),
+}
+
+/// Runs `work` for every key received on `keys` until the channel closes.
+pub async fn run<F, Fut, E>(keys: mpsc::UnboundedReceiver<Key>, concurrency: usize, work: F)
+where
+    F: Fn(Key) -> Fut,
+    Fut: Future<Output = Result<Next, E>>,
+    E: std::fmt::Display,
+{
+    let (delayed_tx, delayed_rx) = mpsc::unbounded_channel::<ScheduleRequest<Key>>();
+    let now = UnboundedReceiverStream::new(keys).map(|message| ScheduleRequest { message, run_at: Instant::now() });
+    let mut due = Box::pin(scheduler(futures::stream::select(now, UnboundedReceiverStream::new(delayed_rx))));
+    let mut running = FuturesUnordered::new();
+    let mut in_flight: HashSet<Key> = HashSet::new();
+    let mut again: HashSet<Key> = HashSet::new();
+    let mut failures: HashMap<Key, u32> = HashMap::new();
+    loop {
+        tokio::select! {
+            key = due.next(), if running.len() < concurrency => {
+                let Some(key) = key else { break };
+                if in_flight.contains(&key) {
+                    again.insert(key);
+                    continue;
+                }
+                in_flight.insert(key.clone());
+                let fut = work(key.clone());
+                running.push(async move { (key, fut.await) });
+            }
+            Some((key, result)) = running.next() => {
+                in_flight.remove(&key);
+                let delay = match result {
+                    Ok(Next::Done) => {
+                        failures.remove(&key);
+                        None
+                    }
+                    Ok(Next::After(d)) => {
+                        failures.remove(&key);
+                        Some(d)
+                    }
+                    Err(e) => {
+                        let n = failures.entry(key.clone()).or_insert(0);
+                        *n += 1;
+                        let d = FIRST_BACKOFF.saturating_mul(1 << (*n - 1).min(16)).min(MAX_BACKOFF);
+                        tracing::warn!(object = %key, error = %e, retry_in = ?d, "sync failed");
+                        Some(d)
+                    }
+                };
+                let delay = if again.remove(&key) { Some(Duration::ZERO) } else { delay };
+                if let Some(d) = delay {
+                    let _ = delayed_tx.send(ScheduleRequest { message: key, run_at: Instant::now() + d });
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,307 @@
+//! Status, as pure functions: one cluster's report on its copy of a workload, the
+//! WorkloadPlacement status that collects the reports, and the upstream Deployment
+//! status summed over the assigned clusters.
+//!
+//! Each syncer writes only its own entry of `WorkloadPlacement.status.clusters`, and
+//! recomputes the fields derived from all entries (the summary, `Synced`, `Available`)
+//! on the same read-modify-write, so the status is always consistent with its entries.
+//! The upstream Deployment's status is then a function of the WorkloadPlacement alone
+//! ([`aggregate`]), written by one controller in the control plane process.
+
+use k8s_openapi::api::apps::v1::{Deployment, DeploymentCondition, DeploymentStatus};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use placement_api::{
+    ClusterSyncStatus, WorkloadPlacement, WorkloadPlacementStatus, CONDITION_AVAILABLE, CONDITION_SYNCED, SYNCED_GENERATION_ANNOTATION,
+};
+
+/// This cluster's report on its downstream copy.
+pub fn cluster_entry(sync_target: &str, copy: &Deployment, now: Time) -> ClusterSyncStatus {
+    let st = copy.status.clone().unwrap_or_default();
+    let synced_generation =
+        copy.metadata.annotations.as_ref().and_then(|a| a.get(SYNCED_GENERATION_ANNOTATION)).and_then(|g| g.parse().ok()).unwrap_or(0);
+    let observed = st.observed_generation.unwrap_or(0) >= copy.metadata.generation.unwrap_or(0);
+    let conditions = st
+        .conditions
+        .unwrap_or_default()
+        .into_iter()
+        .map(|c| Condition {
+            type_: c.type_,
+            status: c.status,
+            reason: c.reason.unwrap_or_default(),
+            message: c.message.unwrap_or_default(),
+            last_transition_time: c.last_transition_time.or_else(|| c.last_update_time.clone()).unwrap_or_else(|| now.clone()),
+            observed_generation: None,
+        })
+        .collect();
+    ClusterSyncStatus {
+        name: sync_target.into(),
+        replicas: st.replicas.unwrap_or(0),
+        ready_replicas: st.ready_replicas.unwrap_or(0),
+        available_replicas: st.available_replicas.unwrap_or(0),
+        updated_replicas: st.updated_replicas.unwrap_or(0),
+        synced_generation,
+        observed,
+        conditions,
+        last_sync_time: Some(now),
+    }
+}
+
+/// Whether two entries say the same, apart from when they were written.
+pub fn same_report(a: &ClusterSyncStatus, b: &ClusterSyncStatus) -> bool {
+    ClusterSyncStatus { last_sync_time: None, ..a.clone() } == ClusterSyncStatus { last_sync_time: None, ..b.clone() }
+}
+
+fn condition_true(conds: &[Condition], type_: &str) -> bool {
+    conds.iter().any(|c| c.type_ == type_ && c.status == "True")
+}
+
+/// Sets a condition, keeping its transition time when its status does not change.
+pub fn set_condition(conds: &mut Vec<Condition>, mut c: Condition) {
+    match conds.iter_mut().find(|x| x.type_ == c.type_) {
+        Some(x) => {
+            if x.status == c.status {
+                c.last_transition_time = x.last_transition_time.clone();
+            }
+            *x = c;
+        }
+        None => conds.push(c),
+    }
+}
+
+/// The WorkloadPlacement status with `sync_target`'s entry replaced by `entry` (or
+/// removed, for `None`), and the fields derived from all entries recomputed.
+/// `generation` is the upstream workload's current generation.
+pub fn with_entry(
+    wp: &WorkloadPlacement,
+    sync_target: &str,
+    entry: Option<ClusterSyncStatus>,
+    generation: i64,
+    now: &Time,
+) -> WorkloadPlacementStatus {
+    let mut status = wp.status.clone().unwrap_or_default();
+    status.clusters.retain(|c| c.name != sync_target);
+    status.clusters.extend(entry);
+    status.clusters.sort_by(|a, b| a.name.cmp(&b.name));
+    derive(&mut status, wp, generation, now);
+    status
+}
+
+/// Recomputes the summary, the ready count and the `Synced` and `Available`
+/// conditions from the assignment and the entries.
+fn derive(status: &mut WorkloadPlacementStatus, wp: &WorkloadPlacement, generation: i64, now: &Time) {
+    let assigned = &wp.spec.clusters;
+    let entry = |name: &str| status.clusters.iter().find(|c| c.name == name);
+    let mut summary = Vec::new();
+    let (mut ready, mut desired) = (0, 0);
+    let mut behind = Vec::new();
+    let mut unavailable = Vec::new();
+    for a in assigned {
+        let e = entry(&a.name);
+        let r = e.map_or(0, |e| e.ready_replicas);
+        summary.push(format!("{}={}/{}", a.name, r, a.replicas));
+        ready += r;
+        desired += a.replicas;
+        if !e.is_some_and(|e| e.synced_generation >= generation && e.observed) {
+            behind.push(a.name.as_str());
+        }
+        if !e.is_some_and(|e| condition_true(&e.conditions, "Available") && e.available_replicas >= a.replicas) {
+            unavailable.push(a.name.as_str());
+        }
+    }
+    status.summary = (!summary.is_empty()).then(|| summary.join(" "));
+    status.ready = Some(format!("{ready}/{desired}"));
+    let cond = |type_: &str, ok: bool, reason: &str, message: String| Condition {
+        type_: type_.into(),
+        status: if ok { "True" } else { "False" }.into(),
+        reason: reason.into(),
+        message,
+        last_transition_time: now.clone(),
+        observed_generation: Some(generation),
+    };
+    if assigned.is_empty() {
+        status.conditions.retain(|c| c.type_ != CONDITION_SYNCED && c.type_ != CONDITION_AVAILABLE);
+        return;
+    }
+    let synced = if behind.is_empty() {
+        cond(CONDITION_SYNCED, true, "AllClustersSynced", format!("generation {generation} runs on every assigned cluster"))
+    } else {
+        cond(CONDITION_SYNCED, false, "Syncing", format!("generation {generation} not yet observed on: {}", behind.join(", ")))
+    };
+    set_condition(&mut status.conditions, synced);
+    let available = if unavailable.is_empty() {
+        cond(CONDITION_AVAILABLE, true, "AllClustersAvailable", format!("{ready}/{desired} replicas ready"))
+    } else {
+        cond(CONDITION_AVAILABLE, false, "ClustersUnavailable", format!("not yet available on: {}", unavailable.join(", ")))
+    };
+    set_condition(&mut status.conditions, available);
+}
+
+/// The upstream Deployment's status: the sums over the assigned clusters' reports, and
+/// `observedGeneration` moved to the current generation only once every assigned
+/// cluster has synced and observed it, so `kubectl rollout status` waits for all of
+/// them. `None` when there is nothing to report yet (no cluster assigned).
+pub fn aggregate(deployment: &Deployment, wp: &WorkloadPlacement, now: &Time) -> Option<DeploymentStatus> {
+    let assigned = &wp.spec.clusters;
+    if assigned.is_empty() {
+        return None;
+    }
+    let generation = deployment.metadata.generation.unwrap_or(0);
+    let current = deployment.status.clone().unwrap_or_default();
+    let entries: Vec<&ClusterSyncStatus> =
+        assigned.iter().filter_map(|a| wp.status.as_ref()?.clusters.iter().find(|c| c.name == a.name)).collect();
+    let sum = |f: fn(&ClusterSyncStatus) -> i32| entries.iter().map(|e| f(e)).sum::<i32>();
+    let (replicas, updated, ready, available) =
+        (sum(|e| e.replicas), sum(|e| e.updated_replicas), sum(|e| e.ready_replicas), sum(|e| e.available_replicas));
+    let all_synced = entries.len() == assigned.len() && entries.iter().all(|e| e.synced_generation >= generation && e.observed);
+    // Never move backwards: a cluster still catching up keeps the last value.
+    let observed_generation = if all_synced { generation } else { current.observed_generation.unwrap_or(0) };
+    let desired = deployment.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1);
+
+    let cluster_cond = |type_: &str| -> Vec<(&str, Option<&Condition>)> {
+        assigned
+            .iter()
+            .map(|a| {
+                (a.name.as_str(), entries.iter().find(|e| e.name == a.name).and_then(|e| e.conditions.iter().find(|c| c.type_ == type_)))
+            })
+            .collect()
+    };
+    let avail = cluster_cond("Available");
+    let not_available: Vec<&str> = avail.iter().filter(|(_, c)| !c.is_some_and(|c| c.status == "True")).map(|(n, _)| *n).collect();
+    let available_cond = if not_available.is_empty() {
+        ("True", "MinimumReplicasAvailable", "Deployment has minimum availability on every assigned cluster.".to_string())
+    } else {
+        ("False", "MinimumReplicasUnavailable", format!("Deployment does not have minimum availability on: {}", not_available.join(", ")))
+    };
+    let progressing = cluster_cond("Progressing");
+    let stalled: Vec<&str> =
+        progressing.iter().filter(|(_, c)| c.is_some_and(|c| c.reason == "ProgressDeadlineExceeded")).map(|(n, _)| *n).collect();
+    let complete = all_synced && progressing.iter().all(|(_, c)| c.is_some_and(|c| c.reason == "NewReplicaSetAvailable"));
+    let progressing_cond = if !stalled.is_empty() {
+        ("False", "ProgressDeadlineExceeded", format!("the rollout exceeded its progress deadline on: {}", stalled.join(", ")))
+    } else if complete {
+        ("True", "NewReplicaSetAvailable", "the rollout is complete on every assigned cluster".to_string())
+    } else {
+        ("True", "ReplicaSetUpdated", "the rollout is progressing on the assigned clusters".to_string())
+    };
+    let mut conditions = current.conditions.clone().unwrap_or_default();
+    for (type_, (st, reason, message)) in [("Available", available_cond), ("Progressing", progressing_cond)] {
+        let old = conditions.iter().find(|c| c.type_ == type_);
+        let unchanged =
+            old.is_some_and(|o| o.status == st && o.reason.as_deref() == Some(reason) && o.message.as_deref() == Some(message.as_str()));
+        if unchanged {
+            continue;
+        }
+        let transition = old.filter(|o| o.status == st).and_then(|o| o.last_transition_time.clone()).unwrap_or_else(|| now.clone());
+        let c = DeploymentCondition {
+            type_: type_.into(),
+            status: st.into(),
+            reason: Some(reason.into()),
+            message: Some(message),
+            last_transition_time: Some(transition),
+            last_update_time: Some(now.clone()),
+        };
+        match conditions.iter_mut().find(|c| c.type_ == type_) {
+            Some(x) => *x = c,
+            None => conditions.push(c),
+        }
+    }
+    Some(DeploymentStatus {
+        observed_generation: Some(observed_generation),
+        replicas: Some(replicas),
+        updated_replicas: Some(updated),
+        ready_replicas: Some(ready),
+        available_replicas: Some(available),
+        unavailable_replicas: Some((desired - available).max(0)),
+        conditions: Some(conditions),
+        collision_count: current.collision_count,
+        terminating_replicas: None,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use jiff::Timestamp;
+    use placement_api::{ClusterAssignment, WorkloadPlacementSpec, WorkloadRef};
+    use serde_json::json;
+
+    fn t(s: i64) -> Time {
+        Time(Timestamp::from_second(1_800_000_000 + s).unwrap())
+    }
+
+    fn copy(generation: i64, observed: i64, synced: i64, ready: i32, available: bool) -> Deployment {
+        serde_json::from_value(json!({
+            "metadata": {"name": "web", "generation": generation, "annotations": {SYNCED_GENERATION_ANNOTATION: synced.to_string()}},
+            "status": {"observedGeneration": observed, "replicas": ready, "readyReplicas": ready, "availableReplicas": ready, "updatedReplicas": ready,
+                       "conditions": [
+                           {"type": "Available", "status": if available { "True" } else { "False" }, "reason": "R", "lastTransitionTime": "2026-01-01T00:00:00Z"},
+                           {"type": "Progressing", "status": "True", "reason": if available { "NewReplicaSetAvailable" } else { "ReplicaSetUpdated" }}]}
+        }))
+        .unwrap()
+    }
+
+    fn wp(assigned: &[(&str, i32)]) -> WorkloadPlacement {
+        WorkloadPlacement::new(
+            "web",
+            WorkloadPlacementSpec {
+                workload: WorkloadRef { api_version: "apps/v1".into(), kind: "Deployment".into(), name: "web".into() },
+                placement: "default".into(),
+                clusters: assigned.iter().map(|(n, r)| ClusterAssignment { name: n.to_string(), replicas: *r }).collect(),
+            },
+        )
+    }
+
+    fn upstream(generation: i64, replicas: i32) -> Deployment {
+        serde_json::from_value(
+            json!({"metadata": {"name": "web", "generation": generation}, "spec": {"replicas": replicas, "selector": {}, "template": {}}}),
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn an_entry_reports_the_copy_and_the_generation_it_was_made_from() {
+        let e = cluster_entry("east", &copy(4, 4, 7, 2, true), t(0));
+        assert_eq!((e.name.as_str(), e.ready_replicas, e.synced_generation, e.observed), ("east", 2, 7, true));
+        assert!(!cluster_entry("east", &copy(5, 4, 8, 2, true), t(0)).observed, "the copy's controller has not seen its latest spec");
+        assert!(same_report(&e, &cluster_entry("east", &copy(4, 4, 7, 2, true), t(9))), "only the time differs");
+    }
+
+    #[test]
+    fn the_placement_status_sums_up_its_entries() {
+        let mut p = wp(&[("east", 2), ("west", 1)]);
+        let s = with_entry(&p, "east", Some(cluster_entry("east", &copy(1, 1, 3, 2, true), t(0))), 3, &t(0));
+        assert_eq!(s.summary.as_deref(), Some("east=2/2 west=0/1"));
+        assert_eq!(s.ready.as_deref(), Some("2/3"));
+        let synced = s.conditions.iter().find(|c| c.type_ == CONDITION_SYNCED).unwrap();
+        assert_eq!((synced.status.as_str(), synced.message.as_str()), ("False", "generation 3 not yet observed on: west"));
+        p.status = Some(s);
+        let s = with_entry(&p, "west", Some(cluster_entry("west", &copy(1, 1, 3, 1, true), t(5))), 3, &t(5));
+        assert_eq!(s.summary.as_deref(), Some("east=2/2 west=1/1"));
+        assert!(s.conditions.iter().all(|c| c.status == "True"), "{:?}", s.conditions);
+        assert_eq!(s.clusters.iter().map(|c| c.name.as_str()).collect::<Vec<_>>(), ["east", "west"]);
+        p.status = Some(s);
+        let s = with_entry(&p, "west", None, 3, &t(9));
+        assert_eq!(s.clusters.len(), 1, "an unassigned cluster's entry goes");
+    }
+
+    #[test]
+    fn the_deployment_status_is_the_sum_and_waits_for_every_cluster() {
+        let mut p = wp(&[("east", 2), ("west", 1)]);
+        p.status = Some(with_entry(&p, "east", Some(cluster_entry("east", &copy(1, 1, 2, 2, true), t(0))), 2, &t(0)));
+        let d = upstream(2, 3);
+        let st = aggregate(&d, &p, &t(0)).unwrap();
+        assert_eq!((st.replicas, st.ready_replicas, st.observed_generation), (Some(2), Some(2), Some(0)), "west has not reported");
+        let avail = st.conditions.as_ref().unwrap().iter().find(|c| c.type_ == "Available").unwrap();
+        assert_eq!(avail.status, "False");
+        p.status = Some(with_entry(&p, "west", Some(cluster_entry("west", &copy(1, 1, 2, 1, true), t(1))), 2, &t(1)));
+        let st = aggregate(&d, &p, &t(1)).unwrap();
+        assert_eq!(
+            (st.replicas, st.available_replicas, st.unavailable_replicas, st.observed_generation),
+            (Some(3), Some(3), Some(0), Some(2))
+        );
+        let conds = st.conditions.unwrap();
+        assert!(conds.iter().all(|c| c.status == "True"), "{conds:?}");
+        assert_eq!(conds.iter().find(|c| c.type_ == "Progressing").unwrap().reason.as_deref(), Some("NewReplicaSetAvailable"));
+        assert_eq!(aggregate(&d, &wp(&[]), &t(0)), None, "nothing assigned, nothing to say");
+    }
+}

@@ -1,0 +1,233 @@
+//! What the syncer writes downstream, as a pure function of what it reads upstream.
+//!
+//! A downstream copy is the upstream object without what belongs to the control plane
+//! (uid, resourceVersion, ownerReferences, finalizers, managedFields, status, the
+//! assignment labels), marked with its SyncTarget and its upstream
+//! workspace/namespace/name so that it can always be traced back or found as an orphan,
+//! and placed in the hashed namespace of its upstream `{workspace, namespace}`. A
+//! Deployment gets this cluster's share of the replicas and the upstream generation it
+//! was made from.
+
+use std::collections::BTreeSet;
+
+use k8s_openapi::api::core::v1::PodSpec;
+use placement_api::{
+    CLUSTER_ANNOTATION, NAMESPACE_LOCATOR_ANNOTATION, SYNCED_GENERATION_ANNOTATION, SYNC_STATE_LABEL_PREFIX, SYNC_TARGET_LABEL,
+    UPSTREAM_ANNOTATION,
+};
+use serde_json::{json, Map, Value};
+
+use crate::key::{Key, Kind};
+use crate::naming::NamespaceLocator;
+
+/// Annotations that describe the upstream object's own history, not what should run:
+/// kubectl's client-side apply record and the deployment controller's revision.
+fn upstream_only_annotation(key: &str) -> bool {
+    key == CLUSTER_ANNOTATION || key == "kubectl.kubernetes.io/last-applied-configuration" || key.starts_with("deployment.kubernetes.io/")
+}
+
+/// The downstream namespace of an upstream object.
+pub fn downstream_namespace(key: &Key) -> String {
+    NamespaceLocator::new(&key.workspace, &key.namespace).downstream_namespace()
+}
+
+/// The server-side-apply body of the downstream copy of `upstream` (the object as the
+/// wildcard view returned it). `replicas` is this cluster's share, for a Deployment.
+pub fn downstream_object(upstream: &Value, key: &Key, sync_target: &str, replicas: Option<i32>) -> Value {
+    let meta = upstream.get("metadata").cloned().unwrap_or_default();
+    let mut labels: Map<String, Value> = meta.get("labels").and_then(Value::as_object).cloned().unwrap_or_default();
+    labels.retain(|k, _| !k.starts_with(SYNC_STATE_LABEL_PREFIX));
+    labels.insert(SYNC_TARGET_LABEL.into(), json!(sync_target));
+    let mut annotations: Map<String, Value> = meta.get("annotations").and_then(Value::as_object).cloned().unwrap_or_default();
+    annotations.retain(|k, _| !upstream_only_annotation(k));
+    annotations.insert(UPSTREAM_ANNOTATION.into(), json!(key.copy_annotation()));
+    if key.kind == Kind::Deployment {
+        let generation = meta.get("generation").and_then(Value::as_i64).unwrap_or(0);
+        annotations.insert(SYNCED_GENERATION_ANNOTATION.into(), json!(generation.to_string()));
+    }
+
+    let mut out = Map::new();
+    out.insert("apiVersion".into(), json!(key.kind.api_version()));
+    out.insert("kind".into(), json!(key.kind.name()));
+    out.insert(
+        "metadata".into(),
+        json!({
+            "name": key.name,
+            "namespace": downstream_namespace(key),
+            "labels": labels,
+            "annotations": annotations,
+        }),
+    );
+    // Everything else the object says is what should exist downstream.
+    if let Some(obj) = upstream.as_object() {
+        for (k, v) in obj {
+            if !matches!(k.as_str(), "apiVersion" | "kind" | "metadata" | "status") {
+                out.insert(k.clone(), v.clone());
+            }
+        }
+    }
+    if let (Some(replicas), Some(spec)) = (replicas, out.get_mut("spec").and_then(Value::as_object_mut)) {
+        spec.insert("replicas".into(), json!(replicas));
+    }
+    Value::Object(out)
+}
+
+/// The server-side-apply body of a downstream namespace for `key`'s upstream namespace.
+pub fn downstream_namespace_object(key: &Key, sync_target: &str) -> Value {
+    let locator = NamespaceLocator::new(&key.workspace, &key.namespace);
+    json!({
+        "apiVersion": "v1",
+        "kind": "Namespace",
+        "metadata": {
+            "name": locator.downstream_namespace(),
+            "labels": {SYNC_TARGET_LABEL: sync_target},
+            "annotations": {NAMESPACE_LOCATOR_ANNOTATION: locator.to_annotation()},
+        },
+    })
+}
+
+/// The ConfigMaps and Secrets a pod spec needs, by name: volumes (plain and projected),
+/// `env[].valueFrom`, `envFrom` of every container kind, and image pull secrets.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct References {
+    /// ConfigMap names.
+    pub config_maps: BTreeSet<String>,
+    /// Secret names.
+    pub secrets: BTreeSet<String>,
+}
+
+impl References {
+    /// The references of `spec`.
+    pub fn of(spec: &PodSpec) -> Self {
+        let mut r = References::default();
+        for v in spec.volumes.iter().flatten() {
+            if let Some(cm) = &v.config_map {
+                r.config_maps.insert(cm.name.clone());
+            }
+            if let Some(name) = v.secret.as_ref().and_then(|s| s.secret_name.clone()) {
+                r.secrets.insert(name);
+            }
+            for source in v.projected.iter().flat_map(|p| p.sources.iter().flatten()) {
+                if let Some(cm) = &source.config_map {
+                    r.config_maps.insert(cm.name.clone());
+                }
+                if let Some(s) = &source.secret {
+                    r.secrets.insert(s.name.clone());
+                }
+            }
+        }
+        let containers = spec.containers.iter().chain(spec.init_containers.iter().flatten());
+        for c in containers {
+            for from in c.env.iter().flatten().filter_map(|e| e.value_from.as_ref()) {
+                if let Some(k) = &from.config_map_key_ref {
+                    r.config_maps.insert(k.name.clone());
+                }
+                if let Some(k) = &from.secret_key_ref {
+                    r.secrets.insert(k.name.clone());
+                }
+            }
+            for from in c.env_from.iter().flatten() {
+                if let Some(cm) = &from.config_map_ref {
+                    r.config_maps.insert(cm.name.clone());
+                }
+                if let Some(s) = &from.secret_ref {
+                    r.secrets.insert(s.name.clone());
+                }
+            }
+        }
+        for s in spec.image_pull_secrets.iter().flatten() {
+            r.secrets.insert(s.name.clone());
+        }
+        r.config_maps.retain(|n| !n.is_empty());
+        r.secrets.retain(|n| !n.is_empty());
+        r
+    }
+
+    /// Whether this set names `kind`/`name`.
+    pub fn names(&self, kind: Kind, name: &str) -> bool {
+        match kind {
+            Kind::ConfigMap => self.config_maps.contains(name),
+            Kind::Secret => self.secrets.contains(name),
+            Kind::Deployment => false,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn upstream() -> Value {
+        json!({
+            "apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {
+                "name": "web", "namespace": "default", "uid": "u1", "resourceVersion": "42", "generation": 3,
+                "creationTimestamp": "2026-01-01T00:00:00Z", "finalizers": ["workload.flotilla.io/syncer-east"],
+                "ownerReferences": [{"apiVersion": "v1", "kind": "ConfigMap", "name": "o", "uid": "x"}],
+                "managedFields": [{"manager": "kubectl"}],
+                "labels": {"app": "web", "state.workload.flotilla.io/east": "Sync"},
+                "annotations": {"kcp.io/cluster": "demo", "team": "a", "deployment.kubernetes.io/revision": "2",
+                                "kubectl.kubernetes.io/last-applied-configuration": "{}"}
+            },
+            "spec": {"replicas": 5, "selector": {"matchLabels": {"app": "web"}}, "template": {"metadata": {"labels": {"app": "web"}}}},
+            "status": {"replicas": 5}
+        })
+    }
+
+    #[test]
+    fn a_copy_keeps_what_should_run_and_drops_what_the_control_plane_owns() {
+        let key = Key::new(Kind::Deployment, "demo", "default", "web");
+        let copy = downstream_object(&upstream(), &key, "east", Some(2));
+        let ns = downstream_namespace(&key);
+        assert!(ns.starts_with("flotilla-") && ns.len() == "flotilla-".len() + 12, "{ns}");
+        assert_eq!(
+            copy,
+            json!({
+                "apiVersion": "apps/v1", "kind": "Deployment",
+                "metadata": {
+                    "name": "web", "namespace": ns,
+                    "labels": {"app": "web", "workload.flotilla.io/sync-target": "east"},
+                    "annotations": {"team": "a", "workload.flotilla.io/upstream": "demo/default/web",
+                                    "workload.flotilla.io/synced-generation": "3"}
+                },
+                "spec": {"replicas": 2, "selector": {"matchLabels": {"app": "web"}}, "template": {"metadata": {"labels": {"app": "web"}}}}
+            })
+        );
+        let cm = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cfg", "namespace": "default"}, "data": {"a": "1"}, "immutable": true});
+        let copy = downstream_object(&cm, &Key::new(Kind::ConfigMap, "demo", "default", "cfg"), "east", None);
+        assert_eq!(copy["data"], json!({"a": "1"}));
+        assert_eq!(copy["immutable"], json!(true));
+        assert!(copy["metadata"]["annotations"].get(SYNCED_GENERATION_ANNOTATION).is_none(), "only workloads carry a generation");
+    }
+
+    #[test]
+    fn the_namespace_carries_its_locator() {
+        let key = Key::new(Kind::Deployment, "demo", "shop", "web");
+        let ns = downstream_namespace_object(&key, "east");
+        assert_eq!(ns["metadata"]["name"], json!(downstream_namespace(&key)));
+        let locator = NamespaceLocator::from_annotation(ns["metadata"]["annotations"][NAMESPACE_LOCATOR_ANNOTATION].as_str().unwrap());
+        assert_eq!(locator, Some(NamespaceLocator::new("demo", "shop")));
+        assert_eq!(ns["metadata"]["labels"][SYNC_TARGET_LABEL], json!("east"));
+    }
+
+    #[test]
+    fn references_cover_volumes_env_env_from_and_pull_secrets() {
+        let spec: PodSpec = serde_json::from_value(json!({
+            "containers": [{"name": "a", "env": [
+                {"name": "X", "valueFrom": {"configMapKeyRef": {"name": "cm-env", "key": "k"}}},
+                {"name": "Y", "valueFrom": {"secretKeyRef": {"name": "s-env", "key": "k"}}},
+                {"name": "Z", "value": "plain"}],
+              "envFrom": [{"configMapRef": {"name": "cm-from"}}, {"secretRef": {"name": "s-from"}}]}],
+            "initContainers": [{"name": "i", "envFrom": [{"configMapRef": {"name": "cm-init"}}]}],
+            "volumes": [{"name": "v1", "configMap": {"name": "cm-vol"}}, {"name": "v2", "secret": {"secretName": "s-vol"}},
+                        {"name": "v3", "projected": {"sources": [{"configMap": {"name": "cm-proj"}}, {"secret": {"name": "s-proj"}}]}},
+                        {"name": "v4", "emptyDir": {}}],
+            "imagePullSecrets": [{"name": "s-pull"}]
+        }))
+        .unwrap();
+        let r = References::of(&spec);
+        assert_eq!(r.config_maps.iter().map(String::as_str).collect::<Vec<_>>(), ["cm-env", "cm-from", "cm-init", "cm-proj", "cm-vol"]);
+        assert_eq!(r.secrets.iter().map(String::as_str).collect::<Vec<_>>(), ["s-env", "s-from", "s-proj", "s-pull", "s-vol"]);
+        assert!(r.names(Kind::ConfigMap, "cm-vol") && !r.names(Kind::Secret, "cm-vol"));
+    }
+}
