@@ -29,7 +29,9 @@ pub fn cluster_entry(sync_target: &str, copy: &Deployment, now: Time) -> Cluster
             status: c.status,
             reason: c.reason.unwrap_or_default(),
             message: c.message.unwrap_or_default(),
-            last_transition_time: c.last_transition_time.or_else(|| c.last_update_time.clone()).unwrap_or_else(|| now.clone()),
+            // metav1.Condition requires a transition time; one the copy lacks must not
+            // become "now", or every report would differ from the last.
+            last_transition_time: c.last_transition_time.or(c.last_update_time).unwrap_or(Time(jiff::Timestamp::UNIX_EPOCH)),
             observed_generation: None,
         })
         .collect();

@@ -1,0 +1,205 @@
+//! The push-mode syncer, end to end: `flotilla start` with a registered simulated
+//! cluster, driven with the real kubectl on both sides. Until the scheduler exists,
+//! each test assigns the workload itself, as the scheduler will: the
+//! `state.workload.flotilla.io/<target>=Sync` label on the Deployment and a labelled
+//! WorkloadPlacement with the cluster's share.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{wait_for, Flotilla, SimCluster};
+
+const EAST: &str = "name: east\nnodes:\n  - {count: 2, cpu: \"4\", memory: 8Gi, pods: 110}\nstartupDelay: 200ms\n";
+const DEADLINE: Duration = Duration::from_secs(30);
+
+/// A control plane with workspace `demo` and the simulated cluster `east` registered.
+fn fleet() -> (Flotilla, SimCluster) {
+    let f = Flotilla::start();
+    let east = SimCluster::start(EAST);
+    let o = f.flotilla(&["cluster", "register", "east", "--kubeconfig", east.kubeconfig().to_str().unwrap()]);
+    assert!(o.ok, "register: {o:?}");
+    let o = f.flotilla(&["workspace", "create", "demo"]);
+    assert!(o.ok, "workspace create: {o:?}");
+    (f, east)
+}
+
+/// A Deployment assigned to `east` with `share` replicas there, as the scheduler writes it.
+fn assigned(name: &str, replicas: u32, share: u32, image: &str) -> String {
+    format!(
+        r#"apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: {name}
+  labels: {{app: {name}, state.workload.flotilla.io/east: Sync}}
+spec:
+  replicas: {replicas}
+  selector: {{matchLabels: {{app: {name}}}}}
+  template:
+    metadata: {{labels: {{app: {name}}}}}
+    spec:
+      containers: [{{name: app, image: "{image}", resources: {{requests: {{cpu: 100m, memory: 64Mi}}}}}}]
+---
+apiVersion: scheduling.flotilla.io/v1alpha1
+kind: WorkloadPlacement
+metadata:
+  name: {name}
+  labels: {{state.workload.flotilla.io/east: Sync}}
+spec:
+  workload: {{apiVersion: apps/v1, kind: Deployment, name: {name}}}
+  placement: default
+  clusters: [{{name: east, replicas: {share}}}]
+"#
+    )
+}
+
+/// `namespace/name=replicas image` of every Flotilla copy in the cluster.
+fn copies(east: &SimCluster) -> String {
+    let o = east.kubectl(&[
+        "get",
+        "deploy",
+        "-A",
+        "-l",
+        "workload.flotilla.io/sync-target=east",
+        "-o",
+        r#"jsonpath={range .items[*]}{.metadata.namespace}/{.metadata.name}={.spec.replicas} {.spec.template.spec.containers[0].image}{"\n"}{end}"#,
+    ]);
+    o.stdout.trim().to_string()
+}
+
+fn flotilla_namespaces(east: &SimCluster) -> String {
+    let o = east.kubectl(&["get", "ns", "-l", "workload.flotilla.io/sync-target=east", "-o", "name"]);
+    o.stdout.trim().to_string()
+}
+
+#[test]
+fn an_assigned_deployment_runs_downstream_and_rolls_out_upstream() {
+    let (f, east) = fleet();
+    f.apply(&["--context", "demo", "-n", "default"], &assigned("web", 3, 3, "nginx:1.27"));
+
+    // Down: one copy in the hashed namespace, with the share and the upstream's marks.
+    let copy = wait_for("the copy downstream", DEADLINE, || {
+        let c = copies(&east);
+        if c.is_empty() {
+            Err("no copy yet".into())
+        } else {
+            Ok(c)
+        }
+    });
+    let (ns, rest) = copy.split_once('/').unwrap();
+    assert!(ns.starts_with("flotilla-") && ns.len() == "flotilla-".len() + 12, "hashed namespace: {copy}");
+    assert_eq!(rest, "web=3 nginx:1.27");
+    let marks = east.k(&["-n", ns, "get", "deploy", "web", "-o", "jsonpath={.metadata.annotations.workload\\.flotilla\\.io/upstream}"]);
+    assert_eq!(marks, "demo/default/web");
+    let locator = east.k(&["get", "ns", ns, "-o", "jsonpath={.metadata.annotations.workload\\.flotilla\\.io/namespace-locator}"]);
+    assert_eq!(locator, r#"{"workspace":"demo","namespace":"default"}"#);
+
+    // Up: the workspace's Deployment rolls out, as kubectl sees it.
+    let o = f.kubectl(&["--context", "demo", "rollout", "status", "deploy/web", "--timeout=30s"]);
+    assert!(o.ok && o.stdout.contains("successfully rolled out"), "{o:?}");
+    let o = f.kubectl(&["--context", "demo", "wait", "--for=condition=Available", "deploy/web", "--timeout=30s"]);
+    assert!(o.ok, "{o:?}");
+    let wp = wait_for("the WorkloadPlacement columns", DEADLINE, || {
+        let t = f.k(&["--context", "demo", "get", "wp", "web", "--no-headers"]);
+        if t.contains("east=3/3") && t.contains("3/3") {
+            Ok(t)
+        } else {
+            Err(t)
+        }
+    });
+    assert!(wp.starts_with("web"), "{wp}");
+    let fin = f.k(&["--context", "demo", "get", "deploy", "web", "-o", "jsonpath={.metadata.finalizers}"]);
+    assert_eq!(fin, r#"["workload.flotilla.io/syncer-east"]"#);
+
+    // An upstream change propagates and rolls out again.
+    f.k(&["--context", "demo", "set", "image", "deploy/web", "app=nginx:1.28"]);
+    wait_for("the new image downstream", DEADLINE, || {
+        let c = copies(&east);
+        if c.ends_with("web=3 nginx:1.28") {
+            Ok(())
+        } else {
+            Err(c)
+        }
+    });
+    let o = f.kubectl(&["--context", "demo", "rollout", "status", "deploy/web", "--timeout=30s"]);
+    assert!(o.ok && o.stdout.contains("successfully rolled out"), "{o:?}");
+
+    // The heartbeat reports the cluster's room and its workload.
+    let st = wait_for("the heartbeat", DEADLINE, || {
+        let st = f.k(&[
+            "--context",
+            "root",
+            "get",
+            "st",
+            "east",
+            "-o",
+            "jsonpath={.status.cpu} {.status.workloads} {.status.lastSyncerHeartbeatTime}",
+        ]);
+        if st.starts_with("7700m/8 1 ") {
+            Ok(st)
+        } else {
+            Err(st)
+        }
+    });
+    assert!(st.len() > "7700m/8 1 ".len(), "a heartbeat time: {st}");
+}
+
+#[test]
+fn drift_downstream_is_reverted() {
+    let (f, east) = fleet();
+    f.apply(&["--context", "demo", "-n", "default"], &assigned("web", 2, 2, "nginx:1.27"));
+    let copy =
+        wait_for("the copy", DEADLINE, || Some(copies(&east)).filter(|c| c.ends_with("web=2 nginx:1.27")).ok_or_else(|| copies(&east)));
+    let ns = copy.split_once('/').unwrap().0.to_string();
+
+    east.k(&["-n", &ns, "scale", "deploy/web", "--replicas=5"]);
+    wait_for("the scale reverted", DEADLINE, || {
+        Some(copies(&east)).filter(|c| c.ends_with("web=2 nginx:1.27")).ok_or_else(|| copies(&east))
+    });
+
+    east.k(&["-n", &ns, "delete", "deploy/web", "--wait=true"]);
+    wait_for("the deleted copy recreated", DEADLINE, || {
+        Some(copies(&east)).filter(|c| c.ends_with("web=2 nginx:1.27")).ok_or_else(|| copies(&east))
+    });
+}
+
+#[test]
+fn deletion_and_unassignment_remove_the_copies_and_their_namespace() {
+    let (f, east) = fleet();
+    f.apply(&["--context", "demo", "-n", "default"], &assigned("gone", 1, 1, "nginx:1.27"));
+    f.apply(&["--context", "demo", "-n", "default"], &assigned("moved", 1, 1, "nginx:1.27"));
+    wait_for("both copies", DEADLINE, || {
+        let c = copies(&east);
+        if c.lines().count() == 2 {
+            Ok(())
+        } else {
+            Err(c)
+        }
+    });
+
+    // Deleting upstream waits for the copy to go (the finalizer), then completes.
+    let o = f.kubectl(&["--context", "demo", "delete", "deploy", "gone", "--timeout=30s"]);
+    assert!(o.ok, "{o:?}");
+    let left = copies(&east);
+    assert!(!left.contains("/gone="), "the copy went before the upstream object: {left}");
+
+    // Unassigning (the label removed) deletes the copy and releases the finalizer.
+    f.k(&["--context", "demo", "label", "deploy", "moved", "state.workload.flotilla.io/east-"]);
+    wait_for("the unassigned copy removed", DEADLINE, || Some(copies(&east)).filter(String::is_empty).ok_or_else(|| copies(&east)));
+    wait_for("the finalizer released", DEADLINE, || {
+        let fin = f.k(&["--context", "demo", "get", "deploy", "moved", "-o", "jsonpath={.metadata.finalizers}"]);
+        if fin.is_empty() {
+            Ok(())
+        } else {
+            Err(fin)
+        }
+    });
+    wait_for("the emptied namespace removed", DEADLINE, || {
+        let ns = flotilla_namespaces(&east);
+        if ns.is_empty() {
+            Ok(())
+        } else {
+            Err(ns)
+        }
+    });
+}
