@@ -58,9 +58,7 @@ pub async fn run(base: Client, resync: Duration) {
                     Some(d) => d,
                     None => return Ok(Next::Done),
                 };
-                let now = k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
-                    jiff::Timestamp::from_second(jiff::Timestamp::now().as_second()).unwrap_or_default(),
-                );
+                let now = crate::sync::now();
                 let Some(next) = status::aggregate(&d, &wp, &now) else { return Ok(Next::Done) };
                 if d.status.as_ref() == Some(&next) {
                     return Ok(Next::Done);

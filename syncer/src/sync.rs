@@ -67,7 +67,7 @@ pub struct Syncer {
     copies: Arc<Cache<Deployment>>,
 }
 
-fn now() -> Time {
+pub(crate) fn now() -> Time {
     Time(Timestamp::from_second(Timestamp::now().as_second()).unwrap_or_else(|_| Timestamp::now()))
 }
 
