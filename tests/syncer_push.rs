@@ -203,3 +203,79 @@ fn deletion_and_unassignment_remove_the_copies_and_their_namespace() {
         }
     });
 }
+
+#[test]
+fn a_config_map_and_a_secret_follow_their_deployment() {
+    let (f, east) = fleet();
+    let refs = r#"apiVersion: v1
+kind: ConfigMap
+metadata: {name: web-config}
+data: {greeting: hello}
+---
+apiVersion: v1
+kind: Secret
+metadata: {name: web-secret}
+stringData: {password: s3cret}
+---
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: unrelated}
+data: {a: b}
+"#;
+    let manifest = assigned("web", 2, 2, "nginx:1.27").replace(
+        "      containers: [{name: app, ",
+        "      volumes: [{name: creds, secret: {secretName: web-secret}}]\n      containers: [{name: app, envFrom: [{configMapRef: {name: web-config}}], ",
+    );
+    assert!(manifest.contains("envFrom"), "{manifest}");
+    f.apply(&["--context", "demo", "-n", "default"], &format!("{refs}---\n{manifest}"));
+
+    let copy = wait_for("the Deployment's copy", DEADLINE, || {
+        Some(copies(&east)).filter(|c| c.ends_with("web=2 nginx:1.27")).ok_or_else(|| copies(&east))
+    });
+    let ns = copy.split_once('/').unwrap().0.to_string();
+    let data = |kind: &str, name: &str, field: &str| {
+        east.kubectl(&["-n", &ns, "get", kind, name, "-o", &format!("jsonpath={{.data.{field}}}")]).stdout.trim().to_string()
+    };
+    wait_for("the ConfigMap and the Secret beside it", DEADLINE, || {
+        let got = (data("cm", "web-config", "greeting"), data("secret", "web-secret", "password"));
+        if got == ("hello".to_string(), "czNjcmV0".to_string()) {
+            Ok(())
+        } else {
+            Err(format!("{got:?}"))
+        }
+    });
+    let o = east.kubectl(&["-n", &ns, "get", "cm", "unrelated"]);
+    assert!(!o.ok && o.stderr.contains("NotFound"), "only what the template references goes down: {o:?}");
+    // Upstream, the referenced objects carry the cluster's assignment label.
+    let labelled = f.k(&["--context", "demo", "get", "cm,secret", "-l", "state.workload.flotilla.io/east=Sync", "-o", "name"]);
+    assert_eq!(labelled.trim(), "configmap/web-config\nsecret/web-secret");
+
+    // An upstream edit follows.
+    f.k(&["--context", "demo", "patch", "cm", "web-config", "--type=merge", "-p", r#"{"data":{"greeting":"hi"}}"#]);
+    wait_for("the edited ConfigMap downstream", DEADLINE, || {
+        Some(data("cm", "web-config", "greeting")).filter(|g| g == "hi").ok_or_else(|| data("cm", "web-config", "greeting"))
+    });
+
+    // The Deployment deleted: its ConfigMap and Secret copies and the namespace go, and
+    // upstream they lose the assignment label but stay.
+    let o = f.kubectl(&["--context", "demo", "delete", "deploy", "web", "--timeout=30s"]);
+    assert!(o.ok, "{o:?}");
+    wait_for("the namespace and everything in it removed", DEADLINE, || {
+        let ns = flotilla_namespaces(&east);
+        let left = east.k(&["get", "cm,secret", "-A", "-l", "workload.flotilla.io/sync-target=east", "-o", "name"]);
+        if ns.is_empty() && left.trim().is_empty() {
+            Ok(())
+        } else {
+            Err(format!("namespaces: {ns:?}; copies: {left:?}"))
+        }
+    });
+    wait_for("the upstream labels removed", DEADLINE, || {
+        let l = f.k(&["--context", "demo", "get", "cm,secret", "-l", "workload.flotilla.io/referenced", "-o", "name"]);
+        if l.trim().is_empty() {
+            Ok(())
+        } else {
+            Err(l)
+        }
+    });
+    assert_eq!(f.k(&["--context", "demo", "get", "cm", "web-config", "-o", "jsonpath={.data.greeting}"]), "hi");
+}

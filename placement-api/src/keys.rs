@@ -39,6 +39,9 @@ pub const UPSTREAM_ANNOTATION: &str = "workload.flotilla.io/upstream";
 /// Annotation on a downstream workload copy: the upstream `metadata.generation` it was
 /// made from, so the status the syncer reports says which spec it describes.
 pub const SYNCED_GENERATION_ANNOTATION: &str = "workload.flotilla.io/synced-generation";
+/// Label on a ConfigMap or Secret whose assignment labels are managed for it because
+/// assigned pod templates reference it: they follow the workloads that need them.
+pub const REFERENCED_LABEL: &str = "workload.flotilla.io/referenced";
 /// Label on a cluster's kubeconfig Secret in `root`, naming its SyncTarget.
 pub const KUBECONFIG_SECRET_LABEL: &str = "workload.flotilla.io/kubeconfig-for";
 /// Prefix of the per-cluster finalizer a syncer puts on the upstream objects it

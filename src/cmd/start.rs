@@ -18,7 +18,8 @@ pub async fn run(data_dir: &Path, args: StartArgs) -> anyhow::Result<()> {
     let config = super::root_config(&srv.kubeconfig).await?;
     let options = syncer::push::Options { heartbeat_interval: args.heartbeat_interval, resync: args.resync };
     let base = kube::Client::try_from(syncer::clients::base_config(config.clone())?)?;
-    let _aggregator = syncer::AbortOnDrop(tokio::spawn(syncer::aggregate::run(base, args.resync)));
+    let _aggregator = syncer::AbortOnDrop(tokio::spawn(syncer::aggregate::run(base.clone(), args.resync)));
+    let _references = syncer::AbortOnDrop(tokio::spawn(syncer::references::run(base, args.resync)));
     let _syncers = syncer::AbortOnDrop(tokio::spawn(async move {
         if let Err(e) = syncer::push::run(config, options).await {
             tracing::error!(error = %format!("{e:#}"), "push-mode syncers stopped");

@@ -1,15 +1,16 @@
 //! The upstream Deployments' status, summed from their WorkloadPlacements.
 //!
 //! Each syncer reports its own cluster in the WorkloadPlacement; this controller, run
-//! once in the control plane process, turns that into the Deployment's `.status`
-//! ([`status::aggregate`]), so that `kubectl rollout status` and `kubectl wait
+//! once in the control plane process, derives the WorkloadPlacement's summary and
+//! conditions from the entries ([`status::derived`]) and turns them into the
+//! Deployment's `.status` ([`status::aggregate`]), so that `kubectl rollout status` and `kubectl wait
 //! --for=condition=Available` work in a workspace. One writer for the Deployment
 //! status means the syncers of different clusters never race on it.
 
 use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::Deployment;
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::runtime::watcher;
 use kube::Client;
 use placement_api::WorkloadPlacement;
@@ -59,6 +60,22 @@ pub async fn run(base: Client, resync: Duration) {
                     None => return Ok(Next::Done),
                 };
                 let now = crate::sync::now();
+                let generation = d.metadata.generation.unwrap_or(0);
+                // First the WorkloadPlacement's derived fields: the syncers write only
+                // their own entries.
+                let placement = status::derived(&wp, generation, &now);
+                if wp.status.as_ref() != Some(&placement) {
+                    let api: Api<WorkloadPlacement> = Api::namespaced(clients::workspace(&base, &key.workspace), &key.namespace);
+                    let mut next = (*wp).clone();
+                    next.status = Some(placement);
+                    match api.replace_status(&key.name, &PostParams::default(), &next).await {
+                        Ok(_) => {}
+                        Err(e) if is_not_found(&e) => return Ok(Next::Done),
+                        // A syncer wrote its entry meanwhile; its event brings the key back.
+                        Err(e) if crate::error::is_conflict(&e) => return Ok(Next::Done),
+                        Err(e) => return Err(upstream(format!("writing the status of WorkloadPlacement {key}"))(e)),
+                    }
+                }
                 let Some(next) = status::aggregate(&d, &wp, &now) else { return Ok(Next::Done) };
                 if d.status.as_ref() == Some(&next) {
                     return Ok(Next::Done);

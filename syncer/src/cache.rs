@@ -44,6 +44,11 @@ impl<K> Cache<K> {
         self.map.iter().map(|e| e.key().clone()).collect()
     }
 
+    /// Every key with its object.
+    pub fn entries(&self) -> Vec<(Key, Arc<K>)> {
+        self.map.iter().map(|e| (e.key().clone(), e.value().clone())).collect()
+    }
+
     /// Every object.
     pub fn values(&self) -> Vec<Arc<K>> {
         self.map.iter().map(|e| e.value().clone()).collect()

@@ -42,6 +42,16 @@ impl Kind {
         }
     }
 
+    /// The resource, for dynamic API access.
+    pub fn api_resource(self) -> kube::api::ApiResource {
+        use k8s_openapi::api::{apps::v1::Deployment, core::v1::ConfigMap, core::v1::Secret};
+        match self {
+            Kind::Deployment => kube::api::ApiResource::erase::<Deployment>(&()),
+            Kind::ConfigMap => kube::api::ApiResource::erase::<ConfigMap>(&()),
+            Kind::Secret => kube::api::ApiResource::erase::<Secret>(&()),
+        }
+    }
+
     /// A bounded label value for metrics.
     pub fn label(self) -> &'static str {
         match self {

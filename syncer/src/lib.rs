@@ -9,7 +9,8 @@
 //!
 //! Around them, [`sync::Syncer`] watches and writes, [`heartbeat`] beats, [`push`] runs
 //! a syncer per registered cluster inside the control plane process, and [`aggregate`]
-//! writes the upstream Deployments' status from their WorkloadPlacements.
+//! writes the upstream Deployments' status from their WorkloadPlacements, and
+//! [`references`] labels the ConfigMaps and Secrets that assigned workloads need.
 
 #![warn(missing_docs)]
 
@@ -23,6 +24,7 @@ pub mod key;
 pub mod naming;
 pub mod push;
 pub mod queue;
+pub mod references;
 pub mod status;
 pub mod sync;
 pub mod transform;

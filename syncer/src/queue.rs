@@ -7,7 +7,9 @@
 //! resync interval.
 
 use std::collections::{HashMap, HashSet};
+use std::fmt::Display;
 use std::future::Future;
+use std::hash::Hash;
 use std::time::Duration;
 
 use futures::stream::FuturesUnordered;
@@ -16,8 +18,6 @@ use kube::runtime::scheduler::{scheduler, ScheduleRequest};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tokio_stream::wrappers::UnboundedReceiverStream;
-
-use crate::key::Key;
 
 /// The first retry delay after a failure; it doubles per failure up to [`MAX_BACKOFF`].
 const FIRST_BACKOFF: Duration = Duration::from_millis(100);
@@ -33,19 +33,20 @@ pub enum Next {
 }
 
 /// Runs `work` for every key received on `keys` until the channel closes.
-pub async fn run<F, Fut, E>(keys: mpsc::UnboundedReceiver<Key>, concurrency: usize, work: F)
+pub async fn run<Q, F, Fut, E>(keys: mpsc::UnboundedReceiver<Q>, concurrency: usize, work: F)
 where
-    F: Fn(Key) -> Fut,
+    Q: Clone + Eq + Hash + Display + Unpin,
+    F: Fn(Q) -> Fut,
     Fut: Future<Output = Result<Next, E>>,
     E: std::fmt::Display,
 {
-    let (delayed_tx, delayed_rx) = mpsc::unbounded_channel::<ScheduleRequest<Key>>();
+    let (delayed_tx, delayed_rx) = mpsc::unbounded_channel::<ScheduleRequest<Q>>();
     let now = UnboundedReceiverStream::new(keys).map(|message| ScheduleRequest { message, run_at: Instant::now() });
     let mut due = Box::pin(scheduler(futures::stream::select(now, UnboundedReceiverStream::new(delayed_rx))));
     let mut running = FuturesUnordered::new();
-    let mut in_flight: HashSet<Key> = HashSet::new();
-    let mut again: HashSet<Key> = HashSet::new();
-    let mut failures: HashMap<Key, u32> = HashMap::new();
+    let mut in_flight: HashSet<Q> = HashSet::new();
+    let mut again: HashSet<Q> = HashSet::new();
+    let mut failures: HashMap<Q, u32> = HashMap::new();
     loop {
         tokio::select! {
             key = due.next(), if running.len() < concurrency => {

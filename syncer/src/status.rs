@@ -2,11 +2,11 @@
 //! WorkloadPlacement status that collects the reports, and the upstream Deployment
 //! status summed over the assigned clusters.
 //!
-//! Each syncer writes only its own entry of `WorkloadPlacement.status.clusters`, and
-//! recomputes the fields derived from all entries (the summary, `Synced`, `Available`)
-//! on the same read-modify-write, so the status is always consistent with its entries.
-//! The upstream Deployment's status is then a function of the WorkloadPlacement alone
-//! ([`aggregate`]), written by one controller in the control plane process.
+//! Each syncer writes only its own entry of `WorkloadPlacement.status.clusters` (that
+//! is all a pull-mode syncer's token may change there). One controller in the control
+//! plane process, the status aggregator, derives the rest from the entries: the
+//! WorkloadPlacement's summary, `Synced` and `Available` ([`derived`]), and the
+//! upstream Deployment's status ([`aggregate`]).
 
 use k8s_openapi::api::apps::v1::{Deployment, DeploymentCondition, DeploymentStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
@@ -71,19 +71,19 @@ pub fn set_condition(conds: &mut Vec<Condition>, mut c: Condition) {
 }
 
 /// The WorkloadPlacement status with `sync_target`'s entry replaced by `entry` (or
-/// removed, for `None`), and the fields derived from all entries recomputed.
-/// `generation` is the upstream workload's current generation.
-pub fn with_entry(
-    wp: &WorkloadPlacement,
-    sync_target: &str,
-    entry: Option<ClusterSyncStatus>,
-    generation: i64,
-    now: &Time,
-) -> WorkloadPlacementStatus {
+/// removed, for `None`), and everything else as it was.
+pub fn with_entry(wp: &WorkloadPlacement, sync_target: &str, entry: Option<ClusterSyncStatus>) -> WorkloadPlacementStatus {
     let mut status = wp.status.clone().unwrap_or_default();
     status.clusters.retain(|c| c.name != sync_target);
     status.clusters.extend(entry);
     status.clusters.sort_by(|a, b| a.name.cmp(&b.name));
+    status
+}
+
+/// The WorkloadPlacement status with the fields derived from the assignment and the
+/// entries recomputed. `generation` is the upstream workload's current generation.
+pub fn derived(wp: &WorkloadPlacement, generation: i64, now: &Time) -> WorkloadPlacementStatus {
+    let mut status = wp.status.clone().unwrap_or_default();
     derive(&mut status, wp, generation, now);
     status
 }
@@ -95,7 +95,7 @@ fn derive(status: &mut WorkloadPlacementStatus, wp: &WorkloadPlacement, generati
     let entry = |name: &str| status.clusters.iter().find(|c| c.name == name);
     let mut summary = Vec::new();
     let (mut ready, mut desired) = (0, 0);
-    let mut behind = Vec::new();
+    let mut behind: Vec<String> = Vec::new();
     let mut unavailable = Vec::new();
     for a in assigned {
         let e = entry(&a.name);
@@ -103,8 +103,11 @@ fn derive(status: &mut WorkloadPlacementStatus, wp: &WorkloadPlacement, generati
         summary.push(format!("{}={}/{}", a.name, r, a.replicas));
         ready += r;
         desired += a.replicas;
-        if !e.is_some_and(|e| e.synced_generation >= generation && e.observed) {
-            behind.push(a.name.as_str());
+        let failure = e.and_then(|e| e.conditions.iter().find(|c| c.type_ == CONDITION_SYNCED && c.status == "False"));
+        match failure {
+            Some(f) => behind.push(format!("{} ({}: {})", a.name, f.reason, f.message)),
+            None if !e.is_some_and(|e| e.synced_generation >= generation && e.observed) => behind.push(a.name.clone()),
+            None => {}
         }
         if !e.is_some_and(|e| condition_true(&e.conditions, "Available") && e.available_replicas >= a.replicas) {
             unavailable.push(a.name.as_str());
@@ -260,6 +263,39 @@ mod tests {
         .unwrap()
     }
 
+    /// A syncer's write followed by the aggregator's.
+    fn report(
+        p: &WorkloadPlacement,
+        target: &str,
+        entry: Option<ClusterSyncStatus>,
+        generation: i64,
+        now: &Time,
+    ) -> WorkloadPlacementStatus {
+        let mut next = p.clone();
+        next.status = Some(with_entry(p, target, entry));
+        derived(&next, generation, now)
+    }
+
+    #[test]
+    fn a_cluster_that_cannot_be_synced_is_named_with_its_error() {
+        let p = wp(&[("east", 2)]);
+        let mut e = cluster_entry("east", &copy(1, 1, 3, 2, true), t(0));
+        set_condition(
+            &mut e.conditions,
+            Condition {
+                type_: CONDITION_SYNCED.into(),
+                status: "False".into(),
+                reason: "DownstreamError".into(),
+                message: "connection refused".into(),
+                last_transition_time: t(0),
+                observed_generation: None,
+            },
+        );
+        let s = report(&p, "east", Some(e), 3, &t(0));
+        let synced = s.conditions.iter().find(|c| c.type_ == CONDITION_SYNCED).unwrap();
+        assert_eq!(synced.message, "generation 3 not yet observed on: east (DownstreamError: connection refused)");
+    }
+
     #[test]
     fn an_entry_reports_the_copy_and_the_generation_it_was_made_from() {
         let e = cluster_entry("east", &copy(4, 4, 7, 2, true), t(0));
@@ -271,31 +307,31 @@ mod tests {
     #[test]
     fn the_placement_status_sums_up_its_entries() {
         let mut p = wp(&[("east", 2), ("west", 1)]);
-        let s = with_entry(&p, "east", Some(cluster_entry("east", &copy(1, 1, 3, 2, true), t(0))), 3, &t(0));
+        let s = report(&p, "east", Some(cluster_entry("east", &copy(1, 1, 3, 2, true), t(0))), 3, &t(0));
         assert_eq!(s.summary.as_deref(), Some("east=2/2 west=0/1"));
         assert_eq!(s.ready.as_deref(), Some("2/3"));
         let synced = s.conditions.iter().find(|c| c.type_ == CONDITION_SYNCED).unwrap();
         assert_eq!((synced.status.as_str(), synced.message.as_str()), ("False", "generation 3 not yet observed on: west"));
         p.status = Some(s);
-        let s = with_entry(&p, "west", Some(cluster_entry("west", &copy(1, 1, 3, 1, true), t(5))), 3, &t(5));
+        let s = report(&p, "west", Some(cluster_entry("west", &copy(1, 1, 3, 1, true), t(5))), 3, &t(5));
         assert_eq!(s.summary.as_deref(), Some("east=2/2 west=1/1"));
         assert!(s.conditions.iter().all(|c| c.status == "True"), "{:?}", s.conditions);
         assert_eq!(s.clusters.iter().map(|c| c.name.as_str()).collect::<Vec<_>>(), ["east", "west"]);
         p.status = Some(s);
-        let s = with_entry(&p, "west", None, 3, &t(9));
+        let s = report(&p, "west", None, 3, &t(9));
         assert_eq!(s.clusters.len(), 1, "an unassigned cluster's entry goes");
     }
 
     #[test]
     fn the_deployment_status_is_the_sum_and_waits_for_every_cluster() {
         let mut p = wp(&[("east", 2), ("west", 1)]);
-        p.status = Some(with_entry(&p, "east", Some(cluster_entry("east", &copy(1, 1, 2, 2, true), t(0))), 2, &t(0)));
+        p.status = Some(report(&p, "east", Some(cluster_entry("east", &copy(1, 1, 2, 2, true), t(0))), 2, &t(0)));
         let d = upstream(2, 3);
         let st = aggregate(&d, &p, &t(0)).unwrap();
         assert_eq!((st.replicas, st.ready_replicas, st.observed_generation), (Some(2), Some(2), Some(0)), "west has not reported");
         let avail = st.conditions.as_ref().unwrap().iter().find(|c| c.type_ == "Available").unwrap();
         assert_eq!(avail.status, "False");
-        p.status = Some(with_entry(&p, "west", Some(cluster_entry("west", &copy(1, 1, 2, 1, true), t(1))), 2, &t(1)));
+        p.status = Some(report(&p, "west", Some(cluster_entry("west", &copy(1, 1, 2, 1, true), t(1))), 2, &t(1)));
         let st = aggregate(&d, &p, &t(1)).unwrap();
         assert_eq!(
             (st.replicas, st.available_replicas, st.unavailable_replicas, st.observed_generation),

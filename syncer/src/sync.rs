@@ -1,40 +1,48 @@
 //! One cluster's syncer: assigned workloads down, their status up.
 //!
-//! Upstream, it watches through the wildcard view only the Deployments and
-//! WorkloadPlacements labelled `state.workload.flotilla.io/<target>=Sync`. Downstream,
-//! it watches only the copies it made (labelled with its SyncTarget). Every change on
-//! either side queues the upstream object's key, and [`Syncer::reconcile`] makes the
-//! downstream side match what is assigned now:
-//! - assigned: put the per-cluster finalizer on the upstream object, server-side apply
-//!   the copy (reverting any drift, since the apply is forced), and report the copy's
-//!   status in this cluster's WorkloadPlacement entry;
-//! - being deleted upstream: delete the copy, then release the finalizer;
+//! Upstream, it watches through the wildcard view only what is labelled
+//! `state.workload.flotilla.io/<target>=Sync`: Deployments, their WorkloadPlacements,
+//! and the ConfigMaps and Secrets their pod templates reference (labelled by
+//! [`crate::references`]). Downstream, it watches only the copies it made (labelled
+//! with its SyncTarget). Every change on either side queues the upstream object's key,
+//! and [`Syncer::reconcile`] makes the downstream side match what is assigned now:
+//! - assigned: for a Deployment, put the per-cluster finalizer on the upstream object;
+//!   server-side apply the copy if it does not already say what it should (so drift is
+//!   reverted, and a resync of unchanged objects writes nothing); for a Deployment,
+//!   report the copy's status in this cluster's WorkloadPlacement entry;
+//! - a Deployment being deleted upstream: delete the copy, then release the finalizer;
 //! - no longer assigned, or a copy with no upstream object (left behind while this
-//!   cluster was away): release the finalizer if it is still there, then delete the copy.
+//!   cluster was away): release the finalizer if it is still there, then delete the
+//!   copy, and the Flotilla namespace once nothing of ours is left in it.
 //!
 //! Nothing is deleted before both sides have been listed completely, so a cluster that
 //! comes back first learns what is assigned to it now and only then removes what is not
 //! (the fencing that keeps a returning cluster from running stale copies), and an
 //! unreachable control plane never makes workloads look unassigned.
 
+use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
 use jiff::Timestamp;
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::Namespace;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::watcher;
 use kube::{Client, Resource};
-use placement_api::{sync_state_label, syncer_finalizer, WorkloadPlacement, SYNC_STATE_SYNC, SYNC_TARGET_LABEL};
-use serde_json::json;
+use placement_api::{
+    sync_state_label, syncer_finalizer, ClusterSyncStatus, WorkloadPlacement, CONDITION_SYNCED, NAMESPACE_LOCATOR_ANNOTATION,
+    SYNC_STATE_SYNC, SYNC_TARGET_LABEL,
+};
+use serde_json::{json, Value};
 use tokio::sync::mpsc;
 use tracing::Instrument;
 
 use crate::cache::{self, Cache};
 use crate::error::{downstream, is_conflict, is_not_found, upstream, Error};
 use crate::key::{Key, Kind};
+use crate::naming::NamespaceLocator;
 use crate::queue::{self, Next};
 use crate::{clients, status, transform};
 
@@ -44,6 +52,9 @@ pub const FIELD_MANAGER: &str = "flotilla-syncer";
 const CONCURRENCY: usize = 16;
 /// How long to wait before looking again at an object waiting for another one.
 const WAIT_FOR_PEER: Duration = Duration::from_secs(1);
+/// The reason of the `Synced` condition in a cluster's entry when the cluster refuses
+/// or cannot be reached.
+pub const REASON_DOWNSTREAM_ERROR: &str = "DownstreamError";
 
 /// Settings of one syncer.
 #[derive(Debug, Clone)]
@@ -54,6 +65,22 @@ pub struct Settings {
     pub resync: Duration,
 }
 
+/// One kind's two sides: what is assigned upstream, and the copies downstream.
+struct Side<K> {
+    upstream: Arc<Cache<K>>,
+    copies: Arc<Cache<K>>,
+}
+
+impl<K> Side<K> {
+    fn synced(&self) -> bool {
+        self.upstream.synced() && self.copies.synced()
+    }
+
+    fn keys(&self) -> impl Iterator<Item = Key> {
+        self.upstream.keys().into_iter().chain(self.copies.keys())
+    }
+}
+
 /// One cluster's syncer.
 pub struct Syncer {
     settings: Settings,
@@ -62,13 +89,22 @@ pub struct Syncer {
     /// The physical cluster.
     downstream: Client,
     finalizer: String,
-    deployments: Arc<Cache<Deployment>>,
+    deployments: Side<Deployment>,
+    config_maps: Side<ConfigMap>,
+    secrets: Side<Secret>,
     placements: Arc<Cache<WorkloadPlacement>>,
-    copies: Arc<Cache<Deployment>>,
 }
 
 pub(crate) fn now() -> Time {
     Time(Timestamp::from_second(Timestamp::now().as_second()).unwrap_or_else(|_| Timestamp::now()))
+}
+
+fn to_value<K: serde::Serialize>(o: &K) -> Value {
+    serde_json::to_value(o).unwrap_or_default()
+}
+
+fn deleting(o: &Value) -> bool {
+    o.pointer("/metadata/deletionTimestamp").is_some_and(|t| !t.is_null())
 }
 
 impl Syncer {
@@ -81,56 +117,86 @@ impl Syncer {
             let (tx, rx) = mpsc::unbounded_channel();
             let target = &settings.sync_target;
             let assigned = watcher::Config::default().labels(&format!("{}={SYNC_STATE_SYNC}", sync_state_label(target)));
-            let wildcard = clients::workspace(&upstream, "*");
-            let deployments = cache::spawn(
-                Api::<Deployment>::all(wildcard.clone()),
-                assigned.clone(),
-                Kind::Deployment,
-                Key::upstream,
-                tx.clone(),
-                "upstream deployments",
-            );
-            // A WorkloadPlacement has its workload's name: its changes queue the workload.
-            let placements = cache::spawn(
-                Api::<WorkloadPlacement>::all(wildcard),
-                assigned,
-                Kind::Deployment,
-                Key::upstream,
-                tx.clone(),
-                "upstream workloadplacements",
-            );
             let mine = watcher::Config::default().labels(&format!("{SYNC_TARGET_LABEL}={target}"));
-            let copies = cache::spawn(
-                Api::<Deployment>::all(downstream.clone()),
-                mine,
-                Kind::Deployment,
-                Key::of_copy,
-                tx.clone(),
-                "downstream deployments",
-            );
+            let wildcard = clients::workspace(&upstream, "*");
+            let (up, down) = (&assigned, &mine);
+            let deployments = Side {
+                upstream: cache::spawn(
+                    Api::all(wildcard.clone()),
+                    up.clone(),
+                    Kind::Deployment,
+                    Key::upstream,
+                    tx.clone(),
+                    "upstream deployments",
+                ),
+                copies: cache::spawn(
+                    Api::all(downstream.clone()),
+                    down.clone(),
+                    Kind::Deployment,
+                    Key::of_copy,
+                    tx.clone(),
+                    "downstream deployments",
+                ),
+            };
+            let config_maps = Side {
+                upstream: cache::spawn(
+                    Api::all(wildcard.clone()),
+                    up.clone(),
+                    Kind::ConfigMap,
+                    Key::upstream,
+                    tx.clone(),
+                    "upstream configmaps",
+                ),
+                copies: cache::spawn(
+                    Api::all(downstream.clone()),
+                    down.clone(),
+                    Kind::ConfigMap,
+                    Key::of_copy,
+                    tx.clone(),
+                    "downstream configmaps",
+                ),
+            };
+            let secrets = Side {
+                upstream: cache::spawn(Api::all(wildcard.clone()), up.clone(), Kind::Secret, Key::upstream, tx.clone(), "upstream secrets"),
+                copies: cache::spawn(
+                    Api::all(downstream.clone()),
+                    down.clone(),
+                    Kind::Secret,
+                    Key::of_copy,
+                    tx.clone(),
+                    "downstream secrets",
+                ),
+            };
+            // A WorkloadPlacement has its workload's name: its changes queue the workload.
+            let placements =
+                cache::spawn(Api::all(wildcard), assigned, Kind::Deployment, Key::upstream, tx.clone(), "upstream workloadplacements");
             let syncer = Arc::new(Syncer {
                 finalizer: syncer_finalizer(target),
                 settings: settings.clone(),
                 upstream,
                 downstream,
                 deployments,
+                config_maps,
+                secrets,
                 placements,
-                copies,
             });
             started(syncer.clone());
             let resync = {
                 let s = syncer.clone();
                 let tx = tx.clone();
-                tokio::spawn(async move {
+                crate::AbortOnDrop(tokio::spawn(async move {
                     let mut tick = tokio::time::interval(s.settings.resync);
                     tick.tick().await;
                     loop {
                         tick.tick().await;
-                        for k in s.deployments.keys().into_iter().chain(s.copies.keys()) {
+                        for k in s.keys() {
                             let _ = tx.send(k);
                         }
+                        if let Err(e) = s.sweep_namespaces().await {
+                            tracing::warn!(error = %e, "sweeping empty namespaces failed; trying again at the next resync");
+                        }
                     }
-                })
+                }))
             };
             drop(tx);
             queue::run(rx, CONCURRENCY, |key| {
@@ -139,7 +205,7 @@ impl Syncer {
                 async move { s.reconcile(&key).await }.instrument(span)
             })
             .await;
-            resync.abort();
+            drop(resync);
         }
         .instrument(span)
         .await
@@ -147,26 +213,103 @@ impl Syncer {
 
     /// How many workloads are assigned to this cluster now.
     pub fn assigned(&self) -> usize {
-        self.deployments.len()
+        self.deployments.upstream.len()
+    }
+
+    /// Whether every watch, on both sides, has listed completely.
+    fn synced(&self) -> bool {
+        self.deployments.synced() && self.config_maps.synced() && self.secrets.synced() && self.placements.synced()
+    }
+
+    /// Every key this syncer knows of, on either side.
+    fn keys(&self) -> impl Iterator<Item = Key> {
+        self.deployments.keys().chain(self.config_maps.keys()).chain(self.secrets.keys())
     }
 
     fn upstream_api<K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>>(&self, key: &Key) -> Api<K> {
         Api::namespaced(clients::workspace(&self.upstream, &key.workspace), &key.namespace)
     }
 
-    fn copy_api(&self, key: &Key) -> Api<Deployment> {
-        Api::namespaced(self.downstream.clone(), &transform::downstream_namespace(key))
+    fn copy_api(&self, key: &Key) -> Api<DynamicObject> {
+        Api::namespaced_with(self.downstream.clone(), &transform::downstream_namespace(key), &key.kind.api_resource())
+    }
+
+    /// The upstream object of a ConfigMap or Secret key, as JSON.
+    fn upstream_value(&self, key: &Key) -> Option<Value> {
+        match key.kind {
+            Kind::Deployment => self.deployments.upstream.get(key).map(|o| to_value(&*o)),
+            Kind::ConfigMap => self.config_maps.upstream.get(key).map(|o| to_value(&*o)),
+            Kind::Secret => self.secrets.upstream.get(key).map(|o| to_value(&*o)),
+        }
+    }
+
+    /// The downstream copy of `key`, as JSON.
+    fn copy_value(&self, key: &Key) -> Option<Value> {
+        match key.kind {
+            Kind::Deployment => self.deployments.copies.get(key).map(|o| to_value(&*o)),
+            Kind::ConfigMap => self.config_maps.copies.get(key).map(|o| to_value(&*o)),
+            Kind::Secret => self.secrets.copies.get(key).map(|o| to_value(&*o)),
+        }
     }
 
     /// Makes the downstream side of `key` match what is assigned now.
     pub async fn reconcile(&self, key: &Key) -> Result<Next, Error> {
-        let copy = self.copies.get(key);
-        match self.deployments.get(key) {
-            Some(d) if d.metadata.deletion_timestamp.is_none() => self.push(key, &d, copy.as_deref()).await,
-            Some(d) => self.clean_up_deleted(key, &d, copy.as_deref()).await,
-            None if !(self.deployments.synced() && self.placements.synced() && self.copies.synced()) => Ok(Next::After(WAIT_FOR_PEER)),
-            None => self.clean_up_unassigned(key, copy.as_deref()).await,
+        match key.kind {
+            Kind::Deployment => self.reconcile_workload(key).await,
+            Kind::ConfigMap | Kind::Secret => self.reconcile_referenced(key).await,
         }
+    }
+
+    async fn reconcile_workload(&self, key: &Key) -> Result<Next, Error> {
+        let copy = self.deployments.copies.get(key);
+        match self.deployments.upstream.get(key) {
+            Some(d) if d.metadata.deletion_timestamp.is_none() => match self.push(key, &d, copy.as_deref()).await {
+                Err(e @ Error::Downstream { .. }) => {
+                    self.report_failure(key, &d, &e).await;
+                    Err(e)
+                }
+                r => r,
+            },
+            Some(d) => self.clean_up_deleted(key, &d, copy.is_some()).await,
+            None if !self.synced() => Ok(Next::After(WAIT_FOR_PEER)),
+            None => self.clean_up_unassigned(key, copy.is_some()).await,
+        }
+    }
+
+    async fn reconcile_referenced(&self, key: &Key) -> Result<Next, Error> {
+        let copy = self.copy_value(key);
+        match self.upstream_value(key) {
+            Some(obj) if !deleting(&obj) => {
+                let desired = transform::downstream_object(&obj, key, &self.settings.sync_target, None);
+                if !copy.as_ref().is_some_and(|c| transform::covers(c, &desired)) {
+                    self.apply_copy(key, desired, copy.is_none()).await?;
+                }
+                Ok(Next::Done)
+            }
+            _ if !self.synced() => Ok(Next::After(WAIT_FOR_PEER)),
+            _ => {
+                self.delete_copy(key, copy.is_some()).await?;
+                Ok(Next::Done)
+            }
+        }
+    }
+
+    /// Server-side applies a copy, and first its namespace if the copy is new.
+    async fn apply_copy(&self, key: &Key, desired: Value, new: bool) -> Result<DynamicObject, Error> {
+        let ssa = PatchParams::apply(FIELD_MANAGER).force();
+        let ns = transform::downstream_namespace(key);
+        if new {
+            let body = transform::downstream_namespace_object(key, &self.settings.sync_target);
+            Api::<Namespace>::all(self.downstream.clone())
+                .patch(&ns, &ssa, &Patch::Apply(body))
+                .await
+                .map_err(downstream(format!("applying namespace {ns}")))?;
+        }
+        self.copy_api(key).patch(&key.name, &ssa, &Patch::Apply(desired)).await.map_err(downstream(format!(
+            "applying {} {ns}/{}",
+            key.kind.name(),
+            key.name
+        )))
     }
 
     async fn push(&self, key: &Key, d: &Deployment, copy: Option<&Deployment>) -> Result<Next, Error> {
@@ -188,32 +331,21 @@ impl Syncer {
                 Err(e) => return Err(upstream(format!("adding finalizer to {key}"))(e)),
             }
         }
-        let ssa = PatchParams::apply(FIELD_MANAGER).force();
-        let ns = transform::downstream_namespace(key);
-        if copy.is_none() {
-            Api::<Namespace>::all(self.downstream.clone())
-                .patch(&ns, &ssa, &Patch::Apply(transform::downstream_namespace_object(key, target)))
-                .await
-                .map_err(downstream(format!("applying namespace {ns}")))?;
-        }
-        let upstream_json = serde_json::to_value(d).unwrap_or_default();
-        let desired = transform::downstream_object(&upstream_json, key, target, Some(share));
-        let applied = self
-            .copy_api(key)
-            .patch(&key.name, &ssa, &Patch::Apply(desired))
-            .await
-            .map_err(downstream(format!("applying {ns}/{}", key.name)))?;
-        self.report(key, d, &wp, Some(status::cluster_entry(target, &applied, now()))).await
+        let desired = transform::downstream_object(&to_value(d), key, target, Some(share));
+        let current = match copy {
+            Some(c) if transform::covers(&to_value(c), &desired) => c.clone(),
+            _ => {
+                let applied = self.apply_copy(key, desired, copy.is_none()).await?;
+                serde_json::from_value(serde_json::to_value(applied).unwrap_or_default()).unwrap_or_default()
+            }
+        };
+        self.report(key, &wp, Some(status::cluster_entry(target, &current, now()))).await
     }
 
-    /// Writes this cluster's entry of the WorkloadPlacement status, if it changed.
-    async fn report(
-        &self,
-        key: &Key,
-        d: &Deployment,
-        wp: &WorkloadPlacement,
-        entry: Option<placement_api::ClusterSyncStatus>,
-    ) -> Result<Next, Error> {
+    /// Writes this cluster's entry of the WorkloadPlacement status, if it changed. The
+    /// entry is all a syncer writes there: the fields derived from all entries are the
+    /// status aggregator's.
+    async fn report(&self, key: &Key, wp: &WorkloadPlacement, entry: Option<ClusterSyncStatus>) -> Result<Next, Error> {
         let target = &self.settings.sync_target;
         let current = wp.status.as_ref().and_then(|s| s.clusters.iter().find(|c| &c.name == target));
         let unchanged = match (current, &entry) {
@@ -224,47 +356,74 @@ impl Syncer {
         if unchanged {
             return Ok(Next::Done);
         }
-        let generation = d.metadata.generation.unwrap_or(0);
         let mut next = wp.clone();
-        next.status = Some(status::with_entry(wp, target, entry, generation, &now()));
+        next.status = Some(status::with_entry(wp, target, entry));
         let api: Api<WorkloadPlacement> = self.upstream_api(key);
         match api.replace_status(&key.name, &PostParams::default(), &next).await {
             Ok(_) => Ok(Next::Done),
-            // Another cluster's syncer wrote its entry first; the watch brings it.
+            // Another writer was first; the watch brings its version.
             Err(e) if is_conflict(&e) => Ok(Next::After(Duration::from_millis(50))),
             Err(e) if is_not_found(&e) => Ok(Next::Done),
             Err(e) => Err(upstream(format!("writing the status of WorkloadPlacement {}/{}/{}", key.workspace, key.namespace, key.name))(e)),
         }
     }
 
-    async fn clean_up_deleted(&self, key: &Key, d: &Deployment, copy: Option<&Deployment>) -> Result<Next, Error> {
-        if copy.is_some() {
-            self.delete_copy(key).await?;
+    /// Reports in this cluster's entry that the cluster could not be synced, keeping
+    /// the last counts it reported. Best effort: the error is also retried and logged.
+    async fn report_failure(&self, key: &Key, d: &Deployment, e: &Error) {
+        let Some(wp) = self.placements.get(key) else { return };
+        let target = &self.settings.sync_target;
+        let mut entry = wp
+            .status
+            .as_ref()
+            .and_then(|s| s.clusters.iter().find(|c| &c.name == target))
+            .cloned()
+            .unwrap_or_else(|| ClusterSyncStatus { name: target.clone(), ..Default::default() });
+        let message = format!(
+            "generation {} could not be synced to cluster {target}: {e}; the syncer retries with backoff",
+            d.metadata.generation.unwrap_or(0)
+        );
+        let failed = Condition {
+            type_: CONDITION_SYNCED.into(),
+            status: "False".into(),
+            reason: REASON_DOWNSTREAM_ERROR.into(),
+            message,
+            last_transition_time: now(),
+            observed_generation: d.metadata.generation,
+        };
+        status::set_condition(&mut entry.conditions, failed);
+        entry.last_sync_time = Some(now());
+        if let Err(e) = self.report(key, &wp, Some(entry)).await {
+            tracing::debug!(error = %e, "could not report the failure upstream");
+        }
+    }
+
+    async fn clean_up_deleted(&self, key: &Key, d: &Deployment, has_copy: bool) -> Result<Next, Error> {
+        if has_copy {
+            self.delete_copy(key, true).await?;
             // The copy's DELETED event queues this key again.
             return Ok(Next::Done);
         }
         self.release_finalizer(key, d).await
     }
 
-    async fn clean_up_unassigned(&self, key: &Key, copy: Option<&Deployment>) -> Result<Next, Error> {
-        if copy.is_none() {
-            return Ok(Next::Done);
-        }
-        // The finalizer first: if the syncer stops between the two steps, the copy is
-        // still there to bring it back here.
-        match self.upstream_api::<Deployment>(key).get_opt(&key.name).await {
-            Ok(Some(d)) if !self.assigned_here(&d) => {
-                self.release_finalizer(key, &d).await?;
+    async fn clean_up_unassigned(&self, key: &Key, has_copy: bool) -> Result<Next, Error> {
+        if has_copy {
+            // The finalizer first: if the syncer stops between the two steps, the copy
+            // is still there to bring it back here.
+            match self.upstream_api::<Deployment>(key).get_opt(&key.name).await {
+                Ok(Some(d)) if !self.assigned_here(&d) => {
+                    self.release_finalizer(key, &d).await?;
+                }
+                Ok(Some(_)) => return Ok(Next::After(WAIT_FOR_PEER)),
+                Ok(None) => {}
+                Err(e) => return Err(upstream(format!("reading {key}"))(e)),
             }
-            Ok(Some(_)) => return Ok(Next::After(WAIT_FOR_PEER)),
-            Ok(None) => {}
-            Err(e) => return Err(upstream(format!("reading {key}"))(e)),
+            if let Ok(Some(wp)) = self.upstream_api::<WorkloadPlacement>(key).get_opt(&key.name).await {
+                self.report(key, &wp, None).await?;
+            }
         }
-        if let Ok(Some(wp)) = self.upstream_api::<WorkloadPlacement>(key).get_opt(&key.name).await {
-            let d = Deployment::default();
-            self.report(key, &d, &wp, None).await?;
-        }
-        self.delete_copy(key).await?;
+        self.delete_copy(key, has_copy).await?;
         Ok(Next::Done)
     }
 
@@ -289,24 +448,54 @@ impl Syncer {
         }
     }
 
-    async fn delete_copy(&self, key: &Key) -> Result<(), Error> {
+    /// Deletes the copy of `key` (if `has_copy`), then its namespace if nothing else of
+    /// ours is in it or on its way there.
+    async fn delete_copy(&self, key: &Key, has_copy: bool) -> Result<(), Error> {
         let ns = transform::downstream_namespace(key);
-        match self.copy_api(key).delete(&key.name, &DeleteParams::background()).await {
-            Ok(_) => tracing::info!(namespace = %ns, "deleted the downstream copy"),
-            Err(e) if is_not_found(&e) => {}
-            Err(e) => return Err(downstream(format!("deleting {ns}/{}", key.name))(e)),
-        }
-        // A Flotilla namespace with nothing of ours left in it goes too.
-        let others = self
-            .copies
-            .values()
-            .iter()
-            .any(|c| c.metadata.namespace.as_deref() == Some(&ns) && c.metadata.name.as_deref() != Some(&key.name));
-        if !others {
-            match Api::<Namespace>::all(self.downstream.clone()).delete(&ns, &DeleteParams::background()).await {
-                Ok(_) => tracing::info!(namespace = %ns, "deleted the empty downstream namespace"),
+        if has_copy {
+            match self.copy_api(key).delete(&key.name, &DeleteParams::background()).await {
+                Ok(_) => tracing::info!(namespace = %ns, kind = key.kind.name(), "deleted the downstream copy"),
                 Err(e) if is_not_found(&e) => {}
-                Err(e) => return Err(downstream(format!("deleting namespace {ns}"))(e)),
+                Err(e) => return Err(downstream(format!("deleting {} {ns}/{}", key.kind.name(), key.name))(e)),
+            }
+        }
+        let in_use = self.keys().any(|k| &k != key && k.workspace == key.workspace && k.namespace == key.namespace);
+        if !in_use {
+            self.delete_namespace(&ns).await?;
+        }
+        Ok(())
+    }
+
+    async fn delete_namespace(&self, ns: &str) -> Result<(), Error> {
+        match Api::<Namespace>::all(self.downstream.clone()).delete(ns, &DeleteParams::background()).await {
+            Ok(_) => tracing::info!(namespace = %ns, "deleted the empty downstream namespace"),
+            Err(e) if is_not_found(&e) => {}
+            Err(e) => return Err(downstream(format!("deleting namespace {ns}"))(e)),
+        }
+        Ok(())
+    }
+
+    /// Deletes this cluster's Flotilla namespaces that nothing assigned maps to and
+    /// nothing of ours is in: what two copies deleted at once, or a syncer stopped
+    /// between creating a namespace and the copy in it, left behind.
+    async fn sweep_namespaces(&self) -> Result<(), Error> {
+        if !self.synced() {
+            return Ok(());
+        }
+        let lp = ListParams::default().labels(&format!("{SYNC_TARGET_LABEL}={}", self.settings.sync_target));
+        let namespaces = Api::<Namespace>::all(self.downstream.clone()).list(&lp).await.map_err(downstream("listing namespaces"))?;
+        let in_use: HashSet<String> = self.keys().map(|k| transform::downstream_namespace(&k)).collect();
+        for ns in namespaces {
+            let ours = ns
+                .metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(NAMESPACE_LOCATOR_ANNOTATION))
+                .and_then(|l| NamespaceLocator::from_annotation(l))
+                .is_some();
+            let name = ns.metadata.name.unwrap_or_default();
+            if ours && ns.metadata.deletion_timestamp.is_none() && !in_use.contains(&name) {
+                self.delete_namespace(&name).await?;
             }
         }
         Ok(())

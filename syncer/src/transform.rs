@@ -72,6 +72,19 @@ pub fn downstream_object(upstream: &Value, key: &Key, sync_target: &str, replica
     Value::Object(out)
 }
 
+/// Whether `actual` already says everything `desired` says: every field of `desired`
+/// has the same value in `actual`, recursively, and lists have the same length and
+/// cover element by element. Fields only `actual` has (server defaults, status, other
+/// managers' fields) do not matter. A copy that covers its desired state needs no apply,
+/// so a resync of objects that have not drifted writes nothing.
+pub fn covers(actual: &Value, desired: &Value) -> bool {
+    match (actual, desired) {
+        (Value::Object(a), Value::Object(d)) => d.iter().all(|(k, dv)| a.get(k).map_or(dv.is_null(), |av| covers(av, dv))),
+        (Value::Array(a), Value::Array(d)) => a.len() == d.len() && a.iter().zip(d).all(|(x, y)| covers(x, y)),
+        (a, d) => a == d,
+    }
+}
+
 /// The server-side-apply body of a downstream namespace for `key`'s upstream namespace.
 pub fn downstream_namespace_object(key: &Key, sync_target: &str) -> Value {
     let locator = NamespaceLocator::new(&key.workspace, &key.namespace);
@@ -198,6 +211,28 @@ mod tests {
         assert_eq!(copy["data"], json!({"a": "1"}));
         assert_eq!(copy["immutable"], json!(true));
         assert!(copy["metadata"]["annotations"].get(SYNCED_GENERATION_ANNOTATION).is_none(), "only workloads carry a generation");
+    }
+
+    #[test]
+    fn a_copy_covers_its_desired_state_whatever_the_server_added() {
+        let key = Key::new(Kind::Deployment, "demo", "default", "web");
+        let desired = downstream_object(&upstream(), &key, "east", Some(2));
+        let mut actual = desired.clone();
+        actual["metadata"]["uid"] = json!("d1");
+        actual["spec"]["progressDeadlineSeconds"] = json!(600);
+        actual["status"] = json!({"replicas": 2});
+        assert!(covers(&actual, &desired));
+        // Drift in anything the copy should say is seen.
+        let mut drifted = actual.clone();
+        drifted["spec"]["replicas"] = json!(7);
+        assert!(!covers(&drifted, &desired));
+        let mut relabelled = actual.clone();
+        relabelled["metadata"]["labels"].as_object_mut().unwrap().remove("app");
+        assert!(!covers(&relabelled, &desired));
+        let mut longer = json!({"a": [1, 2]});
+        assert!(!covers(&longer, &json!({"a": [1]})));
+        longer["a"] = json!([{"name": "c", "image": "x", "imagePullPolicy": "Always"}]);
+        assert!(covers(&longer, &json!({"a": [{"name": "c", "image": "x"}]})));
     }
 
     #[test]
