@@ -47,6 +47,9 @@ pub enum Command {
     Cluster(ClusterCmd),
     /// Run one simulated cluster (a kind-like Kubernetes API with simulated nodes and pods).
     SimCluster(SimClusterArgs),
+    /// Run one cluster's syncer as its own process (pull mode), with the scoped token
+    /// that `flotilla cluster register NAME --pull` minted.
+    Syncer(SyncerArgs),
     /// Print the Flotilla CRDs as YAML, to install them on another Kubernetes API server.
     Crds,
 }
@@ -112,9 +115,37 @@ pub struct RegisterArgs {
     /// The syncer runs on the cluster (pull mode): print the manifest to apply there.
     #[arg(long)]
     pub pull: bool,
+    /// With --pull: write the syncer's upstream kubeconfig (its scoped token) to this
+    /// file, mode 0600, instead of printing a manifest; for a syncer you run yourself
+    /// with `flotilla syncer`.
+    #[arg(long, value_name = "FILE", requires = "pull")]
+    pub upstream_kubeconfig_out: Option<PathBuf>,
     /// Syncer image for the pull-mode manifest.
     #[arg(long, default_value = concat!("ghcr.io/flotilla-dev/flotilla:", env!("CARGO_PKG_VERSION")))]
     pub syncer_image: String,
+}
+
+/// `flotilla syncer`.
+#[derive(Debug, clap::Args)]
+pub struct SyncerArgs {
+    /// The SyncTarget this syncer serves.
+    #[arg(long)]
+    pub sync_target: String,
+    /// The control plane's kubeconfig, with the syncer's scoped token.
+    #[arg(long)]
+    pub upstream_kubeconfig: PathBuf,
+    /// The physical cluster's kubeconfig.
+    #[arg(long, required_unless_present = "downstream_in_cluster")]
+    pub downstream_kubeconfig: Option<PathBuf>,
+    /// Reach the physical cluster with the pod's service account (the syncer runs there).
+    #[arg(long, conflicts_with = "downstream_kubeconfig")]
+    pub downstream_in_cluster: bool,
+    /// How often the syncer reports its cluster's heartbeat and capacity.
+    #[arg(long, default_value = "2s", value_parser = duration)]
+    pub heartbeat_interval: std::time::Duration,
+    /// How often every synced object is looked at again, events or not.
+    #[arg(long, default_value = "30s", value_parser = duration)]
+    pub resync: std::time::Duration,
 }
 
 /// `flotilla start`.

@@ -8,7 +8,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{wait_for, Flotilla, SimCluster};
+use common::{assigned, copies, wait_for, Flotilla, SimCluster};
 
 const EAST: &str = "name: east\nnodes:\n  - {count: 2, cpu: \"4\", memory: 8Gi, pods: 110}\nstartupDelay: 200ms\n";
 const DEADLINE: Duration = Duration::from_secs(30);
@@ -22,49 +22,6 @@ fn fleet() -> (Flotilla, SimCluster) {
     let o = f.flotilla(&["workspace", "create", "demo"]);
     assert!(o.ok, "workspace create: {o:?}");
     (f, east)
-}
-
-/// A Deployment assigned to `east` with `share` replicas there, as the scheduler writes it.
-fn assigned(name: &str, replicas: u32, share: u32, image: &str) -> String {
-    format!(
-        r#"apiVersion: apps/v1
-kind: Deployment
-metadata:
-  name: {name}
-  labels: {{app: {name}, state.workload.flotilla.io/east: Sync}}
-spec:
-  replicas: {replicas}
-  selector: {{matchLabels: {{app: {name}}}}}
-  template:
-    metadata: {{labels: {{app: {name}}}}}
-    spec:
-      containers: [{{name: app, image: "{image}", resources: {{requests: {{cpu: 100m, memory: 64Mi}}}}}}]
----
-apiVersion: scheduling.flotilla.io/v1alpha1
-kind: WorkloadPlacement
-metadata:
-  name: {name}
-  labels: {{state.workload.flotilla.io/east: Sync}}
-spec:
-  workload: {{apiVersion: apps/v1, kind: Deployment, name: {name}}}
-  placement: default
-  clusters: [{{name: east, replicas: {share}}}]
-"#
-    )
-}
-
-/// `namespace/name=replicas image` of every Flotilla copy in the cluster.
-fn copies(east: &SimCluster) -> String {
-    let o = east.kubectl(&[
-        "get",
-        "deploy",
-        "-A",
-        "-l",
-        "workload.flotilla.io/sync-target=east",
-        "-o",
-        r#"jsonpath={range .items[*]}{.metadata.namespace}/{.metadata.name}={.spec.replicas} {.spec.template.spec.containers[0].image}{"\n"}{end}"#,
-    ]);
-    o.stdout.trim().to_string()
 }
 
 fn flotilla_namespaces(east: &SimCluster) -> String {

@@ -47,6 +47,20 @@ impl FieldValidation {
     }
 }
 
+/// A last check on an update, given the stored object and the one about to be
+/// stored (after admission): how a scoped principal is kept to the changes it may make.
+#[derive(Clone)]
+pub struct WriteGuard(pub Arc<GuardFn>);
+
+/// The check of a [`WriteGuard`]: (stored, about to be stored) → allowed or the refusal.
+pub type GuardFn = dyn Fn(&Value, &Value) -> Result<(), ApiError> + Send + Sync;
+
+impl std::fmt::Debug for WriteGuard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("WriteGuard")
+    }
+}
+
 /// Options common to writes.
 #[derive(Debug, Clone, Default)]
 pub struct WriteOptions {
@@ -56,6 +70,8 @@ pub struct WriteOptions {
     pub validation: FieldValidation,
     /// `dryRun=All`: run admission, write nothing.
     pub dry_run: bool,
+    /// Checked on every update before it is stored (creates are refused earlier).
+    pub guard: Option<WriteGuard>,
 }
 
 /// The result of a write.
@@ -450,6 +466,9 @@ impl Api {
                 scope.rt.patch_meta(),
                 sub.name(),
             ),
+        }
+        if let Some(guard) = &opts.guard {
+            (guard.0)(old, &obj)?;
         }
         if opts.dry_run {
             return Ok(Written { object: present(scope, &scope.workspace, &obj), created: false, warnings });

@@ -7,8 +7,8 @@
 //! recreated workspace gets a new uid.
 //!
 //! A syncer's token is `fst1.<synctarget>.<mac>`, bound the same way to its
-//! SyncTarget's uid. It reaches `root` (where its SyncTarget lives) and the wildcard
-//! view across workspaces (where its workloads are), never one workspace directly.
+//! SyncTarget's uid. What it may do is narrower than any workspace: its own
+//! SyncTarget, and the objects assigned to its cluster ([`crate::syncer_scope`]).
 
 use std::path::Path;
 
@@ -25,7 +25,7 @@ pub enum Principal {
     Admin,
     /// Scoped to one workspace.
     Workspace(String),
-    /// A pull-mode syncer: its SyncTarget in `root`, and the wildcard view.
+    /// A pull-mode syncer: its own SyncTarget and the objects assigned to its cluster.
     SyncTarget(String),
 }
 
@@ -142,11 +142,8 @@ pub fn authorize(p: &Principal, workspace: &str) -> Result<(), ApiError> {
             "User \"{}\" cannot access workspace \"{workspace}\": its token is scoped to another workspace; use the context named after the workspace",
             p.user()
         ))),
-        Principal::SyncTarget(_) if workspace == "*" || workspace == crate::http::ROOT => Ok(()),
-        Principal::SyncTarget(_) => Err(ApiError::forbidden(format!(
-            "User \"{}\" cannot access workspace \"{workspace}\": a syncer reaches its workloads through the wildcard view /clusters/*",
-            p.user()
-        ))),
+        // Every request of a syncer is held to its own objects by crate::syncer_scope.
+        Principal::SyncTarget(_) => Ok(()),
     }
 }
 
@@ -173,12 +170,10 @@ mod tests {
         assert_eq!(auth.authenticate(None, |_, _| None).unwrap_err().code, 401);
         let admin = format!("Bearer {}", auth.admin_token());
         assert_eq!(auth.authenticate(Some(&admin), |_, _| None).unwrap(), Principal::Admin);
-        // A syncer token: root and the wildcard view only; never valid as a workspace token.
+        // A syncer token is never valid as a workspace token (syncer_scope decides the rest).
         let st = format!("Bearer {}", auth.sync_target_token("team-a", "uid-1"));
         let p = auth.authenticate(Some(&st), |kind, _| (kind == Scoped::SyncTarget).then(|| "uid-1".into())).unwrap();
         assert_eq!(p, Principal::SyncTarget("team-a".into()));
-        assert!(authorize(&p, "*").is_ok() && authorize(&p, "root").is_ok());
-        assert_eq!(authorize(&p, "team-a").unwrap_err().code, 403);
         let forged = header.replace("fws1", "fst1");
         assert_eq!(auth.authenticate(Some(&forged), |_, _| Some("uid-1".into())).unwrap_err().code, 401);
         // The same data dir gives the same admin token.

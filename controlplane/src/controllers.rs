@@ -158,7 +158,7 @@ fn initial_work(api: &Api) -> BTreeSet<Work> {
 }
 
 fn opts() -> WriteOptions {
-    WriteOptions { field_manager: MANAGER.into(), validation: FieldValidation::Ignore, dry_run: false }
+    WriteOptions { field_manager: MANAGER.into(), validation: FieldValidation::Ignore, dry_run: false, guard: None }
 }
 
 fn scope(api: &Api, ws: &str, group: &str, version: &str, plural: &str, ns: &str) -> Option<Scope> {

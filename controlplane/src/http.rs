@@ -18,7 +18,7 @@ use crate::error::{ApiError, ObjRef};
 use crate::metrics::Metrics;
 use crate::selector::{FieldSelector, LabelSelector};
 use crate::watch::{self, WatchOptions};
-use crate::{discovery, openapi};
+use crate::{discovery, openapi, syncer_scope};
 
 /// Request bodies above this are refused with 413, as kube-apiserver's 3 MiB limit.
 pub const MAX_BODY: usize = 3 * 1024 * 1024;
@@ -270,11 +270,30 @@ async fn resource(
     let _enter = span.enter();
     let table = wants_table(headers);
     let include_object = query.get("includeObject").map(String::as_str) == Some("Object");
+    // A syncer's token reaches only what its syncer needs (syncer_scope).
+    let syncer = match principal {
+        Principal::SyncTarget(t) => Some(t.as_str()),
+        _ => None,
+    };
+    let (label_selector, field_selector) = if syncer.is_some() { (parse_labels(query)?, parse_fields(query)?) } else { (None, None) };
+    let request = syncer_scope::Request {
+        workspace: ws,
+        verb,
+        group: &rt.group,
+        resource: &rt.plural,
+        namespace,
+        name,
+        subresource: sub,
+        labels: label_selector.as_ref(),
+        fields: field_selector.as_ref(),
+    };
     let write_opts = || -> Result<WriteOptions, ApiError> {
+        let guard = syncer.map(|t| syncer_scope::update_guard(t, &request));
         Ok(WriteOptions {
             field_manager: field_manager(query, headers),
             validation: FieldValidation::parse(query.get("fieldValidation").map(String::as_str))?,
             dry_run: query.get("dryRun").is_some_and(|d| d == "All"),
+            guard,
         })
     };
     // The one non-Kubernetes route: minting a workspace-scoped token (admin only).
@@ -283,6 +302,9 @@ async fn resource(
     }
     if rt.group == placement_api::WORKLOAD_GROUP && rt.plural == "synctargets" && sub == Some("token") {
         return sync_target_token(state, principal, name.unwrap_or_default(), method);
+    }
+    if let Some(t) = syncer {
+        syncer_scope::check_request(t, &request)?;
     }
     match (verb, sub) {
         ("watch", None) => {
@@ -339,6 +361,9 @@ async fn resource(
         }
         ("get", None) => {
             let obj = state.api.get(&scope, name.unwrap_or_default())?;
+            if let Some(t) = syncer {
+                syncer_scope::check_read(t, &request, &obj)?;
+            }
             if table {
                 let rv = obj.pointer("/metadata/resourceVersion").and_then(Value::as_str).unwrap_or_default().to_string();
                 Ok(json_response(200, &crate::table::table(&scope, &[obj], &rv, None, include_object, true)))

@@ -26,6 +26,7 @@ pub mod registry;
 pub mod selector;
 pub mod server;
 pub mod store;
+pub mod syncer_scope;
 pub mod table;
 pub mod tls;
 pub mod watch;

@@ -182,7 +182,8 @@ async fn bootstrap(api: &Arc<Api>) -> anyhow::Result<()> {
     controllers::ensure_namespace(api, root, placement_api::SYSTEM_NAMESPACE).await?;
     let crd_rt = api.registry.lookup(root, "apiextensions.k8s.io", "v1", "customresourcedefinitions").context("CRDs not registered")?;
     let crd_scope = Scope { rt: crd_rt, workspace: root.into(), namespace: String::new() };
-    let opts = WriteOptions { field_manager: "flotilla-controlplane".into(), validation: FieldValidation::Ignore, dry_run: false };
+    let opts =
+        WriteOptions { field_manager: "flotilla-controlplane".into(), validation: FieldValidation::Ignore, dry_run: false, guard: None };
     for c in placement_api::installed_in_root() {
         let name = c["metadata"]["name"].as_str().unwrap_or_default().to_string();
         match api.get_raw(&crd_scope, &name) {

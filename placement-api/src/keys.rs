@@ -52,6 +52,9 @@ pub const SYNCER_FINALIZER_PREFIX: &str = "workload.flotilla.io/syncer-";
 pub const CONDITION_READY: &str = "Ready";
 /// Condition type on SyncTargets: the syncer's heartbeat is within the grace period.
 pub const CONDITION_HEARTBEAT_HEALTHY: &str = "HeartbeatHealthy";
+/// Condition type on SyncTargets, set by the cluster's syncer: it reaches the cluster's
+/// API. While it does not, it sends no heartbeats either.
+pub const CONDITION_CLUSTER_REACHABLE: &str = "ClusterReachable";
 /// Condition type on WorkloadPlacements: clusters were chosen.
 pub const CONDITION_SCHEDULED: &str = "Scheduled";
 /// Condition type on WorkloadPlacements: every assigned cluster has the current spec.

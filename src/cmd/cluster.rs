@@ -85,8 +85,23 @@ async fn register(root: &Client, cp_kubeconfig: &Path, args: RegisterArgs) -> an
         eprintln!("{summary}");
         let token = mint_sync_target_token(root, &name).await?;
         let upstream = upstream_kubeconfig(cp_kubeconfig, &name, &token)?;
-        eprintln!("apply the manifest below on cluster {name} (kubectl apply -f -); it holds the syncer's credential, so keep it private");
-        print!("{}", pull_manifest(&name, &args.syncer_image, &upstream)?);
+        match &args.upstream_kubeconfig_out {
+            Some(out) => {
+                controlplane::fsutil::write_private(out, upstream.as_bytes()).with_context(|| format!("writing {}", out.display()))?;
+                let downstream = args.kubeconfig.as_ref().map_or("<the cluster's kubeconfig>".into(), |p| p.display().to_string());
+                println!("the syncer's upstream kubeconfig is in {} (it holds the syncer's token: keep it private)", out.display());
+                println!(
+                    "run the syncer: flotilla syncer --sync-target {name} --upstream-kubeconfig {} --downstream-kubeconfig {downstream}",
+                    out.display()
+                );
+            }
+            None => {
+                eprintln!(
+                    "apply the manifest below on cluster {name} (kubectl apply -f -); it holds the syncer's credential, so keep it private"
+                );
+                print!("{}", pull_manifest(&name, &args.syncer_image, &upstream)?);
+            }
+        }
     } else {
         println!("{summary}");
         println!("see it with: kubectl --context root get synctarget {name}");

@@ -3,6 +3,7 @@
 mod cluster;
 mod sim_cluster;
 mod start;
+mod syncer;
 mod workspace;
 
 use std::path::Path;
@@ -19,6 +20,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Workspace(cmd) => workspace::run(&kubeconfig, cmd).await,
         Command::Cluster(cmd) => cluster::run(&kubeconfig, cmd).await,
         Command::SimCluster(args) => sim_cluster::run(&cli.data_dir, args).await,
+        Command::Syncer(args) => syncer::run(args).await,
         Command::Crds => {
             print!("{}", placement_api::crds_yaml());
             Ok(())

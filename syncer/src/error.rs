@@ -44,6 +44,13 @@ pub fn is_not_found(e: &kube::Error) -> bool {
     matches!(e, kube::Error::Api(s) if s.code == 404)
 }
 
+/// Whether a request failed with 403 Forbidden. A pull-mode syncer's token may not
+/// read an object that is neither assigned to its cluster nor marked by it: for the
+/// syncer, that object is not its business any more.
+pub fn is_forbidden(e: &kube::Error) -> bool {
+    matches!(e, kube::Error::Api(s) if s.code == 403)
+}
+
 /// Wraps a control-plane error with what was being done.
 pub fn upstream(what: impl Into<String>) -> impl FnOnce(kube::Error) -> Error {
     let what = what.into();

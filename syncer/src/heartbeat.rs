@@ -4,16 +4,23 @@
 //! It has a client of its own, so its requests never queue behind sync traffic on a
 //! shared connection, and it runs on its own task at a fixed interval. The capacity
 //! comes from reflectors of the cluster's nodes and pods, kept current by watches, so
-//! a beat costs one PATCH whatever the cluster's size.
+//! a beat costs one probe of the cluster and one PATCH whatever the cluster's size.
+//!
+//! A beat says that the syncer works *and* reaches its cluster: before each one, the
+//! syncer asks the cluster for its version. If that fails, no heartbeat is written,
+//! so the health controller sees the cluster go quiet after the grace period even when
+//! the syncer runs inside the control plane (push mode), and the SyncTarget's
+//! `ClusterReachable` condition says why.
 
 use std::time::Duration;
 
 use futures::{FutureExt, StreamExt};
 use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::{reflector, watcher, WatchStreamExt};
 use kube::Client;
-use placement_api::SyncTarget;
+use placement_api::{SyncTarget, CONDITION_CLUSTER_REACHABLE};
 use serde_json::json;
 use tracing::Instrument;
 
@@ -26,38 +33,73 @@ pub async fn run(sync_target: String, interval: Duration, root: Client, downstre
     async move {
         let (nodes, nodes_w) = reflector::store::<Node>();
         let (pods, pods_w) = reflector::store::<Pod>();
+        let (me, me_w) = reflector::store::<SyncTarget>();
         let watch_nodes = watcher(Api::<Node>::all(downstream.clone()), watcher::Config::default()).default_backoff().reflect(nodes_w);
-        let watch_pods = watcher(Api::<Pod>::all(downstream), watcher::Config::default()).default_backoff().reflect(pods_w);
+        let watch_pods = watcher(Api::<Pod>::all(downstream.clone()), watcher::Config::default()).default_backoff().reflect(pods_w);
+        let api: Api<SyncTarget> = Api::all(root);
+        let own = watcher::Config::default().fields(&format!("metadata.name={sync_target}"));
+        let watch_me = watcher(api.clone(), own).default_backoff().reflect(me_w);
         let _feed = crate::AbortOnDrop(tokio::spawn(async move {
-            let mut both = futures::stream::select(watch_nodes.map(|e| e.map(|_| ())).boxed(), watch_pods.map(|e| e.map(|_| ())).boxed());
-            while let Some(r) = both.next().await {
+            let mut all = futures::stream::select_all([
+                watch_nodes.map(|e| e.map(|_| ())).boxed(),
+                watch_pods.map(|e| e.map(|_| ())).boxed(),
+                watch_me.map(|e| e.map(|_| ())).boxed(),
+            ]);
+            while let Some(r) = all.next().await {
                 if let Err(e) = r {
-                    tracing::warn!(error = %e, "watching the cluster's nodes and pods failed; retrying");
+                    tracing::warn!(error = %e, "watching the cluster's nodes and pods or the SyncTarget failed; retrying");
                 }
             }
         }));
-        let api: Api<SyncTarget> = Api::all(root);
         let mut tick = tokio::time::interval(interval);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tick.tick().await;
-            // Until both are listed, the capacity would be wrong: beat without it.
-            let ready = nodes.wait_until_ready().now_or_never().is_some() && pods.wait_until_ready().now_or_never().is_some();
-            let now = jiff::Timestamp::now();
-            let time = jiff::Timestamp::from_second(now.as_second()).unwrap_or(now).to_string();
-            let mut status = json!({"lastSyncerHeartbeatTime": time, "workloads": workloads()});
-            if ready {
-                let (nodes, pods) = (nodes.state(), pods.state());
-                let f = capacity::compute(nodes.iter().map(|n| &**n), pods.iter().map(|p| &**p)).status_fields();
-                status["allocatable"] = json!(f.allocatable);
-                status["available"] = json!(f.available);
-                status["nodeHeadroom"] = json!(f.node_headroom);
-                status["cpu"] = json!(f.cpu);
-                status["memory"] = json!(f.memory);
+            let reached = match tokio::time::timeout(interval, downstream.apiserver_version()).await {
+                Ok(Ok(_)) => Ok(()),
+                Ok(Err(e)) => Err(e.to_string()),
+                Err(_) => Err(format!("no answer within {interval:?}")),
+            };
+            let now = crate::sync::now();
+            let mut status = serde_json::Map::new();
+            let mut patch = json!({});
+            let current = me.get(&reflector::ObjectRef::new(&sync_target));
+            if let Some(conds) = current.as_ref().and_then(|st| reachable_condition(st, &reached, &now)) {
+                // The conditions list is replaced whole: guard it against other writers.
+                status.insert("conditions".into(), json!(conds));
+                patch["metadata"] = json!({"resourceVersion": current.as_ref().and_then(|c| c.metadata.resource_version.clone())});
             }
-            let patch = Patch::Merge(json!({"status": status}));
+            match &reached {
+                Ok(()) => {
+                    status.insert("lastSyncerHeartbeatTime".into(), json!(now));
+                    status.insert("workloads".into(), json!(workloads()));
+                    // Until both are listed, the capacity would be wrong: beat without it.
+                    if nodes.wait_until_ready().now_or_never().is_some() && pods.wait_until_ready().now_or_never().is_some() {
+                        let (nodes, pods) = (nodes.state(), pods.state());
+                        let f = capacity::compute(nodes.iter().map(|n| &**n), pods.iter().map(|p| &**p)).status_fields();
+                        status.insert("allocatable".into(), json!(f.allocatable));
+                        status.insert("available".into(), json!(f.available));
+                        status.insert("nodeHeadroom".into(), json!(f.node_headroom));
+                        status.insert("cpu".into(), json!(f.cpu));
+                        status.insert("memory".into(), json!(f.memory));
+                    }
+                }
+                Err(e) => tracing::warn!(error = %e, "the cluster does not answer; no heartbeat until it does"),
+            }
+            if status.is_empty() {
+                continue;
+            }
+            patch["status"] = serde_json::Value::Object(status.clone());
             let pp = PatchParams::default();
-            match tokio::time::timeout(interval, api.patch_status(&sync_target, &pp, &patch)).await {
+            let mut result = tokio::time::timeout(interval, api.patch_status(&sync_target, &pp, &Patch::Merge(patch))).await;
+            if matches!(&result, Ok(Err(e)) if crate::error::is_conflict(e)) {
+                // Someone else changed the conditions: the beat goes now, the condition
+                // on the next one, from the fresher copy.
+                status.remove("conditions");
+                let beat = json!({"status": status});
+                result = tokio::time::timeout(interval, api.patch_status(&sync_target, &pp, &Patch::Merge(beat))).await;
+            }
+            match result {
                 Ok(Ok(_)) => tracing::trace!("beat"),
                 Ok(Err(e)) => tracing::warn!(error = %e, "heartbeat failed"),
                 Err(_) => tracing::warn!(?interval, "heartbeat timed out"),
@@ -66,4 +108,66 @@ pub async fn run(sync_target: String, interval: Duration, root: Client, downstre
     }
     .instrument(span)
     .await
+}
+
+/// The SyncTarget's conditions with `ClusterReachable` set from the probe's result, or
+/// `None` if it says that already.
+fn reachable_condition(
+    st: &SyncTarget,
+    reached: &Result<(), String>,
+    now: &k8s_openapi::apimachinery::pkg::apis::meta::v1::Time,
+) -> Option<Vec<Condition>> {
+    let name = st.metadata.name.as_deref().unwrap_or_default();
+    let (status, reason, message) = match reached {
+        Ok(()) => ("True", "Reachable", "the syncer reaches the cluster's API".to_string()),
+        Err(e) => (
+            "False",
+            "Unreachable",
+            format!(
+                "the syncer cannot reach the cluster's API: {e}; it retries every heartbeat. Check that the cluster runs, and that its kubeconfig is current (flotilla cluster register {name} --kubeconfig F)"
+            ),
+        ),
+    };
+    let mut conds = st.status.as_ref().map(|s| s.conditions.clone()).unwrap_or_default();
+    let old = conds.iter().find(|c| c.type_ == CONDITION_CLUSTER_REACHABLE);
+    // The message of a failure changes with each error; only the status and the reason
+    // are worth a write.
+    if old.is_some_and(|o| o.status == status && o.reason == reason) {
+        return None;
+    }
+    let c = Condition {
+        type_: CONDITION_CLUSTER_REACHABLE.into(),
+        status: status.into(),
+        reason: reason.into(),
+        message,
+        last_transition_time: now.clone(),
+        observed_generation: st.metadata.generation,
+    };
+    crate::status::set_condition(&mut conds, c);
+    Some(conds)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use placement_api::SyncTargetSpec;
+
+    #[test]
+    fn the_reachable_condition_is_written_only_when_it_changes() {
+        let now = crate::sync::now();
+        let mut st = SyncTarget::new("east", SyncTargetSpec::default());
+        let conds = reachable_condition(&st, &Ok(()), &now).expect("first report");
+        assert_eq!((conds[0].type_.as_str(), conds[0].status.as_str()), ("ClusterReachable", "True"));
+        st.status = Some(placement_api::SyncTargetStatus { conditions: conds, ..Default::default() });
+        assert_eq!(reachable_condition(&st, &Ok(()), &now), None);
+        let down = reachable_condition(&st, &Err("connection refused".into()), &now).expect("a change");
+        assert_eq!(down[0].status, "False");
+        assert!(
+            down[0].message.contains("connection refused") && down[0].message.contains("flotilla cluster register east"),
+            "{}",
+            down[0].message
+        );
+        st.status.as_mut().unwrap().conditions = down;
+        assert_eq!(reachable_condition(&st, &Err("timeout".into()), &now), None, "a new message alone is not worth a write");
+    }
 }

@@ -40,7 +40,7 @@ use tokio::sync::mpsc;
 use tracing::Instrument;
 
 use crate::cache::{self, Cache};
-use crate::error::{downstream, is_conflict, is_not_found, upstream, Error};
+use crate::error::{downstream, is_conflict, is_forbidden, is_not_found, upstream, Error};
 use crate::key::{Key, Kind};
 use crate::naming::NamespaceLocator;
 use crate::queue::{self, Next};
@@ -417,6 +417,7 @@ impl Syncer {
                 }
                 Ok(Some(_)) => return Ok(Next::After(WAIT_FOR_PEER)),
                 Ok(None) => {}
+                Err(e) if is_forbidden(&e) => {}
                 Err(e) => return Err(upstream(format!("reading {key}"))(e)),
             }
             if let Ok(Some(wp)) = self.upstream_api::<WorkloadPlacement>(key).get_opt(&key.name).await {

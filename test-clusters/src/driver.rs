@@ -265,7 +265,7 @@ struct Failure {
 }
 
 fn opts() -> WriteOptions {
-    WriteOptions { field_manager: MANAGER.into(), validation: FieldValidation::Ignore, dry_run: false }
+    WriteOptions { field_manager: MANAGER.into(), validation: FieldValidation::Ignore, dry_run: false, guard: None }
 }
 
 fn scope(api: &Api, r: &ObjectRef) -> Result<Scope, Failure> {

@@ -294,3 +294,92 @@ pub fn wait_for<T>(what: &str, timeout: Duration, mut check: impl FnMut() -> Res
         std::thread::sleep(Duration::from_millis(100));
     }
 }
+
+/// A Deployment assigned to `east` with `share` replicas there, as the scheduler writes it.
+pub fn assigned(name: &str, replicas: u32, share: u32, image: &str) -> String {
+    format!(
+        r#"apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: {name}
+  labels: {{app: {name}, state.workload.flotilla.io/east: Sync}}
+spec:
+  replicas: {replicas}
+  selector: {{matchLabels: {{app: {name}}}}}
+  template:
+    metadata: {{labels: {{app: {name}}}}}
+    spec:
+      containers: [{{name: app, image: "{image}", resources: {{requests: {{cpu: 100m, memory: 64Mi}}}}}}]
+---
+apiVersion: scheduling.flotilla.io/v1alpha1
+kind: WorkloadPlacement
+metadata:
+  name: {name}
+  labels: {{state.workload.flotilla.io/east: Sync}}
+spec:
+  workload: {{apiVersion: apps/v1, kind: Deployment, name: {name}}}
+  placement: default
+  clusters: [{{name: east, replicas: {share}}}]
+"#
+    )
+}
+
+/// `namespace/name=replicas image` of every Flotilla copy in the cluster.
+pub fn copies(east: &SimCluster) -> String {
+    let o = east.kubectl(&[
+        "get",
+        "deploy",
+        "-A",
+        "-l",
+        "workload.flotilla.io/sync-target=east",
+        "-o",
+        r#"jsonpath={range .items[*]}{.metadata.namespace}/{.metadata.name}={.spec.replicas} {.spec.template.spec.containers[0].image}{"\n"}{end}"#,
+    ]);
+    o.stdout.trim().to_string()
+}
+
+/// A running `flotilla syncer` (pull mode).
+pub struct PullSyncer {
+    child: Option<Child>,
+    args: Vec<String>,
+    log: PathBuf,
+}
+
+impl PullSyncer {
+    /// Starts the syncer of `target` with the given kubeconfigs and waits for "ready".
+    pub fn start(target: &str, upstream: &Path, downstream: &Path, log: PathBuf) -> Self {
+        let args = ["syncer", "--sync-target", target, "--heartbeat-interval", "500ms", "--resync", "5s", "--upstream-kubeconfig"]
+            .iter()
+            .map(|s| s.to_string())
+            .chain([upstream.display().to_string(), "--downstream-kubeconfig".into(), downstream.display().to_string()])
+            .collect();
+        let mut s = Self { child: None, args, log };
+        s.launch();
+        s
+    }
+
+    /// Starts the process (again).
+    pub fn launch(&mut self) {
+        let args: Vec<&str> = self.args.iter().map(String::as_str).collect();
+        self.child = Some(spawn_ready(&args, &self.log).0);
+    }
+
+    /// SIGKILL.
+    pub fn kill9(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// The syncer's log so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for PullSyncer {
+    fn drop(&mut self) {
+        self.kill9();
+    }
+}

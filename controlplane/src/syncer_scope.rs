@@ -1,0 +1,353 @@
+//! What a syncer's scoped token (`fst1.<synctarget>...`) may do.
+//!
+//! A pull-mode syncer runs next to its cluster, outside the operators' trust, so its
+//! token reaches exactly what its own syncer needs and nothing else:
+//! - in `root`: read its own SyncTarget (a get, or a list or watch pinned to its name
+//!   with `fieldSelector=metadata.name=<target>`) and write that SyncTarget's status;
+//! - through the wildcard view `/clusters/*`: list and watch Deployments,
+//!   WorkloadPlacements, ConfigMaps and Secrets, only with a label selector that pins
+//!   `state.workload.flotilla.io/<target>=Sync`, so every object it can see is assigned
+//!   to its cluster;
+//! - in a workspace: read a Deployment or WorkloadPlacement that is assigned to its
+//!   cluster or still carries its mark (the cluster's finalizer, or its status entry,
+//!   which it must be able to clean up after an unassignment); add or remove its own
+//!   finalizer on such a Deployment and nothing else; and replace its own entry of
+//!   such a WorkloadPlacement's `status.clusters` and nothing else.
+//!
+//! Everything else is refused with 403 Forbidden, worded as kube-apiserver's RBAC
+//! refusals are, plus the rule that refused it. Discovery stays open to every
+//! authenticated principal, as in Kubernetes.
+
+use std::sync::Arc;
+
+use serde_json::Value;
+
+use crate::api::WriteGuard;
+use crate::error::ApiError;
+use crate::selector::{FieldSelector, LabelSelector};
+
+/// A request, as far as the policy cares.
+#[derive(Debug, Clone, Copy)]
+pub struct Request<'a> {
+    /// The workspace in the path (`root`, `*`, or a workspace's name).
+    pub workspace: &'a str,
+    /// The Kubernetes verb: get, list, watch, create, update, patch, delete, deletecollection.
+    pub verb: &'a str,
+    /// API group ("" for the core group).
+    pub group: &'a str,
+    /// Resource (plural).
+    pub resource: &'a str,
+    /// Namespace ("" when none).
+    pub namespace: &'a str,
+    /// Object name, if the path names one.
+    pub name: Option<&'a str>,
+    /// Subresource, if any.
+    pub subresource: Option<&'a str>,
+    /// The parsed `labelSelector`.
+    pub labels: Option<&'a LabelSelector>,
+    /// The parsed `fieldSelector`.
+    pub fields: Option<&'a FieldSelector>,
+}
+
+const WORKLOAD_GROUP: &str = placement_api::WORKLOAD_GROUP;
+const SCHEDULING_GROUP: &str = placement_api::SCHEDULING_GROUP;
+
+fn is(r: &Request<'_>, group: &str, resource: &str) -> bool {
+    r.group == group && r.resource == resource
+}
+
+/// The kinds a syncer watches across workspaces.
+fn assignable(r: &Request<'_>) -> bool {
+    is(r, "apps", "deployments") || is(r, SCHEDULING_GROUP, "workloadplacements") || is(r, "", "configmaps") || is(r, "", "secrets")
+}
+
+fn forbidden(target: &str, r: &Request<'_>, why: &str) -> ApiError {
+    let resource = if r.group.is_empty() { r.resource.to_string() } else { format!("{}.{}", r.resource, r.group) };
+    let what = match r.name {
+        Some(n) => format!("{resource} \"{n}\" is forbidden"),
+        None => format!("{resource} is forbidden"),
+    };
+    let resource = match r.subresource {
+        Some(s) => format!("{}/{s}", r.resource),
+        None => r.resource.to_string(),
+    };
+    let place = match (r.workspace, r.namespace) {
+        ("*", _) => "across workspaces".to_string(),
+        (ws, "") => format!("in workspace \"{ws}\""),
+        (ws, ns) => format!("in the namespace \"{ns}\" of workspace \"{ws}\""),
+    };
+    ApiError::forbidden(format!(
+        "{what}: User \"flotilla:syncer:{target}\" cannot {} resource \"{resource}\" in API group \"{}\" {place}: {why}",
+        r.verb, r.group
+    ))
+}
+
+/// Whether the syncer of `target` may make this request at all. Reads in a workspace
+/// are checked again on the object ([`check_read`]), and updates on the change
+/// ([`check_update`]).
+pub fn check_request(target: &str, r: &Request<'_>) -> Result<(), ApiError> {
+    let own_sync_target = is(r, WORKLOAD_GROUP, "synctargets");
+    match (r.workspace, r.verb, r.subresource) {
+        (crate::http::ROOT, "get", None | Some("status")) if own_sync_target && r.name == Some(target) => Ok(()),
+        (crate::http::ROOT, "list" | "watch", None) if own_sync_target => {
+            match r.fields.and_then(|f| f.single_equality("metadata.name")) {
+                Some(n) if n == target => Ok(()),
+                _ => Err(forbidden(target, r, &format!("a syncer lists and watches only its own SyncTarget: add fieldSelector=metadata.name={target}"))),
+            }
+        }
+        (crate::http::ROOT, "patch" | "update", Some("status")) if own_sync_target && r.name == Some(target) => Ok(()),
+        (crate::http::ROOT, _, _) => Err(forbidden(target, r, "a syncer may read its own SyncTarget and write its status, nothing else in root")),
+        ("*", "list" | "watch", None) if assignable(r) => {
+            let label = placement_api::sync_state_label(target);
+            match r.labels.and_then(|l| l.requires_exact_match(&label)) {
+                Some(placement_api::SYNC_STATE_SYNC) => Ok(()),
+                _ => Err(forbidden(
+                    target,
+                    r,
+                    &format!("a syncer sees only what is assigned to its cluster: add labelSelector={label}={}", placement_api::SYNC_STATE_SYNC),
+                )),
+            }
+        }
+        ("*", _, _) => Err(forbidden(
+            target,
+            r,
+            "through the wildcard view a syncer may only list and watch Deployments, WorkloadPlacements, ConfigMaps and Secrets",
+        )),
+        (_, "get", None) if is(r, "apps", "deployments") || is(r, SCHEDULING_GROUP, "workloadplacements") => Ok(()),
+        (_, "patch" | "update", None) if is(r, "apps", "deployments") => Ok(()),
+        (_, "patch" | "update", Some("status")) if is(r, SCHEDULING_GROUP, "workloadplacements") => Ok(()),
+        _ => Err(forbidden(
+            target,
+            r,
+            "in a workspace a syncer may read its Deployments and WorkloadPlacements, change its own finalizer on a Deployment, and write its own WorkloadPlacement status entry",
+        )),
+    }
+}
+
+/// The guard that holds every update of this request to [`check_update`].
+pub fn update_guard(target: &str, r: &Request<'_>) -> WriteGuard {
+    let target = target.to_string();
+    let owned: [String; 5] = [r.workspace, r.verb, r.group, r.resource, r.namespace].map(String::from);
+    let (name, subresource) = (r.name.map(String::from), r.subresource.map(String::from));
+    WriteGuard(Arc::new(move |old: &Value, new: &Value| {
+        let [workspace, verb, group, resource, namespace] = &owned;
+        let r = Request {
+            workspace,
+            verb,
+            group,
+            resource,
+            namespace,
+            name: name.as_deref(),
+            subresource: subresource.as_deref(),
+            labels: None,
+            fields: None,
+        };
+        check_update(&target, &r, old, new)
+    }))
+}
+
+fn assigned(target: &str, obj: &Value) -> bool {
+    obj.pointer("/metadata/labels").and_then(|l| l.get(placement_api::sync_state_label(target))).and_then(Value::as_str)
+        == Some(placement_api::SYNC_STATE_SYNC)
+}
+
+fn has_finalizer(target: &str, obj: &Value) -> bool {
+    let mine = placement_api::syncer_finalizer(target);
+    crate::objmeta::finalizers(obj).contains(&mine)
+}
+
+fn has_entry(target: &str, obj: &Value) -> bool {
+    obj.pointer("/status/clusters").and_then(Value::as_array).is_some_and(|c| c.iter().any(|e| e["name"] == target))
+}
+
+/// Whether the object is the syncer's business: assigned to its cluster, or still
+/// carrying its mark from when it was.
+fn concerns(target: &str, r: &Request<'_>, obj: &Value) -> bool {
+    assigned(target, obj)
+        || (is(r, "apps", "deployments") && has_finalizer(target, obj))
+        || (is(r, SCHEDULING_GROUP, "workloadplacements") && has_entry(target, obj))
+}
+
+/// Whether the syncer of `target` may read `obj` (a get in a workspace).
+pub fn check_read(target: &str, r: &Request<'_>, obj: &Value) -> Result<(), ApiError> {
+    if r.workspace == crate::http::ROOT || concerns(target, r, obj) {
+        return Ok(());
+    }
+    Err(forbidden(target, r, "it is not assigned to the syncer's cluster"))
+}
+
+/// The object without what every write changes, and without `strip`'s parts.
+fn comparable(obj: &Value, strip: impl Fn(&mut Value)) -> Value {
+    let mut o = obj.clone();
+    if let Some(m) = o.get_mut("metadata").and_then(Value::as_object_mut) {
+        m.remove("resourceVersion");
+        m.remove("managedFields");
+    }
+    strip(&mut o);
+    o
+}
+
+/// The path of the first field where `a` and `b` differ, as `metadata.labels.x`.
+fn first_difference(a: &Value, b: &Value, path: &str) -> Option<String> {
+    let join = |k: &str| if path.is_empty() { k.to_string() } else { format!("{path}.{k}") };
+    match (a, b) {
+        (Value::Object(x), Value::Object(y)) => x
+            .keys()
+            .chain(y.keys())
+            .find_map(|k| first_difference(x.get(k).unwrap_or(&Value::Null), y.get(k).unwrap_or(&Value::Null), &join(k))),
+        (Value::Array(x), Value::Array(y)) if x.len() == y.len() => {
+            x.iter().zip(y).enumerate().find_map(|(i, (p, q))| first_difference(p, q, &format!("{path}[{i}]")))
+        }
+        _ if a == b => None,
+        _ => Some(if path.is_empty() { "the object".into() } else { path.to_string() }),
+    }
+}
+
+/// Whether the syncer of `target` may change `old` into `new` (an update in a
+/// workspace, or of its SyncTarget's status in root).
+pub fn check_update(target: &str, r: &Request<'_>, old: &Value, new: &Value) -> Result<(), ApiError> {
+    if r.workspace == crate::http::ROOT {
+        // check_request let through only its own SyncTarget's status.
+        return Ok(());
+    }
+    if !concerns(target, r, old) {
+        return Err(forbidden(target, r, "it is not assigned to the syncer's cluster"));
+    }
+    if is(r, "apps", "deployments") {
+        let mine = placement_api::syncer_finalizer(target);
+        let others = |o: &mut Value| {
+            if let Some(f) = o.pointer_mut("/metadata/finalizers").and_then(Value::as_array_mut) {
+                f.retain(|x| x.as_str() != Some(mine.as_str()));
+                if f.is_empty() {
+                    o["metadata"].as_object_mut().map(|m| m.remove("finalizers"));
+                }
+            }
+        };
+        if let Some(path) = first_difference(&comparable(old, others), &comparable(new, others), "") {
+            return Err(forbidden(target, r, &format!("a syncer may change only its own finalizer {mine} on a Deployment, not {path}")));
+        }
+        return Ok(());
+    }
+    // Without this cluster's entry, and with an emptied list or status the same as none.
+    let other_entries = |o: &mut Value| {
+        let Some(status) = o.get_mut("status").and_then(Value::as_object_mut) else { return };
+        if let Some(c) = status.get_mut("clusters").and_then(Value::as_array_mut) {
+            c.retain(|e| e["name"] != target);
+            if c.is_empty() {
+                status.remove("clusters");
+            }
+        }
+        if status.is_empty() {
+            o.as_object_mut().map(|m| m.remove("status"));
+        }
+    };
+    if let Some(path) = first_difference(&comparable(old, other_entries), &comparable(new, other_entries), "") {
+        return Err(forbidden(
+            target,
+            r,
+            &format!("a syncer may change only its own entry (name: {target}) of status.clusters, not {path}"),
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn req<'a>(workspace: &'a str, verb: &'a str, group: &'a str, resource: &'a str) -> Request<'a> {
+        Request { workspace, verb, group, resource, namespace: "", name: None, subresource: None, labels: None, fields: None }
+    }
+
+    #[test]
+    fn root_holds_only_its_own_synctarget() {
+        let st = |verb, name, sub| Request { name, subresource: sub, ..req("root", verb, WORKLOAD_GROUP, "synctargets") };
+        assert!(check_request("east", &st("get", Some("east"), None)).is_ok());
+        assert!(check_request("east", &st("patch", Some("east"), Some("status"))).is_ok());
+        assert_eq!(check_request("east", &st("get", Some("west"), None)).unwrap_err().code, 403);
+        assert_eq!(check_request("east", &st("patch", Some("east"), None)).unwrap_err().code, 403, "its spec is the operators'");
+        let mine = FieldSelector::parse("metadata.name=east").unwrap();
+        let theirs = FieldSelector::parse("metadata.name=west").unwrap();
+        assert!(check_request("east", &Request { fields: Some(&mine), ..st("watch", None, None) }).is_ok());
+        assert_eq!(check_request("east", &Request { fields: Some(&theirs), ..st("watch", None, None) }).unwrap_err().code, 403);
+        assert_eq!(check_request("east", &st("list", None, None)).unwrap_err().code, 403);
+        let e = check_request("east", &req("root", "list", "", "secrets")).unwrap_err();
+        assert_eq!(e.code, 403);
+        assert!(
+            e.message.starts_with("secrets is forbidden: User \"flotilla:syncer:east\" cannot list resource \"secrets\""),
+            "{}",
+            e.message
+        );
+    }
+
+    #[test]
+    fn across_workspaces_it_sees_only_its_assignments() {
+        let sync = LabelSelector::parse("state.workload.flotilla.io/east=Sync").unwrap();
+        let narrower = LabelSelector::parse("app=web,state.workload.flotilla.io/east in (Sync)").unwrap();
+        let other = LabelSelector::parse("state.workload.flotilla.io/west=Sync").unwrap();
+        let any = LabelSelector::parse("state.workload.flotilla.io/east").unwrap();
+        for resource in [("apps", "deployments"), ("", "secrets"), ("", "configmaps"), (SCHEDULING_GROUP, "workloadplacements")] {
+            let r = req("*", "watch", resource.0, resource.1);
+            assert!(check_request("east", &Request { labels: Some(&sync), ..r }).is_ok());
+            assert!(check_request("east", &Request { labels: Some(&narrower), ..r }).is_ok());
+            for bad in [Some(&other), Some(&any), None] {
+                assert_eq!(check_request("east", &Request { labels: bad, ..r }).unwrap_err().code, 403, "{resource:?} {bad:?}");
+            }
+        }
+        let pods = Request { labels: Some(&sync), ..req("*", "list", "", "pods") };
+        assert_eq!(check_request("east", &pods).unwrap_err().code, 403);
+        assert_eq!(
+            check_request("east", &Request { labels: Some(&sync), ..req("*", "delete", "apps", "deployments") }).unwrap_err().code,
+            403
+        );
+    }
+
+    #[test]
+    fn in_a_workspace_it_touches_only_its_mark() {
+        let d = |labels: Value, finalizers: Value| json!({"metadata": {"name": "web", "resourceVersion": "5", "labels": labels, "finalizers": finalizers}, "spec": {"replicas": 3}});
+        let r = req("demo", "patch", "apps", "deployments");
+        assert!(check_request("east", &r).is_ok());
+        assert_eq!(check_request("east", &req("demo", "create", "apps", "deployments")).unwrap_err().code, 403);
+        assert_eq!(check_request("east", &req("demo", "delete", "apps", "deployments")).unwrap_err().code, 403);
+        assert_eq!(check_request("east", &req("demo", "get", "", "secrets")).unwrap_err().code, 403);
+        let assigned = d(json!({"state.workload.flotilla.io/east": "Sync"}), json!(["other"]));
+        let mut with_mine = assigned.clone();
+        with_mine["metadata"]["finalizers"] = json!(["other", "workload.flotilla.io/syncer-east"]);
+        with_mine["metadata"]["resourceVersion"] = json!("6");
+        assert!(check_update("east", &r, &assigned, &with_mine).is_ok());
+        assert!(check_update("east", &r, &with_mine, &assigned).is_ok(), "and take it away");
+        let mut scaled = with_mine.clone();
+        scaled["spec"]["replicas"] = json!(9);
+        assert_eq!(check_update("east", &r, &with_mine, &scaled).unwrap_err().code, 403);
+        let mut theirs = assigned.clone();
+        theirs["metadata"]["finalizers"] = json!([]);
+        assert_eq!(check_update("east", &r, &assigned, &theirs).unwrap_err().code, 403, "another finalizer is not its own");
+        // Unassigned but still carrying its finalizer: it may read it and release it.
+        let left = d(json!({}), json!(["workload.flotilla.io/syncer-east"]));
+        let get = req("demo", "get", "apps", "deployments");
+        assert!(check_read("east", &get, &left).is_ok());
+        assert!(check_update("east", &r, &left, &d(json!({}), json!([]))).is_ok());
+        let unrelated = d(json!({"state.workload.flotilla.io/west": "Sync"}), json!([]));
+        assert_eq!(check_read("east", &get, &unrelated).unwrap_err().code, 403);
+    }
+
+    #[test]
+    fn it_writes_only_its_own_status_entry() {
+        let r = Request { subresource: Some("status"), ..req("demo", "update", SCHEDULING_GROUP, "workloadplacements") };
+        let wp = |east: i64, west: i64, summary: &str| {
+            json!({"metadata": {"name": "web", "labels": {"state.workload.flotilla.io/east": "Sync"}},
+                   "status": {"summary": summary, "clusters": [{"name": "east", "readyReplicas": east}, {"name": "west", "readyReplicas": west}]}})
+        };
+        assert!(check_update("east", &r, &wp(0, 1, "s"), &wp(2, 1, "s")).is_ok());
+        assert_eq!(check_update("east", &r, &wp(0, 1, "s"), &wp(0, 5, "s")).unwrap_err().code, 403, "west's entry");
+        let e = check_update("east", &r, &wp(0, 1, "s"), &wp(0, 1, "lies")).unwrap_err();
+        assert!(e.message.ends_with("not status.summary"), "the derived fields: {}", e.message);
+        let mut gone = wp(0, 1, "s");
+        gone["status"]["clusters"].as_array_mut().unwrap().remove(0);
+        assert!(check_update("east", &r, &wp(0, 1, "s"), &gone).is_ok(), "removing its own entry");
+        let bare = json!({"metadata": {"name": "web", "labels": {"state.workload.flotilla.io/east": "Sync"}}});
+        let first = json!({"metadata": bare["metadata"], "status": {"clusters": [{"name": "east", "readyReplicas": 0}]}});
+        assert!(check_update("east", &r, &bare, &first).is_ok(), "the first entry of a status that was not there");
+    }
+}
