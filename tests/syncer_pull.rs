@@ -185,3 +185,35 @@ fn a_syncer_killed_mid_sync_converges_with_no_duplicates_and_no_orphans() {
     let o = f.kubectl(&["--context", "demo", "wait", "--for=condition=Available", "deploy/app11", "--timeout=30s"]);
     assert!(o.ok, "{o:?}\nsyncer log:\n{}", syncer.log());
 }
+
+#[test]
+fn the_syncer_rides_out_a_control_plane_restart() {
+    let (mut f, east, upstream) = pull_fleet();
+    let syncer = PullSyncer::start("east", &upstream, &east.kubeconfig(), f.data_dir().join("syncer.log"));
+    f.apply(&["--context", "demo", "-n", "default"], &assigned("web", 2, 2, "nginx:1.27"));
+    let o = f.kubectl(&["--context", "demo", "rollout", "status", "deploy/web", "--timeout=30s"]);
+    assert!(o.ok, "{o:?}");
+
+    f.kill9();
+    // The syncer notices the control plane is gone...
+    wait_for("the syncer to notice the outage", DEADLINE, || {
+        let log = syncer.log();
+        if log.contains("heartbeat failed") || log.contains("heartbeat timed out") {
+            Ok(())
+        } else {
+            Err("no failed heartbeat in the syncer's log yet".into())
+        }
+    });
+    // ...and leaves the workload running as it was.
+    let ready =
+        east.k(&["get", "deploy", "-A", "-l", "workload.flotilla.io/sync-target=east", "-o", "jsonpath={.items[*].status.readyReplicas}"]);
+    assert_eq!(ready.trim(), "2", "the copy keeps running while the control plane is down");
+
+    f.launch();
+    // A change made after the restart reaches the cluster: the syncer reconnected.
+    f.k(&["--context", "demo", "scale", "deploy/web", "--replicas=3"]);
+    f.k(&["--context", "demo", "patch", "wp", "web", "--type=merge", "-p", r#"{"spec":{"clusters":[{"name":"east","replicas":3}]}}"#]);
+    let o = f.kubectl(&["--context", "demo", "rollout", "status", "deploy/web", "--timeout=30s"]);
+    assert!(o.ok && o.stdout.contains("successfully rolled out"), "{o:?}\nsyncer log:\n{}", syncer.log());
+    assert!(copies(&east).ends_with("web=3 nginx:1.27"), "{}", copies(&east));
+}

@@ -236,3 +236,59 @@ data: {a: b}
     });
     assert_eq!(f.k(&["--context", "demo", "get", "cm", "web-config", "-o", "jsonpath={.data.greeting}"]), "hi");
 }
+
+#[test]
+fn a_cluster_that_comes_back_removes_what_is_no_longer_assigned() {
+    let (f, mut east) = fleet();
+    for name in ["keep", "gone", "moved"] {
+        f.apply(&["--context", "demo", "-n", "default"], &assigned(name, 1, 1, "nginx:1.27"));
+    }
+    for name in ["keep", "gone", "moved"] {
+        let o = f.kubectl(&["--context", "demo", "rollout", "status", &format!("deploy/{name}"), "--timeout=30s"]);
+        assert!(o.ok, "{o:?}");
+    }
+    let reachable =
+        || f.k(&["--context", "root", "get", "st", "east", "-o", r#"jsonpath={.status.conditions[?(@.type=="ClusterReachable")].status}"#]);
+    wait_for("ClusterReachable=True", DEADLINE, || Some(reachable()).filter(|s| s.trim() == "True").ok_or_else(reachable));
+
+    east.kill9();
+    wait_for("ClusterReachable=False", DEADLINE, || Some(reachable()).filter(|s| s.trim() == "False").ok_or_else(reachable));
+    // While it is away: one deleted, one unassigned, one changed.
+    f.k(&["--context", "demo", "delete", "deploy", "gone", "--wait=false"]);
+    f.k(&["--context", "demo", "label", "deploy", "moved", "state.workload.flotilla.io/east-"]);
+    f.k(&["--context", "demo", "label", "wp", "moved", "state.workload.flotilla.io/east-"]);
+    f.k(&["--context", "demo", "set", "image", "deploy/keep", "app=nginx:1.28"]);
+    // The change cannot be synced, and the WorkloadPlacement says why.
+    let synced = || f.k(&["--context", "demo", "get", "wp", "keep", "-o", r#"jsonpath={.status.conditions[?(@.type=="Synced")].message}"#]);
+    wait_for("the sync error on the WorkloadPlacement", DEADLINE, || {
+        Some(synced()).filter(|m| m.contains("DownstreamError")).ok_or_else(synced)
+    });
+    // The deletion waits for the copy to be removed: nothing is lost while the cluster is away.
+    let ts = f.k(&["--context", "demo", "get", "deploy", "gone", "-o", "jsonpath={.metadata.deletionTimestamp}"]);
+    assert!(!ts.trim().is_empty(), "gone is still there, terminating");
+
+    east.launch();
+    // Before anything else, the returning cluster loses what is no longer its own.
+    let got = wait_for("only keep, at its new image, on east", DEADLINE, || {
+        let c = copies(&east);
+        if c.lines().count() == 1 && c.ends_with("keep=1 nginx:1.28") {
+            Ok(c)
+        } else {
+            Err(c)
+        }
+    });
+    assert!(got.contains("/keep="), "{got}");
+    wait_for("the deletion completed", DEADLINE, || {
+        let o = f.kubectl(&["--context", "demo", "get", "deploy", "gone"]);
+        if !o.ok && o.stderr.contains("NotFound") {
+            Ok(())
+        } else {
+            Err(format!("{o:?}"))
+        }
+    });
+    let fin = f.k(&["--context", "demo", "get", "deploy", "moved", "-o", "jsonpath={.metadata.finalizers}"]);
+    assert_eq!(fin.trim(), "", "the unassigned workload keeps no finalizer");
+    wait_for("ClusterReachable=True again", DEADLINE, || Some(reachable()).filter(|s| s.trim() == "True").ok_or_else(reachable));
+    let o = f.kubectl(&["--context", "demo", "rollout", "status", "deploy/keep", "--timeout=30s"]);
+    assert!(o.ok && o.stdout.contains("successfully rolled out"), "{o:?}");
+}

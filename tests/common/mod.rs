@@ -35,6 +35,7 @@ pub struct Flotilla {
     child: Option<Child>,
     pub dir: tempfile::TempDir,
     pub url: String,
+    listen: String,
 }
 
 pub fn bin() -> &'static str {
@@ -45,7 +46,7 @@ impl Flotilla {
     /// Starts a control plane on a fresh data dir.
     pub fn start() -> Self {
         let dir = tempfile::tempdir().expect("tempdir");
-        let mut f = Self { child: None, dir, url: String::new() };
+        let mut f = Self { child: None, dir, url: String::new(), listen: "127.0.0.1:0".into() };
         f.launch();
         f
     }
@@ -58,10 +59,13 @@ impl Flotilla {
         self.dir.path().join("admin.kubeconfig")
     }
 
-    /// Starts the server process on this data dir and waits for "ready".
+    /// Starts the server process on this data dir and waits for "ready". A restart
+    /// keeps the port, so clients holding a kubeconfig (a pull-mode syncer) find it again.
     pub fn launch(&mut self) {
         let dir = self.dir.path().to_str().unwrap().to_string();
-        let (child, url) = spawn_ready(&["--data-dir", &dir, "start", "--listen", "127.0.0.1:0"], &self.dir.path().join("server.log"));
+        let (child, url) = spawn_ready(&["--data-dir", &dir, "start", "--listen", &self.listen], &self.dir.path().join("server.log"));
+        let host = url.trim_start_matches("https://");
+        self.listen = host.split('/').next().unwrap_or(host).to_string();
         self.url = url;
         self.child = Some(child);
     }
