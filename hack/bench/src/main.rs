@@ -32,7 +32,7 @@ struct Args {
     #[arg(long)]
     json_out: Option<PathBuf>,
     /// Run one group of scenarios only.
-    #[arg(long, value_parser = ["controlplane", "sim"])]
+    #[arg(long, value_parser = ["controlplane", "sim", "syncer"])]
     only: Option<String>,
 }
 
@@ -46,6 +46,8 @@ struct Sizes {
     objects_per_ws: usize,
     sim_nodes: usize,
     sim_pods: usize,
+    sync_clusters: usize,
+    sync_deployments: usize,
 }
 
 fn percentile(sorted: &[f64], p: f64) -> f64 {
@@ -200,6 +202,8 @@ async fn main() -> anyhow::Result<()> {
             objects_per_ws: 20,
             sim_nodes: 20,
             sim_pods: 1_000,
+            sync_clusters: 2,
+            sync_deployments: 50,
         }
     } else {
         Sizes {
@@ -212,6 +216,8 @@ async fn main() -> anyhow::Result<()> {
             objects_per_ws: 100,
             sim_nodes: 100,
             sim_pods: 5_000,
+            sync_clusters: 10,
+            sync_deployments: 1_000,
         }
     };
     let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0);
@@ -355,6 +361,27 @@ async fn main() -> anyhow::Result<()> {
             format!("empty cluster {:.0} MiB", sim.idle_rss_mib),
             format!("{:.1} KiB/pod", (sim.rss_mib - sim.idle_rss_mib) * 1024.0 / sim.running.max(1) as f64),
             json!({"scenario": "sim_rss", "nodes": s.sim_nodes, "running_pods": sim.running, "rss_mib": sim.rss_mib, "peak_rss_mib": sim.peak_rss_mib, "idle_rss_mib": sim.idle_rss_mib, "cpu_secs": sim.cpu_secs, "load_secs": sim.load_secs}),
+        );
+    }
+    if args.only.as_deref().is_none_or(|o| o == "syncer") {
+        let f = syncer_latency(&args.flotilla, s.sync_clusters, s.sync_deployments).await?;
+        report.add(
+            &format!("syncer: apply to copy created p50 / p99 ({} on {})", f.deployments, f.clusters),
+            format!("{:.1} / {:.1} ms (max {:.0})", f.created.0, f.created.1, f.created.2),
+            format!("create RTT {:.1} / {:.1} ms", f.floor_create.0, f.floor_create.1),
+            format!("{:.1}x (p99)", f.created.1 / f.floor_create.1),
+            json!({"scenario": "syncer_apply_to_created", "clusters": f.clusters, "deployments": f.deployments,
+                   "p50_ms": f.created.0, "p99_ms": f.created.1, "max_ms": f.created.2,
+                   "floor_create_p50_ms": f.floor_create.0, "floor_create_p99_ms": f.floor_create.1}),
+        );
+        report.add(
+            "syncer: copy Available to upstream Available p50 / p99",
+            format!("{:.1} / {:.1} ms (max {:.0})", f.status.0, f.status.1, f.status.2),
+            format!("create RTT {:.1} / {:.1} ms", f.floor_create.0, f.floor_create.1),
+            format!("{:.1}x (p99)", f.status.1 / f.floor_create.1),
+            json!({"scenario": "syncer_status_up", "clusters": f.clusters, "deployments": f.deployments,
+                   "p50_ms": f.status.0, "p99_ms": f.status.1, "max_ms": f.status.2,
+                   "control_plane_rss_mib": f.control_plane_rss_mib, "control_plane_cpu_secs": f.control_plane_cpu_secs}),
         );
     }
     println!();
@@ -663,5 +690,144 @@ async fn sim_cluster(bin: &Path, nodes: usize, pods: usize) -> anyhow::Result<Si
         idle_rss_mib,
         cpu_secs: srv.cpu_secs(),
         load_secs,
+    })
+}
+
+struct SyncerFigures {
+    clusters: usize,
+    deployments: usize,
+    created: (f64, f64, f64),
+    status: (f64, f64, f64),
+    floor_create: (f64, f64, f64),
+    control_plane_rss_mib: f64,
+    control_plane_cpu_secs: f64,
+}
+
+/// Runs the `flotilla` CLI against a control plane's data dir.
+fn flotilla_cli(bin: &Path, data_dir: &Path, args: &[&str]) -> anyhow::Result<()> {
+    let o = Command::new(bin).args(["--data-dir", data_dir.to_str().unwrap()]).args(args).output()?;
+    anyhow::ensure!(o.status.success(), "flotilla {} failed: {}", args.join(" "), String::from_utf8_lossy(&o.stderr));
+    Ok(())
+}
+
+/// The syncer's latencies, in push mode: `deployments` one-replica Deployments spread
+/// over `clusters` simulated clusters, each assigned as the scheduler does (label and
+/// WorkloadPlacement, the WorkloadPlacement first). Measured from just before the
+/// Deployment's create request is sent to the moment this process's watch on the
+/// cluster delivers the copy (apply → downstream created), and from the watch delivering
+/// the copy as Available to the watch on the workspace delivering the upstream
+/// Deployment as Available (status up). The floor is the create request's own round
+/// trip.
+async fn syncer_latency(bin: &Path, clusters: usize, deployments: usize) -> anyhow::Result<SyncerFigures> {
+    use k8s_openapi::api::apps::v1::Deployment;
+    use std::collections::HashMap;
+    use std::sync::Mutex;
+    type Seen = Arc<Mutex<HashMap<String, Instant>>>;
+
+    let cp = ServerProc::start(bin)?;
+    let data_dir = cp.kubeconfig.parent().unwrap().to_path_buf();
+    let created: Seen = Arc::default();
+    let down_available: Seen = Arc::default();
+    let mut sims = Vec::new();
+    let mut watches = Vec::new();
+    for i in 0..clusters {
+        let name = format!("c{i}");
+        let yaml = format!("name: {name}\nnodes:\n  - {{count: 4, cpu: \"64\", memory: 256Gi, pods: 500}}\nstartupDelay: 50ms\n");
+        let sim = ServerProc::sim(bin, &name, &yaml)?;
+        flotilla_cli(bin, &data_dir, &["cluster", "register", &name, "--kubeconfig", sim.kubeconfig.to_str().unwrap()])?;
+        let api: Api<Deployment> = Api::all(sim.client(&format!("kind-{name}"), None).await?);
+        let (created, down_available) = (created.clone(), down_available.clone());
+        watches.push(tokio::spawn(async move {
+            let wp = WatchParams::default().labels("workload.flotilla.io/sync-target").timeout(290);
+            let mut stream = api.watch(&wp, "0").await?.boxed();
+            while let Some(ev) = stream.try_next().await? {
+                let now = Instant::now();
+                if let WatchEvent::Added(d) | WatchEvent::Modified(d) = ev {
+                    let name = d.metadata.name.clone().unwrap_or_default();
+                    created.lock().unwrap().entry(name.clone()).or_insert(now);
+                    if available(&d) {
+                        down_available.lock().unwrap().entry(name).or_insert(now);
+                    }
+                }
+            }
+            anyhow::Ok(())
+        }));
+        sims.push(sim);
+    }
+    flotilla_cli(bin, &data_dir, &["workspace", "create", "bench"])?;
+    let ws = cp.client("bench", None).await?;
+    let upstream: Api<Deployment> = Api::namespaced(ws.clone(), "default");
+    let up_available: Seen = Arc::default();
+    {
+        let (api, seen) = (upstream.clone(), up_available.clone());
+        watches.push(tokio::spawn(async move {
+            let mut stream = api.watch(&WatchParams::default().timeout(290), "0").await?.boxed();
+            while let Some(ev) = stream.try_next().await? {
+                let now = Instant::now();
+                if let WatchEvent::Added(d) | WatchEvent::Modified(d) = ev {
+                    if available(&d) {
+                        seen.lock().unwrap().entry(d.metadata.name.clone().unwrap_or_default()).or_insert(now);
+                    }
+                }
+            }
+            anyhow::Ok(())
+        }));
+    }
+    // Let every syncer list and settle before the clock starts.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let wp_ar = ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("scheduling.flotilla.io", "v1alpha1", "WorkloadPlacement"),
+        "workloadplacements",
+    );
+    let placements: Api<DynamicObject> = Api::namespaced_with(ws, "default", &wp_ar);
+    let mut sent: HashMap<String, Instant> = HashMap::new();
+    let mut floor = Vec::new();
+    for i in 0..deployments {
+        let name = format!("d{i}");
+        let cluster = format!("c{}", i % clusters);
+        let label = format!("state.workload.flotilla.io/{cluster}");
+        let wp: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": "scheduling.flotilla.io/v1alpha1", "kind": "WorkloadPlacement",
+            "metadata": {"name": name, "labels": {label.clone(): "Sync"}},
+            "spec": {"workload": {"apiVersion": "apps/v1", "kind": "Deployment", "name": name}, "placement": "default",
+                     "clusters": [{"name": cluster, "replicas": 1}]}
+        }))?;
+        placements.create(&PostParams::default(), &wp).await?;
+        let mut d = bench_deployment(&name, 1)?;
+        d.metadata.labels = Some([(label, "Sync".to_string())].into());
+        let t = Instant::now();
+        upstream.create(&PostParams::default(), &d).await?;
+        floor.push(t.elapsed().as_secs_f64() * 1e3);
+        sent.insert(name, t);
+    }
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while up_available.lock().unwrap().len() < deployments {
+        if Instant::now() > deadline {
+            let (c, a, u) = (created.lock().unwrap().len(), down_available.lock().unwrap().len(), up_available.lock().unwrap().len());
+            anyhow::bail!("after 120 s: {c} copies created, {a} Available downstream, {u}/{deployments} Available upstream");
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    for w in &watches {
+        w.abort();
+    }
+    let (created, down, up) =
+        (created.lock().unwrap().clone(), down_available.lock().unwrap().clone(), up_available.lock().unwrap().clone());
+    let to_created: Vec<f64> = sent.iter().filter_map(|(n, t)| created.get(n).map(|c| c.duration_since(*t).as_secs_f64() * 1e3)).collect();
+    let status_up: Vec<f64> =
+        down.iter().filter_map(|(n, d)| up.get(n).map(|u| u.saturating_duration_since(*d).as_secs_f64() * 1e3)).collect();
+    anyhow::ensure!(to_created.len() == deployments, "only {} of {deployments} copies were seen created", to_created.len());
+    let (control_plane_rss_mib, control_plane_cpu_secs) = (cp.settled_rss_mib().await, cp.cpu_secs());
+    // The control plane goes first, so its syncers never see their clusters vanish.
+    drop(cp);
+    drop(sims);
+    Ok(SyncerFigures {
+        clusters,
+        deployments,
+        created: summarize(to_created),
+        status: summarize(status_up),
+        floor_create: summarize(floor),
+        control_plane_rss_mib,
+        control_plane_cpu_secs,
     })
 }
