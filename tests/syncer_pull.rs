@@ -41,8 +41,7 @@ fn as_syncer(f: &Flotilla, upstream: &std::path::Path, workspace: &str, args: &[
     let server = format!("{}/clusters/{workspace}", f.url.split("/clusters/").next().unwrap());
     let mut all = vec!["--server", server.as_str()];
     all.extend_from_slice(args);
-    let o = common::kubectl_cmd(upstream, f.data_dir(), &all).output().expect("kubectl");
-    Out { ok: o.status.success(), stdout: String::from_utf8_lossy(&o.stdout).into(), stderr: String::from_utf8_lossy(&o.stderr).into() }
+    Out::from(common::kubectl_cmd(upstream, f.data_dir(), &all).output().expect("kubectl"))
 }
 
 fn forbidden(o: &Out) -> bool {

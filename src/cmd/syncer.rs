@@ -5,6 +5,8 @@
 //! cluster's assignments, its own SyncTarget's status and its own WorkloadPlacement
 //! entries.
 
+use std::path::Path;
+
 use anyhow::Context;
 use kube::config::{KubeConfigOptions, Kubeconfig};
 
@@ -13,18 +15,9 @@ use crate::cli::SyncerArgs;
 /// Runs until Ctrl-C or SIGTERM.
 pub async fn run(args: SyncerArgs) -> anyhow::Result<()> {
     let name = args.sync_target.clone();
-    let kc = Kubeconfig::read_from(&args.upstream_kubeconfig)
-        .with_context(|| format!("reading the upstream kubeconfig {}", args.upstream_kubeconfig.display()))?;
-    let upstream = kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
-        .await
-        .with_context(|| format!("the upstream kubeconfig {} has no usable current context", args.upstream_kubeconfig.display()))?;
+    let upstream = load(&args.upstream_kubeconfig, "upstream").await?;
     let downstream = match &args.downstream_kubeconfig {
-        Some(path) => {
-            let kc = Kubeconfig::read_from(path).with_context(|| format!("reading the downstream kubeconfig {}", path.display()))?;
-            kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
-                .await
-                .with_context(|| format!("the downstream kubeconfig {} has no usable current context", path.display()))?
-        }
+        Some(path) => load(path, "downstream").await?,
         None => kube::Config::incluster().context("--downstream-in-cluster: not running in a pod with a service account")?,
     };
     let base_config = syncer::clients::base_config(upstream)?;
@@ -55,4 +48,12 @@ pub async fn run(args: SyncerArgs) -> anyhow::Result<()> {
         _ = super::shutdown_signal() => tracing::info!("shutting down"),
     }
     Ok(())
+}
+
+/// The client configuration of a kubeconfig file's current context.
+async fn load(path: &Path, which: &str) -> anyhow::Result<kube::Config> {
+    let kc = Kubeconfig::read_from(path).with_context(|| format!("reading the {which} kubeconfig {}", path.display()))?;
+    kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
+        .await
+        .with_context(|| format!("the {which} kubeconfig {} has no usable current context", path.display()))
 }

@@ -336,7 +336,7 @@ impl Syncer {
             Some(c) if transform::covers(&to_value(c), &desired) => c.clone(),
             _ => {
                 let applied = self.apply_copy(key, desired, copy.is_none()).await?;
-                serde_json::from_value(serde_json::to_value(applied).unwrap_or_default()).unwrap_or_default()
+                applied.try_parse::<Deployment>().unwrap_or_default()
             }
         };
         self.report(key, &wp, Some(status::cluster_entry(target, &current, now()))).await

@@ -21,7 +21,7 @@ pub struct Out {
 }
 
 impl Out {
-    fn from(o: Output) -> Self {
+    pub fn from(o: Output) -> Self {
         Self {
             ok: o.status.success(),
             stdout: String::from_utf8_lossy(&o.stdout).into(),
