@@ -1,0 +1,238 @@
+use super::*;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+
+const GI: u64 = 1 << 30;
+
+/// A Ready cluster with `cpu` cores and `mem` GiB free on one node per core pair.
+fn cluster(name: &str, cpu: u64, mem: u64) -> Cluster {
+    Cluster {
+        name: name.into(),
+        labels: BTreeMap::from([("region".to_string(), if name.starts_with("eu") { "eu" } else { "us" }.to_string())]),
+        ready: true,
+        cordoned: false,
+        draining: false,
+        available: Resources::new(cpu * 1000, mem * GI, 110),
+        headroom: vec![Resources::new(cpu * 1000, mem * GI, 110)],
+    }
+}
+
+/// One replica: half a core and 1 GiB.
+fn workload(replicas: u32) -> Workload {
+    Workload { replicas, per_replica: Resources::new(500, GI, 1) }
+}
+
+fn divide_on(n: u32) -> (LabelSelector, u32, ReplicaScheduling) {
+    (LabelSelector::default(), n, ReplicaScheduling::Divide)
+}
+
+fn run(clusters: &[Cluster], w: Workload, rule: (LabelSelector, u32, ReplicaScheduling), current: &[Share]) -> Result<Vec<Share>, NoFit> {
+    decide(clusters, &w, &Rule { cluster_selector: &rule.0, clusters: rule.1, mode: rule.2 }, current)
+}
+
+fn shares(pairs: &[(&str, u32)]) -> Vec<Share> {
+    pairs.iter().map(|(c, n)| Share::new(c, *n)).collect()
+}
+
+#[test]
+fn a_new_workload_goes_to_the_roomiest_cluster() {
+    let fleet = [cluster("us-east", 4, 8), cluster("us-west", 8, 16), cluster("eu-1", 2, 4)];
+    assert_eq!(run(&fleet, workload(3), divide_on(1), &[]), Ok(shares(&[("us-west", 3)])));
+}
+
+#[test]
+fn ties_go_to_the_name_and_input_order_does_not_matter() {
+    let a = [cluster("b", 4, 8), cluster("a", 4, 8), cluster("c", 4, 8)];
+    let mut b = a.clone();
+    b.reverse();
+    assert_eq!(run(&a, workload(1), divide_on(1), &[]), Ok(shares(&[("a", 1)])));
+    assert_eq!(run(&a, workload(1), divide_on(1), &[]), run(&b, workload(1), divide_on(1), &[]));
+}
+
+#[test]
+fn divide_splits_in_proportion_to_room_with_remainders_to_the_roomiest() {
+    // Room for 16 and 8 replicas (cpu-bound): 6 replicas split 4:2.
+    let fleet = [cluster("big", 8, 64), cluster("small", 4, 64)];
+    assert_eq!(run(&fleet, workload(6), divide_on(2), &[]), Ok(shares(&[("big", 4), ("small", 2)])));
+    // 5 replicas: 3.33 and 1.67 round down to 3 and 1; the remainder goes to the roomiest.
+    assert_eq!(run(&fleet, workload(5), divide_on(2), &[]), Ok(shares(&[("big", 4), ("small", 1)])));
+    assert_eq!(divide(5, &[10, 10, 10]), vec![2, 2, 1]);
+    assert_eq!(divide(0, &[3, 3]), vec![0, 0]);
+    assert_eq!(divide(3, &[1, 100]), vec![0, 3]);
+    // A share never exceeds its room, even when the proportion rounds up past it.
+    assert_eq!(divide(4, &[1, 1, 2]), vec![1, 1, 2]);
+}
+
+#[test]
+fn duplicate_runs_every_replica_on_each_cluster() {
+    let fleet = [cluster("a", 4, 8), cluster("b", 4, 8), cluster("c", 1, 8)];
+    let rule = (LabelSelector::default(), 2, ReplicaScheduling::Duplicate);
+    assert_eq!(run(&fleet, workload(3), rule.clone(), &[]), Ok(shares(&[("a", 3), ("b", 3)])));
+    // c has room for 2 replicas only, so it cannot be one of three duplicates.
+    let rule3 = (LabelSelector::default(), 3, ReplicaScheduling::Duplicate);
+    let err = run(&fleet, workload(3), rule3, &[]).unwrap_err();
+    assert_eq!(err.to_string(), "2/3 clusters fit (3 needed): 1 Insufficient cpu");
+}
+
+#[test]
+fn the_selector_filters_clusters() {
+    let fleet = [cluster("us-east", 4, 8), cluster("us-west", 8, 16), cluster("eu-1", 16, 32)];
+    let eu = LabelSelector { match_labels: Some(BTreeMap::from([("region".into(), "eu".into())])), ..Default::default() };
+    assert_eq!(run(&fleet, workload(1), (eu.clone(), 1, ReplicaScheduling::Divide), &[]), Ok(shares(&[("eu-1", 1)])));
+    let err = run(&fleet, workload(1), (eu, 2, ReplicaScheduling::Divide), &[]).unwrap_err();
+    assert_eq!(err.to_string(), "1/3 clusters fit (2 needed): 2 NotSelected");
+}
+
+#[test]
+fn a_malformed_selector_is_reported_not_matched() {
+    let bad = LabelSelector {
+        match_expressions: Some(vec![k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelectorRequirement {
+            key: "region".into(),
+            operator: "Equals".into(),
+            values: Some(vec!["us".into()]),
+        }]),
+        ..Default::default()
+    };
+    let err = run(&[cluster("a", 4, 8)], workload(1), (bad, 1, ReplicaScheduling::Divide), &[]).unwrap_err();
+    assert!(err.to_string().starts_with("the Placement's clusterSelector is invalid: matchExpressions[0]"), "{err}");
+}
+
+#[test]
+fn no_fit_counts_every_reason_like_kube_scheduler() {
+    let mut down = cluster("a", 16, 64);
+    down.ready = false;
+    let mut cordoned = cluster("b", 16, 64);
+    cordoned.cordoned = true;
+    let mut draining = cluster("c", 16, 64);
+    draining.draining = true;
+    let small_cpu = cluster("d", 1, 64);
+    let small_mem = cluster("e", 16, 1);
+    let mut full = cluster("f", 16, 64);
+    full.available.pods = 0;
+    let fleet = [down, cordoned, draining, small_cpu, small_mem, full];
+    let err = run(&fleet, workload(4), divide_on(1), &[]).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "0/6 clusters fit: 1 Cordoned, 1 Draining, 1 Insufficient cpu, 1 Insufficient memory, 1 Insufficient pods, 1 NotReady"
+    );
+    assert_eq!(run(&[], workload(1), divide_on(1), &[]).unwrap_err().to_string(), "0/0 clusters fit: no clusters are registered");
+}
+
+#[test]
+fn divide_that_no_set_of_clusters_can_hold_says_how_much_they_hold() {
+    // Each cluster holds 8 replicas; two of them hold 16 of the 20 asked for.
+    let fleet = [cluster("a", 4, 64), cluster("b", 4, 64), cluster("c", 4, 64)];
+    let err = run(&fleet, workload(20), divide_on(2), &[]).unwrap_err();
+    assert_eq!(err.to_string(), "0/3 clusters fit (2 needed): 3 Insufficient cpu; the roomiest 2 hold 16 of 20 replicas");
+    // On one cluster, 9 replicas of a workload that fits 8 per cluster: Insufficient cpu.
+    let err = run(&fleet, workload(9), divide_on(1), &[]).unwrap_err();
+    assert_eq!(err.to_string(), "0/3 clusters fit: 3 Insufficient cpu");
+}
+
+#[test]
+fn a_replica_must_fit_on_one_node() {
+    // 4 cores free in total, but on four 1-core nodes: a 2-core replica fits nowhere.
+    let mut fragmented = cluster("frag", 4, 64);
+    fragmented.headroom = vec![Resources::new(1000, 16 * GI, 110)];
+    let w = Workload { replicas: 1, per_replica: Resources::new(2000, GI, 1) };
+    let err = run(&[fragmented.clone()], w, divide_on(1), &[]).unwrap_err();
+    assert_eq!(err.to_string(), "0/1 clusters fit: 1 NoNodeFits");
+    // Without per-node figures only the total is checked.
+    fragmented.headroom.clear();
+    assert_eq!(run(&[fragmented], w, divide_on(1), &[]), Ok(shares(&[("frag", 1)])));
+}
+
+#[test]
+fn adding_a_cluster_moves_nothing() {
+    let before = [cluster("a", 2, 8)];
+    let placed = run(&before, workload(2), divide_on(1), &[]).unwrap();
+    let after = [cluster("a", 1, 8), cluster("b", 64, 256)];
+    assert_eq!(run(&after, workload(2), divide_on(1), &placed), Ok(placed));
+}
+
+#[test]
+fn a_stable_assignment_is_kept_as_room_changes() {
+    // Divide 4 over two clusters; later the rooms change: the split stays.
+    let current = shares(&[("a", 3), ("b", 1)]);
+    let fleet = [cluster("a", 1, 8), cluster("b", 30, 64)];
+    assert_eq!(run(&fleet, workload(4), divide_on(2), &current), Ok(current));
+}
+
+#[test]
+fn scaling_redivides_without_moving_clusters_that_still_fit() {
+    let current = shares(&[("a", 2), ("b", 2)]);
+    let fleet = [cluster("a", 1, 64), cluster("b", 1, 64), cluster("c", 64, 256)];
+    // Scale 4 → 8: a and b each hold 4 (their 2 plus room for 2 more), so nothing moves.
+    assert_eq!(run(&fleet, workload(8), divide_on(2), &current), Ok(shares(&[("a", 4), ("b", 4)])));
+    // Scale to 12: a and b hold 8 together, so the roomiest two (c, then a by name)
+    // take it, in proportion to their room: c holds 128, a 4.
+    assert_eq!(run(&fleet, workload(12), divide_on(2), &current), Ok(shares(&[("a", 0), ("c", 12)])));
+}
+
+#[test]
+fn a_lost_cluster_is_replaced_and_the_survivor_stays() {
+    let mut fleet = [cluster("a", 4, 8), cluster("b", 4, 8), cluster("c", 2, 8)];
+    let current = shares(&[("a", 2), ("b", 2)]);
+    fleet[0].ready = false;
+    // b stays; c replaces a; the replicas are divided over b and c by room (8 and 4).
+    assert_eq!(run(&fleet, workload(4), divide_on(2), &current), Ok(shares(&[("b", 3), ("c", 1)])));
+}
+
+#[test]
+fn when_nothing_replaces_a_lost_cluster_the_answer_is_no_fit() {
+    let mut fleet = [cluster("a", 4, 8), cluster("b", 0, 8)];
+    fleet[0].ready = false;
+    let err = run(&fleet, workload(2), divide_on(1), &shares(&[("a", 2)])).unwrap_err();
+    assert_eq!(err.to_string(), "0/2 clusters fit: 1 Insufficient cpu, 1 NotReady");
+}
+
+#[test]
+fn cordon_keeps_what_runs_but_takes_nothing_new() {
+    let mut fleet = [cluster("a", 8, 64), cluster("b", 2, 64)];
+    fleet[0].cordoned = true;
+    // Running on a: it stays.
+    assert_eq!(run(&fleet, workload(2), divide_on(1), &shares(&[("a", 2)])), Ok(shares(&[("a", 2)])));
+    // New: b, although a has more room.
+    assert_eq!(run(&fleet, workload(2), divide_on(1), &[]), Ok(shares(&[("b", 2)])));
+    // Growing on a cordoned cluster moves the workload to one that takes it.
+    assert_eq!(run(&fleet, workload(4), divide_on(1), &shares(&[("a", 2)])), Ok(shares(&[("b", 4)])));
+}
+
+#[test]
+fn draining_moves_everything_that_can_move() {
+    let mut fleet = [cluster("a", 8, 64), cluster("b", 4, 64)];
+    fleet[0].draining = true;
+    assert_eq!(run(&fleet, workload(2), divide_on(1), &shares(&[("a", 2)])), Ok(shares(&[("b", 2)])));
+    let err = run(&fleet, workload(9), divide_on(1), &shares(&[("a", 9)])).unwrap_err();
+    assert_eq!(err.to_string(), "0/2 clusters fit: 1 Draining, 1 Insufficient cpu");
+}
+
+#[test]
+fn a_cluster_that_stops_matching_loses_the_workload() {
+    let fleet = [cluster("us-east", 4, 8), cluster("eu-1", 4, 8)];
+    let eu = LabelSelector { match_labels: Some(BTreeMap::from([("region".into(), "eu".into())])), ..Default::default() };
+    let got = run(&fleet, workload(1), (eu, 1, ReplicaScheduling::Divide), &shares(&[("us-east", 1)]));
+    assert_eq!(got, Ok(shares(&[("eu-1", 1)])));
+}
+
+#[test]
+fn fewer_clusters_asked_for_keeps_the_roomiest_current_ones() {
+    let fleet = [cluster("a", 2, 8), cluster("b", 8, 8), cluster("c", 4, 8)];
+    let current = shares(&[("a", 1), ("b", 1), ("c", 1)]);
+    assert_eq!(run(&fleet, workload(3), divide_on(2), &current), Ok(shares(&[("b", 2), ("c", 1)])));
+}
+
+#[test]
+fn zero_replicas_still_choose_clusters() {
+    let fleet = [cluster("a", 0, 0), cluster("b", 1, 1)];
+    assert_eq!(run(&fleet, workload(0), divide_on(1), &[]), Ok(shares(&[("b", 0)])));
+}
+
+#[test]
+fn room_names_the_resource_that_runs_out_first() {
+    let per = Resources::new(500, GI, 1);
+    assert_eq!(room(Resources::new(4000, 2 * GI, 110), per), (2, Resource::Memory));
+    assert_eq!(room(Resources::new(1000, 8 * GI, 110), per), (2, Resource::Cpu));
+    assert_eq!(room(Resources::new(8000, 8 * GI, 1), per), (1, Resource::Pods));
+    // A replica with no requests still takes a pod slot.
+    assert_eq!(room(Resources::new(0, 0, 7), Resources::ZERO), (7, Resource::Pods));
+}
