@@ -31,8 +31,9 @@ struct Args {
     /// Write the JSON results here too.
     #[arg(long)]
     json_out: Option<PathBuf>,
-    /// Run one group of scenarios only.
-    #[arg(long, value_parser = ["controlplane", "sim", "syncer"])]
+    /// Run one group of scenarios only: `syncer` is both `syncer-latency` and
+    /// `syncer-steady`.
+    #[arg(long, value_parser = ["controlplane", "sim", "syncer", "syncer-latency", "syncer-steady"])]
     only: Option<String>,
 }
 
@@ -48,6 +49,10 @@ struct Sizes {
     sim_pods: usize,
     sync_clusters: usize,
     sync_deployments: usize,
+    /// Objects the pull-mode syncer holds in the steady-state scenario.
+    steady_objects: usize,
+    /// The steady syncer's resync interval; the window is two of them.
+    steady_resync_secs: u64,
 }
 
 fn percentile(sorted: &[f64], p: f64) -> f64 {
@@ -72,7 +77,7 @@ struct ServerProc {
 impl ServerProc {
     /// `flotilla start` on a fresh data dir.
     fn start(bin: &Path) -> anyhow::Result<Self> {
-        Self::spawn(bin, tempfile::tempdir()?, &["start"], "admin.kubeconfig")
+        Self::spawn(bin, tempfile::tempdir()?, &["start", "--listen", "127.0.0.1:0"], "admin.kubeconfig")
     }
 
     /// `flotilla sim-cluster` for one cluster definition, on a fresh data dir.
@@ -81,14 +86,21 @@ impl ServerProc {
         let config = dir.path().join("cluster.yaml");
         std::fs::write(&config, yaml)?;
         let config = config.to_str().unwrap().to_string();
-        Self::spawn(bin, dir, &["sim-cluster", "--config", &config], &format!("{name}.kubeconfig"))
+        Self::spawn(bin, dir, &["sim-cluster", "--config", &config, "--listen", "127.0.0.1:0"], &format!("{name}.kubeconfig"))
+    }
+
+    /// `flotilla syncer` (pull mode) for `target`, with the upstream kubeconfig that
+    /// `flotilla cluster register --pull --upstream-kubeconfig-out` wrote.
+    fn syncer(bin: &Path, target: &str, upstream: &Path, downstream: &Path, resync: Duration) -> anyhow::Result<Self> {
+        let (up, down, resync) = (upstream.to_str().unwrap(), downstream.to_str().unwrap(), format!("{}s", resync.as_secs()));
+        let args = ["syncer", "--sync-target", target, "--upstream-kubeconfig", up, "--downstream-kubeconfig", down, "--resync", &resync];
+        Self::spawn(bin, tempfile::tempdir()?, &args, up)
     }
 
     fn spawn(bin: &Path, dir: tempfile::TempDir, args: &[&str], kubeconfig: &str) -> anyhow::Result<Self> {
         let mut child = Command::new(bin)
             .args(["--data-dir", dir.path().to_str().unwrap()])
             .args(args)
-            .args(["--listen", "127.0.0.1:0"])
             .env("RUST_LOG", "warn")
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
@@ -144,7 +156,7 @@ impl ServerProc {
         let fields: Vec<&str> = stat.rsplit(')').next().unwrap_or_default().split_whitespace().collect();
         let ticks: f64 = fields.get(11).and_then(|u| u.parse::<f64>().ok()).unwrap_or(0.0)
             + fields.get(12).and_then(|s| s.parse::<f64>().ok()).unwrap_or(0.0);
-        ticks / 100.0
+        ticks / clock_ticks_per_sec()
     }
 
     async fn client(&self, context: &str, path_override: Option<&str>) -> anyhow::Result<kube::Client> {
@@ -169,6 +181,22 @@ impl Drop for ServerProc {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// The kernel's clock tick (`getconf CLK_TCK`), the unit of the CPU times in
+/// /proc/<pid>/stat; 100 where it cannot be asked.
+fn clock_ticks_per_sec() -> f64 {
+    static TICK: std::sync::OnceLock<f64> = std::sync::OnceLock::new();
+    *TICK.get_or_init(|| {
+        Command::new("getconf")
+            .arg("CLK_TCK")
+            .output()
+            .ok()
+            .and_then(|o| String::from_utf8(o.stdout).ok())
+            .and_then(|t| t.trim().parse::<f64>().ok())
+            .filter(|t| *t > 0.0)
+            .unwrap_or(100.0)
+    })
 }
 
 fn cm(name: &str) -> ConfigMap {
@@ -204,6 +232,8 @@ async fn main() -> anyhow::Result<()> {
             sim_pods: 1_000,
             sync_clusters: 2,
             sync_deployments: 50,
+            steady_objects: 500,
+            steady_resync_secs: 5,
         }
     } else {
         Sizes {
@@ -218,6 +248,8 @@ async fn main() -> anyhow::Result<()> {
             sim_pods: 5_000,
             sync_clusters: 10,
             sync_deployments: 1_000,
+            steady_objects: 10_000,
+            steady_resync_secs: 30,
         }
     };
     let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0);
@@ -363,7 +395,7 @@ async fn main() -> anyhow::Result<()> {
             json!({"scenario": "sim_rss", "nodes": s.sim_nodes, "running_pods": sim.running, "rss_mib": sim.rss_mib, "peak_rss_mib": sim.peak_rss_mib, "idle_rss_mib": sim.idle_rss_mib, "cpu_secs": sim.cpu_secs, "load_secs": sim.load_secs}),
         );
     }
-    if args.only.as_deref().is_none_or(|o| o == "syncer") {
+    if args.only.as_deref().is_none_or(|o| o == "syncer" || o == "syncer-latency") {
         let f = syncer_latency(&args.flotilla, s.sync_clusters, s.sync_deployments).await?;
         report.add(
             &format!("syncer: apply to copy created p50 / p99 ({} on {})", f.deployments, f.clusters),
@@ -382,6 +414,22 @@ async fn main() -> anyhow::Result<()> {
             json!({"scenario": "syncer_status_up", "clusters": f.clusters, "deployments": f.deployments,
                    "p50_ms": f.status.0, "p99_ms": f.status.1, "max_ms": f.status.2,
                    "control_plane_rss_mib": f.control_plane_rss_mib, "control_plane_cpu_secs": f.control_plane_cpu_secs}),
+        );
+    }
+    if args.only.as_deref().is_none_or(|o| o == "syncer" || o == "syncer-steady") {
+        let f = syncer_steady(&args.flotilla, s.steady_objects, Duration::from_secs(s.steady_resync_secs)).await?;
+        let (sy, cp) = (&f.syncer, &f.control_plane);
+        report.add(
+            &format!("syncer: steady RSS / CPU, {} objects, pull", f.objects),
+            format!("{:.0} MiB, {:.1}% of a core (peak {:.0}%)", sy.rss_mib, sy.cpu_pct, sy.cpu_peak_pct),
+            format!("idle syncer {:.0} MiB", f.syncer_idle_rss_mib),
+            format!("{:.1} KiB/object", (sy.rss_mib - f.syncer_idle_rss_mib) * 1024.0 / f.objects.max(1) as f64),
+            json!({"scenario": "syncer_steady", "objects": f.objects, "deployments": f.deployments, "config_maps": f.config_maps,
+                   "downstream_pods": f.pods, "resync_secs": f.resync_secs, "window_secs": f.window_secs, "converge_secs": f.converge_secs,
+                   "rss_mib": sy.rss_mib, "rss_max_mib": sy.rss_max_mib, "peak_rss_mib": f.syncer_peak_rss_mib, "idle_rss_mib": f.syncer_idle_rss_mib,
+                   "cpu_pct": sy.cpu_pct, "cpu_peak_1s_pct": sy.cpu_peak_pct,
+                   "control_plane_rss_mib": cp.rss_mib, "control_plane_rss_max_mib": cp.rss_max_mib,
+                   "control_plane_cpu_pct": cp.cpu_pct, "control_plane_cpu_peak_1s_pct": cp.cpu_peak_pct}),
         );
     }
     println!();
@@ -703,6 +751,33 @@ struct SyncerFigures {
     control_plane_cpu_secs: f64,
 }
 
+/// The WorkloadPlacements of a workspace's `default` namespace.
+fn placements_api(ws: kube::Client) -> Api<DynamicObject> {
+    let ar = ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("scheduling.flotilla.io", "v1alpha1", "WorkloadPlacement"),
+        "workloadplacements",
+    );
+    Api::namespaced_with(ws, "default", &ar)
+}
+
+/// The WorkloadPlacement that gives all of Deployment `name`'s one replica to `cluster`,
+/// as the scheduler writes it.
+fn assigned_placement(name: &str, cluster: &str) -> anyhow::Result<DynamicObject> {
+    Ok(serde_json::from_value(json!({
+        "apiVersion": "scheduling.flotilla.io/v1alpha1", "kind": "WorkloadPlacement",
+        "metadata": {"name": name, "labels": {format!("state.workload.flotilla.io/{cluster}"): "Sync"}},
+        "spec": {"workload": {"apiVersion": "apps/v1", "kind": "Deployment", "name": name}, "placement": "default",
+                 "clusters": [{"name": cluster, "replicas": 1}]}
+    }))?)
+}
+
+/// A one-replica Deployment labelled as assigned to `cluster`.
+fn assigned_deployment(name: &str, cluster: &str) -> anyhow::Result<k8s_openapi::api::apps::v1::Deployment> {
+    let mut d = bench_deployment(name, 1)?;
+    d.metadata.labels = Some([(format!("state.workload.flotilla.io/{cluster}"), "Sync".to_string())].into());
+    Ok(d)
+}
+
 /// Runs the `flotilla` CLI against a control plane's data dir.
 fn flotilla_cli(bin: &Path, data_dir: &Path, args: &[&str]) -> anyhow::Result<()> {
     let o = Command::new(bin).args(["--data-dir", data_dir.to_str().unwrap()]).args(args).output()?;
@@ -775,26 +850,14 @@ async fn syncer_latency(bin: &Path, clusters: usize, deployments: usize) -> anyh
     }
     // Let every syncer list and settle before the clock starts.
     tokio::time::sleep(Duration::from_secs(3)).await;
-    let wp_ar = ApiResource::from_gvk_with_plural(
-        &GroupVersionKind::gvk("scheduling.flotilla.io", "v1alpha1", "WorkloadPlacement"),
-        "workloadplacements",
-    );
-    let placements: Api<DynamicObject> = Api::namespaced_with(ws, "default", &wp_ar);
+    let placements = placements_api(ws);
     let mut sent: HashMap<String, Instant> = HashMap::new();
     let mut floor = Vec::new();
     for i in 0..deployments {
         let name = format!("d{i}");
         let cluster = format!("c{}", i % clusters);
-        let label = format!("state.workload.flotilla.io/{cluster}");
-        let wp: DynamicObject = serde_json::from_value(json!({
-            "apiVersion": "scheduling.flotilla.io/v1alpha1", "kind": "WorkloadPlacement",
-            "metadata": {"name": name, "labels": {label.clone(): "Sync"}},
-            "spec": {"workload": {"apiVersion": "apps/v1", "kind": "Deployment", "name": name}, "placement": "default",
-                     "clusters": [{"name": cluster, "replicas": 1}]}
-        }))?;
-        placements.create(&PostParams::default(), &wp).await?;
-        let mut d = bench_deployment(&name, 1)?;
-        d.metadata.labels = Some([(label, "Sync".to_string())].into());
+        placements.create(&PostParams::default(), &assigned_placement(&name, &cluster)?).await?;
+        let d = assigned_deployment(&name, &cluster)?;
         let t = Instant::now();
         upstream.create(&PostParams::default(), &d).await?;
         floor.push(t.elapsed().as_secs_f64() * 1e3);
@@ -829,5 +892,174 @@ async fn syncer_latency(bin: &Path, clusters: usize, deployments: usize) -> anyh
         floor_create: summarize(floor),
         control_plane_rss_mib,
         control_plane_cpu_secs,
+    })
+}
+
+struct SteadyFigures {
+    deployments: usize,
+    config_maps: usize,
+    /// Copies downstream at the end of the window.
+    objects: usize,
+    pods: usize,
+    resync_secs: u64,
+    window_secs: f64,
+    converge_secs: f64,
+    syncer: ProcWindow,
+    syncer_idle_rss_mib: f64,
+    syncer_peak_rss_mib: f64,
+    control_plane: ProcWindow,
+}
+
+/// What one process did over the steady window.
+struct ProcWindow {
+    /// Median and largest of the RSS samples, MiB.
+    rss_mib: f64,
+    rss_max_mib: f64,
+    /// CPU over the whole window, % of one core.
+    cpu_pct: f64,
+    /// The busiest one-second slice, % of one core.
+    cpu_peak_pct: f64,
+}
+
+/// Samples the processes' RSS and CPU once a second for `window`.
+async fn sample_window(procs: &[&ServerProc], window: Duration) -> Vec<ProcWindow> {
+    let secs = window.as_secs().max(1) as usize;
+    let start = Instant::now();
+    let cpu0: Vec<f64> = procs.iter().map(|p| p.cpu_secs()).collect();
+    let mut last = cpu0.clone();
+    let mut rss: Vec<Vec<f64>> = vec![Vec::new(); procs.len()];
+    let mut peak = vec![0.0f64; procs.len()];
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    tick.tick().await;
+    let mut last_at = Instant::now();
+    for _ in 0..secs {
+        tick.tick().await;
+        let slice = last_at.elapsed().as_secs_f64();
+        last_at = Instant::now();
+        for (i, p) in procs.iter().enumerate() {
+            let cpu = p.cpu_secs();
+            peak[i] = peak[i].max((cpu - last[i]) / slice * 100.0);
+            last[i] = cpu;
+            rss[i].push(p.rss_mib());
+        }
+    }
+    let elapsed = start.elapsed().as_secs_f64();
+    procs
+        .iter()
+        .enumerate()
+        .map(|(i, _)| {
+            let (median, _, max) = summarize(rss[i].clone());
+            ProcWindow { rss_mib: median, rss_max_mib: max, cpu_pct: (last[i] - cpu0[i]) / elapsed * 100.0, cpu_peak_pct: peak[i] }
+        })
+        .collect()
+}
+
+/// The syncer's steady state: one pull-mode `flotilla syncer` process holding
+/// `objects` synced objects, half one-replica Deployments and half ConfigMaps (each
+/// Deployment references its own ConfigMap through `envFrom`, so the references
+/// controller labels them, as it would a user's). Every Deployment is assigned to the
+/// one simulated cluster as the scheduler does (the WorkloadPlacement first, then the
+/// labelled Deployment). Once every copy exists downstream and every upstream
+/// Deployment is Available, and after a settling pause, the syncer's and the control
+/// plane's RSS and CPU are sampled from /proc once a second for two resync intervals.
+async fn syncer_steady(bin: &Path, objects: usize, resync: Duration) -> anyhow::Result<SteadyFigures> {
+    use k8s_openapi::api::apps::v1::Deployment;
+    const TARGET: &str = "steady";
+    let deployments = objects / 2;
+    let config_maps = objects - deployments;
+    let cp = ServerProc::start(bin)?;
+    let data_dir = cp.kubeconfig.parent().unwrap().to_path_buf();
+    // 110 pods a node, with room to spare for one pod per Deployment.
+    let nodes = deployments.div_ceil(100).max(2);
+    let yaml = format!("name: {TARGET}\nnodes:\n  - {{count: {nodes}, cpu: \"16\", memory: 64Gi, pods: 110}}\nstartupDelay: 50ms\n");
+    let sim = ServerProc::sim(bin, TARGET, &yaml)?;
+    let upstream_kubeconfig = data_dir.join("syncer-upstream.kubeconfig");
+    flotilla_cli(
+        bin,
+        &data_dir,
+        &[
+            "cluster",
+            "register",
+            TARGET,
+            "--pull",
+            "--kubeconfig",
+            sim.kubeconfig.to_str().unwrap(),
+            "--upstream-kubeconfig-out",
+            upstream_kubeconfig.to_str().unwrap(),
+        ],
+    )?;
+    let syncer = ServerProc::syncer(bin, TARGET, &upstream_kubeconfig, &sim.kubeconfig, resync)?;
+    flotilla_cli(bin, &data_dir, &["workspace", "create", "bench"])?;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let syncer_idle_rss_mib = syncer.settled_rss_mib().await;
+
+    let ws = cp.client("bench", None).await?;
+    let upstream: Api<Deployment> = Api::namespaced(ws.clone(), "default");
+    let cms: Api<ConfigMap> = Api::namespaced(ws.clone(), "default");
+    let placements = placements_api(ws);
+    let start = Instant::now();
+    futures::stream::iter(0..deployments)
+        .map(|i| {
+            let (upstream, cms, placements) = (upstream.clone(), cms.clone(), placements.clone());
+            async move {
+                let name = format!("d{i}");
+                let config = format!("cfg{i}");
+                cms.create(&PostParams::default(), &cm(&config)).await?;
+                placements.create(&PostParams::default(), &assigned_placement(&name, TARGET)?).await?;
+                let mut d = assigned_deployment(&name, TARGET)?;
+                let pod = d.spec.as_mut().and_then(|s| s.template.spec.as_mut()).unwrap();
+                pod.containers[0].env_from = Some(vec![serde_json::from_value(json!({"configMapRef": {"name": config}}))?]);
+                upstream.create(&PostParams::default(), &d).await?;
+                anyhow::Ok(())
+            }
+        })
+        .buffer_unordered(16)
+        .try_collect::<Vec<_>>()
+        .await?;
+
+    // Converged: every copy downstream, every upstream Deployment Available.
+    let down = sim.client(&format!("kind-{TARGET}"), None).await?;
+    let mine = kube::api::ListParams::default().labels(&format!("workload.flotilla.io/sync-target={TARGET}"));
+    let down_deployments: Api<Deployment> = Api::all(down.clone());
+    let down_cms: Api<ConfigMap> = Api::all(down.clone());
+    let copies = || async { anyhow::Ok(down_deployments.list(&mine).await?.items.len() + down_cms.list(&mine).await?.items.len()) };
+    let deadline = Instant::now() + Duration::from_secs(900);
+    loop {
+        let (n, up) = (copies().await?, upstream.list(&Default::default()).await?.items.iter().filter(|d| available(d)).count());
+        if n == objects && up == deployments {
+            break;
+        }
+        anyhow::ensure!(
+            Instant::now() < deadline,
+            "after {:.0} s: {n}/{objects} copies downstream, {up}/{deployments} Available upstream",
+            start.elapsed().as_secs_f64()
+        );
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    }
+    let converge_secs = start.elapsed().as_secs_f64();
+    let syncer_peak_rss_mib = syncer.peak_rss_mib();
+    drop((upstream, cms, placements));
+    tokio::time::sleep(resync.min(Duration::from_secs(10))).await;
+
+    let window = resync * 2;
+    let mut w = sample_window(&[&syncer, &cp], window).await.into_iter();
+    let (syncer_window, control_plane) = (w.next().unwrap(), w.next().unwrap());
+    let objects_after = copies().await?;
+    let pods = Api::<k8s_openapi::api::core::v1::Pod>::all(down).list(&Default::default()).await?.items.len();
+    drop(syncer);
+    drop(cp);
+    drop(sim);
+    Ok(SteadyFigures {
+        deployments,
+        config_maps,
+        objects: objects_after,
+        pods,
+        resync_secs: resync.as_secs(),
+        window_secs: window.as_secs_f64(),
+        converge_secs,
+        syncer: syncer_window,
+        syncer_idle_rss_mib,
+        syncer_peak_rss_mib,
+        control_plane,
     })
 }
