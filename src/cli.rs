@@ -50,6 +50,9 @@ pub enum Command {
     /// Run one cluster's syncer as its own process (pull mode), with the scoped token
     /// that `flotilla cluster register NAME --pull` minted.
     Syncer(SyncerArgs),
+    /// Run the scheduler as its own process against any control plane. With leader
+    /// election (the default), several can run; one acts and the others stand by.
+    Scheduler(SchedulerArgs),
     /// Print the Flotilla CRDs as YAML, to install them on another Kubernetes API server.
     Crds,
 }
@@ -148,6 +151,23 @@ pub struct SyncerArgs {
     pub resync: std::time::Duration,
 }
 
+/// `flotilla scheduler`.
+#[derive(Debug, clap::Args)]
+pub struct SchedulerArgs {
+    /// A cluster whose heartbeat is older than this is not Ready, and its workloads move.
+    #[arg(long, default_value = "8s", value_parser = duration)]
+    pub heartbeat_grace: std::time::Duration,
+    /// How often every workload is looked at again, events or not.
+    #[arg(long, default_value = "60s", value_parser = duration)]
+    pub resync: std::time::Duration,
+    /// Take the scheduler Lease in root before acting, so that only one scheduler acts.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    pub leader_elect: bool,
+    /// This scheduler's name in the Lease and in Events [default: flotilla-scheduler-<pid>].
+    #[arg(long)]
+    pub identity: Option<String>,
+}
+
 /// `flotilla start`.
 #[derive(Debug, clap::Args)]
 pub struct StartArgs {
@@ -160,6 +180,13 @@ pub struct StartArgs {
     /// How often controllers look at every object again, events or not.
     #[arg(long, default_value = "30s", value_parser = duration)]
     pub resync: std::time::Duration,
+    /// A cluster whose heartbeat is older than this is not Ready, and its workloads move.
+    #[arg(long, default_value = "8s", value_parser = duration)]
+    pub heartbeat_grace: std::time::Duration,
+    /// Do not run the scheduler in this process (run `flotilla scheduler` elsewhere, or
+    /// assign workloads by hand).
+    #[arg(long)]
+    pub no_scheduler: bool,
 }
 
 /// A Go-style duration flag (`500ms`, `2s`, `1m`).

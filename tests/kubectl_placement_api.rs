@@ -19,7 +19,9 @@ spec: {}
 
 #[test]
 fn sync_targets_live_in_root_with_their_printer_columns() {
-    let f = Flotilla::start();
+    // The test writes the status a syncer and the health controller would; a running
+    // scheduler would correct the Ready condition of a cluster that never beats.
+    let f = Flotilla::start_with(&["--no-scheduler"]);
     assert!(f.apply(&["--context", "root"], SYNC_TARGET).contains("synctarget.workload.flotilla.io/east created"));
     // The syncer's report, as it would write it through the status subresource.
     let status = r#"{"status": {"conditions": [{"type": "Ready", "status": "True", "reason": "HeartbeatHealthy", "message": "", "lastTransitionTime": "2026-01-01T00:00:00Z"}],
@@ -41,7 +43,9 @@ fn sync_targets_live_in_root_with_their_printer_columns() {
 
 #[test]
 fn every_workspace_serves_placements_and_starts_with_the_default_one() {
-    let f = Flotilla::start();
+    // The test writes a WorkloadPlacement for a workload that does not exist, as the
+    // scheduler would; a running scheduler would delete it as an orphan.
+    let f = Flotilla::start_with(&["--no-scheduler"]);
     assert!(f.flotilla(&["workspace", "create", "demo"]).ok);
     let table = f.k(&["--context", "demo", "get", "pl"]);
     assert_eq!(header(&table), ["NAME", "MODE", "CLUSTERS", "AGE"], "{table}");

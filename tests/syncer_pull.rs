@@ -16,7 +16,8 @@ const DEADLINE: Duration = Duration::from_secs(30);
 /// A control plane with workspace `demo`, the simulated cluster `east` registered in
 /// pull mode, and the syncer's upstream kubeconfig.
 fn pull_fleet() -> (Flotilla, SimCluster, PathBuf) {
-    let f = Flotilla::start();
+    // These tests play the scheduler's part: they write the assignment themselves.
+    let f = Flotilla::start_with(&["--no-scheduler"]);
     let east = SimCluster::start(EAST);
     let upstream = f.data_dir().join("east-upstream.kubeconfig");
     let o = f.flotilla(&[

@@ -15,7 +15,8 @@ const DEADLINE: Duration = Duration::from_secs(30);
 
 /// A control plane with workspace `demo` and the simulated cluster `east` registered.
 fn fleet() -> (Flotilla, SimCluster) {
-    let f = Flotilla::start();
+    // These tests play the scheduler's part: they write the assignment themselves.
+    let f = Flotilla::start_with(&["--no-scheduler"]);
     let east = SimCluster::start(EAST);
     let o = f.flotilla(&["cluster", "register", "east", "--kubeconfig", east.kubeconfig().to_str().unwrap()]);
     assert!(o.ok, "register: {o:?}");

@@ -3,9 +3,51 @@
 //!
 //! The decisions are pure functions, tested without a server:
 //! - [`core`]: where one workload runs, or why nothing fits;
-//! - [`selector`]: label selectors over cluster labels.
+//! - [`resolve`]: which Placement governs a workload;
+//! - [`selector`]: label selectors over cluster labels;
+//! - [`health`]: when a cluster is Ready, from its heartbeats;
+//! - [`assumed`]: room handed out that heartbeats do not show yet.
+//!
+//! Around them, [`controller`] watches and writes, [`events`] records Events on the
+//! workloads, and [`leader`] makes sure only one scheduler process acts at a time.
 
 #![warn(missing_docs)]
 
+pub mod assumed;
+pub mod controller;
 pub mod core;
+pub mod events;
+pub mod health;
+pub mod leader;
+pub mod resolve;
 pub mod selector;
+pub mod store;
+
+pub use controller::{run, Options};
+
+use std::future::Future;
+
+use kube::Client;
+
+/// Runs the scheduler until `shutdown` completes. With `election`, it first wins the
+/// scheduler Lease in `root` and acts only while it holds it; on shutdown it gives
+/// the Lease up so that a standby takes over at once.
+pub async fn run_until(base: Client, options: Options, election: Option<leader::Timing>, shutdown: impl Future<Output = ()>) {
+    match election {
+        None => {
+            tokio::select! {
+                _ = run(base, options) => {}
+                _ = shutdown => {}
+            }
+        }
+        Some(timing) => {
+            let root = syncer::clients::workspace(&base, placement_api::ROOT_WORKSPACE);
+            let mut elector = leader::Elector::new(root, options.instance.clone(), timing);
+            tokio::select! {
+                _ = elector.run(|| run(base.clone(), options.clone())) => {}
+                _ = shutdown => {}
+            }
+            elector.release().await;
+        }
+    }
+}

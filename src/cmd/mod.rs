@@ -1,6 +1,7 @@
 //! Subcommand implementations.
 
 mod cluster;
+mod scheduler;
 mod sim_cluster;
 mod start;
 mod syncer;
@@ -21,6 +22,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Cluster(cmd) => cluster::run(&kubeconfig, cmd).await,
         Command::SimCluster(args) => sim_cluster::run(&cli.data_dir, args).await,
         Command::Syncer(args) => syncer::run(args).await,
+        Command::Scheduler(args) => scheduler::run(&kubeconfig, args).await,
         Command::Crds => {
             print!("{}", placement_api::crds_yaml());
             Ok(())

@@ -20,13 +20,29 @@ pub async fn run(data_dir: &Path, args: StartArgs) -> anyhow::Result<()> {
     let base = kube::Client::try_from(syncer::clients::base_config(config.clone())?)?;
     let _aggregator = syncer::AbortOnDrop(tokio::spawn(syncer::aggregate::run(base.clone(), args.resync)));
     let _references = syncer::AbortOnDrop(tokio::spawn(syncer::references::run(base, args.resync)));
+    let scheduling = (!args.no_scheduler).then(|| -> anyhow::Result<_> {
+        let base = kube::Client::try_from(syncer::clients::base_config(config.clone())?)?;
+        let options = scheduler::Options {
+            heartbeat_grace: args.heartbeat_grace,
+            instance: format!("flotilla-start-{}", std::process::id()),
+            ..Default::default()
+        };
+        Ok((base, options))
+    });
+    let scheduling = scheduling.transpose()?;
     let _syncers = syncer::AbortOnDrop(tokio::spawn(async move {
         if let Err(e) = syncer::push::run(config, options).await {
             tracing::error!(error = %format!("{e:#}"), "push-mode syncers stopped");
         }
     }));
     println!("ready");
-    super::shutdown_signal().await;
+    match scheduling {
+        // The scheduler stops first, giving up its Lease, so a standby takes over at once.
+        Some((base, options)) => {
+            scheduler::run_until(base, options, Some(scheduler::leader::Timing::default()), super::shutdown_signal()).await;
+        }
+        None => super::shutdown_signal().await,
+    }
     tracing::info!("shutting down");
     srv.shutdown().await?;
     Ok(())

@@ -36,6 +36,7 @@ pub struct Flotilla {
     pub dir: tempfile::TempDir,
     pub url: String,
     listen: String,
+    extra: Vec<String>,
 }
 
 pub fn bin() -> &'static str {
@@ -45,8 +46,14 @@ pub fn bin() -> &'static str {
 impl Flotilla {
     /// Starts a control plane on a fresh data dir.
     pub fn start() -> Self {
+        Self::start_with(&[])
+    }
+
+    /// Starts a control plane on a fresh data dir with extra `flotilla start` flags.
+    pub fn start_with(extra: &[&str]) -> Self {
         let dir = tempfile::tempdir().expect("tempdir");
-        let mut f = Self { child: None, dir, url: String::new(), listen: "127.0.0.1:0".into() };
+        let extra = extra.iter().map(|s| s.to_string()).collect();
+        let mut f = Self { child: None, dir, url: String::new(), listen: "127.0.0.1:0".into(), extra };
         f.launch();
         f
     }
@@ -63,7 +70,9 @@ impl Flotilla {
     /// keeps the port, so clients holding a kubeconfig (a pull-mode syncer) find it again.
     pub fn launch(&mut self) {
         let dir = self.dir.path().to_str().unwrap().to_string();
-        let (child, url) = spawn_ready(&["--data-dir", &dir, "start", "--listen", &self.listen], &self.dir.path().join("server.log"));
+        let mut args = vec!["--data-dir", &dir, "start", "--listen", &self.listen];
+        args.extend(self.extra.iter().map(String::as_str));
+        let (child, url) = spawn_ready(&args, &self.dir.path().join("server.log"));
         let host = url.trim_start_matches("https://");
         self.listen = host.split('/').next().unwrap_or(host).to_string();
         self.url = url;

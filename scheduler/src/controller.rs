@@ -1,0 +1,619 @@
+//! The scheduling controller: watches workloads, Placements, namespaces and clusters
+//! across every workspace, decides with [`core::decide`], and writes the result.
+//!
+//! What a decision writes, in this order, each only if it changed:
+//! 1. the WorkloadPlacement's spec (the clusters and their shares) and its assignment
+//!    labels, so that a syncer that sees its label also finds its share;
+//! 2. the workload's `state.workload.flotilla.io/<cluster>: Sync` labels;
+//! 3. the WorkloadPlacement's `Scheduled` condition;
+//! 4. a `Scheduled`, `Rescheduled` or `FailedScheduling` Event on the workload.
+//!
+//! What wakes a workload up is chosen so that load stays proportional to what can
+//! change a decision (kcp #2771): its own spec, labels and annotations; its
+//! Placement; its namespace's labels and annotations; a change of a cluster's
+//! readiness, cordon, drain or labels (only the workloads on that cluster, and those
+//! waiting for room); and growth of a cluster's free room (only those waiting). A
+//! heartbeat that changes none of that wakes nothing.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use dashmap::{DashMap, DashSet};
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use kube::runtime::watcher;
+use kube::Client;
+use placement_api::quantity::Resources;
+use placement_api::{
+    sync_state_label, sync_target_of_label, ClusterAssignment, Placement, SyncTarget, WorkloadPlacement, WorkloadPlacementSpec,
+    WorkloadRef, CONDITION_SCHEDULED, ROOT_WORKSPACE, SYNC_STATE_SYNC,
+};
+use serde_json::{json, Map, Value};
+use syncer::clients;
+use syncer::error::{is_conflict, is_not_found};
+use syncer::queue::{self, Next};
+use tokio::sync::mpsc;
+use tracing::Instrument;
+
+use crate::assumed::Assumed;
+use crate::core::{self, Share};
+use crate::events::{self, Recorder};
+use crate::health::{self, Book};
+use crate::resolve;
+use crate::store::{self, ObjKey, Store, Workspace};
+
+/// How the scheduler runs.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// A cluster whose heartbeat is older than this is not Ready.
+    pub heartbeat_grace: Duration,
+    /// Every workload is looked at again this often, in case an event was missed.
+    pub resync: Duration,
+    /// Workloads reconciled at once.
+    pub concurrency: usize,
+    /// This process's name in Events.
+    pub instance: String,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            heartbeat_grace: Duration::from_secs(8),
+            resync: Duration::from_secs(60),
+            concurrency: 16,
+            instance: "flotilla-scheduler".into(),
+        }
+    }
+}
+
+/// How often cluster health is re-evaluated against the clock.
+const HEALTH_TICK: Duration = Duration::from_millis(250);
+
+/// The reason of `Scheduled=False`.
+pub const REASON_UNSCHEDULABLE: &str = "Unschedulable";
+
+/// Something that may change decisions.
+enum Trigger {
+    Workload(ObjKey),
+    Workspace(String),
+    Namespace(String, String),
+    Cluster(String),
+    Waiting,
+}
+
+struct Scheduler {
+    base: Client,
+    deployments: Arc<Store<Deployment>>,
+    placements: Arc<Store<WorkloadPlacement>>,
+    rules: Arc<Store<Placement>>,
+    namespaces: Arc<Store<Namespace>>,
+    book: Arc<Book>,
+    assumed: Arc<Assumed>,
+    /// Workloads that did not fit last time; they are looked at when room appears.
+    waiting: DashSet<ObjKey>,
+    /// Decisions and assumptions are made one at a time, so two workloads decided at
+    /// once never both count the same free room.
+    deciding: Mutex<()>,
+    recorder: Recorder,
+}
+
+fn send(tx: &mpsc::UnboundedSender<Trigger>, t: Trigger) {
+    let _ = tx.send(t);
+}
+
+/// Runs the scheduler until the task is dropped. `base` is a control-plane client
+/// with no workspace path; its credentials must reach every workspace.
+pub async fn run(base: Client, options: Options) {
+    let span = tracing::info_span!("scheduler");
+    async move {
+        let (tx, mut triggers) = mpsc::unbounded_channel::<Trigger>();
+        let book = Arc::new(Book::new(options.heartbeat_grace));
+        let assumed = Arc::new(Assumed::default());
+        let wildcard = clients::workspace(&base, "*");
+        let root = clients::workspace(&base, ROOT_WORKSPACE);
+        let config = watcher::Config::default;
+
+        let (b, a, t) = (book.clone(), assumed.clone(), tx.clone());
+        let targets = store::spawn(Api::<SyncTarget>::all(root), config(), Workspace::Fixed(ROOT_WORKSPACE), "synctargets", move |c| {
+            let name = c.key.name.clone();
+            match c.new {
+                Some(st) => {
+                    let seen = b.observe(st);
+                    if seen.beat {
+                        a.beat(&name, b.get(&name).map_or(0, |o| o.beats));
+                    }
+                    if seen.signature_changed {
+                        send(&t, Trigger::Cluster(name));
+                    } else if seen.room_grew {
+                        send(&t, Trigger::Waiting);
+                    }
+                }
+                None => {
+                    b.remove(&name);
+                    send(&t, Trigger::Cluster(name));
+                }
+            }
+        });
+        let t = tx.clone();
+        let deployments = store::spawn(Api::<Deployment>::all(wildcard.clone()), config(), Workspace::Annotated, "deployments", move |c| {
+            let meta = |d: &Arc<Deployment>| {
+                let m = &d.metadata;
+                (
+                    m.generation,
+                    m.labels.clone(),
+                    m.annotations.clone().map(|mut a| {
+                        a.remove(placement_api::CLUSTER_ANNOTATION);
+                        a
+                    }),
+                    m.deletion_timestamp.clone(),
+                )
+            };
+            if c.old.as_ref().map(meta) != c.new.as_ref().map(meta) {
+                send(&t, Trigger::Workload(c.key));
+            }
+        });
+        let (b, a, t) = (book.clone(), assumed.clone(), tx.clone());
+        let placements =
+            store::spawn(Api::<WorkloadPlacement>::all(wildcard.clone()), config(), Workspace::Annotated, "workloadplacements", move |c| {
+                if let Some(wp) = &c.new {
+                    for e in wp.status.iter().flat_map(|s| &s.clusters) {
+                        a.reported(&c.key, &e.name, e.replicas, b.get(&e.name).map_or(0, |o| o.beats));
+                    }
+                }
+                let mine = |wp: &Arc<WorkloadPlacement>| (wp.spec.clone(), wp.metadata.labels.clone());
+                if c.old.as_ref().map(mine) != c.new.as_ref().map(mine) {
+                    send(&t, Trigger::Workload(c.key));
+                }
+            });
+        let t = tx.clone();
+        let rules = store::spawn(Api::<Placement>::all(wildcard.clone()), config(), Workspace::Annotated, "placements", move |c| {
+            let spec = |p: &Arc<Placement>| p.spec.clone();
+            if c.old.as_ref().map(spec) != c.new.as_ref().map(spec) {
+                send(&t, Trigger::Workspace(c.key.workspace));
+            }
+        });
+        let t = tx.clone();
+        let namespaces = store::spawn(Api::<Namespace>::all(wildcard), config(), Workspace::Annotated, "namespaces", move |c| {
+            let meta = |n: &Arc<Namespace>| {
+                let mut a = n.metadata.annotations.clone().unwrap_or_default();
+                a.remove(placement_api::CLUSTER_ANNOTATION);
+                (n.metadata.labels.clone(), a)
+            };
+            if c.old.as_ref().map(meta) != c.new.as_ref().map(meta) {
+                send(&t, Trigger::Namespace(c.key.workspace, c.key.name));
+            }
+        });
+        targets.wait_synced().await;
+        deployments.wait_synced().await;
+        placements.wait_synced().await;
+        rules.wait_synced().await;
+        namespaces.wait_synced().await;
+        tracing::info!(
+            clusters = targets.len(),
+            deployments = deployments.len(),
+            placements = placements.len(),
+            "caches synced; scheduling"
+        );
+
+        let s = Arc::new(Scheduler {
+            recorder: Recorder::new(base.clone(), options.instance.clone()),
+            base,
+            deployments,
+            placements,
+            rules,
+            namespaces,
+            book,
+            assumed,
+            waiting: DashSet::new(),
+            deciding: Mutex::new(()),
+        });
+        let (keys_tx, keys) = mpsc::unbounded_channel::<ObjKey>();
+
+        // Triggers become workload keys.
+        let fan = s.clone();
+        let keys_for_fan = keys_tx.clone();
+        let _fan = syncer::AbortOnDrop(tokio::spawn(async move {
+            while let Some(t) = triggers.recv().await {
+                for k in fan.affected(t) {
+                    let _ = keys_for_fan.send(k);
+                }
+            }
+        }));
+        // Health against the clock, and the SyncTargets' conditions.
+        let health = s.clone();
+        let t = tx.clone();
+        let _health = syncer::AbortOnDrop(tokio::spawn(async move { health.watch_health(t).await }));
+        // The periodic resync.
+        let all = s.clone();
+        let resync = options.resync;
+        let _resync = syncer::AbortOnDrop(tokio::spawn(async move {
+            let mut tick = tokio::time::interval(resync);
+            tick.tick().await;
+            loop {
+                tick.tick().await;
+                for k in all.deployments.keys().into_iter().chain(all.placements.keys()) {
+                    let _ = keys_tx.send(k);
+                }
+            }
+        }));
+        // Every workload once at the start.
+        for k in s.deployments.keys().into_iter().chain(s.placements.keys()) {
+            let _ = tx.send(Trigger::Workload(k));
+        }
+        queue::run(keys, options.concurrency.max(1), |key| {
+            let s = s.clone();
+            let span = tracing::info_span!("schedule", workload = %key);
+            async move { s.reconcile(&key).await }.instrument(span)
+        })
+        .await;
+    }
+    .instrument(span)
+    .await
+}
+
+/// The clusters a workload is labelled for.
+fn labelled(d: &Deployment) -> BTreeSet<String> {
+    d.metadata
+        .labels
+        .iter()
+        .flatten()
+        .filter(|(_, v)| *v == SYNC_STATE_SYNC)
+        .filter_map(|(k, _)| sync_target_of_label(k).map(str::to_string))
+        .collect()
+}
+
+fn shares_text(shares: &[Share]) -> String {
+    shares.iter().map(|s| format!("{}={}", s.cluster, s.replicas)).collect::<Vec<_>>().join(" ")
+}
+
+/// A merge patch of `metadata.labels` that makes the assignment labels say `want`.
+fn label_patch(have: &BTreeSet<String>, want: &BTreeSet<String>) -> Option<Map<String, Value>> {
+    if have == want {
+        return None;
+    }
+    let mut labels = Map::new();
+    for c in want.difference(have) {
+        labels.insert(sync_state_label(c), json!(SYNC_STATE_SYNC));
+    }
+    for c in have.difference(want) {
+        labels.insert(sync_state_label(c), Value::Null);
+    }
+    Some(labels)
+}
+
+impl Scheduler {
+    fn affected(&self, t: Trigger) -> Vec<ObjKey> {
+        match t {
+            Trigger::Workload(k) => vec![k],
+            Trigger::Workspace(ws) => self.deployments.keys().into_iter().filter(|k| k.workspace == ws).collect(),
+            Trigger::Namespace(ws, ns) => self.deployments.keys().into_iter().filter(|k| k.workspace == ws && k.namespace == ns).collect(),
+            Trigger::Cluster(name) => {
+                let mut keys: BTreeSet<ObjKey> = self.waiting.iter().map(|k| k.clone()).collect();
+                keys.extend(self.deployments.entries().into_iter().filter(|(_, d)| labelled(d).contains(&name)).map(|(k, _)| k));
+                keys.extend(
+                    self.placements.entries().into_iter().filter(|(_, wp)| wp.spec.clusters.iter().any(|c| c.name == name)).map(|(k, _)| k),
+                );
+                tracing::debug!(cluster = %name, workloads = keys.len(), "cluster changed");
+                keys.into_iter().collect()
+            }
+            Trigger::Waiting => self.waiting.iter().map(|k| k.clone()).collect(),
+        }
+    }
+
+    async fn watch_health(&self, tx: mpsc::UnboundedSender<Trigger>) {
+        let mut tick = tokio::time::interval(HEALTH_TICK);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        // The resourceVersion each cluster's last condition write was computed from,
+        // so a write is not repeated before the watch has shown its result.
+        let written: DashMap<String, Option<String>> = DashMap::new();
+        let api: Api<SyncTarget> = Api::all(clients::workspace(&self.base, ROOT_WORKSPACE));
+        loop {
+            tick.tick().await;
+            for name in self.book.tick() {
+                let ready = self.book.get(&name).is_some_and(|o| o.signature.ready);
+                tracing::info!(cluster = %name, ready, "cluster health changed");
+                send(&tx, Trigger::Cluster(name));
+            }
+            let now = Time(jiff::Timestamp::now());
+            for o in self.book.all() {
+                let Some(name) = o.target.metadata.name.clone() else { continue };
+                let rv = o.target.metadata.resource_version.clone();
+                if written.get(&name).is_some_and(|w| *w == rv) {
+                    continue;
+                }
+                let Some((conditions, schedulable)) = health::desired_status(&o, self.book.grace(), &now) else { continue };
+                written.insert(name.clone(), rv.clone());
+                let patch = json!({
+                    "metadata": {"resourceVersion": rv},
+                    "status": {"conditions": conditions, "schedulable": schedulable},
+                });
+                match api.patch_status(&name, &PatchParams::default(), &Patch::Merge(patch)).await {
+                    Ok(_) => tracing::debug!(cluster = %name, "wrote the cluster's health"),
+                    // A heartbeat got in first; the next tick works from what it wrote.
+                    Err(e) if is_conflict(&e) => {}
+                    Err(e) if is_not_found(&e) => {}
+                    Err(e) => {
+                        tracing::warn!(cluster = %name, error = %e, "could not write the cluster's health; retrying");
+                        written.remove(&name);
+                    }
+                }
+            }
+        }
+    }
+
+    async fn reconcile(&self, key: &ObjKey) -> Result<Next, anyhow::Error> {
+        let Some(d) = self.deployments.get(key) else { return self.forget(key).await };
+        if d.metadata.deletion_timestamp.is_some() {
+            // The syncers clean up; the assignment stays until the object is gone.
+            self.waiting.remove(key);
+            return Ok(Next::Done);
+        }
+        let wp = self.placements.get(key);
+        let current: Vec<Share> = match &wp {
+            Some(wp) => wp.spec.clusters.iter().map(|c| Share::new(&c.name, u32::try_from(c.replicas).unwrap_or(0))).collect(),
+            None => labelled(&d).iter().map(|c| Share::new(c, 0)).collect(),
+        };
+
+        let ns = self.namespaces.get(&ObjKey::new(&key.workspace, "", &key.namespace));
+        let rules: Vec<Arc<Placement>> =
+            self.rules.entries().into_iter().filter(|(k, _)| k.workspace == key.workspace).map(|(_, p)| p).collect();
+        let refs: Vec<&Placement> = rules.iter().map(|p| p.as_ref()).collect();
+        let namespace = resolve::Namespace {
+            name: &key.namespace,
+            labels: ns.as_ref().and_then(|n| n.metadata.labels.as_ref()),
+            annotations: ns.as_ref().and_then(|n| n.metadata.annotations.as_ref()),
+        };
+        let (rule, source) = match resolve::governing(d.metadata.annotations.as_ref(), namespace, &refs) {
+            Ok(r) => r,
+            Err(message) => return self.fail(key, &d, wp.as_deref(), "", &current, message).await,
+        };
+        let rule_name = rule.metadata.name.clone().unwrap_or_default();
+        let template = d.spec.as_ref().and_then(|s| s.template.spec.as_ref());
+        let per_replica = match template.map(Resources::for_pod).transpose() {
+            Ok(r) => r.unwrap_or(Resources::ZERO).max(Resources::new(0, 0, 1)),
+            Err(e) => {
+                let message = format!("the pod template's resource requests cannot be read: {e}; fix spec.template");
+                return self.fail(key, &d, wp.as_deref(), &rule_name, &current, message).await;
+            }
+        };
+        let replicas = d.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1);
+        let workload = core::Workload { replicas: u32::try_from(replicas).unwrap_or(0), per_replica };
+        let decision = {
+            let _one_at_a_time = self.deciding.lock().unwrap_or_else(|e| e.into_inner());
+            let views = self.book.views(|c| self.assumed.total(c));
+            let rule_view = core::Rule {
+                cluster_selector: &rule.spec.cluster_selector,
+                clusters: u32::try_from(rule.spec.number_of_clusters).unwrap_or(1),
+                mode: rule.spec.replica_scheduling,
+            };
+            let started = std::time::Instant::now();
+            let result = core::decide(&views, &workload, &rule_view, &current);
+            tracing::debug!(micros = started.elapsed().as_micros() as u64, clusters = views.len(), "decided");
+            if let Ok(shares) = &result {
+                self.assume(key, &current, shares, per_replica);
+            }
+            result
+        };
+        match decision {
+            Ok(shares) => self.place(key, &d, wp.as_deref(), &rule_name, &source, &current, shares).await,
+            Err(no_fit) => self.fail(key, &d, wp.as_deref(), &rule_name, &current, no_fit.to_string()).await,
+        }
+    }
+
+    fn assume(&self, key: &ObjKey, current: &[Share], shares: &[Share], per_replica: Resources) {
+        let share = |set: &[Share], c: &str| set.iter().find(|s| s.cluster == c).map(|s| s.replicas);
+        for s in shares {
+            self.assumed.record(key, &s.cluster, share(current, &s.cluster).unwrap_or(0), s.replicas, per_replica);
+        }
+        for c in current.iter().filter(|c| share(shares, &c.cluster).is_none()) {
+            self.assumed.forget(key, &c.cluster);
+        }
+    }
+
+    /// Why a cluster is no longer in a workload's assignment, for the Event.
+    fn why_left(&self, cluster: &str) -> &'static str {
+        match self.book.get(cluster) {
+            None => "deregistered",
+            Some(o) if !o.signature.ready => "NotReady",
+            Some(o) if o.signature.draining => "draining",
+            Some(_) => "no longer chosen",
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    async fn place(
+        &self,
+        key: &ObjKey,
+        d: &Deployment,
+        wp: Option<&WorkloadPlacement>,
+        rule: &str,
+        source: &resolve::Source,
+        current: &[Share],
+        shares: Vec<Share>,
+    ) -> Result<Next, anyhow::Error> {
+        self.waiting.remove(key);
+        let Some(wp) = self.write_assignment(key, d, wp, rule, &shares).await? else { return Ok(Next::After(Duration::ZERO)) };
+        // The Event goes out as soon as the assignment is written: a retry of the
+        // condition below starts from the new assignment and would not see the move.
+        let before: BTreeSet<&str> = current.iter().map(|s| s.cluster.as_str()).collect();
+        let after: BTreeSet<&str> = shares.iter().map(|s| s.cluster.as_str()).collect();
+        if before != after {
+            let (reason, note) = if before.is_empty() {
+                ("Scheduled", format!("assigned to {} by Placement {rule} ({source})", shares_text(&shares)))
+            } else {
+                let left: Vec<String> = before.difference(&after).map(|c| format!("{c} ({})", self.why_left(c))).collect();
+                let note = if left.is_empty() {
+                    format!("now on {} (Placement {rule})", shares_text(&shares))
+                } else {
+                    format!("moved off {}; now on {} (Placement {rule})", left.join(", "), shares_text(&shares))
+                };
+                ("Rescheduled", note)
+            };
+            tracing::info!(reason, clusters = %shares_text(&shares), "placed");
+            self.recorder.deployment(key, d, events::Type::Normal, reason, note).await;
+        }
+        let message = format!("Placement {rule} ({source}) placed it on {}", shares_text(&shares));
+        if !self.set_scheduled(key, &wp, true, "Scheduled", &message).await? {
+            return Ok(Next::After(Duration::ZERO));
+        }
+        Ok(Next::Done)
+    }
+
+    /// Nothing fits (or the Placement cannot be found): the workload keeps whatever
+    /// assignment it has, and says why.
+    async fn fail(
+        &self,
+        key: &ObjKey,
+        d: &Deployment,
+        wp: Option<&WorkloadPlacement>,
+        rule: &str,
+        current: &[Share],
+        why: String,
+    ) -> Result<Next, anyhow::Error> {
+        self.waiting.insert(key.clone());
+        let message = if current.is_empty() { why } else { format!("{why}; it stays on {} until a cluster fits", shares_text(current)) };
+        let Some(wp) = self.write_assignment(key, d, wp, rule, current).await? else { return Ok(Next::After(Duration::ZERO)) };
+        let before =
+            wp.status.as_ref().and_then(|s| s.conditions.iter().find(|c| c.type_ == CONDITION_SCHEDULED)).map(|c| c.message.clone());
+        if !self.set_scheduled(key, &wp, false, REASON_UNSCHEDULABLE, &message).await? {
+            return Ok(Next::After(Duration::ZERO));
+        }
+        if before.as_deref() != Some(message.as_str()) {
+            tracing::info!(reason = %message, "no fit");
+            self.recorder.deployment(key, d, events::Type::Warning, "FailedScheduling", message).await;
+        }
+        Ok(Next::Done)
+    }
+
+    /// Makes the WorkloadPlacement and the workload's labels say `shares`. Returns the
+    /// WorkloadPlacement as written, or `None` when the cache was behind and the
+    /// reconcile should run again.
+    async fn write_assignment(
+        &self,
+        key: &ObjKey,
+        d: &Deployment,
+        wp: Option<&WorkloadPlacement>,
+        rule: &str,
+        shares: &[Share],
+    ) -> Result<Option<WorkloadPlacement>, anyhow::Error> {
+        let client = clients::workspace(&self.base, &key.workspace);
+        let wps: Api<WorkloadPlacement> = Api::namespaced(client.clone(), &key.namespace);
+        let want: BTreeSet<String> = shares.iter().map(|s| s.cluster.clone()).collect();
+        let spec = WorkloadPlacementSpec {
+            workload: WorkloadRef { api_version: "apps/v1".into(), kind: "Deployment".into(), name: key.name.clone() },
+            placement: rule.to_string(),
+            clusters: shares.iter().map(|s| ClusterAssignment { name: s.cluster.clone(), replicas: s.replicas as i32 }).collect(),
+        };
+        let written = match wp {
+            None => {
+                let mut new = WorkloadPlacement::new(&key.name, spec);
+                new.metadata.namespace = Some(key.namespace.clone());
+                new.metadata.labels =
+                    Some(want.iter().map(|c| (sync_state_label(c), SYNC_STATE_SYNC.to_string())).collect::<BTreeMap<_, _>>());
+                match wps.create(&PostParams::default(), &new).await {
+                    Ok(w) => w,
+                    Err(e) if matches!(&e, kube::Error::Api(s) if s.code == 409) => return Ok(None),
+                    Err(e) => return Err(anyhow::anyhow!("creating WorkloadPlacement {key}: {e}")),
+                }
+            }
+            Some(wp) => {
+                let have: BTreeSet<String> = wp
+                    .metadata
+                    .labels
+                    .iter()
+                    .flatten()
+                    .filter_map(|(k, v)| (v == SYNC_STATE_SYNC).then(|| sync_target_of_label(k)).flatten().map(str::to_string))
+                    .collect();
+                let labels = label_patch(&have, &want);
+                if wp.spec == spec && labels.is_none() {
+                    wp.clone()
+                } else {
+                    let mut patch = json!({"spec": spec});
+                    if let Some(l) = labels {
+                        patch["metadata"] = json!({"labels": l});
+                    }
+                    match wps.patch(&key.name, &PatchParams::default(), &Patch::Merge(patch)).await {
+                        Ok(w) => w,
+                        Err(e) if is_not_found(&e) => return Ok(None),
+                        Err(e) => return Err(anyhow::anyhow!("updating WorkloadPlacement {key}: {e}")),
+                    }
+                }
+            }
+        };
+        if let Some(labels) = label_patch(&labelled(d), &want) {
+            let deployments: Api<Deployment> = Api::namespaced(client, &key.namespace);
+            let patch = json!({"metadata": {"labels": labels}});
+            match deployments.patch(&key.name, &PatchParams::default(), &Patch::Merge(patch)).await {
+                Ok(_) => {}
+                Err(e) if is_not_found(&e) => return Ok(None),
+                Err(e) => return Err(anyhow::anyhow!("labelling Deployment {key}: {e}")),
+            }
+        }
+        Ok(Some(written))
+    }
+
+    /// Sets the `Scheduled` condition if it says something new. `false` when another
+    /// writer changed the status first (the reconcile runs again).
+    async fn set_scheduled(
+        &self,
+        key: &ObjKey,
+        wp: &WorkloadPlacement,
+        ok: bool,
+        reason: &str,
+        message: &str,
+    ) -> Result<bool, anyhow::Error> {
+        let status = if ok { "True" } else { "False" };
+        let mut conditions = wp.status.as_ref().map(|s| s.conditions.clone()).unwrap_or_default();
+        let existing = conditions.iter().position(|c| c.type_ == CONDITION_SCHEDULED);
+        if let Some(i) = existing {
+            let c = &conditions[i];
+            if c.status == status && c.reason == reason && c.message == message {
+                return Ok(true);
+            }
+        }
+        let next = Condition {
+            type_: CONDITION_SCHEDULED.into(),
+            status: status.into(),
+            reason: reason.into(),
+            message: message.into(),
+            last_transition_time: match existing.map(|i| &conditions[i]) {
+                Some(c) if c.status == status => c.last_transition_time.clone(),
+                _ => Time(jiff::Timestamp::now()),
+            },
+            observed_generation: wp.metadata.generation,
+        };
+        match existing {
+            Some(i) => conditions[i] = next,
+            None => conditions.push(next),
+        }
+        let api: Api<WorkloadPlacement> = Api::namespaced(clients::workspace(&self.base, &key.workspace), &key.namespace);
+        let patch = json!({"metadata": {"resourceVersion": wp.metadata.resource_version}, "status": {"conditions": conditions}});
+        match api.patch_status(&key.name, &PatchParams::default(), &Patch::Merge(patch)).await {
+            Ok(_) => Ok(true),
+            Err(e) if is_conflict(&e) || is_not_found(&e) => Ok(false),
+            Err(e) => Err(anyhow::anyhow!("writing the Scheduled condition of WorkloadPlacement {key}: {e}")),
+        }
+    }
+
+    /// The workload is gone: so is its WorkloadPlacement, and what was assumed for it.
+    async fn forget(&self, key: &ObjKey) -> Result<Next, anyhow::Error> {
+        self.waiting.remove(key);
+        let Some(wp) = self.placements.get(key) else { return Ok(Next::Done) };
+        for c in &wp.spec.clusters {
+            self.assumed.forget(key, &c.name);
+        }
+        if wp.spec.workload.kind != "Deployment" {
+            return Ok(Next::Done);
+        }
+        let api: Api<WorkloadPlacement> = Api::namespaced(clients::workspace(&self.base, &key.workspace), &key.namespace);
+        match api.delete(&key.name, &DeleteParams::default()).await {
+            Ok(_) => tracing::info!("workload gone; deleted its WorkloadPlacement"),
+            Err(e) if is_not_found(&e) => {}
+            Err(e) => return Err(anyhow::anyhow!("deleting WorkloadPlacement {key}: {e}")),
+        }
+        Ok(Next::Done)
+    }
+}

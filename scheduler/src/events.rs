@@ -1,0 +1,107 @@
+//! Events on the workloads the scheduler places: `Scheduled`, `Rescheduled` and
+//! `FailedScheduling`, as core/v1 Events that `kubectl describe` and `kubectl get
+//! events` show.
+//!
+//! The same reason and message for the same object within [`SERIES_WINDOW`] bumps
+//! the count of the Event already written instead of writing another, as client-go's
+//! event correlator does, so a workload that keeps failing to fit makes one Event
+//! with a growing count.
+
+use std::time::Duration;
+
+use dashmap::DashMap;
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{Event, EventSource, ObjectReference};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::Client;
+use serde_json::json;
+use tokio::time::Instant;
+
+use crate::store::ObjKey;
+
+/// The `source.component` and `reportingComponent` of every Event.
+pub const COMPONENT: &str = "flotilla-scheduler";
+/// How long a repeated Event is counted on the first one.
+pub const SERIES_WINDOW: Duration = Duration::from_secs(600);
+
+/// `Normal` or `Warning`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Type {
+    /// Something went as intended.
+    Normal,
+    /// Something needs attention.
+    Warning,
+}
+
+struct Written {
+    name: String,
+    count: i32,
+    at: Instant,
+}
+
+/// Writes Events through a control-plane client with no workspace path.
+pub struct Recorder {
+    base: Client,
+    instance: String,
+    written: DashMap<(ObjKey, String, String), Written>,
+}
+
+impl Recorder {
+    /// A recorder; `instance` names this scheduler process in `reportingInstance`.
+    pub fn new(base: Client, instance: String) -> Self {
+        Recorder { base, instance, written: DashMap::new() }
+    }
+
+    /// Records an Event about a Deployment. Failures are logged, never returned: an
+    /// Event is worth less than the decision it reports.
+    pub async fn deployment(&self, key: &ObjKey, d: &Deployment, type_: Type, reason: &str, message: String) {
+        let api: Api<Event> = Api::namespaced(syncer::clients::workspace(&self.base, &key.workspace), &key.namespace);
+        let now = Time(jiff::Timestamp::now());
+        let id = (key.clone(), reason.to_string(), message.clone());
+        let repeat = self.written.get(&id).filter(|w| w.at.elapsed() < SERIES_WINDOW).map(|w| (w.name.clone(), w.count + 1));
+        let result = match repeat {
+            Some((name, count)) => {
+                let patch = json!({"count": count, "lastTimestamp": now});
+                let r = api.patch(&name, &PatchParams::default(), &Patch::Merge(patch)).await.map(|_| ());
+                self.written.insert(id, Written { name, count, at: Instant::now() });
+                r
+            }
+            None => {
+                let name = format!("{}.{:x}", key.name, jiff::Timestamp::now().as_nanosecond());
+                let ev = Event {
+                    metadata: ObjectMeta { name: Some(name.clone()), namespace: Some(key.namespace.clone()), ..Default::default() },
+                    involved_object: ObjectReference {
+                        api_version: Some("apps/v1".into()),
+                        kind: Some("Deployment".into()),
+                        name: Some(key.name.clone()),
+                        namespace: Some(key.namespace.clone()),
+                        uid: d.metadata.uid.clone(),
+                        resource_version: d.metadata.resource_version.clone(),
+                        field_path: None,
+                    },
+                    reason: Some(reason.into()),
+                    message: Some(message),
+                    type_: Some(match type_ {
+                        Type::Normal => "Normal".into(),
+                        Type::Warning => "Warning".into(),
+                    }),
+                    count: Some(1),
+                    first_timestamp: Some(now.clone()),
+                    last_timestamp: Some(now.clone()),
+                    source: Some(EventSource { component: Some(COMPONENT.into()), host: None }),
+                    reporting_component: Some(COMPONENT.into()),
+                    reporting_instance: Some(self.instance.clone()),
+                    ..Default::default()
+                };
+                let r = api.create(&PostParams::default(), &ev).await.map(|_| ());
+                self.written.insert(id, Written { name, count: 1, at: Instant::now() });
+                r
+            }
+        };
+        if let Err(e) = result {
+            tracing::warn!(object = %key, reason, error = %e, "could not record an Event");
+        }
+        self.written.retain(|_, w| w.at.elapsed() < SERIES_WINDOW);
+    }
+}

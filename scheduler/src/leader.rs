@@ -1,0 +1,167 @@
+//! Leader election over a `coordination.k8s.io/v1` Lease in `root`, so that two
+//! scheduler processes never both act.
+//!
+//! It follows client-go's leaderelection package in its rules:
+//! - a Lease is taken only when it is free (no holder, released on shutdown) or when
+//!   its record has not changed for a whole lease duration *as measured on this
+//!   process's clock*, so clock skew between processes cannot steal a live lease;
+//! - the holder renews every [`Timing::retry`]; if it cannot renew within
+//!   [`Timing::renew_deadline`], it stops acting before the lease can expire for
+//!   anyone else;
+//! - every write is conditional on the resourceVersion read, so two candidates
+//!   racing for a free Lease cannot both win.
+
+use std::future::Future;
+use std::time::Duration;
+
+use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
+use kube::api::{Api, ObjectMeta, PostParams};
+use kube::Client;
+use placement_api::SYSTEM_NAMESPACE;
+use tokio::time::Instant;
+
+/// The Lease the schedulers contend for, in `root`/`flotilla-system`.
+pub const LEASE_NAME: &str = "flotilla-scheduler";
+
+/// Lease timings.
+#[derive(Debug, Clone, Copy)]
+pub struct Timing {
+    /// How long a Lease lasts without renewal.
+    pub lease: Duration,
+    /// The holder gives up if it has not renewed for this long.
+    pub renew_deadline: Duration,
+    /// How often the holder renews, and candidates try.
+    pub retry: Duration,
+}
+
+impl Default for Timing {
+    /// client-go's defaults, scaled down: 15 s, 10 s, 2 s.
+    fn default() -> Self {
+        Timing { lease: Duration::from_secs(15), renew_deadline: Duration::from_secs(10), retry: Duration::from_secs(2) }
+    }
+}
+
+/// What identifies one renewal of a Lease: its holder and renew time.
+type Record = (Option<String>, Option<MicroTime>);
+
+/// One candidate.
+pub struct Elector {
+    api: Api<Lease>,
+    identity: String,
+    timing: Timing,
+    /// The record last seen (holder, renew time) and when it was first seen.
+    observed: Option<(Record, Instant)>,
+}
+
+fn now() -> MicroTime {
+    MicroTime(jiff::Timestamp::now())
+}
+
+impl Elector {
+    /// A candidate named `identity`; `root` is a client of the `root` workspace.
+    pub fn new(root: Client, identity: String, timing: Timing) -> Self {
+        Elector { api: Api::namespaced(root, SYSTEM_NAMESPACE), identity, timing, observed: None }
+    }
+
+    /// Tries once to take or renew the Lease. `Ok(true)`: this candidate holds it.
+    pub async fn try_acquire_or_renew(&mut self) -> Result<bool, kube::Error> {
+        let seconds = i32::try_from(self.timing.lease.as_secs()).unwrap_or(15);
+        let Some(mut lease) = self.api.get_opt(LEASE_NAME).await? else {
+            let lease = Lease {
+                metadata: ObjectMeta { name: Some(LEASE_NAME.into()), ..Default::default() },
+                spec: Some(LeaseSpec {
+                    holder_identity: Some(self.identity.clone()),
+                    lease_duration_seconds: Some(seconds),
+                    acquire_time: Some(now()),
+                    renew_time: Some(now()),
+                    lease_transitions: Some(0),
+                    ..Default::default()
+                }),
+            };
+            return match self.api.create(&PostParams::default(), &lease).await {
+                Ok(_) => Ok(true),
+                Err(kube::Error::Api(s)) if s.code == 409 => Ok(false),
+                Err(e) => Err(e),
+            };
+        };
+        let spec = lease.spec.get_or_insert_with(Default::default);
+        let holder = spec.holder_identity.clone().filter(|h| !h.is_empty());
+        let record = (holder.clone(), spec.renew_time.clone());
+        let seen_at = match &self.observed {
+            Some((r, at)) if *r == record => *at,
+            _ => Instant::now(),
+        };
+        self.observed = Some((record, seen_at));
+        let mine = holder.as_deref() == Some(self.identity.as_str());
+        let expired = seen_at.elapsed() >= self.timing.lease;
+        if !(mine || holder.is_none() || expired) {
+            return Ok(false);
+        }
+        if !mine {
+            spec.lease_transitions = Some(spec.lease_transitions.unwrap_or(0) + 1);
+            spec.acquire_time = Some(now());
+            spec.holder_identity = Some(self.identity.clone());
+        }
+        spec.renew_time = Some(now());
+        spec.lease_duration_seconds = Some(seconds);
+        match self.api.replace(LEASE_NAME, &PostParams::default(), &lease).await {
+            Ok(_) => Ok(true),
+            Err(kube::Error::Api(s)) if s.code == 409 => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Gives the Lease up, so the next candidate takes over at once.
+    pub async fn release(&mut self) {
+        if let Ok(Some(mut lease)) = self.api.get_opt(LEASE_NAME).await {
+            let spec = lease.spec.get_or_insert_with(Default::default);
+            if spec.holder_identity.as_deref() == Some(self.identity.as_str()) {
+                spec.holder_identity = None;
+                spec.renew_time = Some(now());
+                if let Err(e) = self.api.replace(LEASE_NAME, &PostParams::default(), &lease).await {
+                    tracing::warn!(error = %e, "could not release the scheduler Lease; the next scheduler waits for it to expire");
+                }
+            }
+        }
+    }
+
+    /// Runs `work` whenever this candidate holds the Lease, and stops it as soon as the
+    /// Lease cannot be renewed in time. Never returns.
+    pub async fn run<F, Fut>(&mut self, work: F) -> !
+    where
+        F: Fn() -> Fut,
+        Fut: Future<Output = ()> + Send + 'static,
+    {
+        loop {
+            loop {
+                match self.try_acquire_or_renew().await {
+                    Ok(true) => break,
+                    Ok(false) => {}
+                    Err(e) => tracing::warn!(error = %e, "could not read the scheduler Lease; retrying"),
+                }
+                tokio::time::sleep(self.timing.retry).await;
+            }
+            tracing::info!(identity = %self.identity, lease = LEASE_NAME, "became the leader; scheduling");
+            let task = syncer::AbortOnDrop(tokio::spawn(work()));
+            let mut renewed = Instant::now();
+            loop {
+                tokio::time::sleep(self.timing.retry).await;
+                let attempt = tokio::time::timeout(self.timing.retry, self.try_acquire_or_renew()).await;
+                match attempt.unwrap_or_else(|_| Err(kube::Error::Service("the renewal timed out".into()))) {
+                    Ok(true) => renewed = Instant::now(),
+                    Ok(false) => {
+                        tracing::error!(identity = %self.identity, "another scheduler holds the Lease; stopping");
+                        break;
+                    }
+                    Err(e) if renewed.elapsed() >= self.timing.renew_deadline => {
+                        tracing::error!(error = %e, "could not renew the scheduler Lease in time; stopping");
+                        break;
+                    }
+                    Err(e) => tracing::warn!(error = %e, "could not renew the scheduler Lease; retrying"),
+                }
+            }
+            drop(task);
+        }
+    }
+}

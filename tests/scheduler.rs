@@ -1,0 +1,340 @@
+//! The scheduler end to end: the real `flotilla` binary (control plane, scheduler and
+//! push-mode syncers), simulated cluster processes, and real kubectl.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{wait_for, Flotilla, SimCluster};
+
+const DEADLINE: Duration = Duration::from_secs(45);
+/// Fast heartbeats, so that failover tests finish in seconds; the grace still leaves
+/// three missed beats before a cluster is declared lost.
+const FAST: [&str; 4] = ["--heartbeat-interval", "1s", "--heartbeat-grace", "4s"];
+
+fn sim(name: &str, cpu: u32) -> SimCluster {
+    SimCluster::start(&format!("name: {name}\nnodes:\n  - {{count: 2, cpu: \"{cpu}\", memory: 16Gi, pods: 110}}\nstartupDelay: 200ms\n"))
+}
+
+fn register(f: &Flotilla, c: &SimCluster, labels: &[&str]) {
+    let kubeconfig = c.kubeconfig();
+    let mut args = vec!["cluster", "register", c.name.as_str(), "--kubeconfig", kubeconfig.to_str().unwrap()];
+    for l in labels {
+        args.extend(["--label", l]);
+    }
+    let o = f.flotilla(&args);
+    assert!(o.ok, "register {}: {o:?}", c.name);
+}
+
+/// A control plane with the scheduler, workspace `demo`, and the given clusters.
+fn fleet(flags: &[&str], clusters: &[(&SimCluster, &[&str])]) -> Flotilla {
+    let f = Flotilla::start_with(flags);
+    for (c, labels) in clusters {
+        register(&f, c, labels);
+    }
+    let o = f.flotilla(&["workspace", "create", "demo"]);
+    assert!(o.ok, "workspace create: {o:?}");
+    // Every cluster Ready before the test applies anything.
+    wait_for("every cluster Ready", DEADLINE, || {
+        let out = f.k(&[
+            "get",
+            "st",
+            "-o",
+            r#"jsonpath={range .items[*]}{.metadata.name}={.status.conditions[?(@.type=="Ready")].status} {end}"#,
+        ]);
+        let ready = out.split_whitespace().filter(|s| s.ends_with("=True")).count();
+        if ready == clusters.len() {
+            Ok(())
+        } else {
+            Err(out)
+        }
+    });
+    f
+}
+
+fn deployment(name: &str, replicas: u32, cpu: &str) -> String {
+    format!(
+        r#"apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: {name}
+  labels: {{app: {name}}}
+spec:
+  replicas: {replicas}
+  selector: {{matchLabels: {{app: {name}}}}}
+  template:
+    metadata: {{labels: {{app: {name}}}}}
+    spec:
+      containers: [{{name: app, image: "nginx:1.27", resources: {{requests: {{cpu: "{cpu}", memory: 64Mi}}}}}}]
+"#
+    )
+}
+
+/// `east=2 west=1`: the WorkloadPlacement's assignment, sorted.
+fn assignment(f: &Flotilla, name: &str) -> String {
+    let o = f.kubectl(&["--context", "demo", "get", "wp", name, "-o", r#"jsonpath={range .spec.clusters[*]}{.name}={.replicas} {end}"#]);
+    o.stdout.trim().to_string()
+}
+
+fn wait_assignment(f: &Flotilla, name: &str, want: impl Fn(&str) -> bool) -> String {
+    wait_for(&format!("the assignment of {name}"), DEADLINE, || {
+        let a = assignment(f, name);
+        if want(&a) {
+            Ok(a)
+        } else {
+            Err(format!("{a:?}\n--- server log tail ---\n{}", tail(&f.log())))
+        }
+    })
+}
+
+fn tail(s: &str) -> String {
+    let lines: Vec<&str> = s.lines().collect();
+    lines[lines.len().saturating_sub(20)..].join("\n")
+}
+
+fn rollout(f: &Flotilla, name: &str) {
+    let o = f.kubectl(&["--context", "demo", "rollout", "status", &format!("deploy/{name}"), "--timeout=45s"]);
+    assert!(o.ok, "rollout status {name}: {o:?}\n{}", tail(&f.log()));
+}
+
+/// Replicas of the copy of `name` on a cluster (empty: no copy).
+fn copy_replicas(c: &SimCluster, name: &str) -> String {
+    let o = c.kubectl(&[
+        "get",
+        "deploy",
+        "-A",
+        "-l",
+        "workload.flotilla.io/sync-target",
+        "--field-selector",
+        &format!("metadata.name={name}"),
+        "-o",
+        "jsonpath={.items[*].spec.replicas}",
+    ]);
+    o.stdout.trim().to_string()
+}
+
+fn events(f: &Flotilla, reason: &str) -> String {
+    f.k(&[
+        "--context",
+        "demo",
+        "get",
+        "events",
+        "--field-selector",
+        &format!("reason={reason}"),
+        "-o",
+        "jsonpath={range .items[*]}{.involvedObject.name}: {.message}{\"\\n\"}{end}",
+    ])
+}
+
+#[test]
+fn places_by_room_divides_by_placement_and_reports_what_does_not_fit() {
+    let east = sim("east", 8);
+    let west = sim("west", 2);
+    let f = fleet(&[], &[(&east, &["region=us"]), (&west, &["region=eu"])]);
+
+    // The default Placement: one cluster, the roomiest.
+    f.apply(&["--context", "demo", "-n", "default"], &deployment("web", 3, "100m"));
+    assert_eq!(wait_assignment(&f, "web", |a| !a.is_empty()), "east=3");
+    rollout(&f, "web");
+    assert_eq!(copy_replicas(&east, "web"), "3");
+    wait_for("the Scheduled Event in describe", DEADLINE, || {
+        let d = f.k(&["--context", "demo", "describe", "deploy", "web"]);
+        if d.contains("Scheduled") && d.contains("assigned to east=3 by Placement default") {
+            Ok(())
+        } else {
+            Err(d)
+        }
+    });
+    let wp = f.k(&["--context", "demo", "get", "wp", "web", "-o", r#"jsonpath={.status.conditions[?(@.type=="Scheduled")].status}"#]);
+    assert_eq!(wp, "True");
+
+    // A Placement over both clusters, named by an annotation: Divide 4 by room.
+    f.apply(
+        &["--context", "demo"],
+        "apiVersion: scheduling.flotilla.io/v1alpha1\nkind: Placement\nmetadata: {name: spread}\nspec: {numberOfClusters: 2, replicaScheduling: Divide}\n",
+    );
+    f.k(&["--context", "demo", "annotate", "deploy", "web", "scheduling.flotilla.io/placement=spread"]);
+    f.k(&["--context", "demo", "scale", "deploy", "web", "--replicas=4"]);
+    let split = wait_assignment(&f, "web", |a| {
+        a.contains("east=")
+            && a.contains("west=")
+            && a.split_whitespace().map(|s| s.rsplit('=').next().unwrap().parse::<u32>().unwrap()).sum::<u32>() == 4
+    });
+    rollout(&f, "web");
+    let on = |c: &SimCluster| copy_replicas(c, "web").parse::<u32>().unwrap_or(0);
+    wait_for("copies matching the split", DEADLINE, || {
+        if on(&east) + on(&west) == 4 {
+            Ok(())
+        } else {
+            Err(format!("{split}: east {} west {}", on(&east), on(&west)))
+        }
+    });
+    // east has four times west's room: it takes the larger share.
+    assert!(on(&east) > on(&west), "{split}");
+
+    // A region-pinned Placement through the namespace's annotation.
+    f.apply(
+        &["--context", "demo"],
+        "apiVersion: scheduling.flotilla.io/v1alpha1\nkind: Placement\nmetadata: {name: eu}\nspec: {clusterSelector: {matchLabels: {region: eu}}}\n---\napiVersion: v1\nkind: Namespace\nmetadata: {name: europe, annotations: {scheduling.flotilla.io/placement: eu}}\n",
+    );
+    f.apply(&["--context", "demo", "-n", "europe"], &deployment("api", 1, "100m"));
+    let api_on = wait_for("api placed", DEADLINE, || {
+        let o = f.kubectl(&["--context", "demo", "-n", "europe", "get", "wp", "api", "-o", "jsonpath={.spec.clusters[*].name}"]);
+        if o.stdout.trim().is_empty() {
+            Err(format!("{o:?}"))
+        } else {
+            Ok(o.stdout.trim().to_string())
+        }
+    });
+    assert_eq!(api_on, "west");
+
+    // Too big for any cluster: it stays pending, and says why, counted per reason.
+    f.apply(&["--context", "demo", "-n", "default"], &deployment("huge", 1, "64"));
+    let why = wait_for("FailedScheduling for huge", DEADLINE, || {
+        let e = events(&f, "FailedScheduling");
+        if e.contains("huge: ") {
+            Ok(e)
+        } else {
+            Err(e)
+        }
+    });
+    assert!(why.contains("huge: 0/2 clusters fit: 2 Insufficient cpu"), "{why}");
+    let cond = f.k(&[
+        "--context",
+        "demo",
+        "get",
+        "wp",
+        "huge",
+        "-o",
+        r#"jsonpath={.status.conditions[?(@.type=="Scheduled")].status}/{.status.conditions[?(@.type=="Scheduled")].message}"#,
+    ]);
+    assert_eq!(cond, "False/0/2 clusters fit: 2 Insufficient cpu");
+    assert_eq!(assignment(&f, "huge"), "");
+    let labels = f.k(&["--context", "demo", "get", "deploy", "huge", "-o", "jsonpath={.metadata.labels}"]);
+    assert!(!labels.contains("state.workload.flotilla.io"), "{labels}");
+
+    // Deleting a workload deletes its WorkloadPlacement once the copies are gone.
+    f.k(&["--context", "demo", "delete", "deploy", "web", "--timeout=45s"]);
+    wait_for("web's WorkloadPlacement deleted", DEADLINE, || {
+        let o = f.kubectl(&["--context", "demo", "get", "wp", "web"]);
+        if !o.ok && o.stderr.contains("NotFound") {
+            Ok(())
+        } else {
+            Err(format!("{o:?}"))
+        }
+    });
+    assert_eq!(copy_replicas(&east, "web"), "");
+}
+
+#[test]
+fn a_killed_cluster_fails_over_and_nothing_moves_back() {
+    let mut east = sim("east", 8);
+    let west = sim("west", 4);
+    let f = fleet(&FAST, &[(&east, &[]), (&west, &[])]);
+    f.apply(&["--context", "demo", "-n", "default"], &deployment("web", 2, "100m"));
+    assert_eq!(wait_assignment(&f, "web", |a| !a.is_empty()), "east=2");
+    rollout(&f, "web");
+
+    let killed = Instant::now();
+    east.kill9();
+    let moved = wait_assignment(&f, "web", |a| a == "west=2");
+    let rescheduled = killed.elapsed();
+    rollout(&f, "web");
+    let available = killed.elapsed();
+    let ready = f.k(&["get", "st", "east", "-o", r#"jsonpath={.status.conditions[?(@.type=="Ready")].reason}"#]);
+    assert_eq!(ready, "HeartbeatMissed");
+    wait_for("the Rescheduled Event", DEADLINE, || {
+        let e = events(&f, "Rescheduled");
+        if e.contains("web: moved off east (NotReady); now on west=2") {
+            Ok(())
+        } else {
+            Err(e)
+        }
+    });
+    eprintln!("failover: {moved} after {rescheduled:?}, Available after {available:?} (grace 4s)");
+    assert!(rescheduled < Duration::from_secs(4 + 6), "rescheduling took {rescheduled:?}");
+
+    // The cluster comes back: its stale copy goes, and the workload stays on west.
+    east.launch();
+    wait_for("east Ready again", DEADLINE, || {
+        let r = f.k(&["get", "st", "east", "-o", r#"jsonpath={.status.conditions[?(@.type=="Ready")].status}"#]);
+        if r == "True" {
+            Ok(())
+        } else {
+            Err(r)
+        }
+    });
+    wait_for("east's stale copy removed", DEADLINE, || {
+        let r = copy_replicas(&east, "web");
+        if r.is_empty() {
+            Ok(())
+        } else {
+            Err(r)
+        }
+    });
+    assert_eq!(assignment(&f, "web"), "west=2");
+}
+
+#[test]
+fn with_no_room_after_a_loss_the_workload_stays_until_a_cluster_registers() {
+    let mut east = sim("east", 4);
+    let f = fleet(&FAST, &[(&east, &[])]);
+    f.apply(&["--context", "demo", "-n", "default"], &deployment("web", 2, "100m"));
+    assert_eq!(wait_assignment(&f, "web", |a| !a.is_empty()), "east=2");
+    rollout(&f, "web");
+
+    east.kill9();
+    let why = wait_for("FailedScheduling after the loss", DEADLINE, || {
+        let e = events(&f, "FailedScheduling");
+        if e.contains("web: ") {
+            Ok(e)
+        } else {
+            Err(e)
+        }
+    });
+    assert!(why.contains("web: 0/1 clusters fit: 1 NotReady; it stays on east=2 until a cluster fits"), "{why}");
+    assert_eq!(assignment(&f, "web"), "east=2", "nothing is taken away when nothing fits");
+    let labels = f.k(&["--context", "demo", "get", "deploy", "web", "-o", "jsonpath={.metadata.labels}"]);
+    assert!(labels.contains("state.workload.flotilla.io/east"), "{labels}");
+
+    let west = sim("west", 4);
+    register(&f, &west, &[]);
+    assert_eq!(wait_assignment(&f, "web", |a| a == "west=2"), "west=2");
+    rollout(&f, "web");
+}
+
+#[test]
+fn cordon_takes_no_new_work_and_drain_moves_it_all() {
+    let east = sim("east", 8);
+    let west = sim("west", 4);
+    let f = fleet(&[], &[(&east, &[]), (&west, &[])]);
+    f.apply(&["--context", "demo", "-n", "default"], &deployment("a", 1, "100m"));
+    assert_eq!(wait_assignment(&f, "a", |a| !a.is_empty()), "east=1");
+
+    let o = f.flotilla(&["cluster", "cordon", "east"]);
+    assert!(o.ok, "{o:?}");
+    wait_for("east cordoned", DEADLINE, || {
+        let s = f.k(&["get", "st", "east", "-o", "jsonpath={.status.schedulable}"]);
+        if s == "Cordoned" {
+            Ok(())
+        } else {
+            Err(s)
+        }
+    });
+    f.apply(&["--context", "demo", "-n", "default"], &deployment("b", 1, "100m"));
+    assert_eq!(wait_assignment(&f, "b", |a| !a.is_empty()), "west=1", "a cordoned cluster takes nothing new");
+    assert_eq!(assignment(&f, "a"), "east=1", "what runs on a cordoned cluster stays");
+
+    let o = f.flotilla(&["cluster", "drain", "east"]);
+    assert!(o.ok, "{o:?}");
+    assert_eq!(wait_assignment(&f, "a", |a| a == "west=1"), "west=1");
+    rollout(&f, "a");
+    wait_for("the drained cluster empty", DEADLINE, || {
+        let r = copy_replicas(&east, "a");
+        if r.is_empty() {
+            Ok(())
+        } else {
+            Err(r)
+        }
+    });
+}
