@@ -5,7 +5,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{wait_for, Flotilla, SimCluster};
+use common::{signal, spawn_ready, wait_for, Flotilla, SimCluster};
 
 const DEADLINE: Duration = Duration::from_secs(45);
 /// Fast heartbeats, so that failover tests finish in seconds; the grace still leaves
@@ -228,6 +228,22 @@ fn places_by_room_divides_by_placement_and_reports_what_does_not_fit() {
 
 #[test]
 fn a_killed_cluster_fails_over_and_nothing_moves_back() {
+    fail_over(Fault::Kill);
+}
+
+#[test]
+fn a_frozen_cluster_fails_over_and_nothing_moves_back() {
+    fail_over(Fault::Freeze);
+}
+
+enum Fault {
+    /// SIGKILL: the API goes away.
+    Kill,
+    /// SIGSTOP: connections are accepted but never answered.
+    Freeze,
+}
+
+fn fail_over(fault: Fault) {
     let mut east = sim("east", 8);
     let west = sim("west", 4);
     let f = fleet(&FAST, &[(&east, &[]), (&west, &[])]);
@@ -236,7 +252,10 @@ fn a_killed_cluster_fails_over_and_nothing_moves_back() {
     rollout(&f, "web");
 
     let killed = Instant::now();
-    east.kill9();
+    match fault {
+        Fault::Kill => east.kill9(),
+        Fault::Freeze => east.signal("STOP"),
+    }
     let moved = wait_assignment(&f, "web", |a| a == "west=2");
     let rescheduled = killed.elapsed();
     rollout(&f, "web");
@@ -255,7 +274,10 @@ fn a_killed_cluster_fails_over_and_nothing_moves_back() {
     assert!(rescheduled < Duration::from_secs(4 + 6), "rescheduling took {rescheduled:?}");
 
     // The cluster comes back: its stale copy goes, and the workload stays on west.
-    east.launch();
+    match fault {
+        Fault::Kill => east.launch(),
+        Fault::Freeze => east.signal("CONT"),
+    }
     wait_for("east Ready again", DEADLINE, || {
         let r = f.k(&["get", "st", "east", "-o", r#"jsonpath={.status.conditions[?(@.type=="Ready")].status}"#]);
         if r == "True" {
@@ -337,4 +359,45 @@ fn cordon_takes_no_new_work_and_drain_moves_it_all() {
             Err(r)
         }
     });
+}
+
+#[test]
+fn two_schedulers_one_acts_and_the_standby_takes_over() {
+    let east = sim("east", 8);
+    let f = Flotilla::start_with(&["--no-scheduler"]);
+    register(&f, &east, &[]);
+    assert!(f.flotilla(&["workspace", "create", "demo"]).ok);
+    let dir = f.data_dir().to_str().unwrap().to_string();
+    let log = |id: &str| f.data_dir().join(format!("scheduler-{id}.log"));
+    let (mut a, _) = spawn_ready(&["--data-dir", &dir, "scheduler", "--identity", "a"], &log("a"));
+    let (mut b, _) = spawn_ready(&["--data-dir", &dir, "scheduler", "--identity", "b"], &log("b"));
+    let holder =
+        || f.kubectl(&["get", "lease", "-n", "flotilla-system", "flotilla-scheduler", "-o", "jsonpath={.spec.holderIdentity}"]).stdout;
+    let first = wait_for("a Lease holder", DEADLINE, || match holder().as_str() {
+        h @ ("a" | "b") => Ok(h.to_string()),
+        other => Err(other.to_string()),
+    });
+    f.apply(&["--context", "demo", "-n", "default"], &deployment("web", 1, "100m"));
+    assert_eq!(wait_assignment(&f, "web", |a| !a.is_empty()), "east=1");
+    let acted = |id: &str| std::fs::read_to_string(log(id)).unwrap_or_default().contains("became the leader");
+    let (leader, standby, second) = if first == "a" { (&mut a, &mut b, "b") } else { (&mut b, &mut a, "a") };
+    assert!(acted(&first) && !acted(second), "only the Lease holder acts");
+
+    // A graceful stop gives the Lease up; the standby takes over and schedules.
+    signal(leader.id(), "TERM");
+    let status = leader.wait().expect("wait for the leader");
+    assert!(status.success(), "the leader exits cleanly on SIGTERM: {status:?}");
+    let took_over = Instant::now();
+    wait_for("the standby holding the Lease", DEADLINE, || if holder() == second { Ok(()) } else { Err(holder()) });
+    let leader_log = std::fs::read_to_string(log(&first)).unwrap_or_default();
+    assert!(
+        took_over.elapsed() < Duration::from_secs(5),
+        "a released Lease is taken at the next try: {:?}\n{leader_log}",
+        took_over.elapsed()
+    );
+    f.apply(&["--context", "demo", "-n", "default"], &deployment("api", 1, "100m"));
+    assert_eq!(wait_assignment(&f, "api", |a| !a.is_empty()), "east=1");
+    assert_eq!(assignment(&f, "web"), "east=1", "the new leader moves nothing");
+    let _ = standby.kill();
+    let _ = standby.wait();
 }

@@ -191,6 +191,12 @@ pub fn spawn_ready(args: &[&str], log: &Path) -> (Child, String) {
     }
 }
 
+/// Sends `kill -<sig>` to a process.
+pub fn signal(pid: u32, sig: &str) {
+    let o = Command::new("kill").arg(format!("-{sig}")).arg(pid.to_string()).output().expect("run kill");
+    assert!(o.status.success(), "kill -{sig} {pid}: {o:?}");
+}
+
 /// kubectl with its own kubeconfig and discovery cache.
 pub fn kubectl_cmd(kubeconfig: &Path, dir: &Path, args: &[&str]) -> Command {
     let mut c = Command::new("kubectl");
@@ -262,6 +268,12 @@ impl SimCluster {
             let _ = c.kill();
             let _ = c.wait();
         }
+    }
+
+    /// Sends a signal (`STOP`, `CONT`, `TERM`) to the cluster process.
+    pub fn signal(&self, sig: &str) {
+        let pid = self.child.as_ref().expect("the cluster is running").id();
+        signal(pid, sig);
     }
 
     /// Runs kubectl against the cluster.
