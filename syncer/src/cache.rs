@@ -6,6 +6,11 @@
 //! watches from the list's resourceVersion, resumes after errors with backoff, and
 //! relists on 410 Expired. A relist replaces the map only once it is complete, so a
 //! failed or partial list never makes objects look deleted.
+//!
+//! Objects are kept without `metadata.managedFields`: nothing here reads them, and as
+//! `FieldsV1` value trees they were the largest part of a cached object. An object
+//! written back from the cache (a status `PUT`) without them keeps the server's, as
+//! Kubernetes does when a request leaves the field out.
 
 use std::collections::HashSet;
 use std::fmt::Debug;
@@ -96,7 +101,7 @@ where
     let span = tracing::info_span!("watch", what);
     tokio::spawn(
         async move {
-            let mut stream = watcher::watcher(api, config).default_backoff().boxed();
+            let mut stream = watcher::watcher(api, config).default_backoff().modify(|o: &mut K| o.meta_mut().managed_fields = None).boxed();
             let mut relist: Option<Vec<(Key, Arc<K>)>> = None;
             while let Some(ev) = stream.next().await {
                 let Some(cache) = weak.upgrade() else { return };

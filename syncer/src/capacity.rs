@@ -10,8 +10,9 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::{Container, Node, Pod, PodSpec, PodStatus};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use placement_api::quantity::{format_cpu, format_memory, Resources};
 use placement_api::NodeHeadroom;
 
@@ -42,6 +43,24 @@ fn takes_pods(node: &Node) -> bool {
 
 fn terminated(pod: &Pod) -> bool {
     matches!(pod.status.as_ref().and_then(|s| s.phase.as_deref()), Some("Succeeded" | "Failed"))
+}
+
+/// Cuts `pod` down to what [`compute`] reads: its name, namespace, uid and
+/// resourceVersion; each container's name, resources and restart policy; the node,
+/// the overhead; and the phase. The heartbeat keeps every pod of the cluster this way.
+pub fn slim_pod(pod: &mut Pod) {
+    let m = std::mem::take(&mut pod.metadata);
+    pod.metadata =
+        ObjectMeta { name: m.name, namespace: m.namespace, uid: m.uid, resource_version: m.resource_version, ..Default::default() };
+    let slim = |c: Container| Container { name: c.name, resources: c.resources, restart_policy: c.restart_policy, ..Default::default() };
+    pod.spec = pod.spec.take().map(|s| PodSpec {
+        containers: s.containers.into_iter().map(slim).collect(),
+        init_containers: s.init_containers.map(|cs| cs.into_iter().map(slim).collect()),
+        node_name: s.node_name,
+        overhead: s.overhead,
+        ..Default::default()
+    });
+    pod.status = pod.status.take().map(|s| PodStatus { phase: s.phase, ..Default::default() });
 }
 
 /// Computes a cluster's capacity from its nodes and pods. A pod whose requests do
@@ -161,6 +180,38 @@ mod tests {
             "status": {"phase": phase}
         }))
         .unwrap()
+    }
+
+    #[test]
+    fn a_slim_pod_counts_as_the_whole_pod_and_keeps_nothing_else() {
+        let full: Pod = serde_json::from_value(json!({
+            "metadata": {"name": "web-1", "namespace": "ns", "uid": "u1", "resourceVersion": "7", "labels": {"app": "web"},
+                         "annotations": {"a": "b"}, "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web", "uid": "r"}],
+                         "managedFields": [{"manager": "sim", "operation": "Update", "fieldsType": "FieldsV1", "fieldsV1": {"f:spec": {}}}]},
+            "spec": {"nodeName": "a", "overhead": {"cpu": "10m"},
+                     "initContainers": [{"name": "proxy", "image": "envoy", "restartPolicy": "Always", "resources": {"requests": {"cpu": "500m", "memory": "1Gi"}}},
+                                        {"name": "init", "image": "busybox", "resources": {"requests": {"cpu": "2", "memory": "1Gi"}}}],
+                     "containers": [{"name": "c", "image": "nginx", "env": [{"name": "X", "value": "y"}], "resources": {"requests": {"cpu": "100m", "memory": "100Mi"}}}]},
+            "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}], "podIP": "10.0.0.1"}
+        }))
+        .unwrap();
+        let mut slim = full.clone();
+        slim_pod(&mut slim);
+        let nodes = [node("a", "4", "8Gi", true, false)];
+        assert_eq!(compute(&nodes, [&slim]), compute(&nodes, [&full]));
+        assert_eq!(compute(&nodes, [&slim]).available, Resources::new(4000 - 2510, (8 << 30) - (2 << 30), 109));
+        assert_eq!(
+            serde_json::to_value(&slim).unwrap(),
+            json!({
+                "apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": "web-1", "namespace": "ns", "uid": "u1", "resourceVersion": "7"},
+                "spec": {"nodeName": "a", "overhead": {"cpu": "10m"},
+                         "initContainers": [{"name": "proxy", "restartPolicy": "Always", "resources": {"requests": {"cpu": "500m", "memory": "1Gi"}}},
+                                            {"name": "init", "resources": {"requests": {"cpu": "2", "memory": "1Gi"}}}],
+                         "containers": [{"name": "c", "resources": {"requests": {"cpu": "100m", "memory": "100Mi"}}}]},
+                "status": {"phase": "Running"}
+            })
+        );
     }
 
     #[test]

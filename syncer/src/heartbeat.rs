@@ -4,7 +4,9 @@
 //! It has a client of its own, so its requests never queue behind sync traffic on a
 //! shared connection, and it runs on its own task at a fixed interval. The capacity
 //! comes from reflectors of the cluster's nodes and pods, kept current by watches, so
-//! a beat costs one probe of the cluster and one PATCH whatever the cluster's size.
+//! a beat costs one probe of the cluster and one PATCH whatever the cluster's size. The
+//! pods are kept cut down to what the capacity needs ([`capacity::slim_pod`]): the
+//! reflector holds every pod of the cluster, Flotilla's or not.
 //!
 //! A beat says that the syncer works *and* reaches its cluster: before each one, the
 //! syncer asks the cluster for its version. If that fails, no heartbeat is written,
@@ -34,8 +36,15 @@ pub async fn run(sync_target: String, interval: Duration, root: Client, downstre
         let (nodes, nodes_w) = reflector::store::<Node>();
         let (pods, pods_w) = reflector::store::<Pod>();
         let (me, me_w) = reflector::store::<SyncTarget>();
-        let watch_nodes = watcher(Api::<Node>::all(downstream.clone()), watcher::Config::default()).default_backoff().reflect(nodes_w);
-        let watch_pods = watcher(Api::<Pod>::all(downstream.clone()), watcher::Config::default()).default_backoff().reflect(pods_w);
+        let watch_nodes = watcher(Api::<Node>::all(downstream.clone()), watcher::Config::default())
+            .default_backoff()
+            .modify(|n: &mut Node| n.metadata.managed_fields = None)
+            .reflect(nodes_w);
+        // Every pod of the cluster, kept with only what the capacity needs.
+        let watch_pods = watcher(Api::<Pod>::all(downstream.clone()), watcher::Config::default())
+            .default_backoff()
+            .modify(capacity::slim_pod)
+            .reflect(pods_w);
         let api: Api<SyncTarget> = Api::all(root);
         let own = watcher::Config::default().fields(&format!("metadata.name={sync_target}"));
         let watch_me = watcher(api.clone(), own).default_backoff().reflect(me_w);
