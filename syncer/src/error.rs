@@ -39,6 +39,11 @@ pub fn is_conflict(e: &kube::Error) -> bool {
     matches!(e, kube::Error::Api(s) if s.code == 409)
 }
 
+/// Whether a create failed with 409 AlreadyExists: someone else created it first.
+pub fn is_already_exists(e: &kube::Error) -> bool {
+    matches!(e, kube::Error::Api(s) if s.code == 409 && s.reason == "AlreadyExists")
+}
+
 /// Whether a request failed with 404 Not Found.
 pub fn is_not_found(e: &kube::Error) -> bool {
     matches!(e, kube::Error::Api(s) if s.code == 404)

@@ -40,7 +40,7 @@ use tokio::sync::mpsc;
 use tracing::Instrument;
 
 use crate::cache::{self, Cache};
-use crate::error::{downstream, is_conflict, is_forbidden, is_not_found, upstream, Error};
+use crate::error::{downstream, is_already_exists, is_conflict, is_forbidden, is_not_found, upstream, Error};
 use crate::key::{Key, Kind};
 use crate::naming::NamespaceLocator;
 use crate::queue::{self, Next};
@@ -282,7 +282,7 @@ impl Syncer {
             Some(obj) if !deleting(&obj) => {
                 let desired = transform::downstream_object(&obj, key, &self.settings.sync_target, None);
                 if !copy.as_ref().is_some_and(|c| transform::covers(c, &desired)) {
-                    self.apply_copy(key, desired, copy.is_none()).await?;
+                    self.apply_copy(key, desired).await?;
                 }
                 Ok(Next::Done)
             }
@@ -294,22 +294,25 @@ impl Syncer {
         }
     }
 
-    /// Server-side applies a copy, and first its namespace if the copy is new.
-    async fn apply_copy(&self, key: &Key, desired: Value, new: bool) -> Result<DynamicObject, Error> {
+    /// Server-side applies a copy. Its namespace is applied only when the copy's apply
+    /// finds it missing, so a new copy in a namespace that exists costs one request.
+    async fn apply_copy(&self, key: &Key, desired: Value) -> Result<DynamicObject, Error> {
         let ssa = PatchParams::apply(FIELD_MANAGER).force();
         let ns = transform::downstream_namespace(key);
-        if new {
-            let body = transform::downstream_namespace_object(key, &self.settings.sync_target);
-            Api::<Namespace>::all(self.downstream.clone())
-                .patch(&ns, &ssa, &Patch::Apply(body))
-                .await
-                .map_err(downstream(format!("applying namespace {ns}")))?;
+        let applying = || format!("applying {} {ns}/{}", key.kind.name(), key.name);
+        match self.copy_api(key).patch(&key.name, &ssa, &Patch::Apply(&desired)).await {
+            // An apply creates a missing object, so what is missing is the namespace.
+            Err(e) if is_not_found(&e) => {}
+            r => return r.map_err(downstream(applying())),
         }
-        self.copy_api(key).patch(&key.name, &ssa, &Patch::Apply(desired)).await.map_err(downstream(format!(
-            "applying {} {ns}/{}",
-            key.kind.name(),
-            key.name
-        )))
+        let body = transform::downstream_namespace_object(key, &self.settings.sync_target);
+        match Api::<Namespace>::all(self.downstream.clone()).patch(&ns, &ssa, &Patch::Apply(body)).await {
+            Ok(_) => {}
+            // Another copy's apply created it just now.
+            Err(e) if is_already_exists(&e) => {}
+            Err(e) => return Err(downstream(format!("applying namespace {ns}"))(e)),
+        }
+        self.copy_api(key).patch(&key.name, &ssa, &Patch::Apply(&desired)).await.map_err(downstream(applying()))
     }
 
     async fn push(&self, key: &Key, d: &Deployment, copy: Option<&Deployment>) -> Result<Next, Error> {
@@ -335,7 +338,7 @@ impl Syncer {
         let current = match copy {
             Some(c) if transform::covers(&to_value(c), &desired) => c.clone(),
             _ => {
-                let applied = self.apply_copy(key, desired, copy.is_none()).await?;
+                let applied = self.apply_copy(key, desired).await?;
                 applied.try_parse::<Deployment>().unwrap_or_default()
             }
         };
