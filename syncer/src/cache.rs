@@ -54,6 +54,16 @@ impl<K> Cache<K> {
         self.map.iter().map(|e| (e.key().clone(), e.value().clone())).collect()
     }
 
+    /// The objects whose keys pass `keep`, without copying any key.
+    pub fn values_where(&self, keep: impl Fn(&Key) -> bool) -> Vec<Arc<K>> {
+        self.map.iter().filter(|e| keep(e.key())).map(|e| e.value().clone()).collect()
+    }
+
+    /// The keys that pass `keep`.
+    pub fn keys_where(&self, keep: impl Fn(&Key) -> bool) -> Vec<Key> {
+        self.map.iter().filter(|e| keep(e.key())).map(|e| e.key().clone()).collect()
+    }
+
     /// Every object.
     pub fn values(&self) -> Vec<Arc<K>> {
         self.map.iter().map(|e| e.value().clone()).collect()

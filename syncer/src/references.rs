@@ -12,7 +12,7 @@
 //! token may read. A referenced object that does not exist yet is looked for again
 //! every [`MISSING_RETRY`].
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
@@ -69,17 +69,53 @@ pub fn assigned_targets(labels: Option<&BTreeMap<String, String>>) -> BTreeSet<S
         .collect()
 }
 
+/// All that [`wanted`] reads of one Deployment: the clusters it is assigned to, and
+/// what its pod template references.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Summary {
+    targets: BTreeSet<String>,
+    references: Option<transform::References>,
+}
+
+impl Summary {
+    /// The summary of `d`.
+    pub fn of(d: &Deployment) -> Self {
+        Self {
+            targets: assigned_targets(d.metadata.labels.as_ref()),
+            references: d.spec.as_ref().and_then(|s| s.template.spec.as_ref()).map(transform::References::of),
+        }
+    }
+}
+
+/// Whether a Deployment event can change any label: `now` is the Deployment's summary
+/// after the event (`None`: it is gone), and `seen` what each Deployment said when it
+/// last could. Status writes, finalizers and the like change nothing, and so do not
+/// queue their namespace, which would otherwise be worked through again (all of its
+/// Deployments) on every status change of any of them.
+pub fn relevant(seen: &mut HashMap<Key, Summary>, key: &Key, now: Option<Summary>) -> bool {
+    match now {
+        Some(now) if seen.get(key) == Some(&now) => false,
+        Some(now) => {
+            seen.insert(key.clone(), now);
+            true
+        }
+        None => {
+            seen.remove(key);
+            true
+        }
+    }
+}
+
 /// For each ConfigMap and Secret that the given Deployments reference, the clusters it
 /// must be on: the union of the clusters of the Deployments that reference it.
 pub fn wanted<'a>(deployments: impl IntoIterator<Item = &'a Deployment>) -> BTreeMap<(Kind, String), BTreeSet<String>> {
     let mut out: BTreeMap<(Kind, String), BTreeSet<String>> = BTreeMap::new();
     for d in deployments {
-        let targets = assigned_targets(d.metadata.labels.as_ref());
+        let Summary { targets, references } = Summary::of(d);
         if targets.is_empty() {
             continue;
         }
-        let Some(pod) = d.spec.as_ref().and_then(|s| s.template.spec.as_ref()) else { continue };
-        let refs = transform::References::of(pod);
+        let Some(refs) = references else { continue };
         let named = refs.config_maps.into_iter().map(|n| (Kind::ConfigMap, n)).chain(refs.secrets.into_iter().map(|n| (Kind::Secret, n)));
         for r in named {
             out.entry(r).or_default().extend(targets.iter().cloned());
@@ -150,12 +186,16 @@ pub async fn run(base: Client, resync: Duration) {
             secrets: cache::spawn(Api::all(wildcard), referenced, Kind::Secret, Key::upstream, tx.clone(), "referenced secrets"),
             base,
         });
-        // Every change queues its namespace.
+        // Every change that can change a label queues its namespace.
         let (ns_tx, ns_rx) = mpsc::unbounded_channel::<Namespace>();
         let forward = {
-            let ns_tx = ns_tx.clone();
+            let (ns_tx, c) = (ns_tx.clone(), c.clone());
             crate::AbortOnDrop(tokio::spawn(async move {
+                let mut seen = HashMap::new();
                 while let Some(k) = rx.recv().await {
+                    if k.kind == Kind::Deployment && !relevant(&mut seen, &k, c.deployments.get(&k).map(|d| Summary::of(&d))) {
+                        continue;
+                    }
                     if ns_tx.send(Namespace::of(&k)).is_err() {
                         return;
                     }
@@ -195,11 +235,10 @@ impl Controller {
         if !(self.deployments.synced() && self.config_maps.synced() && self.secrets.synced()) {
             return Ok(Next::After(MISSING_RETRY));
         }
-        let deployments: Vec<Arc<Deployment>> =
-            self.deployments.entries().into_iter().filter(|(k, _)| ns.holds(k)).map(|(_, d)| d).collect();
+        let deployments = self.deployments.values_where(|k| ns.holds(k));
         let mut objects = wanted(deployments.iter().map(|d| &**d));
         // What is labelled now but no longer wanted gets its labels taken away.
-        let labelled = self.config_maps.keys().into_iter().chain(self.secrets.keys()).filter(|k| ns.holds(k));
+        let labelled = self.config_maps.keys_where(|k| ns.holds(k)).into_iter().chain(self.secrets.keys_where(|k| ns.holds(k)));
         for k in labelled {
             objects.entry((k.kind, k.name)).or_default();
         }
@@ -290,6 +329,24 @@ mod tests {
                 ((Kind::Secret, "b-secret".to_string()), set(&["west"])),
             ])
         );
+    }
+
+    #[test]
+    fn only_events_that_change_assignment_or_references_count() {
+        let mut seen = HashMap::new();
+        let key = Key::new(Kind::Deployment, "ws", "default", "d");
+        let east = deployment(&[("state.workload.flotilla.io/east", "Sync")], "cfg", "sec");
+        assert!(relevant(&mut seen, &key, Some(Summary::of(&east))), "first sight");
+        let mut status_only = east.clone();
+        status_only.metadata.finalizers = Some(vec!["workload.flotilla.io/syncer-east".into()]);
+        status_only.status = Some(Default::default());
+        assert!(!relevant(&mut seen, &key, Some(Summary::of(&status_only))), "a finalizer and a status change nothing");
+        let moved = deployment(&[("state.workload.flotilla.io/west", "Sync")], "cfg", "sec");
+        assert!(relevant(&mut seen, &key, Some(Summary::of(&moved))), "reassigned");
+        let other = deployment(&[("state.workload.flotilla.io/west", "Sync")], "cfg2", "sec");
+        assert!(relevant(&mut seen, &key, Some(Summary::of(&other))), "another ConfigMap");
+        assert!(relevant(&mut seen, &key, None), "gone");
+        assert!(seen.is_empty());
     }
 
     #[test]
