@@ -80,6 +80,12 @@ impl ServerProc {
         Self::spawn(bin, tempfile::tempdir()?, &["start", "--listen", "127.0.0.1:0"], "admin.kubeconfig")
     }
 
+    /// `flotilla start --no-scheduler`: for the syncer scenarios, which assign workloads
+    /// themselves, as the scheduler would, so that their figures are the syncer's alone.
+    fn start_without_scheduler(bin: &Path) -> anyhow::Result<Self> {
+        Self::spawn(bin, tempfile::tempdir()?, &["start", "--no-scheduler", "--listen", "127.0.0.1:0"], "admin.kubeconfig")
+    }
+
     /// `flotilla sim-cluster` for one cluster definition, on a fresh data dir.
     fn sim(bin: &Path, name: &str, yaml: &str) -> anyhow::Result<Self> {
         let dir = tempfile::tempdir()?;
@@ -799,7 +805,7 @@ async fn syncer_latency(bin: &Path, clusters: usize, deployments: usize) -> anyh
     use std::sync::Mutex;
     type Seen = Arc<Mutex<HashMap<String, Instant>>>;
 
-    let cp = ServerProc::start(bin)?;
+    let cp = ServerProc::start_without_scheduler(bin)?;
     let data_dir = cp.kubeconfig.parent().unwrap().to_path_buf();
     let created: Seen = Arc::default();
     let down_available: Seen = Arc::default();
@@ -967,7 +973,7 @@ async fn syncer_steady(bin: &Path, objects: usize, resync: Duration) -> anyhow::
     const TARGET: &str = "steady";
     let deployments = objects / 2;
     let config_maps = objects - deployments;
-    let cp = ServerProc::start(bin)?;
+    let cp = ServerProc::start_without_scheduler(bin)?;
     let data_dir = cp.kubeconfig.parent().unwrap().to_path_buf();
     // 110 pods a node, with room to spare for one pod per Deployment.
     let nodes = deployments.div_ceil(100).max(2);
