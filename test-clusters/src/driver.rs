@@ -134,15 +134,22 @@ pub async fn run(api: Arc<Api>, mut sim: Simulator, mut stop: watch::Receiver<bo
     let span = tracing::info_span!("simulator", cluster = %sim.def().name);
     async move {
         loop {
-            // (Re)load everything, then follow events from the revision the load saw.
+            // (Re)load everything as it stood at one revision, then follow events from
+            // it. Listing each kind at its own latest revision would lose what changes
+            // between the lists: an object written after its kind was listed, but at a
+            // revision below the last list's, neither loads nor comes as an event.
             let mut cache = Cache::default();
-            let mut from = 0;
-            for kind in WATCHED {
-                let (items, rev) = api.store.list(&key_prefix(kind), None, None);
-                from = from.max(rev);
-                for (key, entry) in items {
+            let from = api.store.revision();
+            let loaded: Result<(), StoreError> = WATCHED.into_iter().try_for_each(|kind| {
+                for (key, entry) in api.store.list_at(&key_prefix(kind), None, from)? {
                     cache.apply(&key, Some(&entry.value.to_string()));
                 }
+                Ok(())
+            });
+            if let Err(e) = loaded {
+                tracing::warn!(error = %e, "loading the cluster failed; trying again");
+                tokio::time::sleep(DEBOUNCE).await;
+                continue;
             }
             let mut events = match api.store.watch("", from) {
                 Ok(s) => s,
@@ -185,13 +192,22 @@ pub async fn run(api: Arc<Api>, mut sim: Simulator, mut stop: watch::Receiver<bo
                         }
                         Some(Ok(ev)) => {
                             dirty |= absorb(&mut cache, &ev);
-                            // Take the rest of a burst before reconciling once.
+                            // Take the rest of a burst before reconciling once. A failed
+                            // stream reloads, as above: going on would skip what it lost.
                             let until = tokio::time::Instant::now() + DEBOUNCE;
+                            let mut lost = None;
                             while let Ok(Some(next)) = tokio::time::timeout_at(until, events.next()).await {
                                 match next {
                                     Ok(ev) => dirty |= absorb(&mut cache, &ev),
-                                    Err(_) => break,
+                                    Err(e) => {
+                                        lost = Some(e);
+                                        break;
+                                    }
                                 }
+                            }
+                            if let Some(e) = lost {
+                                tracing::warn!(error = %e, "the store watch failed during a burst; reloading");
+                                break;
                             }
                         }
                     },
