@@ -369,8 +369,8 @@ fn two_schedulers_one_acts_and_the_standby_takes_over() {
     assert!(f.flotilla(&["workspace", "create", "demo"]).ok);
     let dir = f.data_dir().to_str().unwrap().to_string();
     let log = |id: &str| f.data_dir().join(format!("scheduler-{id}.log"));
-    let (mut a, _) = spawn_ready(&["--data-dir", &dir, "scheduler", "--identity", "a"], &log("a"));
-    let (mut b, _) = spawn_ready(&["--data-dir", &dir, "scheduler", "--identity", "b"], &log("b"));
+    let mut a = Killed(spawn_ready(&["--data-dir", &dir, "scheduler", "--identity", "a"], &log("a")).0);
+    let mut b = Killed(spawn_ready(&["--data-dir", &dir, "scheduler", "--identity", "b"], &log("b")).0);
     let holder =
         || f.kubectl(&["get", "lease", "-n", "flotilla-system", "flotilla-scheduler", "-o", "jsonpath={.spec.holderIdentity}"]).stdout;
     let first = wait_for("a Lease holder", DEADLINE, || match holder().as_str() {
@@ -380,7 +380,7 @@ fn two_schedulers_one_acts_and_the_standby_takes_over() {
     f.apply(&["--context", "demo", "-n", "default"], &deployment("web", 1, "100m"));
     assert_eq!(wait_assignment(&f, "web", |a| !a.is_empty()), "east=1");
     let acted = |id: &str| std::fs::read_to_string(log(id)).unwrap_or_default().contains("became the leader");
-    let (leader, standby, second) = if first == "a" { (&mut a, &mut b, "b") } else { (&mut b, &mut a, "a") };
+    let (leader, _standby, second) = if first == "a" { (&mut a.0, &mut b.0, "b") } else { (&mut b.0, &mut a.0, "a") };
     assert!(acted(&first) && !acted(second), "only the Lease holder acts");
 
     // A graceful stop gives the Lease up; the standby takes over and schedules.
@@ -398,6 +398,14 @@ fn two_schedulers_one_acts_and_the_standby_takes_over() {
     f.apply(&["--context", "demo", "-n", "default"], &deployment("api", 1, "100m"));
     assert_eq!(wait_assignment(&f, "api", |a| !a.is_empty()), "east=1");
     assert_eq!(assignment(&f, "web"), "east=1", "the new leader moves nothing");
-    let _ = standby.kill();
-    let _ = standby.wait();
+}
+
+/// A child process killed when the test ends, pass or fail.
+struct Killed(std::process::Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
 }
