@@ -123,7 +123,7 @@ pub async fn run(base: Client, options: Options) {
                 Some(st) => {
                     let seen = b.observe(st);
                     if seen.beat {
-                        a.beat(&name, b.get(&name).map_or(0, |o| o.beats));
+                        a.beat(&name, b.beats(&name));
                     }
                     if seen.signature_changed {
                         send(&t, Trigger::Cluster(name));
@@ -160,7 +160,7 @@ pub async fn run(base: Client, options: Options) {
             store::spawn(Api::<WorkloadPlacement>::all(wildcard.clone()), config(), Workspace::Annotated, "workloadplacements", move |c| {
                 if let Some(wp) = &c.new {
                     for e in wp.status.iter().flat_map(|s| &s.clusters) {
-                        a.reported(&c.key, &e.name, e.replicas, b.get(&e.name).map_or(0, |o| o.beats));
+                        a.reported(&c.key, &e.name, e.replicas, b.beats(&e.name));
                     }
                 }
                 let mine = |wp: &Arc<WorkloadPlacement>| (wp.spec.clone(), wp.metadata.labels.clone());
@@ -288,14 +288,12 @@ impl Scheduler {
     fn affected(&self, t: Trigger) -> Vec<ObjKey> {
         match t {
             Trigger::Workload(k) => vec![k],
-            Trigger::Workspace(ws) => self.deployments.keys().into_iter().filter(|k| k.workspace == ws).collect(),
-            Trigger::Namespace(ws, ns) => self.deployments.keys().into_iter().filter(|k| k.workspace == ws && k.namespace == ns).collect(),
+            Trigger::Workspace(ws) => self.deployments.entries_where(|k, _| k.workspace == ws),
+            Trigger::Namespace(ws, ns) => self.deployments.entries_where(|k, _| k.workspace == ws && k.namespace == ns),
             Trigger::Cluster(name) => {
                 let mut keys: BTreeSet<ObjKey> = self.waiting.iter().map(|k| k.clone()).collect();
-                keys.extend(self.deployments.entries().into_iter().filter(|(_, d)| labelled(d).contains(&name)).map(|(k, _)| k));
-                keys.extend(
-                    self.placements.entries().into_iter().filter(|(_, wp)| wp.spec.clusters.iter().any(|c| c.name == name)).map(|(k, _)| k),
-                );
+                keys.extend(self.deployments.entries_where(|_, d| labelled(d).contains(&name)));
+                keys.extend(self.placements.entries_where(|_, wp| wp.spec.clusters.iter().any(|c| c.name == name)));
                 tracing::debug!(cluster = %name, workloads = keys.len(), "cluster changed");
                 keys.into_iter().collect()
             }
@@ -358,8 +356,7 @@ impl Scheduler {
         };
 
         let ns = self.namespaces.get(&ObjKey::new(&key.workspace, "", &key.namespace));
-        let rules: Vec<Arc<Placement>> =
-            self.rules.entries().into_iter().filter(|(k, _)| k.workspace == key.workspace).map(|(_, p)| p).collect();
+        let rules: Vec<Arc<Placement>> = self.rules.values_where(|k| k.workspace == key.workspace);
         let refs: Vec<&Placement> = rules.iter().map(|p| p.as_ref()).collect();
         let namespace = resolve::Namespace {
             name: &key.namespace,

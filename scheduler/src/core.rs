@@ -19,6 +19,7 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
+use std::sync::Arc;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use placement_api::quantity::Resources;
@@ -31,8 +32,9 @@ use crate::selector::{self, SelectorError};
 pub struct Cluster {
     /// The SyncTarget's name.
     pub name: String,
-    /// The SyncTarget's labels, which Placements select on.
-    pub labels: BTreeMap<String, String>,
+    /// The SyncTarget's labels, which Placements select on (shared, since every
+    /// decision gets a view of every cluster).
+    pub labels: Arc<BTreeMap<String, String>>,
     /// Its heartbeat is within the grace period.
     pub ready: bool,
     /// `spec.unschedulable`: no new workloads; those running stay.

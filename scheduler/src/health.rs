@@ -34,7 +34,7 @@ pub struct Signature {
     /// `evictAfter` has passed.
     pub draining: bool,
     /// Its labels.
-    pub labels: BTreeMap<String, String>,
+    pub labels: Arc<BTreeMap<String, String>>,
 }
 
 /// One cluster as last observed.
@@ -125,7 +125,7 @@ impl Book {
             ready: self.ready_at(seen, now) && capacity_known(t),
             cordoned: t.spec.unschedulable,
             draining: draining(t, jiff::Timestamp::now()),
-            labels: t.metadata.labels.clone().unwrap_or_default(),
+            labels: Arc::new(t.metadata.labels.clone().unwrap_or_default()),
         }
     }
 
@@ -183,6 +183,11 @@ impl Book {
             }
         }
         changed
+    }
+
+    /// How many new heartbeats of `name` have been seen (0 for an unknown cluster).
+    pub fn beats(&self, name: &str) -> u64 {
+        self.clusters.get(name).map_or(0, |o| o.beats)
     }
 
     /// A copy of one cluster's record.

@@ -89,9 +89,14 @@ impl<K> Store<K> {
         self.map.get(key).map(|e| e.value().clone())
     }
 
-    /// Every cached object with its key.
-    pub fn entries(&self) -> Vec<(ObjKey, Arc<K>)> {
-        self.map.iter().map(|e| (e.key().clone(), e.value().clone())).collect()
+    /// The cached objects whose key passes `keep`, without copying the other keys.
+    pub fn values_where(&self, keep: impl Fn(&ObjKey) -> bool) -> Vec<Arc<K>> {
+        self.map.iter().filter(|e| keep(e.key())).map(|e| e.value().clone()).collect()
+    }
+
+    /// The keys of the cached objects that pass `keep`.
+    pub fn entries_where(&self, keep: impl Fn(&ObjKey, &K) -> bool) -> Vec<ObjKey> {
+        self.map.iter().filter(|e| keep(e.key(), e.value())).map(|e| e.key().clone()).collect()
     }
 
     /// Every cached key.

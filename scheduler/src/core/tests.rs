@@ -7,7 +7,7 @@ const GI: u64 = 1 << 30;
 fn cluster(name: &str, cpu: u64, mem: u64) -> Cluster {
     Cluster {
         name: name.into(),
-        labels: BTreeMap::from([("region".to_string(), if name.starts_with("eu") { "eu" } else { "us" }.to_string())]),
+        labels: Arc::new(BTreeMap::from([("region".to_string(), if name.starts_with("eu") { "eu" } else { "us" }.to_string())])),
         ready: true,
         cordoned: false,
         draining: false,
