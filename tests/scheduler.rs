@@ -5,7 +5,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{signal, spawn_ready, wait_for, Flotilla, SimCluster};
+use common::{signal, spawn_ready, tail, wait_for, wait_until, Flotilla, SimCluster};
 
 const DEADLINE: Duration = Duration::from_secs(45);
 /// Fast heartbeats, so that failover tests finish in seconds; the grace still leaves
@@ -35,39 +35,18 @@ fn fleet(flags: &[&str], clusters: &[(&SimCluster, &[&str])]) -> Flotilla {
     let o = f.flotilla(&["workspace", "create", "demo"]);
     assert!(o.ok, "workspace create: {o:?}");
     // Every cluster Ready before the test applies anything.
-    wait_for("every cluster Ready", DEADLINE, || {
-        let out = f.k(&[
-            "get",
-            "st",
-            "-o",
-            r#"jsonpath={range .items[*]}{.metadata.name}={.status.conditions[?(@.type=="Ready")].status} {end}"#,
-        ]);
-        let ready = out.split_whitespace().filter(|s| s.ends_with("=True")).count();
-        if ready == clusters.len() {
-            Ok(())
-        } else {
-            Err(out)
-        }
-    });
+    let readiness = r#"jsonpath={range .items[*]}{.metadata.name}={.status.conditions[?(@.type=="Ready")].status} {end}"#;
+    wait_until(
+        "every cluster Ready",
+        DEADLINE,
+        || f.k(&["get", "st", "-o", readiness]),
+        |out| out.split_whitespace().filter(|s| s.ends_with("=True")).count() == clusters.len(),
+    );
     f
 }
 
 fn deployment(name: &str, replicas: u32, cpu: &str) -> String {
-    format!(
-        r#"apiVersion: apps/v1
-kind: Deployment
-metadata:
-  name: {name}
-  labels: {{app: {name}}}
-spec:
-  replicas: {replicas}
-  selector: {{matchLabels: {{app: {name}}}}}
-  template:
-    metadata: {{labels: {{app: {name}}}}}
-    spec:
-      containers: [{{name: app, image: "nginx:1.27", resources: {{requests: {{cpu: "{cpu}", memory: 64Mi}}}}}}]
-"#
-    )
+    common::deployment(name, replicas, cpu, "nginx:1.27", "")
 }
 
 /// `east=2 west=1`: the WorkloadPlacement's assignment, sorted.
@@ -85,11 +64,6 @@ fn wait_assignment(f: &Flotilla, name: &str, want: impl Fn(&str) -> bool) -> Str
             Err(format!("{a:?}\n--- server log tail ---\n{}", tail(&f.log())))
         }
     })
-}
-
-fn tail(s: &str) -> String {
-    let lines: Vec<&str> = s.lines().collect();
-    lines[lines.len().saturating_sub(20)..].join("\n")
 }
 
 fn rollout(f: &Flotilla, name: &str) {
@@ -137,14 +111,12 @@ fn places_by_room_divides_by_placement_and_reports_what_does_not_fit() {
     assert_eq!(wait_assignment(&f, "web", |a| !a.is_empty()), "east=3");
     rollout(&f, "web");
     assert_eq!(copy_replicas(&east, "web"), "3");
-    wait_for("the Scheduled Event in describe", DEADLINE, || {
-        let d = f.k(&["--context", "demo", "describe", "deploy", "web"]);
-        if d.contains("Scheduled") && d.contains("assigned to east=3 by Placement default") {
-            Ok(())
-        } else {
-            Err(d)
-        }
-    });
+    wait_until(
+        "the Scheduled Event in describe",
+        DEADLINE,
+        || f.k(&["--context", "demo", "describe", "deploy", "web"]),
+        |d| d.contains("Scheduled") && d.contains("assigned to east=3 by Placement default"),
+    );
     let wp = f.k(&["--context", "demo", "get", "wp", "web", "-o", r#"jsonpath={.status.conditions[?(@.type=="Scheduled")].status}"#]);
     assert_eq!(wp, "True");
 
@@ -162,13 +134,12 @@ fn places_by_room_divides_by_placement_and_reports_what_does_not_fit() {
     });
     rollout(&f, "web");
     let on = |c: &SimCluster| copy_replicas(c, "web").parse::<u32>().unwrap_or(0);
-    wait_for("copies matching the split", DEADLINE, || {
-        if on(&east) + on(&west) == 4 {
-            Ok(())
-        } else {
-            Err(format!("{split}: east {} west {}", on(&east), on(&west)))
-        }
-    });
+    wait_until(
+        "copies matching the split",
+        DEADLINE,
+        || format!("{split}: east {} west {}", on(&east), on(&west)),
+        |_| on(&east) + on(&west) == 4,
+    );
     // east has four times west's room: it takes the larger share.
     assert!(on(&east) > on(&west), "{split}");
 
@@ -178,26 +149,17 @@ fn places_by_room_divides_by_placement_and_reports_what_does_not_fit() {
         "apiVersion: scheduling.flotilla.io/v1alpha1\nkind: Placement\nmetadata: {name: eu}\nspec: {clusterSelector: {matchLabels: {region: eu}}}\n---\napiVersion: v1\nkind: Namespace\nmetadata: {name: europe, annotations: {scheduling.flotilla.io/placement: eu}}\n",
     );
     f.apply(&["--context", "demo", "-n", "europe"], &deployment("api", 1, "100m"));
-    let api_on = wait_for("api placed", DEADLINE, || {
-        let o = f.kubectl(&["--context", "demo", "-n", "europe", "get", "wp", "api", "-o", "jsonpath={.spec.clusters[*].name}"]);
-        if o.stdout.trim().is_empty() {
-            Err(format!("{o:?}"))
-        } else {
-            Ok(o.stdout.trim().to_string())
-        }
-    });
+    let api_on = wait_until(
+        "api placed",
+        DEADLINE,
+        || f.kubectl(&["--context", "demo", "-n", "europe", "get", "wp", "api", "-o", "jsonpath={.spec.clusters[*].name}"]).stdout,
+        |on| !on.trim().is_empty(),
+    );
     assert_eq!(api_on, "west");
 
     // Too big for any cluster: it stays pending, and says why, counted per reason.
     f.apply(&["--context", "demo", "-n", "default"], &deployment("huge", 1, "64"));
-    let why = wait_for("FailedScheduling for huge", DEADLINE, || {
-        let e = events(&f, "FailedScheduling");
-        if e.contains("huge: ") {
-            Ok(e)
-        } else {
-            Err(e)
-        }
-    });
+    let why = wait_until("FailedScheduling for huge", DEADLINE, || events(&f, "FailedScheduling"), |e| e.contains("huge: "));
     assert!(why.contains("huge: 0/2 clusters fit: 2 Insufficient cpu"), "{why}");
     let cond = f.k(&[
         "--context",
@@ -215,14 +177,11 @@ fn places_by_room_divides_by_placement_and_reports_what_does_not_fit() {
 
     // Deleting a workload deletes its WorkloadPlacement once the copies are gone.
     f.k(&["--context", "demo", "delete", "deploy", "web", "--timeout=45s"]);
-    wait_for("web's WorkloadPlacement deleted", DEADLINE, || {
+    let get_wp = || {
         let o = f.kubectl(&["--context", "demo", "get", "wp", "web"]);
-        if !o.ok && o.stderr.contains("NotFound") {
-            Ok(())
-        } else {
-            Err(format!("{o:?}"))
-        }
-    });
+        format!("ok={} {}{}", o.ok, o.stdout, o.stderr)
+    };
+    wait_until("web's WorkloadPlacement deleted", DEADLINE, get_wp, |o| o.starts_with("ok=false") && o.contains("NotFound"));
     assert_eq!(copy_replicas(&east, "web"), "");
 }
 
@@ -262,14 +221,12 @@ fn fail_over(fault: Fault) {
     let available = killed.elapsed();
     let ready = f.k(&["get", "st", "east", "-o", r#"jsonpath={.status.conditions[?(@.type=="Ready")].reason}"#]);
     assert_eq!(ready, "HeartbeatMissed");
-    wait_for("the Rescheduled Event", DEADLINE, || {
-        let e = events(&f, "Rescheduled");
-        if e.contains("web: moved off east (NotReady); now on west=2") {
-            Ok(())
-        } else {
-            Err(e)
-        }
-    });
+    wait_until(
+        "the Rescheduled Event",
+        DEADLINE,
+        || events(&f, "Rescheduled"),
+        |e| e.contains("web: moved off east (NotReady); now on west=2"),
+    );
     eprintln!("failover: {moved} after {rescheduled:?}, Available after {available:?} (grace 4s)");
     assert!(rescheduled < Duration::from_secs(4 + 6), "rescheduling took {rescheduled:?}");
 
@@ -278,22 +235,9 @@ fn fail_over(fault: Fault) {
         Fault::Kill => east.launch(),
         Fault::Freeze => east.signal("CONT"),
     }
-    wait_for("east Ready again", DEADLINE, || {
-        let r = f.k(&["get", "st", "east", "-o", r#"jsonpath={.status.conditions[?(@.type=="Ready")].status}"#]);
-        if r == "True" {
-            Ok(())
-        } else {
-            Err(r)
-        }
-    });
-    wait_for("east's stale copy removed", DEADLINE, || {
-        let r = copy_replicas(&east, "web");
-        if r.is_empty() {
-            Ok(())
-        } else {
-            Err(r)
-        }
-    });
+    let ready = r#"jsonpath={.status.conditions[?(@.type=="Ready")].status}"#;
+    wait_until("east Ready again", DEADLINE, || f.k(&["get", "st", "east", "-o", ready]), |r| r == "True");
+    wait_until("east's stale copy removed", DEADLINE, || copy_replicas(&east, "web"), str::is_empty);
     assert_eq!(assignment(&f, "web"), "west=2");
 }
 
@@ -306,14 +250,7 @@ fn with_no_room_after_a_loss_the_workload_stays_until_a_cluster_registers() {
     rollout(&f, "web");
 
     east.kill9();
-    let why = wait_for("FailedScheduling after the loss", DEADLINE, || {
-        let e = events(&f, "FailedScheduling");
-        if e.contains("web: ") {
-            Ok(e)
-        } else {
-            Err(e)
-        }
-    });
+    let why = wait_until("FailedScheduling after the loss", DEADLINE, || events(&f, "FailedScheduling"), |e| e.contains("web: "));
     assert!(why.contains("web: 0/1 clusters fit: 1 NotReady; it stays on east=2 until a cluster fits"), "{why}");
     assert_eq!(assignment(&f, "web"), "east=2", "nothing is taken away when nothing fits");
     let labels = f.k(&["--context", "demo", "get", "deploy", "web", "-o", "jsonpath={.metadata.labels}"]);
@@ -335,14 +272,7 @@ fn cordon_takes_no_new_work_and_drain_moves_it_all() {
 
     let o = f.flotilla(&["cluster", "cordon", "east"]);
     assert!(o.ok, "{o:?}");
-    wait_for("east cordoned", DEADLINE, || {
-        let s = f.k(&["get", "st", "east", "-o", "jsonpath={.status.schedulable}"]);
-        if s == "Cordoned" {
-            Ok(())
-        } else {
-            Err(s)
-        }
-    });
+    wait_until("east cordoned", DEADLINE, || f.k(&["get", "st", "east", "-o", "jsonpath={.status.schedulable}"]), |s| s == "Cordoned");
     f.apply(&["--context", "demo", "-n", "default"], &deployment("b", 1, "100m"));
     assert_eq!(wait_assignment(&f, "b", |a| !a.is_empty()), "west=1", "a cordoned cluster takes nothing new");
     assert_eq!(assignment(&f, "a"), "east=1", "what runs on a cordoned cluster stays");
@@ -351,14 +281,7 @@ fn cordon_takes_no_new_work_and_drain_moves_it_all() {
     assert!(o.ok, "{o:?}");
     assert_eq!(wait_assignment(&f, "a", |a| a == "west=1"), "west=1");
     rollout(&f, "a");
-    wait_for("the drained cluster empty", DEADLINE, || {
-        let r = copy_replicas(&east, "a");
-        if r.is_empty() {
-            Ok(())
-        } else {
-            Err(r)
-        }
-    });
+    wait_until("the drained cluster empty", DEADLINE, || copy_replicas(&east, "a"), str::is_empty);
 }
 
 #[test]
@@ -388,7 +311,7 @@ fn two_schedulers_one_acts_and_the_standby_takes_over() {
     let status = leader.wait().expect("wait for the leader");
     assert!(status.success(), "the leader exits cleanly on SIGTERM: {status:?}");
     let took_over = Instant::now();
-    wait_for("the standby holding the Lease", DEADLINE, || if holder() == second { Ok(()) } else { Err(holder()) });
+    wait_until("the standby holding the Lease", DEADLINE, holder, |h| h == second);
     let leader_log = std::fs::read_to_string(log(&first)).unwrap_or_default();
     assert!(
         took_over.elapsed() < Duration::from_secs(5),

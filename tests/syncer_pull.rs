@@ -8,7 +8,7 @@ mod common;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use common::{assigned, copies, wait_for, Flotilla, Out, PullSyncer, SimCluster};
+use common::{assigned, copies, wait_for, wait_until, Flotilla, Out, PullSyncer, SimCluster};
 
 const EAST: &str = "name: east\nnodes:\n  - {count: 2, cpu: \"4\", memory: 8Gi, pods: 110}\nstartupDelay: 200ms\n";
 const DEADLINE: Duration = Duration::from_secs(30);
@@ -64,14 +64,12 @@ fn pull_mode_syncs_with_a_token_that_reaches_only_its_own_objects() {
     let o = f.kubectl(&["--context", "demo", "rollout", "status", "deploy/web", "--timeout=30s"]);
     assert!(o.ok && o.stdout.contains("successfully rolled out"), "{o:?}\nsyncer log:\n{}", _syncer.log());
     assert!(copies(&east).ends_with("web=2 nginx:1.27"), "{}", copies(&east));
-    wait_for("a heartbeat with capacity", DEADLINE, || {
-        let st = f.k(&["--context", "root", "get", "st", "east", "-o", "jsonpath={.status.workloads} {.status.cpu}"]);
-        if st.starts_with("1 ") && st.len() > 2 {
-            Ok(())
-        } else {
-            Err(st)
-        }
-    });
+    wait_until(
+        "a heartbeat with capacity",
+        DEADLINE,
+        || f.k(&["--context", "root", "get", "st", "east", "-o", "jsonpath={.status.workloads} {.status.cpu}"]),
+        |st| st.starts_with("1 ") && st.len() > 2,
+    );
 
     // What the token may do.
     let own = as_syncer(&f, &upstream, "root", &["get", "synctarget", "east", "-o", "name"]);
@@ -170,14 +168,12 @@ fn a_syncer_killed_mid_sync_converges_with_no_duplicates_and_no_orphans() {
     let namespaces: std::collections::BTreeSet<&str> = got.lines().filter_map(|l| l.split_once('/')).map(|(ns, _)| ns).collect();
     assert_eq!(namespaces.len(), 1, "{got}");
     // Every deletion completed, and no finalizer is left on the unassigned ones.
-    wait_for("the deletions completed", DEADLINE, || {
-        let left = f.k(&["--context", "demo", "get", "deploy", "-o", "name"]);
-        if ["app0", "app1", "app2"].iter().all(|n| !left.contains(&format!("/{n}\n"))) {
-            Ok(())
-        } else {
-            Err(left)
-        }
-    });
+    wait_until(
+        "the deletions completed",
+        DEADLINE,
+        || f.k(&["--context", "demo", "get", "deploy", "-o", "name"]),
+        |left| ["app0", "app1", "app2"].iter().all(|n| !left.contains(&format!("/{n}\n"))),
+    );
     for i in 3..5 {
         let fin = f.k(&["--context", "demo", "get", "deploy", &format!("app{i}"), "-o", "jsonpath={.metadata.finalizers}"]);
         assert_eq!(fin.trim(), "", "app{i} keeps no finalizer of the syncer");

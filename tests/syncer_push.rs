@@ -8,7 +8,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{assigned, copies, wait_for, Flotilla, SimCluster};
+use common::{assigned, copies, wait_for, wait_until, Flotilla, SimCluster};
 
 const EAST: &str = "name: east\nnodes:\n  - {count: 2, cpu: \"4\", memory: 8Gi, pods: 110}\nstartupDelay: 200ms\n";
 const DEADLINE: Duration = Duration::from_secs(30);
@@ -71,14 +71,7 @@ fn an_assigned_deployment_runs_downstream_and_rolls_out_upstream() {
 
     // An upstream change propagates and rolls out again.
     f.k(&["--context", "demo", "set", "image", "deploy/web", "app=nginx:1.28"]);
-    wait_for("the new image downstream", DEADLINE, || {
-        let c = copies(&east);
-        if c.ends_with("web=3 nginx:1.28") {
-            Ok(())
-        } else {
-            Err(c)
-        }
-    });
+    wait_until("the new image downstream", DEADLINE, || copies(&east), |c| c.ends_with("web=3 nginx:1.28"));
     let o = f.kubectl(&["--context", "demo", "rollout", "status", "deploy/web", "--timeout=30s"]);
     assert!(o.ok && o.stdout.contains("successfully rolled out"), "{o:?}");
 
@@ -126,14 +119,7 @@ fn deletion_and_unassignment_remove_the_copies_and_their_namespace() {
     let (f, east) = fleet();
     f.apply(&["--context", "demo", "-n", "default"], &assigned("gone", 1, 1, "nginx:1.27"));
     f.apply(&["--context", "demo", "-n", "default"], &assigned("moved", 1, 1, "nginx:1.27"));
-    wait_for("both copies", DEADLINE, || {
-        let c = copies(&east);
-        if c.lines().count() == 2 {
-            Ok(())
-        } else {
-            Err(c)
-        }
-    });
+    wait_until("both copies", DEADLINE, || copies(&east), |c| c.lines().count() == 2);
 
     // Deleting upstream waits for the copy to go (the finalizer), then completes.
     let o = f.kubectl(&["--context", "demo", "delete", "deploy", "gone", "--timeout=30s"]);
@@ -144,22 +130,13 @@ fn deletion_and_unassignment_remove_the_copies_and_their_namespace() {
     // Unassigning (the label removed) deletes the copy and releases the finalizer.
     f.k(&["--context", "demo", "label", "deploy", "moved", "state.workload.flotilla.io/east-"]);
     wait_for("the unassigned copy removed", DEADLINE, || Some(copies(&east)).filter(String::is_empty).ok_or_else(|| copies(&east)));
-    wait_for("the finalizer released", DEADLINE, || {
-        let fin = f.k(&["--context", "demo", "get", "deploy", "moved", "-o", "jsonpath={.metadata.finalizers}"]);
-        if fin.is_empty() {
-            Ok(())
-        } else {
-            Err(fin)
-        }
-    });
-    wait_for("the emptied namespace removed", DEADLINE, || {
-        let ns = flotilla_namespaces(&east);
-        if ns.is_empty() {
-            Ok(())
-        } else {
-            Err(ns)
-        }
-    });
+    wait_until(
+        "the finalizer released",
+        DEADLINE,
+        || f.k(&["--context", "demo", "get", "deploy", "moved", "-o", "jsonpath={.metadata.finalizers}"]),
+        |fin| fin.is_empty(),
+    );
+    wait_until("the emptied namespace removed", DEADLINE, || flotilla_namespaces(&east), |ns| ns.is_empty());
 }
 
 #[test]
@@ -227,14 +204,12 @@ data: {a: b}
             Err(format!("namespaces: {ns:?}; copies: {left:?}"))
         }
     });
-    wait_for("the upstream labels removed", DEADLINE, || {
-        let l = f.k(&["--context", "demo", "get", "cm,secret", "-l", "workload.flotilla.io/referenced", "-o", "name"]);
-        if l.trim().is_empty() {
-            Ok(())
-        } else {
-            Err(l)
-        }
-    });
+    wait_until(
+        "the upstream labels removed",
+        DEADLINE,
+        || f.k(&["--context", "demo", "get", "cm,secret", "-l", "workload.flotilla.io/referenced", "-o", "name"]),
+        |l| l.trim().is_empty(),
+    );
     assert_eq!(f.k(&["--context", "demo", "get", "cm", "web-config", "-o", "jsonpath={.data.greeting}"]), "hi");
 }
 

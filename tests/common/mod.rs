@@ -299,7 +299,8 @@ impl Drop for SimCluster {
     }
 }
 
-fn tail(s: &str) -> String {
+/// The last 30 lines of a log.
+pub fn tail(s: &str) -> String {
     let lines: Vec<&str> = s.lines().collect();
     lines[lines.len().saturating_sub(30)..].join("\n")
 }
@@ -320,22 +321,44 @@ pub fn wait_for<T>(what: &str, timeout: Duration, mut check: impl FnMut() -> Res
     }
 }
 
-/// A Deployment assigned to `east` with `share` replicas there, as the scheduler writes it.
-pub fn assigned(name: &str, replicas: u32, share: u32, image: &str) -> String {
+/// Polls `observe` until what it sees passes `ok`, and returns that; panics with the
+/// last observation after `timeout`.
+pub fn wait_until(what: &str, timeout: Duration, mut observe: impl FnMut() -> String, ok: impl Fn(&str) -> bool) -> String {
+    wait_for(what, timeout, || {
+        let seen = observe();
+        if ok(&seen) {
+            Ok(seen)
+        } else {
+            Err(seen)
+        }
+    })
+}
+
+/// A Deployment of `replicas` one-container pods, each requesting `cpu` and 64Mi, with
+/// the label `app: <name>` and the `extra_labels` (`k: v, ...`, or empty).
+pub fn deployment(name: &str, replicas: u32, cpu: &str, image: &str, extra_labels: &str) -> String {
+    let extra = if extra_labels.is_empty() { String::new() } else { format!(", {extra_labels}") };
     format!(
         r#"apiVersion: apps/v1
 kind: Deployment
 metadata:
   name: {name}
-  labels: {{app: {name}, state.workload.flotilla.io/east: Sync}}
+  labels: {{app: {name}{extra}}}
 spec:
   replicas: {replicas}
   selector: {{matchLabels: {{app: {name}}}}}
   template:
     metadata: {{labels: {{app: {name}}}}}
     spec:
-      containers: [{{name: app, image: "{image}", resources: {{requests: {{cpu: 100m, memory: 64Mi}}}}}}]
----
+      containers: [{{name: app, image: "{image}", resources: {{requests: {{cpu: "{cpu}", memory: 64Mi}}}}}}]
+"#
+    )
+}
+
+/// A Deployment assigned to `east` with `share` replicas there, as the scheduler writes it.
+pub fn assigned(name: &str, replicas: u32, share: u32, image: &str) -> String {
+    format!(
+        r#"{}---
 apiVersion: scheduling.flotilla.io/v1alpha1
 kind: WorkloadPlacement
 metadata:
@@ -345,7 +368,8 @@ spec:
   workload: {{apiVersion: apps/v1, kind: Deployment, name: {name}}}
   placement: default
   clusters: [{{name: east, replicas: {share}}}]
-"#
+"#,
+        deployment(name, replicas, "100m", image, "state.workload.flotilla.io/east: Sync")
     )
 }
 
