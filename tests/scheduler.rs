@@ -229,6 +229,26 @@ fn fail_over(fault: Fault) {
     );
     eprintln!("failover: {moved} after {rescheduled:?}, Available after {available:?} (grace 4s)");
     assert!(rescheduled < Duration::from_secs(4 + 6), "rescheduling took {rescheduled:?}");
+    // What an operator alerts on: the failover, and the lost cluster's health.
+    let metrics = f.kubectl(&["get", "--raw", "/metrics"]).stdout;
+    let metric = |line: &str| metrics.lines().find(|l| l.starts_with(line)).map(|l| l.to_string());
+    assert_eq!(
+        metric("flotilla_scheduler_failovers_total{cause=\"NotReady\"}").as_deref(),
+        Some(r#"flotilla_scheduler_failovers_total{cause="NotReady"} 1"#)
+    );
+    assert_eq!(
+        metric("flotilla_scheduler_cluster_ready{cluster=\"east\"}").as_deref(),
+        Some(r#"flotilla_scheduler_cluster_ready{cluster="east"} 0"#)
+    );
+    assert_eq!(
+        metric("flotilla_scheduler_cluster_ready{cluster=\"west\"}").as_deref(),
+        Some(r#"flotilla_scheduler_cluster_ready{cluster="west"} 1"#)
+    );
+    let age: f64 = metric("flotilla_scheduler_cluster_heartbeat_age_seconds{cluster=\"east\"}")
+        .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+        .unwrap_or_else(|| panic!("east's heartbeat age is exported:\n{metrics}"));
+    assert!(age > 4.0, "east's last heartbeat is older than the grace: {age}");
+    assert!(metric("flotilla_scheduler_decision_duration_seconds_count").is_some_and(|l| !l.ends_with(" 0")), "{metrics}");
 
     // The cluster comes back: its stale copy goes, and the workload stays on west.
     match fault {

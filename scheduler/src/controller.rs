@@ -42,6 +42,7 @@ use crate::assumed::Assumed;
 use crate::core::{self, Share};
 use crate::events::{self, Recorder};
 use crate::health::{self, Book};
+use crate::metrics::Metrics;
 use crate::resolve;
 use crate::store::{self, ObjKey, Store, Workspace};
 
@@ -56,6 +57,8 @@ pub struct Options {
     pub concurrency: usize,
     /// This process's name in Events.
     pub instance: String,
+    /// Where decisions, failures and cluster health are counted.
+    pub metrics: Metrics,
 }
 
 impl Default for Options {
@@ -65,6 +68,7 @@ impl Default for Options {
             resync: Duration::from_secs(60),
             concurrency: 16,
             instance: "flotilla-scheduler".into(),
+            metrics: Metrics::default(),
         }
     }
 }
@@ -74,6 +78,37 @@ const HEALTH_TICK: Duration = Duration::from_millis(250);
 
 /// The reason of `Scheduled=False`.
 pub const REASON_UNSCHEDULABLE: &str = "Unschedulable";
+
+/// Why a cluster left a workload's assignment.
+#[derive(Debug, Clone, Copy)]
+enum Left {
+    Deregistered,
+    NotReady,
+    Draining,
+    NotChosen,
+}
+
+impl Left {
+    /// How the Event says it.
+    fn text(self) -> &'static str {
+        match self {
+            Left::Deregistered => "deregistered",
+            Left::NotReady => "NotReady",
+            Left::Draining => "draining",
+            Left::NotChosen => "no longer chosen",
+        }
+    }
+
+    /// The failover metric's `cause`, when the move was a failover or an eviction.
+    fn failover(self) -> Option<&'static str> {
+        match self {
+            Left::Deregistered => Some("Deregistered"),
+            Left::NotReady => Some("NotReady"),
+            Left::Draining => Some("Draining"),
+            Left::NotChosen => None,
+        }
+    }
+}
 
 /// Something that may change decisions.
 enum Trigger {
@@ -98,6 +133,34 @@ struct Scheduler {
     /// once never both count the same free room.
     deciding: Mutex<()>,
     recorder: Recorder,
+    metrics: Metrics,
+}
+
+/// What one reconcile came to, for the metrics.
+enum Outcome {
+    /// The workload has an assignment that fits.
+    Scheduled,
+    /// Nothing fits, or its Placement cannot be used.
+    Unschedulable,
+    /// Nothing to decide: the workload is gone or going.
+    Skipped,
+}
+
+/// Sets the leader gauge while the scheduling loop runs; it is dropped when the loop
+/// stops or is aborted because the Lease was lost.
+struct Leading(Metrics);
+
+impl Leading {
+    fn new(metrics: &Metrics) -> Self {
+        metrics.leader.set(1.0);
+        Leading(metrics.clone())
+    }
+}
+
+impl Drop for Leading {
+    fn drop(&mut self) {
+        self.0.leader.set(0.0);
+    }
 }
 
 fn send(tx: &mpsc::UnboundedSender<Trigger>, t: Trigger) {
@@ -116,7 +179,8 @@ pub async fn run(base: Client, options: Options) {
         let root = clients::workspace(&base, ROOT_WORKSPACE);
         let config = watcher::Config::default;
 
-        let (b, a, t) = (book.clone(), assumed.clone(), tx.clone());
+        let _leading = Leading::new(&options.metrics);
+        let (b, a, t, m) = (book.clone(), assumed.clone(), tx.clone(), options.metrics.clone());
         let targets = store::spawn(Api::<SyncTarget>::all(root), config(), Workspace::Fixed(ROOT_WORKSPACE), "synctargets", move |c| {
             let name = c.key.name.clone();
             match c.new {
@@ -133,6 +197,7 @@ pub async fn run(base: Client, options: Options) {
                 }
                 None => {
                     b.remove(&name);
+                    m.forget_cluster(&name);
                     send(&t, Trigger::Cluster(name));
                 }
             }
@@ -209,6 +274,7 @@ pub async fn run(base: Client, options: Options) {
             assumed,
             waiting: DashSet::new(),
             deciding: Mutex::new(()),
+            metrics: options.metrics.clone(),
         });
         let (keys_tx, keys) = mpsc::unbounded_channel::<ObjKey>();
 
@@ -318,6 +384,7 @@ impl Scheduler {
             let now = Time(jiff::Timestamp::now());
             for o in self.book.all() {
                 let Some(name) = o.target.metadata.name.clone() else { continue };
+                self.metrics.cluster(&name, o.heartbeat_age(), o.signature.ready);
                 let rv = o.target.metadata.resource_version.clone();
                 if written.get(&name).is_some_and(|w| *w == rv) {
                     continue;
@@ -343,11 +410,25 @@ impl Scheduler {
     }
 
     async fn reconcile(&self, key: &ObjKey) -> Result<Next, anyhow::Error> {
-        let Some(d) = self.deployments.get(key) else { return self.forget(key).await };
+        let started = std::time::Instant::now();
+        let result = self.decide_and_write(key, started).await;
+        let label = match &result {
+            Ok((Outcome::Scheduled, _)) => "scheduled",
+            Ok((Outcome::Unschedulable, _)) => "unschedulable",
+            Ok((Outcome::Skipped, _)) => return result.map(|(_, next)| next),
+            Err(_) => "error",
+        };
+        self.metrics.attempt(label, started.elapsed());
+        self.metrics.pending.set(i64::try_from(self.waiting.len()).unwrap_or(i64::MAX));
+        result.map(|(_, next)| next)
+    }
+
+    async fn decide_and_write(&self, key: &ObjKey, started: std::time::Instant) -> Result<(Outcome, Next), anyhow::Error> {
+        let Some(d) = self.deployments.get(key) else { return Ok((Outcome::Skipped, self.forget(key).await?)) };
         if d.metadata.deletion_timestamp.is_some() {
             // The syncers clean up; the assignment stays until the object is gone.
             self.waiting.remove(key);
-            return Ok(Next::Done);
+            return Ok((Outcome::Skipped, Next::Done));
         }
         let wp = self.placements.get(key);
         let current: Vec<Share> = match &wp {
@@ -365,7 +446,10 @@ impl Scheduler {
         };
         let (rule, source) = match resolve::governing(d.metadata.annotations.as_ref(), namespace, &refs) {
             Ok(r) => r,
-            Err(message) => return self.fail(key, &d, wp.as_deref(), "", &current, message).await,
+            Err(message) => {
+                self.metrics.failure("PlacementUnusable");
+                return self.fail(key, &d, wp.as_deref(), "", &current, message).await.map(|n| (Outcome::Unschedulable, n));
+            }
         };
         let rule_name = rule.metadata.name.clone().unwrap_or_default();
         let template = d.spec.as_ref().and_then(|s| s.template.spec.as_ref());
@@ -373,7 +457,8 @@ impl Scheduler {
             Ok(r) => r.unwrap_or(Resources::ZERO).max(Resources::new(0, 0, 1)),
             Err(e) => {
                 let message = format!("the pod template's resource requests cannot be read: {e}; fix spec.template");
-                return self.fail(key, &d, wp.as_deref(), &rule_name, &current, message).await;
+                self.metrics.failure("InvalidRequests");
+                return self.fail(key, &d, wp.as_deref(), &rule_name, &current, message).await.map(|n| (Outcome::Unschedulable, n));
             }
         };
         let replicas = d.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1);
@@ -386,17 +471,21 @@ impl Scheduler {
                 clusters: u32::try_from(rule.spec.number_of_clusters).unwrap_or(1),
                 mode: rule.spec.replica_scheduling,
             };
-            let started = std::time::Instant::now();
             let result = core::decide(&views, &workload, &rule_view, &current);
-            tracing::debug!(micros = started.elapsed().as_micros() as u64, clusters = views.len(), "decided");
+            let took = started.elapsed();
+            self.metrics.decision.observe(took.as_secs_f64());
+            tracing::debug!(micros = took.as_micros() as u64, clusters = views.len(), "decided");
             if let Ok(shares) = &result {
                 self.assume(key, &current, shares, per_replica);
             }
             result
         };
         match decision {
-            Ok(shares) => self.place(key, &d, wp.as_deref(), &rule_name, &source, &current, shares).await,
-            Err(no_fit) => self.fail(key, &d, wp.as_deref(), &rule_name, &current, no_fit.to_string()).await,
+            Ok(shares) => self.place(key, &d, wp.as_deref(), &rule_name, &source, &current, shares).await.map(|n| (Outcome::Scheduled, n)),
+            Err(no_fit) => {
+                self.metrics.no_fit(&no_fit);
+                self.fail(key, &d, wp.as_deref(), &rule_name, &current, no_fit.to_string()).await.map(|n| (Outcome::Unschedulable, n))
+            }
         }
     }
 
@@ -411,12 +500,12 @@ impl Scheduler {
     }
 
     /// Why a cluster is no longer in a workload's assignment, for the Event.
-    fn why_left(&self, cluster: &str) -> &'static str {
+    fn why_left(&self, cluster: &str) -> Left {
         match self.book.get(cluster) {
-            None => "deregistered",
-            Some(o) if !o.signature.ready => "NotReady",
-            Some(o) if o.signature.draining => "draining",
-            Some(_) => "no longer chosen",
+            None => Left::Deregistered,
+            Some(o) if !o.signature.ready => Left::NotReady,
+            Some(o) if o.signature.draining => Left::Draining,
+            Some(_) => Left::NotChosen,
         }
     }
 
@@ -441,7 +530,16 @@ impl Scheduler {
             let (reason, note) = if before.is_empty() {
                 ("Scheduled", format!("assigned to {} by Placement {rule} ({source})", shares_text(&shares)))
             } else {
-                let left: Vec<String> = before.difference(&after).map(|c| format!("{c} ({})", self.why_left(c))).collect();
+                let left: Vec<String> = before
+                    .difference(&after)
+                    .map(|c| {
+                        let why = self.why_left(c);
+                        if let Some(cause) = why.failover() {
+                            self.metrics.failovers.with_label_values(&[cause]).inc();
+                        }
+                        format!("{c} ({})", why.text())
+                    })
+                    .collect();
                 let note = if left.is_empty() {
                     format!("now on {} (Placement {rule})", shares_text(&shares))
                 } else {

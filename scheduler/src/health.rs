@@ -57,6 +57,14 @@ pub struct Observed {
     pub signature: Signature,
 }
 
+impl Observed {
+    /// How long ago this process saw the cluster's last new heartbeat; `None` if it
+    /// has seen none and does not trust the stored state.
+    pub fn heartbeat_age(&self) -> Option<Duration> {
+        self.beat_seen_at.map(|s| s.elapsed())
+    }
+}
+
 /// What an observation changed.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct Observation {

@@ -9,7 +9,8 @@
 //! - [`assumed`]: room handed out that heartbeats do not show yet.
 //!
 //! Around them, [`controller`] watches and writes, [`events`] records Events on the
-//! workloads, and [`leader`] makes sure only one scheduler process acts at a time.
+//! workloads, [`leader`] makes sure only one scheduler process acts at a time, and
+//! [`metrics`] counts decisions, failures, failovers and cluster health.
 
 #![warn(missing_docs)]
 
@@ -19,6 +20,7 @@ pub mod core;
 pub mod events;
 pub mod health;
 pub mod leader;
+pub mod metrics;
 pub mod resolve;
 pub mod selector;
 pub mod store;

@@ -9,6 +9,8 @@ use crate::cli::StartArgs;
 /// Runs until Ctrl-C or SIGTERM, then shuts down gracefully.
 pub async fn run(data_dir: &Path, args: StartArgs) -> anyhow::Result<()> {
     let registry = prometheus::Registry::new();
+    // The scheduler's metrics are served on the control plane's /metrics.
+    let scheduler_metrics = scheduler::metrics::Metrics::new(&registry)?;
     let srv = server::start(ServerConfig::control_plane(data_dir, args.listen), registry).await?;
     println!("flotilla control plane serving on {}", controlplane::kubeconfig::server_url(srv.addr));
     println!("kubeconfig: {}", srv.kubeconfig.display());
@@ -25,6 +27,7 @@ pub async fn run(data_dir: &Path, args: StartArgs) -> anyhow::Result<()> {
         let options = scheduler::Options {
             heartbeat_grace: args.heartbeat_grace,
             instance: format!("flotilla-start-{}", std::process::id()),
+            metrics: scheduler_metrics,
             ..Default::default()
         };
         Ok((base, options))
