@@ -13,8 +13,7 @@
 //! every [`MISSING_RETRY`].
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::Deployment;
@@ -35,29 +34,6 @@ use crate::{clients, transform};
 
 /// How often a referenced object that does not exist yet is looked for.
 pub const MISSING_RETRY: Duration = Duration::from_secs(2);
-
-/// One namespace of one workspace: the unit this controller works on.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-struct Namespace {
-    workspace: String,
-    namespace: String,
-}
-
-impl Namespace {
-    fn of(key: &Key) -> Self {
-        Self { workspace: key.workspace.clone(), namespace: key.namespace.clone() }
-    }
-
-    fn holds(&self, key: &Key) -> bool {
-        key.workspace == self.workspace && key.namespace == self.namespace
-    }
-}
-
-impl fmt::Display for Namespace {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}/{}", self.workspace, self.namespace)
-    }
-}
 
 /// The clusters a workload is assigned to, from its labels.
 pub fn assigned_targets(labels: Option<&BTreeMap<String, String>>) -> BTreeSet<String> {
@@ -87,41 +63,70 @@ impl Summary {
     }
 }
 
-/// Whether a Deployment event can change any label: `now` is the Deployment's summary
-/// after the event (`None`: it is gone), and `seen` what each Deployment said when it
-/// last could. Status writes, finalizers and the like change nothing, and so do not
-/// queue their namespace, which would otherwise be worked through again (all of its
-/// Deployments) on every status change of any of them.
-pub fn relevant(seen: &mut HashMap<Key, Summary>, key: &Key, now: Option<Summary>) -> bool {
-    match now {
-        Some(now) if seen.get(key) == Some(&now) => false,
-        Some(now) => {
-            seen.insert(key.clone(), now);
-            true
-        }
-        None => {
-            seen.remove(key);
-            true
-        }
+impl Summary {
+    /// The ConfigMaps and Secrets that Deployment `key` references, as keys in its
+    /// namespace.
+    fn objects(&self, key: &Key) -> Vec<Key> {
+        let Some(r) = &self.references else { return Vec::new() };
+        let named = |kind: Kind, names: &BTreeSet<String>| {
+            names.iter().map(|n| Key::new(kind, &key.workspace, &key.namespace, n)).collect::<Vec<_>>()
+        };
+        [named(Kind::ConfigMap, &r.config_maps), named(Kind::Secret, &r.secrets)].concat()
     }
 }
 
-/// For each ConfigMap and Secret that the given Deployments reference, the clusters it
-/// must be on: the union of the clusters of the Deployments that reference it.
-pub fn wanted<'a>(deployments: impl IntoIterator<Item = &'a Deployment>) -> BTreeMap<(Kind, String), BTreeSet<String>> {
-    let mut out: BTreeMap<(Kind, String), BTreeSet<String>> = BTreeMap::new();
-    for d in deployments {
-        let Summary { targets, references } = Summary::of(d);
-        if targets.is_empty() {
-            continue;
+/// Which Deployments reference each ConfigMap and Secret, kept up to date one
+/// Deployment event at a time, so that an event costs work in proportion to what it
+/// references rather than to the size of its namespace.
+#[derive(Debug, Default)]
+pub struct Index {
+    /// What each Deployment said when last seen.
+    summaries: HashMap<Key, Summary>,
+    /// The Deployments that reference each object.
+    referrers: HashMap<Key, BTreeSet<Key>>,
+}
+
+impl Index {
+    /// Takes in Deployment `key`'s summary after an event (`None`: it is gone), and
+    /// returns the objects whose labels may have to change: those it referenced before
+    /// or references now. Status writes, finalizers and the like change nothing and
+    /// return nothing.
+    pub fn update(&mut self, key: &Key, now: Option<Summary>) -> BTreeSet<Key> {
+        let old = match now {
+            Some(now) if self.summaries.get(key) == Some(&now) => return BTreeSet::new(),
+            Some(now) => self.summaries.insert(key.clone(), now),
+            None => self.summaries.remove(key),
+        };
+        let mut touched = BTreeSet::new();
+        for o in old.iter().flat_map(|s| s.objects(key)) {
+            if let Some(referrers) = self.referrers.get_mut(&o) {
+                referrers.remove(key);
+                if referrers.is_empty() {
+                    self.referrers.remove(&o);
+                }
+            }
+            touched.insert(o);
         }
-        let Some(refs) = references else { continue };
-        let named = refs.config_maps.into_iter().map(|n| (Kind::ConfigMap, n)).chain(refs.secrets.into_iter().map(|n| (Kind::Secret, n)));
-        for r in named {
-            out.entry(r).or_default().extend(targets.iter().cloned());
+        if let Some(now) = self.summaries.get(key) {
+            for o in now.objects(key) {
+                self.referrers.entry(o.clone()).or_default().insert(key.clone());
+                touched.insert(o);
+            }
         }
+        touched
     }
-    out
+
+    /// The clusters `object` must be on: the union of the clusters of the Deployments
+    /// that reference it.
+    pub fn wanted(&self, object: &Key) -> BTreeSet<String> {
+        let referrers = self.referrers.get(object).into_iter().flatten();
+        referrers.filter_map(|d| self.summaries.get(d)).flat_map(|s| s.targets.iter().cloned()).collect()
+    }
+
+    /// Every object some Deployment references.
+    pub fn objects(&self) -> Vec<Key> {
+        self.referrers.keys().cloned().collect()
+    }
 }
 
 /// The merge patch of `metadata.labels` that gives an object with `labels` exactly the
@@ -162,6 +167,7 @@ struct Controller {
     deployments: Arc<Cache<Deployment>>,
     config_maps: Arc<Cache<ConfigMap>>,
     secrets: Arc<Cache<Secret>>,
+    index: Mutex<Index>,
 }
 
 /// Runs until the task is dropped. `base` is a client of the control plane with no
@@ -184,20 +190,27 @@ pub async fn run(base: Client, resync: Duration) {
                 "referenced configmaps",
             ),
             secrets: cache::spawn(Api::all(wildcard), referenced, Kind::Secret, Key::upstream, tx.clone(), "referenced secrets"),
+            index: Mutex::default(),
             base,
         });
-        // Every change that can change a label queues its namespace.
-        let (ns_tx, ns_rx) = mpsc::unbounded_channel::<Namespace>();
+        // A Deployment event queues the objects it references, or referenced; an
+        // event on a labelled object queues that object.
+        let (objects_tx, objects_rx) = mpsc::unbounded_channel::<Key>();
         let forward = {
-            let (ns_tx, c) = (ns_tx.clone(), c.clone());
+            let (objects_tx, c) = (objects_tx.clone(), c.clone());
             crate::AbortOnDrop(tokio::spawn(async move {
-                let mut seen = HashMap::new();
                 while let Some(k) = rx.recv().await {
-                    if k.kind == Kind::Deployment && !relevant(&mut seen, &k, c.deployments.get(&k).map(|d| Summary::of(&d))) {
-                        continue;
-                    }
-                    if ns_tx.send(Namespace::of(&k)).is_err() {
-                        return;
+                    let touched = match k.kind {
+                        Kind::Deployment => {
+                            let now = c.deployments.get(&k).map(|d| Summary::of(&d));
+                            c.index.lock().unwrap_or_else(|e| e.into_inner()).update(&k, now)
+                        }
+                        Kind::ConfigMap | Kind::Secret => BTreeSet::from([k]),
+                    };
+                    for o in touched {
+                        if objects_tx.send(o).is_err() {
+                            return;
+                        }
                     }
                 }
             }))
@@ -209,19 +222,19 @@ pub async fn run(base: Client, resync: Duration) {
                 tick.tick().await;
                 loop {
                     tick.tick().await;
-                    let keys = c.deployments.keys().into_iter().chain(c.config_maps.keys()).chain(c.secrets.keys());
-                    let namespaces: BTreeSet<(String, String)> = keys.map(|k| (k.workspace, k.namespace)).collect();
-                    for (workspace, namespace) in namespaces {
-                        let _ = ns_tx.send(Namespace { workspace, namespace });
+                    let referenced = c.index.lock().unwrap_or_else(|e| e.into_inner()).objects();
+                    let labelled: BTreeSet<Key> = referenced.into_iter().chain(c.config_maps.keys()).chain(c.secrets.keys()).collect();
+                    for k in labelled {
+                        let _ = objects_tx.send(k);
                     }
                 }
             }))
         };
         drop(tx);
-        queue::run(ns_rx, 4, |ns| {
+        queue::run(objects_rx, 4, |object| {
             let c = c.clone();
-            let span = tracing::info_span!("label", namespace = %ns);
-            async move { c.reconcile(&ns).await }.instrument(span)
+            let span = tracing::info_span!("label", object = %object);
+            async move { c.reconcile(&object).await }.instrument(span)
         })
         .await;
         drop((forward, resync));
@@ -231,44 +244,31 @@ pub async fn run(base: Client, resync: Duration) {
 }
 
 impl Controller {
-    async fn reconcile(&self, ns: &Namespace) -> Result<Next, Error> {
+    async fn reconcile(&self, key: &Key) -> Result<Next, Error> {
         if !(self.deployments.synced() && self.config_maps.synced() && self.secrets.synced()) {
             return Ok(Next::After(MISSING_RETRY));
         }
-        let deployments = self.deployments.values_where(|k| ns.holds(k));
-        let mut objects = wanted(deployments.iter().map(|d| &**d));
-        // What is labelled now but no longer wanted gets its labels taken away.
-        let labelled = self.config_maps.keys_where(|k| ns.holds(k)).into_iter().chain(self.secrets.keys_where(|k| ns.holds(k)));
-        for k in labelled {
-            objects.entry((k.kind, k.name)).or_default();
-        }
-        let mut missing = false;
-        for ((kind, name), targets) in objects {
-            let key = Key::new(kind, &ns.workspace, &ns.namespace, &name);
-            let labels = match self.labels(&key).await? {
-                Some(l) => l,
-                None => {
-                    missing |= !targets.is_empty();
-                    continue;
-                }
-            };
-            let Some(patch) = label_patch(labels.as_ref(), &targets) else { continue };
-            let client = clients::workspace(&self.base, &ns.workspace);
-            let pp = PatchParams::default();
-            let result = match kind {
-                Kind::ConfigMap => {
-                    Api::<ConfigMap>::namespaced(client, &ns.namespace).patch(&name, &pp, &Patch::Merge(patch)).await.map(drop)
-                }
-                Kind::Secret => Api::<Secret>::namespaced(client, &ns.namespace).patch(&name, &pp, &Patch::Merge(patch)).await.map(drop),
-                Kind::Deployment => Ok(()),
-            };
-            match result {
-                Ok(()) => tracing::debug!(object = %key, clusters = ?targets, "labelled"),
-                Err(e) if is_not_found(&e) => missing |= !targets.is_empty(),
-                Err(e) => return Err(upstream(format!("labelling {key}"))(e)),
+        let targets = self.index.lock().unwrap_or_else(|e| e.into_inner()).wanted(key);
+        let Some(labels) = self.labels(key).await? else {
+            // It does not exist (yet): look again while something needs it.
+            return Ok(if targets.is_empty() { Next::Done } else { Next::After(MISSING_RETRY) });
+        };
+        let Some(patch) = label_patch(labels.as_ref(), &targets) else { return Ok(Next::Done) };
+        let client = clients::workspace(&self.base, &key.workspace);
+        let pp = PatchParams::default();
+        let result = match key.kind {
+            Kind::ConfigMap => {
+                Api::<ConfigMap>::namespaced(client, &key.namespace).patch(&key.name, &pp, &Patch::Merge(patch)).await.map(drop)
             }
+            Kind::Secret => Api::<Secret>::namespaced(client, &key.namespace).patch(&key.name, &pp, &Patch::Merge(patch)).await.map(drop),
+            Kind::Deployment => Ok(()),
+        };
+        match result {
+            Ok(()) => tracing::debug!(clusters = ?targets, "labelled"),
+            Err(e) if is_not_found(&e) => return Ok(if targets.is_empty() { Next::Done } else { Next::After(MISSING_RETRY) }),
+            Err(e) => return Err(upstream(format!("labelling {key}"))(e)),
         }
-        Ok(if missing { Next::After(MISSING_RETRY) } else { Next::Done })
+        Ok(Next::Done)
     }
 
     /// The labels of a referenced object: from the cache if it is labelled already,
@@ -314,39 +314,56 @@ mod tests {
         names.iter().map(|s| s.to_string()).collect()
     }
 
+    fn key(kind: Kind, name: &str) -> Key {
+        Key::new(kind, "ws", "default", name)
+    }
+
     #[test]
     fn a_referenced_object_goes_to_every_cluster_of_every_referrer() {
         let a = deployment(&[("state.workload.flotilla.io/east", "Sync"), ("app", "a")], "shared", "a-secret");
         let b = deployment(&[("state.workload.flotilla.io/west", "Sync")], "shared", "b-secret");
         let unassigned = deployment(&[("app", "c")], "lonely", "lonely");
         let pending = deployment(&[("state.workload.flotilla.io/north", "Pending")], "p", "p");
-        let w = wanted([&a, &b, &unassigned, &pending]);
-        assert_eq!(
-            w,
-            BTreeMap::from([
-                ((Kind::ConfigMap, "shared".to_string()), set(&["east", "west"])),
-                ((Kind::Secret, "a-secret".to_string()), set(&["east"])),
-                ((Kind::Secret, "b-secret".to_string()), set(&["west"])),
-            ])
-        );
+        let mut index = Index::default();
+        for (name, d) in [("a", &a), ("b", &b), ("c", &unassigned), ("p", &pending)] {
+            index.update(&key(Kind::Deployment, name), Some(Summary::of(d)));
+        }
+        assert_eq!(index.wanted(&key(Kind::ConfigMap, "shared")), set(&["east", "west"]));
+        assert_eq!(index.wanted(&key(Kind::Secret, "a-secret")), set(&["east"]));
+        assert_eq!(index.wanted(&key(Kind::Secret, "b-secret")), set(&["west"]));
+        assert_eq!(index.wanted(&key(Kind::ConfigMap, "lonely")), set(&[]), "an unassigned referrer wants nothing");
+        assert_eq!(index.wanted(&key(Kind::Secret, "p")), set(&[]), "nor does one only Pending somewhere");
+        assert_eq!(index.wanted(&key(Kind::Secret, "shared")), set(&[]), "a ConfigMap's name says nothing of a Secret");
+        // One referrer goes: the shared ConfigMap follows the other alone.
+        let touched = index.update(&key(Kind::Deployment, "a"), None);
+        assert_eq!(touched, BTreeSet::from([key(Kind::ConfigMap, "shared"), key(Kind::Secret, "a-secret")]));
+        assert_eq!(index.wanted(&key(Kind::ConfigMap, "shared")), set(&["west"]));
+        assert_eq!(index.wanted(&key(Kind::Secret, "a-secret")), set(&[]));
+        assert!(!index.objects().contains(&key(Kind::Secret, "a-secret")), "an object no one references is forgotten");
     }
 
     #[test]
     fn only_events_that_change_assignment_or_references_count() {
-        let mut seen = HashMap::new();
-        let key = Key::new(Kind::Deployment, "ws", "default", "d");
+        let mut index = Index::default();
+        let d = key(Kind::Deployment, "d");
+        let (cfg, sec) = (key(Kind::ConfigMap, "cfg"), key(Kind::Secret, "sec"));
         let east = deployment(&[("state.workload.flotilla.io/east", "Sync")], "cfg", "sec");
-        assert!(relevant(&mut seen, &key, Some(Summary::of(&east))), "first sight");
+        assert_eq!(index.update(&d, Some(Summary::of(&east))), BTreeSet::from([cfg.clone(), sec.clone()]), "first sight");
         let mut status_only = east.clone();
         status_only.metadata.finalizers = Some(vec!["workload.flotilla.io/syncer-east".into()]);
         status_only.status = Some(Default::default());
-        assert!(!relevant(&mut seen, &key, Some(Summary::of(&status_only))), "a finalizer and a status change nothing");
+        assert!(index.update(&d, Some(Summary::of(&status_only))).is_empty(), "a finalizer and a status change nothing");
         let moved = deployment(&[("state.workload.flotilla.io/west", "Sync")], "cfg", "sec");
-        assert!(relevant(&mut seen, &key, Some(Summary::of(&moved))), "reassigned");
+        assert_eq!(index.update(&d, Some(Summary::of(&moved))), BTreeSet::from([cfg.clone(), sec.clone()]), "reassigned");
         let other = deployment(&[("state.workload.flotilla.io/west", "Sync")], "cfg2", "sec");
-        assert!(relevant(&mut seen, &key, Some(Summary::of(&other))), "another ConfigMap");
-        assert!(relevant(&mut seen, &key, None), "gone");
-        assert!(seen.is_empty());
+        let cfg2 = key(Kind::ConfigMap, "cfg2");
+        assert_eq!(
+            index.update(&d, Some(Summary::of(&other))),
+            BTreeSet::from([cfg.clone(), cfg2.clone(), sec.clone()]),
+            "another ConfigMap"
+        );
+        assert_eq!(index.update(&d, None), BTreeSet::from([cfg2, sec]), "gone");
+        assert!(index.objects().is_empty() && index.summaries.is_empty());
     }
 
     #[test]
