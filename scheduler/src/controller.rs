@@ -66,7 +66,7 @@ impl Default for Options {
         Options {
             heartbeat_grace: Duration::from_secs(8),
             resync: Duration::from_secs(60),
-            concurrency: 16,
+            concurrency: 64,
             instance: "flotilla-scheduler".into(),
             metrics: Metrics::default(),
         }
@@ -548,7 +548,7 @@ impl Scheduler {
                 ("Rescheduled", note)
             };
             tracing::info!(reason, clusters = %shares_text(&shares), "placed");
-            self.recorder.deployment(key, d, events::Type::Normal, reason, note).await;
+            self.recorder.deployment(key, d, events::Type::Normal, reason, note);
         }
         let message = format!("Placement {rule} ({source}) placed it on {}", shares_text(&shares));
         if !self.set_scheduled(key, &wp, true, "Scheduled", &message).await? {
@@ -578,7 +578,7 @@ impl Scheduler {
         }
         if before.as_deref() != Some(message.as_str()) {
             tracing::info!(reason = %message, "no fit");
-            self.recorder.deployment(key, d, events::Type::Warning, "FailedScheduling", message).await;
+            self.recorder.deployment(key, d, events::Type::Warning, "FailedScheduling", message);
         }
         Ok(Next::Done)
     }
