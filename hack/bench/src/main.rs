@@ -19,6 +19,8 @@ use kube::api::{Api, DynamicObject, PostParams, WatchEvent, WatchParams};
 use kube::core::{ApiResource, GroupVersionKind};
 use serde_json::json;
 
+mod scheduler;
+
 #[derive(Parser, Debug)]
 #[command(about = "Flotilla control-plane benchmarks")]
 struct Args {
@@ -32,8 +34,8 @@ struct Args {
     #[arg(long)]
     json_out: Option<PathBuf>,
     /// Run one group of scenarios only: `syncer` is both `syncer-latency` and
-    /// `syncer-steady`.
-    #[arg(long, value_parser = ["controlplane", "sim", "syncer", "syncer-latency", "syncer-steady"])]
+    /// `syncer-steady`; `scheduler` is both `scheduler-assign` and `scheduler-failover`.
+    #[arg(long, value_parser = ["controlplane", "sim", "syncer", "syncer-latency", "syncer-steady", "scheduler", "scheduler-assign", "scheduler-failover"])]
     only: Option<String>,
 }
 
@@ -53,6 +55,11 @@ struct Sizes {
     steady_objects: usize,
     /// The steady syncer's resync interval; the window is two of them.
     steady_resync_secs: u64,
+    sched_clusters: usize,
+    sched_deployments: usize,
+    failover_deployments: usize,
+    /// Heartbeat (interval, grace) settings the failover runs at: the defaults first.
+    failover_settings: Vec<(u64, u64)>,
 }
 
 fn percentile(sorted: &[f64], p: f64) -> f64 {
@@ -104,12 +111,15 @@ impl ServerProc {
     }
 
     fn spawn(bin: &Path, dir: tempfile::TempDir, args: &[&str], kubeconfig: &str) -> anyhow::Result<Self> {
+        // Logs go to the data dir: a killed cluster's syncer retries loudly, and the
+        // report must stay readable.
+        let log = std::fs::File::create(dir.path().join("stderr.log"))?;
         let mut child = Command::new(bin)
             .args(["--data-dir", dir.path().to_str().unwrap()])
             .args(args)
             .env("RUST_LOG", "warn")
             .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
+            .stderr(Stdio::from(log))
             .spawn()
             .with_context(|| format!("starting {} (build it with cargo build --release)", bin.display()))?;
         use std::io::BufRead;
@@ -240,6 +250,10 @@ async fn main() -> anyhow::Result<()> {
             sync_deployments: 50,
             steady_objects: 500,
             steady_resync_secs: 5,
+            sched_clusters: 20,
+            sched_deployments: 1_000,
+            failover_deployments: 100,
+            failover_settings: vec![(2, 8)],
         }
     } else {
         Sizes {
@@ -256,6 +270,10 @@ async fn main() -> anyhow::Result<()> {
             sync_deployments: 1_000,
             steady_objects: 10_000,
             steady_resync_secs: 30,
+            sched_clusters: 100,
+            sched_deployments: 10_000,
+            failover_deployments: 1_000,
+            failover_settings: vec![(2, 8), (1, 4)],
         }
     };
     let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0);
@@ -437,6 +455,48 @@ async fn main() -> anyhow::Result<()> {
                    "control_plane_rss_mib": cp.rss_mib, "control_plane_rss_max_mib": cp.rss_max_mib,
                    "control_plane_cpu_pct": cp.cpu_pct, "control_plane_cpu_peak_1s_pct": cp.cpu_peak_pct}),
         );
+    }
+    if args.only.as_deref().is_none_or(|o| o == "scheduler" || o == "scheduler-assign") {
+        let f = scheduler::assign(&args.flotilla, s.sched_clusters, s.sched_deployments).await?;
+        report.add(
+            &format!("scheduler: decision p50 / p99 ({} on {})", f.deployments, f.clusters),
+            format!("{:.0} / {:.0} us ({} decisions)", f.decision_us.0, f.decision_us.1, f.decision_us.2),
+            "Karmada p99 32 ms".into(),
+            format!("{:.4} of Karmada's p99", f.decision_us.1 / 32_000.0),
+            json!({"scenario": "scheduler_decision", "clusters": f.clusters, "deployments": f.deployments,
+                   "p50_us": f.decision_us.0, "p99_us": f.decision_us.1, "decisions": f.decision_us.2}),
+        );
+        report.add(
+            &format!("scheduler: apply to all assigned ({} on {})", f.deployments, f.clusters),
+            format!("{:.1} s (each p50 / p99 {:.0} / {:.0} ms)", f.all_assigned_s, f.assigned_ms.0, f.assigned_ms.1),
+            format!("creates alone {:.1} s", f.creates_done_s),
+            format!("{:.2}x", f.all_assigned_s / f.creates_done_s),
+            json!({"scenario": "scheduler_assign", "clusters": f.clusters, "deployments": f.deployments,
+                   "all_assigned_s": f.all_assigned_s, "creates_done_s": f.creates_done_s,
+                   "p50_ms": f.assigned_ms.0, "p99_ms": f.assigned_ms.1, "max_ms": f.assigned_ms.2,
+                   "floor_create_p50_ms": f.floor_create_ms.0, "floor_create_p99_ms": f.floor_create_ms.1,
+                   "false_not_ready": f.false_not_ready,
+                   "writes_per_deployment": f.writes_per_deployment.iter().map(|(k, n)| (k.clone(), json!(n))).collect::<serde_json::Map<_, _>>(),
+                   "control_plane_rss_mib": f.control_plane_rss_mib, "control_plane_cpu_secs": f.control_plane_cpu_secs}),
+        );
+    }
+    if args.only.as_deref().is_none_or(|o| o == "scheduler" || o == "scheduler-failover") {
+        for (interval, grace) in &s.failover_settings {
+            let (interval, grace) = (Duration::from_secs(*interval), Duration::from_secs(*grace));
+            let f = scheduler::failover(&args.flotilla, s.failover_deployments, interval, grace).await?;
+            report.add(
+                &format!("failover: kill to all Available ({}, beat {}s/grace {}s)", f.deployments, f.heartbeat_interval_s, f.grace_s),
+                format!("{:.1} s (detected {:.1}, moved {:.1}-{:.1})", f.all_available_s, f.detected_s, f.first_moved_s, f.all_moved_s),
+                format!("grace {} s", f.grace_s),
+                format!("grace + {:.1} s", f.all_available_s - f.grace_s as f64),
+                json!({"scenario": "scheduler_failover", "deployments": f.deployments,
+                       "heartbeat_interval_s": f.heartbeat_interval_s, "grace_s": f.grace_s,
+                       "detected_s": f.detected_s, "first_moved_s": f.first_moved_s, "all_moved_s": f.all_moved_s,
+                       "all_available_s": f.all_available_s,
+                       "available_p50_s": f.available_s.0, "available_p99_s": f.available_s.1,
+                       "false_not_ready": f.false_not_ready}),
+            );
+        }
     }
     println!();
     println!("{:<52} {:<30} {:<26} RATIO", "SCENARIO", "RESULT", "FLOOR (same run)");

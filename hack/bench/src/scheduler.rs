@@ -1,0 +1,454 @@
+//! The scheduler's scenarios.
+//!
+//! - [`assign`]: many Deployments applied at once over many clusters. The clusters are
+//!   SyncTargets in pull mode whose heartbeats this harness writes, as their syncers
+//!   would, with a fixed capacity: the figures are the scheduler's and the control
+//!   plane's alone, with no syncer or cluster process sharing the two cores.
+//! - [`failover`]: real simulated clusters and push-mode syncers; one cluster that
+//!   hosts every Deployment is killed with SIGKILL, and the clock runs until each
+//!   Deployment is Available on another cluster.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+use k8s_openapi::api::apps::v1::Deployment;
+use kube::api::{Patch, PatchParams};
+
+use super::*;
+
+const STATE_LABEL_PREFIX: &str = "state.workload.flotilla.io/";
+
+/// The SyncTargets of `root`.
+fn sync_targets(root: kube::Client) -> Api<DynamicObject> {
+    let ar = ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("workload.flotilla.io", "v1alpha1", "SyncTarget"), "synctargets");
+    Api::all_with(root, &ar)
+}
+
+/// When each SyncTarget was first seen in some state.
+type NotReadySeen = Arc<Mutex<HashMap<String, Instant>>>;
+
+/// Watches the SyncTargets' `Ready` condition, as the scheduler's health controller
+/// writes it: when each cluster was first seen Ready, and when each first fell from
+/// Ready to NotReady.
+fn watch_readiness(root: kube::Client) -> (NotReadySeen, NotReadySeen, tokio::task::JoinHandle<anyhow::Result<()>>) {
+    let not_ready: NotReadySeen = Arc::default();
+    let ready: NotReadySeen = Arc::default();
+    let api = sync_targets(root);
+    let (nr, r) = (not_ready.clone(), ready.clone());
+    let task = tokio::spawn(async move {
+        let mut stream = api.watch(&WatchParams::default().timeout(290), "0").await?.boxed();
+        while let Some(ev) = stream.try_next().await? {
+            let now = Instant::now();
+            if let WatchEvent::Added(o) | WatchEvent::Modified(o) = ev {
+                let name = o.metadata.name.clone().unwrap_or_default();
+                let conditions = o.data.pointer("/status/conditions").and_then(|c| c.as_array()).cloned().unwrap_or_default();
+                let status = conditions.iter().find(|c| c["type"] == "Ready").and_then(|c| c["status"].as_str()).unwrap_or("");
+                // A new cluster is NotReady until its first heartbeat; only a fall
+                // from Ready counts.
+                match status {
+                    "False" if r.lock().unwrap().contains_key(&name) => {
+                        nr.lock().unwrap().entry(name).or_insert(now);
+                    }
+                    "True" => {
+                        r.lock().unwrap().entry(name).or_insert(now);
+                    }
+                    _ => {}
+                }
+            }
+        }
+        anyhow::Ok(())
+    });
+    (not_ready, ready, task)
+}
+
+/// A histogram read from `/metrics`: `(upper bound, cumulative count)` per bucket.
+fn histogram(metrics: &str, name: &str) -> Vec<(f64, f64)> {
+    let prefix = format!("{name}_bucket{{le=\"");
+    metrics
+        .lines()
+        .filter_map(|l| l.strip_prefix(&prefix))
+        .filter_map(|rest| {
+            let (le, count) = rest.split_once("\"} ")?;
+            let le = if le == "+Inf" { f64::INFINITY } else { le.parse().ok()? };
+            Some((le, count.trim().parse().ok()?))
+        })
+        .collect()
+}
+
+/// The `q` quantile of the observations between two readings of a histogram, by
+/// linear interpolation within the bucket, as Prometheus's `histogram_quantile` does.
+/// Returns the quantile and the number of observations.
+fn quantile(before: &[(f64, f64)], after: &[(f64, f64)], q: f64) -> (f64, f64) {
+    let diff: Vec<(f64, f64)> =
+        after.iter().map(|(le, n)| (*le, n - before.iter().find(|(b, _)| b == le).map_or(0.0, |(_, m)| *m))).collect();
+    let total = diff.last().map_or(0.0, |(_, n)| *n);
+    let rank = q * total;
+    let mut lower = (0.0, 0.0);
+    for (le, n) in &diff {
+        if *n >= rank && total > 0.0 {
+            if le.is_infinite() {
+                return (lower.0, total);
+            }
+            let within = if n - lower.1 > 0.0 { (rank - lower.1) / (n - lower.1) } else { 1.0 };
+            return (lower.0 + (le - lower.0) * within, total);
+        }
+        lower = (*le, *n);
+    }
+    (f64::NAN, total)
+}
+
+/// Write requests the API server has answered, by `verb resource`, from its
+/// `flotilla_apiserver_requests_total` counter.
+fn writes(metrics: &str) -> HashMap<String, f64> {
+    let mut out = HashMap::new();
+    for l in metrics.lines().filter_map(|l| l.strip_prefix("flotilla_apiserver_requests_total{")) {
+        let Some((labels, n)) = l.split_once("} ") else { continue };
+        let label =
+            |k: &str| labels.split(',').find_map(|kv| kv.strip_prefix(&format!("{k}=\""))).map(|v| v.trim_end_matches('"').to_string());
+        let (Some(verb), Some(resource)) = (label("verb"), label("resource")) else { continue };
+        if matches!(verb.as_str(), "create" | "update" | "patch" | "delete") {
+            *out.entry(format!("{verb} {resource}")).or_default() += n.trim().parse::<f64>().unwrap_or(0.0);
+        }
+    }
+    out
+}
+
+/// What a fake cluster's syncer reports: a fixed capacity, four equal nodes.
+fn fake_status(now: &str) -> serde_json::Value {
+    json!({"status": {
+        "lastSyncerHeartbeatTime": now,
+        "allocatable": {"cpu": "32", "memory": "128Gi", "pods": "440"},
+        "available": {"cpu": "32", "memory": "128Gi", "pods": "440"},
+        "nodeHeadroom": [{"cpu": "8", "memory": "32Gi", "pods": 110, "nodes": 4}],
+        "cpu": "32/32", "memory": "128Gi/128Gi",
+    }})
+}
+
+/// Beats for every fake cluster every `interval`, as many syncers would, until dropped.
+fn fake_heartbeats(api: Api<DynamicObject>, names: Vec<String>, interval: Duration) -> tokio::task::JoinHandle<anyhow::Result<()>> {
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(interval);
+        loop {
+            tick.tick().await;
+            let now = jiff::Timestamp::now().strftime("%Y-%m-%dT%H:%M:%SZ").to_string();
+            futures::stream::iter(names.clone())
+                .map(|n| {
+                    let (api, patch) = (api.clone(), fake_status(&now));
+                    async move { api.patch_status(&n, &PatchParams::default(), &Patch::Merge(patch)).await }
+                })
+                .buffer_unordered(16)
+                .try_collect::<Vec<_>>()
+                .await?;
+        }
+    })
+}
+
+pub struct AssignFigures {
+    pub clusters: usize,
+    pub deployments: usize,
+    /// The scheduler's in-memory decision, µs: p50, p99, and how many decisions.
+    pub decision_us: (f64, f64, f64),
+    /// From the first create sent to the last Deployment labelled with its cluster, s.
+    pub all_assigned_s: f64,
+    /// From the first create sent to the last create acknowledged, s.
+    pub creates_done_s: f64,
+    /// Each Deployment, create sent to labelled, ms (p50, p99, max).
+    pub assigned_ms: (f64, f64, f64),
+    /// Each create's round trip, ms (p50, p99, max).
+    pub floor_create_ms: (f64, f64, f64),
+    /// Clusters the scheduler declared NotReady during the run (all beat on time).
+    pub false_not_ready: usize,
+    /// API writes during the run per Deployment, by `verb resource`, most first; the
+    /// harness's own creates and heartbeats included.
+    pub writes_per_deployment: Vec<(String, f64)>,
+    pub control_plane_rss_mib: f64,
+    pub control_plane_cpu_secs: f64,
+}
+
+/// `deployments` one-replica Deployments applied by 16 concurrent clients to one
+/// workspace, over `clusters` fake clusters in four regions under the `default`
+/// Placement. Measured: each Deployment from its create request being sent to this
+/// process's watch seeing it labelled `state.workload.flotilla.io/<cluster>` (the
+/// scheduler's last write before its condition), and the whole batch to the last
+/// one. The decision latency is the scheduler's own histogram, read from `/metrics`
+/// before and after.
+pub async fn assign(bin: &Path, clusters: usize, deployments: usize) -> anyhow::Result<AssignFigures> {
+    let cp = ServerProc::start(bin)?;
+    let data_dir = cp.kubeconfig.parent().unwrap().to_path_buf();
+    let root = cp.client("root", None).await?;
+    let targets = sync_targets(root.clone());
+    let (not_ready, ready, readiness) = watch_readiness(root.clone());
+    let names: Vec<String> = (0..clusters).map(|i| format!("c{i:03}")).collect();
+    for (i, name) in names.iter().enumerate() {
+        let st: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": "workload.flotilla.io/v1alpha1", "kind": "SyncTarget",
+            "metadata": {"name": name, "labels": {"region": format!("r{}", i % 4)}},
+            "spec": {"syncMode": "Pull"},
+        }))?;
+        targets.create(&PostParams::default(), &st).await?;
+    }
+    let beating = fake_heartbeats(targets.clone(), names.clone(), Duration::from_secs(2));
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while ready.lock().unwrap().len() < clusters {
+        anyhow::ensure!(Instant::now() < deadline, "only {}/{clusters} fake clusters Ready after 60 s", ready.lock().unwrap().len());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    flotilla_cli(bin, &data_dir, &["workspace", "create", "bench"])?;
+    let ws = cp.client("bench", None).await?;
+    let upstream: Api<Deployment> = Api::namespaced(ws, "default");
+
+    let labelled: Arc<Mutex<HashMap<String, Instant>>> = Arc::default();
+    let watch = {
+        let (api, seen) = (upstream.clone(), labelled.clone());
+        tokio::spawn(async move {
+            let mut stream = api.watch(&WatchParams::default().timeout(290), "0").await?.boxed();
+            while let Some(ev) = stream.try_next().await? {
+                let now = Instant::now();
+                if let WatchEvent::Added(d) | WatchEvent::Modified(d) = ev {
+                    if d.metadata.labels.iter().flatten().any(|(k, _)| k.starts_with(STATE_LABEL_PREFIX)) {
+                        seen.lock().unwrap().entry(d.metadata.name.clone().unwrap_or_default()).or_insert(now);
+                    }
+                }
+            }
+            anyhow::Ok(())
+        })
+    };
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let metric = "flotilla_scheduler_decision_duration_seconds";
+    let metrics_before = root.request_text(http_get("/metrics")).await?;
+    let before = histogram(&metrics_before, metric);
+
+    let start = Instant::now();
+    let sent: Vec<(String, Instant, f64)> = futures::stream::iter(0..deployments)
+        .map(|i| {
+            let api = upstream.clone();
+            async move {
+                let name = format!("d{i:05}");
+                let d = bench_deployment(&name, 1)?;
+                let t = Instant::now();
+                api.create(&PostParams::default(), &d).await?;
+                anyhow::Ok((name, t, t.elapsed().as_secs_f64() * 1e3))
+            }
+        })
+        .buffer_unordered(16)
+        .try_collect()
+        .await?;
+    let creates_done_s = start.elapsed().as_secs_f64();
+    let deadline = Instant::now() + Duration::from_secs(300);
+    while labelled.lock().unwrap().len() < deployments {
+        if Instant::now() > deadline {
+            anyhow::bail!(
+                "after {:.0} s only {}/{deployments} Deployments were assigned",
+                start.elapsed().as_secs_f64(),
+                labelled.lock().unwrap().len()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let metrics_after = root.request_text(http_get("/metrics")).await?;
+    let after = histogram(&metrics_after, metric);
+    let (w0, w1) = (writes(&metrics_before), writes(&metrics_after));
+    let mut writes_per_deployment: Vec<(String, f64)> =
+        w1.iter().map(|(k, n)| (k.clone(), (n - w0.get(k).unwrap_or(&0.0)) / deployments as f64)).filter(|(_, n)| *n > 0.0).collect();
+    writes_per_deployment.sort_by(|a, b| b.1.total_cmp(&a.1));
+    watch.abort();
+    let labelled = labelled.lock().unwrap().clone();
+    let last = labelled.values().max().copied().unwrap_or(start);
+    let assigned: Vec<f64> =
+        sent.iter().filter_map(|(n, t, _)| labelled.get(n).map(|l| l.duration_since(*t).as_secs_f64() * 1e3)).collect();
+    let (p50, n) = quantile(&before, &after, 0.5);
+    let (p99, _) = quantile(&before, &after, 0.99);
+    let false_not_ready = not_ready.lock().unwrap().len();
+    let figures = AssignFigures {
+        clusters,
+        deployments,
+        decision_us: (p50 * 1e6, p99 * 1e6, n),
+        all_assigned_s: last.duration_since(start).as_secs_f64(),
+        creates_done_s,
+        assigned_ms: summarize(assigned),
+        floor_create_ms: summarize(sent.iter().map(|(_, _, ms)| *ms).collect()),
+        false_not_ready,
+        writes_per_deployment,
+        control_plane_rss_mib: cp.settled_rss_mib().await,
+        control_plane_cpu_secs: cp.cpu_secs(),
+    };
+    beating.abort();
+    readiness.abort();
+    Ok(figures)
+}
+
+pub struct FailoverFigures {
+    pub deployments: usize,
+    pub heartbeat_interval_s: u64,
+    pub grace_s: u64,
+    /// From the kill to the lost cluster seen `Ready=False`, s.
+    pub detected_s: f64,
+    /// From the kill to the first and the last Deployment reassigned, s.
+    pub first_moved_s: f64,
+    pub all_moved_s: f64,
+    /// From the kill to the last Deployment Available on another cluster, s.
+    pub all_available_s: f64,
+    /// Each Deployment, kill to Available elsewhere, s (p50, p99, max).
+    pub available_s: (f64, f64, f64),
+    /// Surviving clusters declared NotReady at any point (they all beat on time).
+    pub false_not_ready: usize,
+}
+
+/// Where one Deployment stands, from its WorkloadPlacement.
+#[derive(Default, Clone)]
+struct Standing {
+    /// When its assignment stopped naming the lost cluster.
+    moved: Option<Instant>,
+    /// When another cluster first reported it Available, after the move.
+    available: Option<Instant>,
+    /// The clusters that report it Available.
+    available_on: Vec<String>,
+}
+
+/// Kill a cluster that hosts `deployments` one-replica Deployments, with two empty
+/// clusters ready to take them, and time the failover from the SIGKILL: the lost
+/// cluster seen NotReady, each Deployment's WorkloadPlacement no longer naming it,
+/// and each Deployment reported Available (availableReplicas ≥ 1) by its new
+/// cluster's syncer in the WorkloadPlacement's status.
+pub async fn failover(bin: &Path, deployments: usize, interval: Duration, grace: Duration) -> anyhow::Result<FailoverFigures> {
+    const LOST: &str = "lost";
+    let (i, g) = (format!("{}s", interval.as_secs()), format!("{}s", grace.as_secs()));
+    let cp = ServerProc::spawn(
+        bin,
+        tempfile::tempdir()?,
+        &["start", "--listen", "127.0.0.1:0", "--heartbeat-interval", &i, "--heartbeat-grace", &g],
+        "admin.kubeconfig",
+    )?;
+    let data_dir = cp.kubeconfig.parent().unwrap().to_path_buf();
+    let root = cp.client("root", None).await?;
+    let (not_ready, ready, readiness) = watch_readiness(root);
+    // Each cluster can hold every Deployment: 110 pods a node.
+    let nodes = deployments.div_ceil(100) + 1;
+    let sim = |name: &str| {
+        let yaml = format!("name: {name}\nnodes:\n  - {{count: {nodes}, cpu: \"32\", memory: 128Gi, pods: 110}}\nstartupDelay: 50ms\n");
+        ServerProc::sim(bin, name, &yaml)
+    };
+    let register = |sim: &ServerProc, name: &str| {
+        flotilla_cli(bin, &data_dir, &["cluster", "register", name, "--kubeconfig", sim.kubeconfig.to_str().unwrap()])
+    };
+    let lost = sim(LOST)?;
+    register(&lost, LOST)?;
+    flotilla_cli(bin, &data_dir, &["workspace", "create", "bench"])?;
+    let ws = cp.client("bench", None).await?;
+    let upstream: Api<Deployment> = Api::namespaced(ws.clone(), "default");
+
+    let standing: Arc<Mutex<HashMap<String, Standing>>> = Arc::default();
+    let watch = {
+        let (api, standing) = (placements_api(ws), standing.clone());
+        tokio::spawn(async move {
+            let mut stream = api.watch(&WatchParams::default().timeout(290), "0").await?.boxed();
+            while let Some(ev) = stream.try_next().await? {
+                let now = Instant::now();
+                let (WatchEvent::Added(wp) | WatchEvent::Modified(wp)) = ev else { continue };
+                let names = |path: &str, available: bool| -> Vec<String> {
+                    wp.data
+                        .pointer(path)
+                        .and_then(|c| c.as_array())
+                        .into_iter()
+                        .flatten()
+                        .filter(|c| !available || c["availableReplicas"].as_i64().unwrap_or(0) >= 1)
+                        .filter_map(|c| c["name"].as_str().map(str::to_string))
+                        .collect()
+                };
+                let (assigned, available_on) = (names("/spec/clusters", false), names("/status/clusters", true));
+                let mut all = standing.lock().unwrap();
+                let s = all.entry(wp.metadata.name.clone().unwrap_or_default()).or_default();
+                let moved = !assigned.is_empty() && !assigned.iter().any(|c| c == LOST);
+                if moved && s.moved.is_none() {
+                    s.moved = Some(now);
+                }
+                if moved && s.available.is_none() && available_on.iter().any(|c| c != LOST && assigned.contains(c)) {
+                    s.available = Some(now);
+                }
+                s.available_on = available_on;
+            }
+            anyhow::Ok(())
+        })
+    };
+    futures::stream::iter(0..deployments)
+        .map(|i| {
+            let api = upstream.clone();
+            async move {
+                api.create(&PostParams::default(), &bench_deployment(&format!("d{i:04}"), 1)?).await?;
+                anyhow::Ok(())
+            }
+        })
+        .buffer_unordered(16)
+        .try_collect::<Vec<_>>()
+        .await?;
+    let on_lost = || standing.lock().unwrap().values().filter(|s| s.available_on == [LOST]).count();
+    let deadline = Instant::now() + Duration::from_secs(300);
+    while on_lost() < deployments {
+        anyhow::ensure!(Instant::now() < deadline, "after 300 s only {}/{deployments} Deployments were Available on {LOST}", on_lost());
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let spares = [sim("spare-a")?, sim("spare-b")?];
+    register(&spares[0], "spare-a")?;
+    register(&spares[1], "spare-b")?;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !["spare-a", "spare-b"].iter().all(|c| ready.lock().unwrap().contains_key(*c)) {
+        anyhow::ensure!(Instant::now() < deadline, "the spare clusters were not Ready after 60 s");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // Two heartbeats, so the spares' capacity is known and the lost cluster's last
+    // beat is at a random point of its interval when the kill comes.
+    tokio::time::sleep(interval * 2).await;
+
+    let killed = Instant::now();
+    drop(lost);
+    let deadline = killed + grace + Duration::from_secs(120);
+    let done = || standing.lock().unwrap().values().filter(|s| s.available.is_some()).count();
+    while done() < deployments {
+        anyhow::ensure!(
+            Instant::now() < deadline,
+            "{:.0} s after the kill only {}/{deployments} Deployments were Available elsewhere",
+            killed.elapsed().as_secs_f64(),
+            done()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    watch.abort();
+    readiness.abort();
+    let since = |t: Instant| t.saturating_duration_since(killed).as_secs_f64();
+    let detected = not_ready.lock().unwrap().get(LOST).copied();
+    let false_not_ready = not_ready.lock().unwrap().keys().filter(|c| *c != LOST).count();
+    let standing = standing.lock().unwrap().clone();
+    let moved: Vec<f64> = standing.values().filter_map(|s| s.moved.map(since)).collect();
+    let available: Vec<f64> = standing.values().filter_map(|s| s.available.map(since)).collect();
+    drop(cp);
+    drop(spares);
+    Ok(FailoverFigures {
+        deployments,
+        heartbeat_interval_s: interval.as_secs(),
+        grace_s: grace.as_secs(),
+        detected_s: detected.map_or(f64::NAN, since),
+        first_moved_s: moved.iter().copied().fold(f64::INFINITY, f64::min),
+        all_moved_s: moved.iter().copied().fold(0.0, f64::max),
+        all_available_s: available.iter().copied().fold(0.0, f64::max),
+        available_s: summarize(available),
+        false_not_ready,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quantiles_interpolate_within_the_bucket_of_the_difference() {
+        let before = [(0.001, 10.0), (0.002, 10.0), (f64::INFINITY, 10.0)];
+        let after = [(0.001, 60.0), (0.002, 110.0), (f64::INFINITY, 110.0)];
+        let (p50, n) = quantile(&before, &after, 0.5);
+        assert_eq!(n, 100.0);
+        assert!((p50 - 0.001).abs() < 1e-12, "{p50}");
+        let (p99, _) = quantile(&before, &after, 0.99);
+        assert!((p99 - 0.00198).abs() < 1e-9, "{p99}");
+        let text = "x_bucket{le=\"0.001\"} 3\nx_bucket{le=\"+Inf\"} 4\nx_count 4\n";
+        assert_eq!(histogram(text, "x"), vec![(0.001, 3.0), (f64::INFINITY, 4.0)]);
+    }
+}
