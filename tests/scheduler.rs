@@ -5,99 +5,11 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{signal, spawn_ready, tail, wait_for, wait_until, Flotilla, SimCluster};
-
-const DEADLINE: Duration = Duration::from_secs(45);
-/// Fast heartbeats, so that failover tests finish in seconds; the grace still leaves
-/// three missed beats before a cluster is declared lost.
-const FAST: [&str; 4] = ["--heartbeat-interval", "1s", "--heartbeat-grace", "4s"];
-
-fn sim(name: &str, cpu: u32) -> SimCluster {
-    SimCluster::start(&format!("name: {name}\nnodes:\n  - {{count: 2, cpu: \"{cpu}\", memory: 16Gi, pods: 110}}\nstartupDelay: 200ms\n"))
-}
-
-fn register(f: &Flotilla, c: &SimCluster, labels: &[&str]) {
-    let kubeconfig = c.kubeconfig();
-    let mut args = vec!["cluster", "register", c.name.as_str(), "--kubeconfig", kubeconfig.to_str().unwrap()];
-    for l in labels {
-        args.extend(["--label", l]);
-    }
-    let o = f.flotilla(&args);
-    assert!(o.ok, "register {}: {o:?}", c.name);
-}
-
-/// A control plane with the scheduler, workspace `demo`, and the given clusters.
-fn fleet(flags: &[&str], clusters: &[(&SimCluster, &[&str])]) -> Flotilla {
-    let f = Flotilla::start_with(flags);
-    for (c, labels) in clusters {
-        register(&f, c, labels);
-    }
-    let o = f.flotilla(&["workspace", "create", "demo"]);
-    assert!(o.ok, "workspace create: {o:?}");
-    // Every cluster Ready before the test applies anything.
-    let readiness = r#"jsonpath={range .items[*]}{.metadata.name}={.status.conditions[?(@.type=="Ready")].status} {end}"#;
-    wait_until(
-        "every cluster Ready",
-        DEADLINE,
-        || f.k(&["get", "st", "-o", readiness]),
-        |out| out.split_whitespace().filter(|s| s.ends_with("=True")).count() == clusters.len(),
-    );
-    f
-}
+use common::fleet::{assignment, copy_replicas, events, fleet, register, rollout, sim, wait_assignment, Killed, DEADLINE, FAST};
+use common::{signal, spawn_ready, wait_for, wait_until, Flotilla, SimCluster};
 
 fn deployment(name: &str, replicas: u32, cpu: &str) -> String {
     common::deployment(name, replicas, cpu, "nginx:1.27", "")
-}
-
-/// `east=2 west=1`: the WorkloadPlacement's assignment, sorted.
-fn assignment(f: &Flotilla, name: &str) -> String {
-    let o = f.kubectl(&["--context", "demo", "get", "wp", name, "-o", r#"jsonpath={range .spec.clusters[*]}{.name}={.replicas} {end}"#]);
-    o.stdout.trim().to_string()
-}
-
-fn wait_assignment(f: &Flotilla, name: &str, want: impl Fn(&str) -> bool) -> String {
-    wait_for(&format!("the assignment of {name}"), DEADLINE, || {
-        let a = assignment(f, name);
-        if want(&a) {
-            Ok(a)
-        } else {
-            Err(format!("{a:?}\n--- server log tail ---\n{}", tail(&f.log())))
-        }
-    })
-}
-
-fn rollout(f: &Flotilla, name: &str) {
-    let o = f.kubectl(&["--context", "demo", "rollout", "status", &format!("deploy/{name}"), "--timeout=45s"]);
-    assert!(o.ok, "rollout status {name}: {o:?}\n{}", tail(&f.log()));
-}
-
-/// Replicas of the copy of `name` on a cluster (empty: no copy).
-fn copy_replicas(c: &SimCluster, name: &str) -> String {
-    let o = c.kubectl(&[
-        "get",
-        "deploy",
-        "-A",
-        "-l",
-        "workload.flotilla.io/sync-target",
-        "--field-selector",
-        &format!("metadata.name={name}"),
-        "-o",
-        "jsonpath={.items[*].spec.replicas}",
-    ]);
-    o.stdout.trim().to_string()
-}
-
-fn events(f: &Flotilla, reason: &str) -> String {
-    f.k(&[
-        "--context",
-        "demo",
-        "get",
-        "events",
-        "--field-selector",
-        &format!("reason={reason}"),
-        "-o",
-        "jsonpath={range .items[*]}{.involvedObject.name}: {.message}{\"\\n\"}{end}",
-    ])
 }
 
 #[test]
@@ -341,14 +253,4 @@ fn two_schedulers_one_acts_and_the_standby_takes_over() {
     f.apply(&["--context", "demo", "-n", "default"], &deployment("api", 1, "100m"));
     assert_eq!(wait_assignment(&f, "api", |a| !a.is_empty()), "east=1");
     assert_eq!(assignment(&f, "web"), "east=1", "the new leader moves nothing");
-}
-
-/// A child process killed when the test ends, pass or fail.
-struct Killed(std::process::Child);
-
-impl Drop for Killed {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
 }
