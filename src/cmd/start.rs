@@ -6,6 +6,23 @@ use controlplane::server::{self, ServerConfig};
 
 use crate::cli::StartArgs;
 
+/// The scheduler's Lease identity, kept in the data dir. Only one process can serve a
+/// data dir, so a restarted control plane is the same scheduler as before: it renews
+/// the Lease its predecessor held at once, instead of waiting for it to expire (15 s
+/// without scheduling or failover after a crash).
+fn scheduler_identity(data_dir: &Path) -> anyhow::Result<String> {
+    let path = data_dir.join("scheduler-identity");
+    match std::fs::read_to_string(&path) {
+        Ok(id) if !id.trim().is_empty() => Ok(id.trim().to_string()),
+        _ => {
+            let id = format!("flotilla-start-{:016x}", rand::random::<u64>());
+            std::fs::write(&path, format!("{id}\n"))
+                .map_err(|e| anyhow::anyhow!("cannot write {}: {e}; check the data dir's permissions", path.display()))?;
+            Ok(id)
+        }
+    }
+}
+
 /// Runs until Ctrl-C or SIGTERM, then shuts down gracefully.
 pub async fn run(data_dir: &Path, args: StartArgs) -> anyhow::Result<()> {
     let registry = prometheus::Registry::new();
@@ -26,7 +43,7 @@ pub async fn run(data_dir: &Path, args: StartArgs) -> anyhow::Result<()> {
         let base = kube::Client::try_from(syncer::clients::base_config(config.clone())?)?;
         let options = scheduler::Options {
             heartbeat_grace: args.heartbeat_grace,
-            instance: format!("flotilla-start-{}", std::process::id()),
+            instance: scheduler_identity(data_dir)?,
             metrics: scheduler_metrics,
             ..Default::default()
         };
