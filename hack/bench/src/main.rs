@@ -494,7 +494,9 @@ async fn main() -> anyhow::Result<()> {
                        "detected_s": f.detected_s, "first_moved_s": f.first_moved_s, "all_moved_s": f.all_moved_s,
                        "all_available_s": f.all_available_s,
                        "available_p50_s": f.available_s.0, "available_p99_s": f.available_s.1,
-                       "false_not_ready": f.false_not_ready}),
+                       "move_to_available_p50_s": f.move_to_available_s.0, "move_to_available_p99_s": f.move_to_available_s.1,
+                       "false_not_ready": f.false_not_ready,
+                       "writes_per_deployment": f.writes_per_deployment.iter().map(|(k, n)| (k.clone(), json!(n))).collect::<serde_json::Map<_, _>>()}),
             );
         }
     }

@@ -113,6 +113,15 @@ fn writes(metrics: &str) -> HashMap<String, f64> {
     out
 }
 
+/// The API writes between two readings of `/metrics`, per Deployment, most first.
+fn per_deployment(before: &str, after: &str, deployments: usize) -> Vec<(String, f64)> {
+    let (w0, w1) = (writes(before), writes(after));
+    let mut out: Vec<(String, f64)> =
+        w1.iter().map(|(k, n)| (k.clone(), (n - w0.get(k).unwrap_or(&0.0)) / deployments as f64)).filter(|(_, n)| *n > 0.0).collect();
+    out.sort_by(|a, b| b.1.total_cmp(&a.1));
+    out
+}
+
 /// What a fake cluster's syncer reports: a fixed capacity, four equal nodes.
 fn fake_status(now: &str) -> serde_json::Value {
     json!({"status": {
@@ -247,10 +256,7 @@ pub async fn assign(bin: &Path, clusters: usize, deployments: usize) -> anyhow::
     }
     let metrics_after = root.request_text(http_get("/metrics")).await?;
     let after = histogram(&metrics_after, metric);
-    let (w0, w1) = (writes(&metrics_before), writes(&metrics_after));
-    let mut writes_per_deployment: Vec<(String, f64)> =
-        w1.iter().map(|(k, n)| (k.clone(), (n - w0.get(k).unwrap_or(&0.0)) / deployments as f64)).filter(|(_, n)| *n > 0.0).collect();
-    writes_per_deployment.sort_by(|a, b| b.1.total_cmp(&a.1));
+    let writes_per_deployment = per_deployment(&metrics_before, &metrics_after, deployments);
     watch.abort();
     let labelled = labelled.lock().unwrap().clone();
     let last = labelled.values().max().copied().unwrap_or(start);
@@ -290,8 +296,12 @@ pub struct FailoverFigures {
     pub all_available_s: f64,
     /// Each Deployment, kill to Available elsewhere, s (p50, p99, max).
     pub available_s: (f64, f64, f64),
+    /// Each Deployment, from its move to Available on its new cluster, s (p50, p99, max).
+    pub move_to_available_s: (f64, f64, f64),
     /// Surviving clusters declared NotReady at any point (they all beat on time).
     pub false_not_ready: usize,
+    /// API writes from the kill to the last Deployment Available, per Deployment.
+    pub writes_per_deployment: Vec<(String, f64)>,
 }
 
 /// Where one Deployment stands, from its WorkloadPlacement.
@@ -321,7 +331,7 @@ pub async fn failover(bin: &Path, deployments: usize, interval: Duration, grace:
     )?;
     let data_dir = cp.kubeconfig.parent().unwrap().to_path_buf();
     let root = cp.client("root", None).await?;
-    let (not_ready, ready, readiness) = watch_readiness(root);
+    let (not_ready, ready, readiness) = watch_readiness(root.clone());
     // Each cluster can hold every Deployment: 110 pods a node.
     let nodes = deployments.div_ceil(100) + 1;
     let sim = |name: &str| {
@@ -399,6 +409,7 @@ pub async fn failover(bin: &Path, deployments: usize, interval: Duration, grace:
     // beat is at a random point of its interval when the kill comes.
     tokio::time::sleep(interval * 2).await;
 
+    let metrics_before = root.request_text(http_get("/metrics")).await?;
     let killed = Instant::now();
     drop(lost);
     let deadline = killed + grace + Duration::from_secs(120);
@@ -412,14 +423,17 @@ pub async fn failover(bin: &Path, deployments: usize, interval: Duration, grace:
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+    let metrics_after = root.request_text(http_get("/metrics")).await?;
     watch.abort();
     readiness.abort();
+    let writes_per_deployment = per_deployment(&metrics_before, &metrics_after, deployments);
     let since = |t: Instant| t.saturating_duration_since(killed).as_secs_f64();
     let detected = not_ready.lock().unwrap().get(LOST).copied();
     let false_not_ready = not_ready.lock().unwrap().keys().filter(|c| *c != LOST).count();
     let standing = standing.lock().unwrap().clone();
     let moved: Vec<f64> = standing.values().filter_map(|s| s.moved.map(since)).collect();
     let available: Vec<f64> = standing.values().filter_map(|s| s.available.map(since)).collect();
+    let lag: Vec<f64> = standing.values().filter_map(|s| Some(s.available?.saturating_duration_since(s.moved?).as_secs_f64())).collect();
     drop(cp);
     drop(spares);
     Ok(FailoverFigures {
@@ -431,7 +445,9 @@ pub async fn failover(bin: &Path, deployments: usize, interval: Duration, grace:
         all_moved_s: moved.iter().copied().fold(0.0, f64::max),
         all_available_s: available.iter().copied().fold(0.0, f64::max),
         available_s: summarize(available),
+        move_to_available_s: summarize(lag),
         false_not_ready,
+        writes_per_deployment,
     })
 }
 
