@@ -264,7 +264,7 @@ pub async fn run(base: Client, options: Options) {
         );
 
         let s = Arc::new(Scheduler {
-            recorder: Recorder::new(base.clone(), options.instance.clone()),
+            recorder: Recorder::new(base.clone(), options.instance.clone(), options.metrics.events_dropped.clone()),
             base,
             deployments,
             placements,

@@ -45,7 +45,7 @@ pub enum Type {
 /// of Events never holds up scheduling or grows without bound.
 pub const QUEUE: usize = 1000;
 /// Events written at once.
-const WRITERS: usize = 8;
+const WRITERS: usize = 16;
 /// How often series older than [`SERIES_WINDOW`] are forgotten.
 const PRUNE_EVERY: Duration = Duration::from_secs(60);
 
@@ -69,18 +69,19 @@ struct Pending {
 /// reports it.
 pub struct Recorder {
     tx: mpsc::Sender<Pending>,
+    dropped: prometheus::IntCounter,
     _writer: syncer::AbortOnDrop<()>,
 }
 
 impl Recorder {
     /// A recorder; `instance` names this scheduler process in `reportingInstance`.
-    pub fn new(base: Client, instance: String) -> Self {
+    pub fn new(base: Client, instance: String, dropped: prometheus::IntCounter) -> Self {
         let (tx, rx) = mpsc::channel(QUEUE);
         let writer = Writer { base, instance, written: DashMap::new(), pruned: Mutex::new(Instant::now()) };
         let task = tokio::spawn(async move {
             ReceiverStream::new(rx).for_each_concurrent(WRITERS, |p| writer.write(p)).await;
         });
-        Recorder { tx, _writer: syncer::AbortOnDrop(task) }
+        Recorder { tx, dropped, _writer: syncer::AbortOnDrop(task) }
     }
 
     /// Queues an Event about a Deployment. Failures are logged, never returned: an
@@ -97,6 +98,7 @@ impl Recorder {
         };
         let pending = Pending { key: key.clone(), involved, type_, reason, message };
         if let Err(mpsc::error::TrySendError::Full(p)) = self.tx.try_send(pending) {
+            self.dropped.inc();
             tracing::warn!(object = %p.key, reason = p.reason, queued = QUEUE, "dropped an Event: too many are waiting to be written");
         }
     }

@@ -6,7 +6,7 @@ use std::fmt;
 use std::time::Duration;
 
 use prometheus::{Gauge, GaugeVec};
-use prometheus::{Histogram, HistogramOpts, HistogramVec, IntCounterVec, IntGauge, Opts, Registry};
+use prometheus::{Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, Opts, Registry};
 
 use crate::core::{NoFit, Reason, Resource};
 
@@ -34,6 +34,8 @@ pub struct Metrics {
     pub cluster_ready: GaugeVec,
     /// 1 while this process holds the scheduler Lease (or runs without election).
     pub leader: Gauge,
+    /// Events dropped because too many were waiting to be written.
+    pub events_dropped: IntCounter,
 }
 
 impl fmt::Debug for Metrics {
@@ -97,6 +99,10 @@ impl Metrics {
                 &["cluster"],
             )?,
             leader: Gauge::new("flotilla_scheduler_leader", "1 while this process holds the scheduler Lease")?,
+            events_dropped: IntCounter::new(
+                "flotilla_scheduler_events_dropped_total",
+                "Events dropped because too many were waiting to be written",
+            )?,
         })
     }
 
@@ -112,6 +118,7 @@ impl Metrics {
         registry.register(Box::new(m.heartbeat_age.clone()))?;
         registry.register(Box::new(m.cluster_ready.clone()))?;
         registry.register(Box::new(m.leader.clone()))?;
+        registry.register(Box::new(m.events_dropped.clone()))?;
         Ok(m)
     }
 

@@ -475,7 +475,7 @@ async fn main() -> anyhow::Result<()> {
                    "all_assigned_s": f.all_assigned_s, "creates_done_s": f.creates_done_s,
                    "p50_ms": f.assigned_ms.0, "p99_ms": f.assigned_ms.1, "max_ms": f.assigned_ms.2,
                    "floor_create_p50_ms": f.floor_create_ms.0, "floor_create_p99_ms": f.floor_create_ms.1,
-                   "false_not_ready": f.false_not_ready,
+                   "false_not_ready": f.false_not_ready, "events_dropped": f.events_dropped,
                    "writes_per_deployment": f.writes_per_deployment.iter().map(|(k, n)| (k.clone(), json!(n))).collect::<serde_json::Map<_, _>>(),
                    "control_plane_rss_mib": f.control_plane_rss_mib, "control_plane_cpu_secs": f.control_plane_cpu_secs}),
         );

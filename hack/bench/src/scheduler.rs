@@ -113,6 +113,11 @@ fn writes(metrics: &str) -> HashMap<String, f64> {
     out
 }
 
+/// The value of an unlabelled counter in `/metrics` (0 when absent).
+fn counter(metrics: &str, name: &str) -> f64 {
+    metrics.lines().find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok()).unwrap_or(0.0)
+}
+
 /// The API writes between two readings of `/metrics`, per Deployment, most first.
 fn per_deployment(before: &str, after: &str, deployments: usize) -> Vec<(String, f64)> {
     let (w0, w1) = (writes(before), writes(after));
@@ -170,6 +175,8 @@ pub struct AssignFigures {
     /// API writes during the run per Deployment, by `verb resource`, most first; the
     /// harness's own creates and heartbeats included.
     pub writes_per_deployment: Vec<(String, f64)>,
+    /// Events the scheduler dropped because its queue was full.
+    pub events_dropped: f64,
     pub control_plane_rss_mib: f64,
     pub control_plane_cpu_secs: f64,
 }
@@ -257,6 +264,7 @@ pub async fn assign(bin: &Path, clusters: usize, deployments: usize) -> anyhow::
     let metrics_after = root.request_text(http_get("/metrics")).await?;
     let after = histogram(&metrics_after, metric);
     let writes_per_deployment = per_deployment(&metrics_before, &metrics_after, deployments);
+    let events_dropped = counter(&metrics_after, "flotilla_scheduler_events_dropped_total");
     watch.abort();
     let labelled = labelled.lock().unwrap().clone();
     let last = labelled.values().max().copied().unwrap_or(start);
@@ -275,6 +283,7 @@ pub async fn assign(bin: &Path, clusters: usize, deployments: usize) -> anyhow::
         floor_create_ms: summarize(sent.iter().map(|(_, _, ms)| *ms).collect()),
         false_not_ready,
         writes_per_deployment,
+        events_dropped,
         control_plane_rss_mib: cp.settled_rss_mib().await,
         control_plane_cpu_secs: cp.cpu_secs(),
     };
