@@ -488,7 +488,7 @@ async fn main() -> anyhow::Result<()> {
                 &format!("failover: kill to all Available ({}, beat {}s/grace {}s)", f.deployments, f.heartbeat_interval_s, f.grace_s),
                 format!("{:.1} s (detected {:.1}, moved {:.1}-{:.1})", f.all_available_s, f.detected_s, f.first_moved_s, f.all_moved_s),
                 format!("grace {} s", f.grace_s),
-                format!("grace + {:.1} s", f.all_available_s - f.grace_s as f64),
+                format!("grace {:+.1} s", f.all_available_s - f.grace_s as f64),
                 json!({"scenario": "scheduler_failover", "deployments": f.deployments,
                        "heartbeat_interval_s": f.heartbeat_interval_s, "grace_s": f.grace_s,
                        "detected_s": f.detected_s, "first_moved_s": f.first_moved_s, "all_moved_s": f.all_moved_s,
