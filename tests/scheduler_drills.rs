@@ -23,8 +23,6 @@ use serde_json::{json, Value};
 
 /// FAST's heartbeat grace, in the whole seconds that heartbeat times carry.
 const GRACE_SECS: i64 = 4;
-/// The assignment label's prefix (`state.workload.flotilla.io/<cluster>: Sync`).
-const ASSIGNED: &str = "state.workload.flotilla.io/";
 
 fn deployment(name: &str, replicas: u32) -> String {
     common::deployment(name, replicas, "100m", "nginx:1.27", "")
@@ -103,7 +101,7 @@ fn deployments(f: &Flotilla) -> Vec<String> {
 /// The clusters an object's labels assign it to.
 fn assigned_clusters(object: &Value) -> Vec<String> {
     let labels = object["metadata"]["labels"].as_object().cloned().unwrap_or_default();
-    labels.iter().filter(|(_, v)| *v == "Sync").filter_map(|(k, _)| k.strip_prefix(ASSIGNED)).map(str::to_string).collect()
+    labels.iter().filter(|(_, v)| *v == "Sync").filter_map(|(k, _)| placement_api::sync_target_of_label(k)).map(str::to_string).collect()
 }
 
 /// `name: labels [clusters] spec [cluster=replicas, ...]` of every object of `kind` in

@@ -215,6 +215,40 @@ fn clock_ticks_per_sec() -> f64 {
     })
 }
 
+/// Watches `api` from resourceVersion "0" (its objects first, then their changes) and
+/// hands each added or modified object to `seen`, with the instant its event arrived,
+/// until the task is aborted or the server ends the watch (290 s).
+fn watch_applied<K>(
+    api: Api<K>,
+    params: WatchParams,
+    mut seen: impl FnMut(K, Instant) + Send + 'static,
+) -> tokio::task::JoinHandle<anyhow::Result<()>>
+where
+    K: Clone + k8s_openapi::serde::de::DeserializeOwned + std::fmt::Debug + Send + 'static,
+{
+    tokio::spawn(async move {
+        let mut stream = api.watch(&params.timeout(290), "0").await?.boxed();
+        while let Some(ev) = stream.try_next().await? {
+            let now = Instant::now();
+            if let WatchEvent::Added(o) | WatchEvent::Modified(o) = ev {
+                seen(o, now);
+            }
+        }
+        anyhow::Ok(())
+    })
+}
+
+/// Polls `done` every `every` until it holds; after `timeout`, fails with `what()`,
+/// which says what was seen.
+async fn wait_until(timeout: Duration, every: Duration, mut done: impl FnMut() -> bool, what: impl Fn() -> String) -> anyhow::Result<()> {
+    let deadline = Instant::now() + timeout;
+    while !done() {
+        anyhow::ensure!(Instant::now() < deadline, "{}", what());
+        tokio::time::sleep(every).await;
+    }
+    Ok(())
+}
+
 fn cm(name: &str) -> ConfigMap {
     serde_json::from_value(json!({"metadata": {"name": name, "labels": {"bench": "yes"}}, "data": {"k": "v".repeat(64)}})).unwrap()
 }
@@ -880,20 +914,12 @@ async fn syncer_latency(bin: &Path, clusters: usize, deployments: usize) -> anyh
         flotilla_cli(bin, &data_dir, &["cluster", "register", &name, "--kubeconfig", sim.kubeconfig.to_str().unwrap()])?;
         let api: Api<Deployment> = Api::all(sim.client(&format!("kind-{name}"), None).await?);
         let (created, down_available) = (created.clone(), down_available.clone());
-        watches.push(tokio::spawn(async move {
-            let wp = WatchParams::default().labels("workload.flotilla.io/sync-target").timeout(290);
-            let mut stream = api.watch(&wp, "0").await?.boxed();
-            while let Some(ev) = stream.try_next().await? {
-                let now = Instant::now();
-                if let WatchEvent::Added(d) | WatchEvent::Modified(d) = ev {
-                    let name = d.metadata.name.clone().unwrap_or_default();
-                    created.lock().unwrap().entry(name.clone()).or_insert(now);
-                    if available(&d) {
-                        down_available.lock().unwrap().entry(name).or_insert(now);
-                    }
-                }
+        watches.push(watch_applied(api, WatchParams::default().labels("workload.flotilla.io/sync-target"), move |d: Deployment, now| {
+            let name = d.metadata.name.clone().unwrap_or_default();
+            created.lock().unwrap().entry(name.clone()).or_insert(now);
+            if available(&d) {
+                down_available.lock().unwrap().entry(name).or_insert(now);
             }
-            anyhow::Ok(())
         }));
         sims.push(sim);
     }
@@ -902,18 +928,11 @@ async fn syncer_latency(bin: &Path, clusters: usize, deployments: usize) -> anyh
     let upstream: Api<Deployment> = Api::namespaced(ws.clone(), "default");
     let up_available: Seen = Arc::default();
     {
-        let (api, seen) = (upstream.clone(), up_available.clone());
-        watches.push(tokio::spawn(async move {
-            let mut stream = api.watch(&WatchParams::default().timeout(290), "0").await?.boxed();
-            while let Some(ev) = stream.try_next().await? {
-                let now = Instant::now();
-                if let WatchEvent::Added(d) | WatchEvent::Modified(d) = ev {
-                    if available(&d) {
-                        seen.lock().unwrap().entry(d.metadata.name.clone().unwrap_or_default()).or_insert(now);
-                    }
-                }
+        let seen = up_available.clone();
+        watches.push(watch_applied(upstream.clone(), WatchParams::default(), move |d: Deployment, now| {
+            if available(&d) {
+                seen.lock().unwrap().entry(d.metadata.name.clone().unwrap_or_default()).or_insert(now);
             }
-            anyhow::Ok(())
         }));
     }
     // Let every syncer list and settle before the clock starts.
@@ -931,14 +950,16 @@ async fn syncer_latency(bin: &Path, clusters: usize, deployments: usize) -> anyh
         floor.push(t.elapsed().as_secs_f64() * 1e3);
         sent.insert(name, t);
     }
-    let deadline = Instant::now() + Duration::from_secs(120);
-    while up_available.lock().unwrap().len() < deployments {
-        if Instant::now() > deadline {
+    wait_until(
+        Duration::from_secs(120),
+        Duration::from_millis(50),
+        || up_available.lock().unwrap().len() >= deployments,
+        || {
             let (c, a, u) = (created.lock().unwrap().len(), down_available.lock().unwrap().len(), up_available.lock().unwrap().len());
-            anyhow::bail!("after 120 s: {c} copies created, {a} Available downstream, {u}/{deployments} Available upstream");
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+            format!("after 120 s: {c} copies created, {a} Available downstream, {u}/{deployments} Available upstream")
+        },
+    )
+    .await?;
     for w in &watches {
         w.abort();
     }

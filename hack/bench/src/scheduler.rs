@@ -35,28 +35,21 @@ fn watch_readiness(root: kube::Client) -> (NotReadySeen, NotReadySeen, tokio::ta
     let ready: NotReadySeen = Arc::default();
     let api = sync_targets(root);
     let (nr, r) = (not_ready.clone(), ready.clone());
-    let task = tokio::spawn(async move {
-        let mut stream = api.watch(&WatchParams::default().timeout(290), "0").await?.boxed();
-        while let Some(ev) = stream.try_next().await? {
-            let now = Instant::now();
-            if let WatchEvent::Added(o) | WatchEvent::Modified(o) = ev {
-                let name = o.metadata.name.clone().unwrap_or_default();
-                let conditions = o.data.pointer("/status/conditions").and_then(|c| c.as_array()).cloned().unwrap_or_default();
-                let status = conditions.iter().find(|c| c["type"] == "Ready").and_then(|c| c["status"].as_str()).unwrap_or("");
-                // A new cluster is NotReady until its first heartbeat; only a fall
-                // from Ready counts.
-                match status {
-                    "False" if r.lock().unwrap().contains_key(&name) => {
-                        nr.lock().unwrap().entry(name).or_insert(now);
-                    }
-                    "True" => {
-                        r.lock().unwrap().entry(name).or_insert(now);
-                    }
-                    _ => {}
-                }
+    let task = watch_applied(api, WatchParams::default(), move |o: DynamicObject, now| {
+        let name = o.metadata.name.clone().unwrap_or_default();
+        let conditions = o.data.pointer("/status/conditions").and_then(|c| c.as_array()).cloned().unwrap_or_default();
+        let status = conditions.iter().find(|c| c["type"] == "Ready").and_then(|c| c["status"].as_str()).unwrap_or("");
+        // A new cluster is NotReady until its first heartbeat; only a fall from Ready
+        // counts.
+        match status {
+            "False" if r.lock().unwrap().contains_key(&name) => {
+                nr.lock().unwrap().entry(name).or_insert(now);
             }
+            "True" => {
+                r.lock().unwrap().entry(name).or_insert(now);
+            }
+            _ => {}
         }
-        anyhow::Ok(())
     });
     (not_ready, ready, task)
 }
@@ -204,31 +197,24 @@ pub async fn assign(bin: &Path, clusters: usize, deployments: usize) -> anyhow::
         targets.create(&PostParams::default(), &st).await?;
     }
     let beating = fake_heartbeats(targets.clone(), names.clone(), Duration::from_secs(2));
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while ready.lock().unwrap().len() < clusters {
-        anyhow::ensure!(Instant::now() < deadline, "only {}/{clusters} fake clusters Ready after 60 s", ready.lock().unwrap().len());
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    wait_until(
+        Duration::from_secs(60),
+        Duration::from_millis(100),
+        || ready.lock().unwrap().len() >= clusters,
+        || format!("only {}/{clusters} fake clusters Ready after 60 s", ready.lock().unwrap().len()),
+    )
+    .await?;
     flotilla_cli(bin, &data_dir, &["workspace", "create", "bench"])?;
     let ws = cp.client("bench", None).await?;
     let upstream: Api<Deployment> = Api::namespaced(ws, "default");
 
     let labelled: Arc<Mutex<HashMap<String, Instant>>> = Arc::default();
-    let watch = {
-        let (api, seen) = (upstream.clone(), labelled.clone());
-        tokio::spawn(async move {
-            let mut stream = api.watch(&WatchParams::default().timeout(290), "0").await?.boxed();
-            while let Some(ev) = stream.try_next().await? {
-                let now = Instant::now();
-                if let WatchEvent::Added(d) | WatchEvent::Modified(d) = ev {
-                    if d.metadata.labels.iter().flatten().any(|(k, _)| k.starts_with(STATE_LABEL_PREFIX)) {
-                        seen.lock().unwrap().entry(d.metadata.name.clone().unwrap_or_default()).or_insert(now);
-                    }
-                }
-            }
-            anyhow::Ok(())
-        })
-    };
+    let seen = labelled.clone();
+    let watch = watch_applied(upstream.clone(), WatchParams::default(), move |d: Deployment, now| {
+        if d.metadata.labels.iter().flatten().any(|(k, _)| k.starts_with(STATE_LABEL_PREFIX)) {
+            seen.lock().unwrap().entry(d.metadata.name.clone().unwrap_or_default()).or_insert(now);
+        }
+    });
     tokio::time::sleep(Duration::from_secs(1)).await;
     let metric = "flotilla_scheduler_decision_duration_seconds";
     let metrics_before = root.request_text(http_get("/metrics")).await?;
@@ -250,17 +236,19 @@ pub async fn assign(bin: &Path, clusters: usize, deployments: usize) -> anyhow::
         .try_collect()
         .await?;
     let creates_done_s = start.elapsed().as_secs_f64();
-    let deadline = Instant::now() + Duration::from_secs(300);
-    while labelled.lock().unwrap().len() < deployments {
-        if Instant::now() > deadline {
-            anyhow::bail!(
+    wait_until(
+        Duration::from_secs(300),
+        Duration::from_millis(20),
+        || labelled.lock().unwrap().len() >= deployments,
+        || {
+            format!(
                 "after {:.0} s only {}/{deployments} Deployments were assigned",
                 start.elapsed().as_secs_f64(),
                 labelled.lock().unwrap().len()
-            );
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+            )
+        },
+    )
+    .await?;
     let metrics_after = root.request_text(http_get("/metrics")).await?;
     let after = histogram(&metrics_after, metric);
     let writes_per_deployment = per_deployment(&metrics_before, &metrics_after, deployments);
@@ -357,38 +345,30 @@ pub async fn failover(bin: &Path, deployments: usize, interval: Duration, grace:
     let upstream: Api<Deployment> = Api::namespaced(ws.clone(), "default");
 
     let standing: Arc<Mutex<HashMap<String, Standing>>> = Arc::default();
-    let watch = {
-        let (api, standing) = (placements_api(ws), standing.clone());
-        tokio::spawn(async move {
-            let mut stream = api.watch(&WatchParams::default().timeout(290), "0").await?.boxed();
-            while let Some(ev) = stream.try_next().await? {
-                let now = Instant::now();
-                let (WatchEvent::Added(wp) | WatchEvent::Modified(wp)) = ev else { continue };
-                let names = |path: &str, available: bool| -> Vec<String> {
-                    wp.data
-                        .pointer(path)
-                        .and_then(|c| c.as_array())
-                        .into_iter()
-                        .flatten()
-                        .filter(|c| !available || c["availableReplicas"].as_i64().unwrap_or(0) >= 1)
-                        .filter_map(|c| c["name"].as_str().map(str::to_string))
-                        .collect()
-                };
-                let (assigned, available_on) = (names("/spec/clusters", false), names("/status/clusters", true));
-                let mut all = standing.lock().unwrap();
-                let s = all.entry(wp.metadata.name.clone().unwrap_or_default()).or_default();
-                let moved = !assigned.is_empty() && !assigned.iter().any(|c| c == LOST);
-                if moved && s.moved.is_none() {
-                    s.moved = Some(now);
-                }
-                if moved && s.available.is_none() && available_on.iter().any(|c| c != LOST && assigned.contains(c)) {
-                    s.available = Some(now);
-                }
-                s.available_on = available_on;
-            }
-            anyhow::Ok(())
-        })
-    };
+    let seen = standing.clone();
+    let watch = watch_applied(placements_api(ws), WatchParams::default(), move |wp: DynamicObject, now| {
+        let names = |path: &str, available: bool| -> Vec<String> {
+            wp.data
+                .pointer(path)
+                .and_then(|c| c.as_array())
+                .into_iter()
+                .flatten()
+                .filter(|c| !available || c["availableReplicas"].as_i64().unwrap_or(0) >= 1)
+                .filter_map(|c| c["name"].as_str().map(str::to_string))
+                .collect()
+        };
+        let (assigned, available_on) = (names("/spec/clusters", false), names("/status/clusters", true));
+        let mut all = seen.lock().unwrap();
+        let s = all.entry(wp.metadata.name.clone().unwrap_or_default()).or_default();
+        let moved = !assigned.is_empty() && !assigned.iter().any(|c| c == LOST);
+        if moved && s.moved.is_none() {
+            s.moved = Some(now);
+        }
+        if moved && s.available.is_none() && available_on.iter().any(|c| c != LOST && assigned.contains(c)) {
+            s.available = Some(now);
+        }
+        s.available_on = available_on;
+    });
     futures::stream::iter(0..deployments)
         .map(|i| {
             let api = upstream.clone();
@@ -401,19 +381,19 @@ pub async fn failover(bin: &Path, deployments: usize, interval: Duration, grace:
         .try_collect::<Vec<_>>()
         .await?;
     let on_lost = || standing.lock().unwrap().values().filter(|s| s.available_on == [LOST]).count();
-    let deadline = Instant::now() + Duration::from_secs(300);
-    while on_lost() < deployments {
-        anyhow::ensure!(Instant::now() < deadline, "after 300 s only {}/{deployments} Deployments were Available on {LOST}", on_lost());
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    wait_until(
+        Duration::from_secs(300),
+        Duration::from_millis(200),
+        || on_lost() >= deployments,
+        || format!("after 300 s only {}/{deployments} Deployments were Available on {LOST}", on_lost()),
+    )
+    .await?;
     let spares = [sim("spare-a")?, sim("spare-b")?];
     register(&spares[0], "spare-a")?;
     register(&spares[1], "spare-b")?;
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while !["spare-a", "spare-b"].iter().all(|c| ready.lock().unwrap().contains_key(*c)) {
-        anyhow::ensure!(Instant::now() < deadline, "the spare clusters were not Ready after 60 s");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let spares_ready = || ["spare-a", "spare-b"].iter().all(|c| ready.lock().unwrap().contains_key(*c));
+    wait_until(Duration::from_secs(60), Duration::from_millis(100), spares_ready, || "the spare clusters were not Ready after 60 s".into())
+        .await?;
     // Two heartbeats, so the spares' capacity is known and the lost cluster's last
     // beat is at a random point of its interval when the kill comes.
     tokio::time::sleep(interval * 2).await;
@@ -421,17 +401,20 @@ pub async fn failover(bin: &Path, deployments: usize, interval: Duration, grace:
     let metrics_before = root.request_text(http_get("/metrics")).await?;
     let killed = Instant::now();
     drop(lost);
-    let deadline = killed + grace + Duration::from_secs(120);
     let done = || standing.lock().unwrap().values().filter(|s| s.available.is_some()).count();
-    while done() < deployments {
-        anyhow::ensure!(
-            Instant::now() < deadline,
-            "{:.0} s after the kill only {}/{deployments} Deployments were Available elsewhere",
-            killed.elapsed().as_secs_f64(),
-            done()
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    wait_until(
+        grace + Duration::from_secs(120),
+        Duration::from_millis(20),
+        || done() >= deployments,
+        || {
+            format!(
+                "{:.0} s after the kill only {}/{deployments} Deployments were Available elsewhere",
+                killed.elapsed().as_secs_f64(),
+                done()
+            )
+        },
+    )
+    .await?;
     let metrics_after = root.request_text(http_get("/metrics")).await?;
     watch.abort();
     readiness.abort();
