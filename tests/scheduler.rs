@@ -54,6 +54,28 @@ fn places_by_room_divides_by_placement_and_reports_what_does_not_fit() {
     );
     // east has four times west's room: it takes the larger share.
     assert!(on(&east) > on(&west), "{split}");
+    // Four writers share the WorkloadPlacement status, each applying only its own
+    // fields: the two syncers their entries, the scheduler its condition, the
+    // aggregator the rest. None has removed another's.
+    let status_writers = r#"jsonpath={range .metadata.managedFields[?(@.subresource=="status")]}{.manager}/{.operation} {end}"#;
+    let (entries, conditions) = (r#"jsonpath={.status.clusters[*].name}"#, r#"jsonpath={.status.conditions[*].type}"#);
+    wait_until(
+        "each writer of the WorkloadPlacement status with its own fields",
+        DEADLINE,
+        || {
+            let wp = |o: &str| f.k(&["--context", "demo", "get", "wp", "web", "--show-managed-fields", "-o", o]);
+            let sorted = |o: &str| {
+                let mut words: Vec<String> = wp(o).split_whitespace().map(String::from).collect();
+                words.sort_unstable();
+                words.join(" ")
+            };
+            format!("{} | {} / {}", sorted(status_writers), sorted(entries), sorted(conditions))
+        },
+        |seen| {
+            seen == "flotilla-scheduler/Apply flotilla-status-aggregator/Apply flotilla-syncer-east/Apply flotilla-syncer-west/Apply \
+                     | east west / Available Scheduled Synced"
+        },
+    );
 
     // A region-pinned Placement through the namespace's annotation.
     f.apply(

@@ -132,6 +132,18 @@ mod tests {
     }
 
     #[test]
+    fn placement_status_lists_are_keyed_for_server_side_apply() {
+        let crd = crd_json::<WorkloadPlacement>();
+        let status = &version(&crd)["schema"]["openAPIV3Schema"]["properties"]["status"]["properties"];
+        for (list, key) in [("clusters", "name"), ("conditions", "type")] {
+            assert_eq!(status[list]["x-kubernetes-list-type"], "map", "{status:#}");
+            assert_eq!(status[list]["x-kubernetes-list-map-keys"], serde_json::json!([key]), "{status:#}");
+            let required = status[list]["items"]["required"].as_array().cloned().unwrap_or_default();
+            assert!(required.contains(&serde_json::json!(key)), "a list-map key must be required: {status:#}");
+        }
+    }
+
+    #[test]
     fn yaml_holds_every_crd() {
         let yaml = crds_yaml();
         assert_eq!(yaml.matches("kind: CustomResourceDefinition").count(), 4, "{yaml}");

@@ -66,11 +66,15 @@ pub struct ClusterAssignment {
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct WorkloadPlacementStatus {
-    /// One entry per cluster, each written by that cluster's syncer.
+    /// One entry per cluster, each written by that cluster's syncer. A list map keyed
+    /// by `name`, so that each syncer's server-side apply owns its own entry.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]))]
     pub clusters: Vec<ClusterSyncStatus>,
-    /// `Scheduled`, `Synced` and `Available`.
+    /// `Scheduled` (the scheduler's), `Synced` and `Available` (the status
+    /// aggregator's). A list map keyed by `type`, so each writer owns its own.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
     pub conditions: Vec<Condition>,
     /// `east=2/2 west=1/1`: ready/assigned replicas per cluster, for `kubectl get`.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -76,6 +76,10 @@ impl Default for Options {
 /// How often cluster health is re-evaluated against the clock.
 const HEALTH_TICK: Duration = Duration::from_millis(250);
 
+/// The field manager of the scheduler's writes: the assignment, the labels and the
+/// `Scheduled` condition.
+pub const FIELD_MANAGER: &str = "flotilla-scheduler";
+
 /// The reason of `Scheduled=False`.
 pub const REASON_UNSCHEDULABLE: &str = "Unschedulable";
 
@@ -650,8 +654,10 @@ impl Scheduler {
         Ok(Some(written))
     }
 
-    /// Sets the `Scheduled` condition if it says something new. `false` when another
-    /// writer changed the status first (the reconcile runs again).
+    /// Sets the `Scheduled` condition if it says something new. The condition is the
+    /// scheduler's own field of the status, applied server-side, so the syncers' and
+    /// the aggregator's writes of the same status never conflict with it. `false` when
+    /// the WorkloadPlacement is gone (the reconcile runs again).
     async fn set_scheduled(
         &self,
         key: &ObjKey,
@@ -661,34 +667,25 @@ impl Scheduler {
         message: &str,
     ) -> Result<bool, anyhow::Error> {
         let status = if ok { "True" } else { "False" };
-        let mut conditions = wp.status.as_ref().map(|s| s.conditions.clone()).unwrap_or_default();
-        let existing = conditions.iter().position(|c| c.type_ == CONDITION_SCHEDULED);
-        if let Some(i) = existing {
-            let c = &conditions[i];
-            if c.status == status && c.reason == reason && c.message == message {
-                return Ok(true);
-            }
+        let existing = wp.status.as_ref().and_then(|s| s.conditions.iter().find(|c| c.type_ == CONDITION_SCHEDULED));
+        if existing.is_some_and(|c| c.status == status && c.reason == reason && c.message == message) {
+            return Ok(true);
         }
         let next = Condition {
             type_: CONDITION_SCHEDULED.into(),
             status: status.into(),
             reason: reason.into(),
             message: message.into(),
-            last_transition_time: match existing.map(|i| &conditions[i]) {
+            last_transition_time: match existing {
                 Some(c) if c.status == status => c.last_transition_time.clone(),
                 _ => Time(jiff::Timestamp::now()),
             },
             observed_generation: wp.metadata.generation,
         };
-        match existing {
-            Some(i) => conditions[i] = next,
-            None => conditions.push(next),
-        }
         let api: Api<WorkloadPlacement> = Api::namespaced(clients::workspace(&self.base, &key.workspace), &key.namespace);
-        let patch = json!({"metadata": {"resourceVersion": wp.metadata.resource_version}, "status": {"conditions": conditions}});
-        match api.patch_status(&key.name, &PatchParams::default(), &Patch::Merge(patch)).await {
+        match clients::apply_placement_status(&api, &key.name, FIELD_MANAGER, json!({"conditions": [next]})).await {
             Ok(_) => Ok(true),
-            Err(e) if is_conflict(&e) || is_not_found(&e) => Ok(false),
+            Err(e) if is_not_found(&e) => Ok(false),
             Err(e) => Err(anyhow::anyhow!("writing the Scheduled condition of WorkloadPlacement {key}: {e}")),
         }
     }

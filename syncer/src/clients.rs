@@ -36,3 +36,24 @@ pub fn workspace(base: &Client, workspace: &str) -> Client {
     });
     Client::new(svc, "default")
 }
+
+/// Server-side applies `status` to the WorkloadPlacement `name` as `manager`. Each
+/// writer of that status applies only the fields it owns (a syncer its own entry of
+/// `clusters`, the scheduler the `Scheduled` condition, the status aggregator the rest),
+/// so writers never conflict, and a field a writer stops applying is removed. `force`
+/// takes over fields an older version of Flotilla wrote with a plain update.
+pub async fn apply_placement_status(
+    api: &kube::Api<placement_api::WorkloadPlacement>,
+    name: &str,
+    manager: &str,
+    status: serde_json::Value,
+) -> kube::Result<placement_api::WorkloadPlacement> {
+    use kube::Resource;
+    let body = serde_json::json!({
+        "apiVersion": placement_api::WorkloadPlacement::api_version(&()),
+        "kind": placement_api::WorkloadPlacement::kind(&()),
+        "metadata": {"name": name},
+        "status": status,
+    });
+    api.patch_status(name, &kube::api::PatchParams::apply(manager).force(), &kube::api::Patch::Apply(body)).await
+}

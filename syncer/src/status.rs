@@ -88,6 +88,23 @@ pub fn derived(wp: &WorkloadPlacement, generation: i64, now: &Time) -> WorkloadP
     status
 }
 
+/// The part of a WorkloadPlacement status the status aggregator owns, as its
+/// server-side apply configuration: the summary, the ready count, and the `Synced`
+/// and `Available` conditions. A field missing here is one the aggregator removes.
+pub fn aggregator_fields(status: &WorkloadPlacementStatus) -> serde_json::Value {
+    let mut fields = serde_json::Map::new();
+    if let Some(s) = &status.summary {
+        fields.insert("summary".into(), s.clone().into());
+    }
+    if let Some(r) = &status.ready {
+        fields.insert("ready".into(), r.clone().into());
+    }
+    let conditions: Vec<&Condition> =
+        status.conditions.iter().filter(|c| c.type_ == CONDITION_SYNCED || c.type_ == CONDITION_AVAILABLE).collect();
+    fields.insert("conditions".into(), serde_json::to_value(conditions).unwrap_or_default());
+    fields.into()
+}
+
 /// Recomputes the summary, the ready count and the `Synced` and `Available`
 /// conditions from the assignment and the entries.
 fn derive(status: &mut WorkloadPlacementStatus, wp: &WorkloadPlacement, generation: i64, now: &Time) {
@@ -320,6 +337,31 @@ mod tests {
         p.status = Some(s);
         let s = report(&p, "west", None, 3, &t(9));
         assert_eq!(s.clusters.len(), 1, "an unassigned cluster's entry goes");
+    }
+
+    #[test]
+    fn the_aggregator_applies_only_its_own_fields() {
+        let mut p = wp(&[("east", 1)]);
+        let mut s = report(&p, "east", Some(cluster_entry("east", &copy(1, 1, 1, 1, true), t(0))), 1, &t(0));
+        let scheduled = Condition {
+            type_: "Scheduled".into(),
+            status: "True".into(),
+            reason: "Scheduled".into(),
+            message: String::new(),
+            last_transition_time: t(0),
+            observed_generation: None,
+        };
+        s.conditions.push(scheduled);
+        let fields = aggregator_fields(&s);
+        assert_eq!(fields["summary"], "east=1/1");
+        assert_eq!(fields["ready"], "1/1");
+        let types: Vec<&str> = fields["conditions"].as_array().unwrap().iter().map(|c| c["type"].as_str().unwrap()).collect();
+        assert_eq!(types, [CONDITION_SYNCED, CONDITION_AVAILABLE], "not the scheduler's condition: {fields}");
+        assert!(fields.get("clusters").is_none(), "not the syncers' entries: {fields}");
+        p.spec.clusters.clear();
+        p.status = Some(s);
+        let emptied = aggregator_fields(&derived(&p, 1, &t(1)));
+        assert_eq!(emptied["conditions"], serde_json::json!([]), "with nothing assigned, applying no conditions removes them");
     }
 
     #[test]

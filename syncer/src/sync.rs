@@ -48,6 +48,11 @@ use crate::{clients, status, transform};
 
 /// The field manager of everything the syncer applies downstream.
 pub const FIELD_MANAGER: &str = "flotilla-syncer";
+/// The field manager of a syncer's entry in the WorkloadPlacement status upstream:
+/// one per cluster, so each syncer's apply owns its own entry and no other.
+pub fn status_field_manager(sync_target: &str) -> String {
+    format!("{FIELD_MANAGER}-{sync_target}")
+}
 /// How many objects are synced at once.
 const CONCURRENCY: usize = 16;
 /// How long to wait before looking again at an object waiting for another one.
@@ -89,6 +94,8 @@ pub struct Syncer {
     /// The physical cluster.
     downstream: Client,
     finalizer: String,
+    /// The field manager of this cluster's entry in the WorkloadPlacement status.
+    status_manager: String,
     deployments: Side<Deployment>,
     config_maps: Side<ConfigMap>,
     secrets: Side<Secret>,
@@ -172,6 +179,7 @@ impl Syncer {
                 cache::spawn(Api::all(wildcard), assigned, Kind::Deployment, Key::upstream, tx.clone(), "upstream workloadplacements");
             let syncer = Arc::new(Syncer {
                 finalizer: syncer_finalizer(target),
+                status_manager: status_field_manager(target),
                 settings: settings.clone(),
                 upstream,
                 downstream,
@@ -324,13 +332,12 @@ impl Syncer {
             return Ok(Next::After(WAIT_FOR_PEER));
         };
         if !d.metadata.finalizers.iter().flatten().any(|f| f == &self.finalizer) {
-            let mut finalizers = d.metadata.finalizers.clone().unwrap_or_default();
-            finalizers.push(self.finalizer.clone());
-            let patch = json!({"metadata": {"finalizers": finalizers, "resourceVersion": d.metadata.resource_version}});
-            match self.upstream_api::<Deployment>(key).patch(&key.name, &PatchParams::default(), &Patch::Merge(patch)).await {
+            // finalizers merge as a set under a strategic merge patch, so this adds
+            // ours to whatever is there now, with no resourceVersion to go stale while
+            // the scheduler labels the same Deployment.
+            let patch = json!({"metadata": {"finalizers": [self.finalizer]}});
+            match self.upstream_api::<Deployment>(key).patch(&key.name, &PatchParams::default(), &Patch::Strategic(patch)).await {
                 Ok(_) => {}
-                // A newer version is on its way through the watch.
-                Err(e) if is_conflict(&e) => return Ok(Next::After(Duration::ZERO)),
                 Err(e) => return Err(upstream(format!("adding finalizer to {key}"))(e)),
             }
         }
@@ -359,11 +366,23 @@ impl Syncer {
         if unchanged {
             return Ok(Next::Done);
         }
-        let mut next = wp.clone();
-        next.status = Some(status::with_entry(wp, target, entry));
         let api: Api<WorkloadPlacement> = self.upstream_api(key);
-        match api.replace_status(&key.name, &PostParams::default(), &next).await {
-            Ok(_) => Ok(Next::Done),
+        let written = match entry {
+            // The entry is this syncer's own field of the status: applied, it never
+            // conflicts with the other syncers, the scheduler or the aggregator.
+            Some(entry) => {
+                clients::apply_placement_status(&api, &key.name, &self.status_manager, json!({"clusters": [entry]})).await.map(drop)
+            }
+            // Removal is rare (an unassignment) and must work whoever wrote the entry,
+            // so it is a replace guarded by the resourceVersion it was computed from.
+            None => {
+                let mut next = wp.clone();
+                next.status = Some(status::with_entry(wp, target, None));
+                api.replace_status(&key.name, &PostParams::default(), &next).await.map(drop)
+            }
+        };
+        match written {
+            Ok(()) => Ok(Next::Done),
             // Another writer was first; the watch brings its version.
             Err(e) if is_conflict(&e) => Ok(Next::After(Duration::from_millis(50))),
             Err(e) if is_not_found(&e) => Ok(Next::Done),
