@@ -77,8 +77,9 @@ pub struct WriteOptions {
 /// The result of a write.
 #[derive(Debug)]
 pub struct Written {
-    /// The object as stored (or as it would be, for dry runs).
-    pub object: Value,
+    /// The object as stored (or as it would be, for dry runs), shared with the store
+    /// when the response shows it unchanged.
+    pub object: Presented,
     /// Whether the write created the object (201).
     pub created: bool,
     /// `Warning` headers for the client.
@@ -351,14 +352,14 @@ impl Api {
             None,
         );
         if opts.dry_run {
-            return Ok(Written { object: present(scope, &scope.workspace, &obj), created: true, warnings });
+            return Ok(Written { object: Presented::Changed(present(scope, &scope.workspace, &obj)), created: true, warnings });
         }
         let stored = self
             .store
             .write(WriteOp::Create { key: scope.key(&name), value: obj })
             .await
             .map_err(|e| ApiError::from_store(e, scope.obj(&name)))?;
-        Ok(Written { object: present(scope, &scope.workspace, &stored.value), created: true, warnings })
+        Ok(Written { object: present_shared(scope, &scope.workspace, &stored.value), created: true, warnings })
     }
 
     /// UPDATE (PUT) of the object or its status.
@@ -471,14 +472,14 @@ impl Api {
             (guard.0)(old, &obj)?;
         }
         if opts.dry_run {
-            return Ok(Written { object: present(scope, &scope.workspace, &obj), created: false, warnings });
+            return Ok(Written { object: Presented::Changed(present(scope, &scope.workspace, &obj)), created: false, warnings });
         }
         // A write that changes nothing is not stored: the resourceVersion stays and no
         // watch event goes out, as kube-apiserver's GuaranteedUpdate skips identical
         // bytes (storage/etcd3/store.go). Controllers that re-apply their desired
         // state on every event rely on this to settle instead of waking each other.
         if same_but_for_times(old, &obj) {
-            return Ok(Written { object: present(scope, &scope.workspace, old), created: false, warnings });
+            return Ok(Written { object: Presented::Changed(present(scope, &scope.workspace, old)), created: false, warnings });
         }
         // An object that is being deleted goes away once its last finalizer is removed.
         let deleting = objmeta::meta_str(old, "deletionTimestamp").is_some();
@@ -489,14 +490,14 @@ impl Api {
                 .write(WriteOp::Delete { key: scope.key(name), expected: Some(current.rev) })
                 .await
                 .map_err(|e| ApiError::from_store(e, scope.obj(name)))?;
-            return Ok(Written { object: present(scope, &scope.workspace, &obj), created: false, warnings });
+            return Ok(Written { object: Presented::Changed(present(scope, &scope.workspace, &obj)), created: false, warnings });
         }
         let stored = self
             .store
             .write(WriteOp::Update { key: scope.key(name), value: obj, expected: current.rev })
             .await
             .map_err(|e| ApiError::from_store(e, scope.obj(name)))?;
-        Ok(Written { object: present(scope, &scope.workspace, &stored.value), created: false, warnings })
+        Ok(Written { object: present_shared(scope, &scope.workspace, &stored.value), created: false, warnings })
     }
 
     /// Server-side apply computes managedFields itself; keep what it produced.
@@ -650,7 +651,7 @@ impl Api {
                     .write(WriteOp::Update { key: scope.key(name), value: v, expected: cur.rev })
                     .await
                     .map_err(|e| ApiError::from_store(e, scope.obj(name)))?;
-                written.object = present(scope, &scope.workspace, &stored.value);
+                written.object = present_shared(scope, &scope.workspace, &stored.value);
             }
         }
         Ok(written)
@@ -818,7 +819,7 @@ impl Api {
         let mut obj = to_external(scope, &current.value);
         set_json_path(&mut obj, &paths.spec_replicas, json!(replicas));
         let written = self.write_update(scope, name, &current, to_internal(scope, obj), Sub::Main, opts, Vec::new(), None).await?;
-        scale_of(scope, &to_internal(scope, written.object))
+        scale_of(scope, &to_internal(scope, written.object.into_value()))
     }
 
     fn fill_identity(&self, scope: &Scope, obj: &mut Value, url_name: Option<&str>) -> Result<(), ApiError> {
@@ -1202,6 +1203,75 @@ pub fn present(scope: &Scope, workspace: &str, stored: &Value) -> Value {
     v
 }
 
+/// A stored document's text as a wildcard request presents it: with the annotation
+/// naming its workspace added to `metadata.annotations`. Only the annotations are
+/// parsed into a tree; everything else is copied as text, so a watch event costs one
+/// pass over the text instead of a deep copy and a full serialization. `None` when
+/// the text is not a JSON object with an object `metadata` (never for stored objects).
+pub fn with_workspace_annotation(raw: &str, workspace: &str) -> Option<String> {
+    let write_key = |out: &mut String, key: &str| -> Option<()> {
+        out.push_str(&serde_json::to_string(key).ok()?);
+        out.push(':');
+        Some(())
+    };
+    let fields: RawFields<'_> = serde_json::from_str(raw).ok()?;
+    let mut out = String::with_capacity(raw.len() + CLUSTER_ANNOTATION.len() + workspace.len() + 32);
+    let mut annotated = false;
+    out.push('{');
+    for (i, (key, value)) in fields.0.iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        write_key(&mut out, key)?;
+        if key != "metadata" {
+            out.push_str(value.get());
+            continue;
+        }
+        let meta: RawFields<'_> = serde_json::from_str(value.get()).ok()?;
+        let mut annotations = Map::new();
+        out.push('{');
+        for (k, v) in &meta.0 {
+            if k == "annotations" {
+                annotations = serde_json::from_str(v.get()).unwrap_or_default();
+            } else {
+                write_key(&mut out, k)?;
+                out.push_str(v.get());
+                out.push(',');
+            }
+        }
+        annotations.insert(CLUSTER_ANNOTATION.into(), json!(workspace));
+        write_key(&mut out, "annotations")?;
+        out.push_str(&serde_json::to_string(&annotations).ok()?);
+        out.push('}');
+        annotated = true;
+    }
+    out.push('}');
+    annotated.then_some(out)
+}
+
+/// An object's fields in order, each value left as text.
+struct RawFields<'a>(Vec<(String, &'a serde_json::value::RawValue)>);
+
+impl<'de: 'a, 'a> serde::Deserialize<'de> for RawFields<'a> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Visit<'a>(std::marker::PhantomData<&'a ()>);
+        impl<'de: 'a, 'a> serde::de::Visitor<'de> for Visit<'a> {
+            type Value = RawFields<'a>;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a JSON object")
+            }
+            fn visit_map<M: serde::de::MapAccess<'de>>(self, mut m: M) -> Result<Self::Value, M::Error> {
+                let mut fields = Vec::new();
+                while let Some(entry) = m.next_entry::<String, &'de serde_json::value::RawValue>()? {
+                    fields.push(entry);
+                }
+                Ok(RawFields(fields))
+            }
+        }
+        d.deserialize_map(Visit(std::marker::PhantomData))
+    }
+}
+
 fn to_external(scope: &Scope, stored: &Value) -> Value {
     match scope.rt.builtin() {
         Some(Builtin::EventV1) => kinds::event_to_v1(stored),
@@ -1305,5 +1375,30 @@ fn decode_continue(s: &str) -> Result<ContinueToken, ApiError> {
 impl From<StoreError> for ApiError {
     fn from(e: StoreError) -> Self {
         ApiError::from_store(e, ObjRef { group: "", resource: "", name: "" })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_workspace_annotation_is_spliced_into_the_stored_text() {
+        let with = |v: Value| {
+            with_workspace_annotation(&serde_json::to_string(&v).unwrap(), "team-a").map(|t| serde_json::from_str::<Value>(&t).unwrap())
+        };
+        let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "labels": {"a": "b"}, "annotations": {"x": "y\"z"}},
+                         "spec": {"template": {"metadata": {"annotations": {"inner": "untouched"}}}}});
+        let mut expected = pod.clone();
+        expected["metadata"]["annotations"][CLUSTER_ANNOTATION] = json!("team-a");
+        assert_eq!(with(pod), Some(expected));
+        let bare = json!({"kind": "ConfigMap", "metadata": {"name": "c"}, "data": {"k": "v"}});
+        let mut expected = bare.clone();
+        expected["metadata"]["annotations"] = json!({CLUSTER_ANNOTATION: "team-a"});
+        assert_eq!(with(bare), Some(expected));
+        let replaced = json!({"metadata": {"annotations": {CLUSTER_ANNOTATION: "elsewhere"}}});
+        assert_eq!(with(replaced), Some(json!({"metadata": {"annotations": {CLUSTER_ANNOTATION: "team-a"}}})));
+        assert_eq!(with(json!({"kind": "NoMetadata"})), None);
+        assert_eq!(with_workspace_annotation("[1]", "team-a"), None);
     }
 }

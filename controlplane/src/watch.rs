@@ -14,10 +14,11 @@ use serde_json::{json, Value};
 use tokio::sync::mpsc;
 use tracing::Instrument;
 
-use crate::api::{present, selected, Api, ListOptions, Scope};
+use crate::api::{present, selected, with_workspace_annotation, Api, ListOptions, Scope};
+use crate::kinds::Builtin;
 use crate::registry::split_key;
 use crate::selector::{FieldSelector, LabelSelector};
-use crate::store::{EventType, Revision, StoreError};
+use crate::store::{Event, EventType, Revision, StoreError};
 
 /// How often an idle watch with `allowWatchBookmarks` gets a BOOKMARK. kube-apiserver
 /// sends them about once a minute; more often keeps resume points fresh for clients
@@ -96,6 +97,30 @@ impl Sender {
             object
         };
         self.raw(kind, object).await
+    }
+
+    /// A stored change as this watcher sees it. The line is built from the stored
+    /// text: most watchers get the object exactly as stored, and a wildcard watcher
+    /// gets it with its workspace's annotation spliced in, so neither copies nor
+    /// re-serializes the object tree. Tables and converted kinds take the long way.
+    async fn event(&mut self, kind: &str, ev: &Event, workspace: &str) -> bool {
+        let converted = self.table || matches!(self.scope.rt.builtin(), Some(Builtin::EventV1));
+        let annotated = match self.scope.wildcard() && !converted {
+            true => with_workspace_annotation(ev.doc.raw(), workspace),
+            false => None,
+        };
+        let text = match &annotated {
+            Some(t) => t.as_str(),
+            None if !converted && !self.scope.wildcard() => ev.doc.raw(),
+            None => return self.send(kind, present(&self.scope, workspace, &ev.object())).await,
+        };
+        let mut line = Vec::with_capacity(text.len() + kind.len() + 24);
+        line.extend_from_slice(b"{\"type\":\"");
+        line.extend_from_slice(kind.as_bytes());
+        line.extend_from_slice(b"\",\"object\":");
+        line.extend_from_slice(text.as_bytes());
+        line.extend_from_slice(b"}\n");
+        self.tx.send(Bytes::from(line)).await.is_ok()
     }
 
     async fn raw(&mut self, kind: &str, object: Value) -> bool {
@@ -177,9 +202,11 @@ async fn run(
                     Some(Ok(ev)) => ev,
                 };
                 let ws = split_key(&ev.key).map(|(w, _, _)| w).unwrap_or_default();
-                let object = ev.object();
-                let now_matches = selected(&object, opts.labels.as_ref(), opts.fields.as_ref());
-                let was_matching = ev.prev().is_some_and(|p| selected(&p, opts.labels.as_ref(), opts.fields.as_ref()));
+                // Without selectors nothing needs the parsed object.
+                let filtered = opts.labels.is_some() || opts.fields.is_some();
+                let now_matches = !filtered || selected(&ev.object(), opts.labels.as_ref(), opts.fields.as_ref());
+                let was_matching = ev.prev_doc.is_some()
+                    && (!filtered || ev.prev().is_some_and(|p| selected(&p, opts.labels.as_ref(), opts.fields.as_ref())));
                 let kind = match (ev.kind, was_matching, now_matches) {
                     (EventType::Added, _, true) => "ADDED",
                     (EventType::Modified, true, true) => "MODIFIED",
@@ -188,7 +215,7 @@ async fn run(
                     (EventType::Deleted, true, _) => "DELETED",
                     _ => continue,
                 };
-                if !out.send(kind, present(&scope, ws, &object)).await { return; }
+                if !out.event(kind, &ev, ws).await { return; }
             }
         }
     }

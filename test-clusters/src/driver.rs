@@ -313,7 +313,7 @@ async fn apply(api: &Api, action: &Action) -> Result<(), Failure> {
             let status = value.as_object_mut().and_then(|o| o.remove("status"));
             let created = api.create(&s, value, &opts()).await.map_err(failed)?;
             if let Some(status) = status.filter(|st| !st.is_null() && r.kind != Kind::Event) {
-                let mut v = created.object;
+                let mut v = created.object.into_value();
                 v["status"] = status;
                 api.update(&s, &r.name, v, Sub::Status, &opts()).await.map_err(failed)?;
             }
@@ -358,7 +358,7 @@ async fn apply(api: &Api, action: &Action) -> Result<(), Failure> {
             let mut bound = current;
             bound["spec"]["nodeName"] = json!(node);
             let written = api.update(&s, &pod.name, bound, Sub::Main, &opts()).await.map_err(failed)?;
-            let mut v = written.object;
+            let mut v = written.object.into_value();
             let now = crate::sim::k8s_time(Timestamp::now());
             let cond = json!({"type": "PodScheduled", "status": "True", "lastProbeTime": null, "lastTransitionTime": now});
             let conds = v["status"]["conditions"].as_array().cloned().unwrap_or_default();

@@ -167,7 +167,7 @@ impl ServerProc {
             / 1024.0
     }
 
-    fn cpu_secs(&self) -> f64 {
+    pub(crate) fn cpu_secs(&self) -> f64 {
         let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.child.id())).unwrap_or_default();
         let fields: Vec<&str> = stat.rsplit(')').next().unwrap_or_default().split_whitespace().collect();
         let ticks: f64 = fields.get(11).and_then(|u| u.parse::<f64>().ok()).unwrap_or(0.0)
@@ -530,7 +530,8 @@ async fn main() -> anyhow::Result<()> {
                        "available_p50_s": f.available_s.0, "available_p99_s": f.available_s.1,
                        "move_to_available_p50_s": f.move_to_available_s.0, "move_to_available_p99_s": f.move_to_available_s.1,
                        "false_not_ready": f.false_not_ready,
-                       "writes_per_deployment": f.writes_per_deployment.iter().map(|(k, n)| (k.clone(), json!(n))).collect::<serde_json::Map<_, _>>()}),
+                       "writes_per_deployment": f.writes_per_deployment.iter().map(|(k, n)| (k.clone(), json!(n))).collect::<serde_json::Map<_, _>>(),
+                       "cpu_secs": f.cpu_secs.iter().map(|(k, n)| (k.clone(), json!(n))).collect::<serde_json::Map<_, _>>()}),
             );
         }
     }

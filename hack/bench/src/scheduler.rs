@@ -299,6 +299,9 @@ pub struct FailoverFigures {
     pub false_not_ready: usize,
     /// API writes from the kill to the last Deployment Available, per Deployment.
     pub writes_per_deployment: Vec<(String, f64)>,
+    /// CPU seconds each process used from the kill to the last Deployment Available:
+    /// the control plane (API server, scheduler, syncers, aggregator) and each spare.
+    pub cpu_secs: Vec<(String, f64)>,
 }
 
 /// Where one Deployment stands, from its WorkloadPlacement.
@@ -399,6 +402,8 @@ pub async fn failover(bin: &Path, deployments: usize, interval: Duration, grace:
     tokio::time::sleep(interval * 2).await;
 
     let metrics_before = root.request_text(http_get("/metrics")).await?;
+    let cpu = || [("control plane", cp.cpu_secs()), ("spare-a", spares[0].cpu_secs()), ("spare-b", spares[1].cpu_secs())];
+    let cpu_before = cpu();
     let killed = Instant::now();
     drop(lost);
     let done = || standing.lock().unwrap().values().filter(|s| s.available.is_some()).count();
@@ -416,6 +421,7 @@ pub async fn failover(bin: &Path, deployments: usize, interval: Duration, grace:
     )
     .await?;
     let metrics_after = root.request_text(http_get("/metrics")).await?;
+    let cpu_secs = cpu().iter().zip(cpu_before).map(|((name, after), (_, before))| (name.to_string(), after - before)).collect();
     watch.abort();
     readiness.abort();
     let writes_per_deployment = per_deployment(&metrics_before, &metrics_after, deployments);
@@ -440,6 +446,7 @@ pub async fn failover(bin: &Path, deployments: usize, interval: Duration, grace:
         move_to_available_s: summarize(lag),
         false_not_ready,
         writes_per_deployment,
+        cpu_secs,
     })
 }
 
