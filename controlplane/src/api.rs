@@ -1203,20 +1203,21 @@ pub fn present(scope: &Scope, workspace: &str, stored: &Value) -> Value {
     v
 }
 
-/// A stored document's text as a wildcard request presents it: with the annotation
-/// naming its workspace added to `metadata.annotations`. Only the annotations are
-/// parsed into a tree; everything else is copied as text, so a watch event costs one
-/// pass over the text instead of a deep copy and a full serialization. `None` when
-/// the text is not a JSON object with an object `metadata` (never for stored objects).
-pub fn with_workspace_annotation(raw: &str, workspace: &str) -> Option<String> {
+/// A stored document's text with its metadata changed as a watch presents it: with
+/// the annotation naming its workspace (`workspace`, for the wildcard view) and
+/// without managedFields (`omit_managed_fields`). Only the annotations are parsed into
+/// a tree; everything else is copied as text, so a watch event costs one pass over the
+/// text instead of a deep copy and a full serialization. `None` when the text is not a
+/// JSON object with an object `metadata` (never for stored objects).
+pub fn with_metadata(raw: &str, workspace: Option<&str>, omit_managed_fields: bool) -> Option<String> {
     let write_key = |out: &mut String, key: &str| -> Option<()> {
         out.push_str(&serde_json::to_string(key).ok()?);
         out.push(':');
         Some(())
     };
     let fields: RawFields<'_> = serde_json::from_str(raw).ok()?;
-    let mut out = String::with_capacity(raw.len() + CLUSTER_ANNOTATION.len() + workspace.len() + 32);
-    let mut annotated = false;
+    let mut out = String::with_capacity(raw.len() + CLUSTER_ANNOTATION.len() + 64);
+    let mut has_metadata = false;
     out.push('{');
     for (i, (key, value)) in fields.0.iter().enumerate() {
         if i > 0 {
@@ -1227,26 +1228,39 @@ pub fn with_workspace_annotation(raw: &str, workspace: &str) -> Option<String> {
             out.push_str(value.get());
             continue;
         }
+        has_metadata = true;
         let meta: RawFields<'_> = serde_json::from_str(value.get()).ok()?;
-        let mut annotations = Map::new();
+        let mut annotations: Option<Map<String, Value>> = None;
+        let mut first = true;
         out.push('{');
         for (k, v) in &meta.0 {
-            if k == "annotations" {
-                annotations = serde_json::from_str(v.get()).unwrap_or_default();
-            } else {
-                write_key(&mut out, k)?;
-                out.push_str(v.get());
+            if k == "managedFields" && omit_managed_fields {
+                continue;
+            }
+            if k == "annotations" && workspace.is_some() {
+                annotations = Some(serde_json::from_str(v.get()).unwrap_or_default());
+                continue;
+            }
+            if !first {
                 out.push(',');
             }
+            first = false;
+            write_key(&mut out, k)?;
+            out.push_str(v.get());
         }
-        annotations.insert(CLUSTER_ANNOTATION.into(), json!(workspace));
-        write_key(&mut out, "annotations")?;
-        out.push_str(&serde_json::to_string(&annotations).ok()?);
+        if let Some(ws) = workspace {
+            let mut annotations = annotations.unwrap_or_default();
+            annotations.insert(CLUSTER_ANNOTATION.into(), json!(ws));
+            if !first {
+                out.push(',');
+            }
+            write_key(&mut out, "annotations")?;
+            out.push_str(&serde_json::to_string(&annotations).ok()?);
+        }
         out.push('}');
-        annotated = true;
     }
     out.push('}');
-    annotated.then_some(out)
+    has_metadata.then_some(out)
 }
 
 /// An object's fields in order, each value left as text.
@@ -1385,7 +1399,7 @@ mod tests {
     #[test]
     fn the_workspace_annotation_is_spliced_into_the_stored_text() {
         let with = |v: Value| {
-            with_workspace_annotation(&serde_json::to_string(&v).unwrap(), "team-a").map(|t| serde_json::from_str::<Value>(&t).unwrap())
+            with_metadata(&serde_json::to_string(&v).unwrap(), Some("team-a"), false).map(|t| serde_json::from_str::<Value>(&t).unwrap())
         };
         let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "labels": {"a": "b"}, "annotations": {"x": "y\"z"}},
                          "spec": {"template": {"metadata": {"annotations": {"inner": "untouched"}}}}});
@@ -1399,6 +1413,25 @@ mod tests {
         let replaced = json!({"metadata": {"annotations": {CLUSTER_ANNOTATION: "elsewhere"}}});
         assert_eq!(with(replaced), Some(json!({"metadata": {"annotations": {CLUSTER_ANNOTATION: "team-a"}}})));
         assert_eq!(with(json!({"kind": "NoMetadata"})), None);
-        assert_eq!(with_workspace_annotation("[1]", "team-a"), None);
+        assert_eq!(with_metadata("[1]", Some("team-a"), false), None);
+    }
+
+    #[test]
+    fn managed_fields_are_left_out_on_request_and_nothing_else_changes() {
+        let obj =
+            json!({"kind": "ConfigMap", "metadata": {"managedFields": [{"manager": "m"}], "name": "c", "labels": {"a": "b"}}, "data": {}});
+        let slim = |ws: Option<&str>| serde_json::from_str::<Value>(&with_metadata(&obj.to_string(), ws, true).unwrap()).unwrap();
+        assert_eq!(slim(None), json!({"kind": "ConfigMap", "metadata": {"name": "c", "labels": {"a": "b"}}, "data": {}}));
+        assert_eq!(
+            slim(Some("w")),
+            json!({"kind": "ConfigMap", "metadata": {"name": "c", "labels": {"a": "b"}, "annotations": {CLUSTER_ANNOTATION: "w"}}, "data": {}})
+        );
+        let only = json!({"metadata": {"managedFields": []}});
+        assert_eq!(with_metadata(&only.to_string(), None, true).as_deref(), Some(r#"{"metadata":{}}"#));
+        assert_eq!(
+            with_metadata(&obj.to_string(), None, false).as_deref(),
+            Some(obj.to_string().as_str()),
+            "nothing asked, nothing changed"
+        );
     }
 }

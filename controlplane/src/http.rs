@@ -319,6 +319,9 @@ async fn resource(
                 labels: parse_labels(query)?,
                 fields: parse_fields(query)?,
                 table,
+                omit_managed_fields: headers
+                    .get(placement_api::MANAGED_FIELDS_HEADER)
+                    .is_some_and(|v| v.as_bytes() == placement_api::MANAGED_FIELDS_OMIT.as_bytes()),
             };
             if opts.send_initial_events.is_some() && query.get("resourceVersionMatch").map(String::as_str) != Some("NotOlderThan") {
                 return Err(ApiError::invalid(

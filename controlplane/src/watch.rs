@@ -14,7 +14,7 @@ use serde_json::{json, Value};
 use tokio::sync::mpsc;
 use tracing::Instrument;
 
-use crate::api::{present, selected, with_workspace_annotation, Api, ListOptions, Scope};
+use crate::api::{present, selected, with_metadata, Api, ListOptions, Scope};
 use crate::kinds::Builtin;
 use crate::registry::split_key;
 use crate::selector::{FieldSelector, LabelSelector};
@@ -47,6 +47,8 @@ pub struct WatchOptions {
     pub fields: Option<FieldSelector>,
     /// Render objects as single-row Tables (`kubectl get -w`).
     pub table: bool,
+    /// Leave `metadata.managedFields` out ([`placement_api::MANAGED_FIELDS_HEADER`]).
+    pub omit_managed_fields: bool,
 }
 
 /// Starts a watch; returns the receiving end of the response body.
@@ -84,10 +86,16 @@ struct Sender {
     scope: Scope,
     table: bool,
     first_table: bool,
+    omit_managed_fields: bool,
 }
 
 impl Sender {
-    async fn send(&mut self, kind: &str, object: Value) -> bool {
+    async fn send(&mut self, kind: &str, mut object: Value) -> bool {
+        if self.omit_managed_fields {
+            if let Some(m) = object.get_mut("metadata").and_then(Value::as_object_mut) {
+                m.remove("managedFields");
+            }
+        }
         let object = if self.table {
             let rv = object.pointer("/metadata/resourceVersion").and_then(Value::as_str).unwrap_or_default().to_string();
             let t = crate::table::table(&self.scope, std::slice::from_ref(&object), &rv, None, false, self.first_table);
@@ -105,13 +113,14 @@ impl Sender {
     /// re-serializes the object tree. Tables and converted kinds take the long way.
     async fn event(&mut self, kind: &str, ev: &Event, workspace: &str) -> bool {
         let converted = self.table || matches!(self.scope.rt.builtin(), Some(Builtin::EventV1));
-        let annotated = match self.scope.wildcard() && !converted {
-            true => with_workspace_annotation(ev.doc.raw(), workspace),
-            false => None,
+        let wildcard = self.scope.wildcard();
+        let rewritten = match (converted, wildcard || self.omit_managed_fields) {
+            (false, true) => with_metadata(ev.doc.raw(), wildcard.then_some(workspace), self.omit_managed_fields),
+            _ => None,
         };
-        let text = match &annotated {
+        let text = match &rewritten {
             Some(t) => t.as_str(),
-            None if !converted && !self.scope.wildcard() => ev.doc.raw(),
+            None if !converted && !wildcard && !self.omit_managed_fields => ev.doc.raw(),
             None => return self.send(kind, present(&self.scope, workspace, &ev.object())).await,
         };
         let mut line = Vec::with_capacity(text.len() + kind.len() + 24);
@@ -156,7 +165,7 @@ async fn run(
     if *stop.borrow() {
         return;
     }
-    let mut out = Sender { tx, scope: scope.clone(), table: opts.table, first_table: true };
+    let mut out = Sender { tx, scope: scope.clone(), table: opts.table, first_table: true, omit_managed_fields: opts.omit_managed_fields };
     let deadline = tokio::time::Instant::now() + opts.timeout.unwrap_or(DEFAULT_TIMEOUT);
     let start_rev = if initial {
         let list_opts = ListOptions { labels: opts.labels.clone(), fields: opts.fields.clone(), ..Default::default() };

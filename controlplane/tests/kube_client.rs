@@ -812,6 +812,35 @@ async fn workspace_isolates_objects_and_wildcard_lists_across_workspaces() {
     // The annotation is presentation only: it is not stored on the object.
     assert!(!team_cms.get("team-cm").await.unwrap().annotations().contains_key("kcp.io/cluster"));
 
+    // A wildcard watch event says where the object lives too, and carries managedFields
+    // unless the client asked to go without them (Flotilla's controllers do).
+    let mut slim_cfg = support::root_config(&srv).await;
+    slim_cfg.cluster_url = format!("https://127.0.0.1:{}/clusters/*", srv.addr.port()).parse().unwrap();
+    slim_cfg.headers.push((placement_api::MANAGED_FIELDS_HEADER.parse().unwrap(), placement_api::MANAGED_FIELDS_OMIT.parse().unwrap()));
+    let slim: Api<ConfigMap> = Api::all(kube::Client::try_from(slim_cfg).unwrap());
+    let rv = all.list(&ListParams::default()).await.unwrap().metadata.resource_version.unwrap();
+    let first_event = |api: Api<ConfigMap>| {
+        let rv = rv.clone();
+        async move {
+            let stream = api.watch(&kube::api::WatchParams::default().timeout(10), &rv).await.unwrap();
+            match Box::pin(stream).next().await {
+                Some(Ok(kube::api::WatchEvent::Added(cm))) => cm,
+                other => panic!("expected an ADDED event, got {other:?}"),
+            }
+        }
+    };
+    // Both watches start from the list's resourceVersion, so both see the create
+    // whenever they connect.
+    let (full, without) = (tokio::spawn(first_event(all.clone())), tokio::spawn(first_event(slim)));
+    team_cms.create(&PostParams::default(), &configmap("watched", &[], &[("v", "w")])).await.unwrap();
+    let (full, without) = (full.await.unwrap(), without.await.unwrap());
+    for cm in [&full, &without] {
+        assert_eq!((cm.name_any().as_str(), cm.annotations().get("kcp.io/cluster").map(String::as_str)), ("watched", Some("team-a")));
+        assert_eq!(data_of(cm, "v").as_deref(), Some("w"));
+    }
+    assert!(full.metadata.managed_fields.as_ref().is_some_and(|m| !m.is_empty()), "{:?}", full.metadata);
+    assert_eq!(without.metadata.managed_fields, None, "asked to go without: {:?}", without.metadata);
+
     srv.shutdown().await.unwrap();
 }
 

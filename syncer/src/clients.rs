@@ -21,7 +21,8 @@ pub fn base_config(mut config: Config) -> anyhow::Result<Config> {
 }
 
 /// A client whose requests go to `/clusters/<workspace>` of `base`'s server. `*` is the
-/// read-only view across every workspace.
+/// read-only view across every workspace. Its watches leave out managedFields
+/// ([`placement_api::MANAGED_FIELDS_HEADER`]).
 pub fn workspace(base: &Client, workspace: &str) -> Client {
     let base = base.clone();
     let prefix = if workspace == "*" { "/clusters/%2A".to_string() } else { format!("/clusters/{workspace}") };
@@ -31,6 +32,10 @@ pub fn workspace(base: &Client, workspace: &str) -> Client {
         let rewritten = format!("{prefix}{pq}").parse::<http::Uri>();
         async move {
             *req.uri_mut() = rewritten.map_err(|e| kube::Error::Service(e.into()))?;
+            // Nothing Flotilla's controllers do reads managedFields: their watches
+            // stream objects without them, which saves parsing them on every event.
+            req.headers_mut()
+                .insert(placement_api::MANAGED_FIELDS_HEADER, http::HeaderValue::from_static(placement_api::MANAGED_FIELDS_OMIT));
             base.send(req).await
         }
     });
