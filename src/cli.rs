@@ -39,6 +39,9 @@ pub enum LogFormat {
 pub enum Command {
     /// Run the control plane (Kubernetes-compatible API server with workspaces).
     Start(StartArgs),
+    /// Run the control plane with a fleet of simulated clusters, registered, and a
+    /// workspace `demo` as the current context: everything a first tour needs.
+    Up(UpArgs),
     /// Manage workspaces (logical clusters).
     #[command(subcommand)]
     Workspace(WorkspaceCmd),
@@ -55,6 +58,19 @@ pub enum Command {
     Scheduler(SchedulerArgs),
     /// Print the Flotilla CRDs as YAML, to install them on another Kubernetes API server.
     Crds,
+}
+
+/// `flotilla up`.
+#[derive(Debug, clap::Args)]
+pub struct UpArgs {
+    /// Simulated clusters to run and register (a definition file with one cluster or a list).
+    #[arg(long, default_value = "test-clusters/demo.yaml")]
+    pub clusters: PathBuf,
+    /// The workspace to create and make the current context.
+    #[arg(long, default_value = "demo")]
+    pub workspace: String,
+    #[command(flatten)]
+    pub start: StartArgs,
 }
 
 /// `flotilla sim-cluster`.

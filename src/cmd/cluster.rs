@@ -26,7 +26,7 @@ pub async fn run(kubeconfig: &Path, cmd: ClusterCmd) -> anyhow::Result<()> {
     let root = super::root_client(kubeconfig).await?;
     let targets: Api<SyncTarget> = Api::all(root.clone());
     match cmd {
-        ClusterCmd::Register(args) => register(&root, kubeconfig, args).await,
+        ClusterCmd::Register(args) => register(&root, kubeconfig, args, true).await,
         ClusterCmd::List => list(&targets).await,
         ClusterCmd::Cordon { name } => set_spec(&targets, &name, json!({"unschedulable": true}), "cordoned").await,
         ClusterCmd::Uncordon { name } => set_spec(&targets, &name, json!({"unschedulable": null, "evictAfter": null}), "uncordoned").await,
@@ -44,7 +44,8 @@ pub async fn run(kubeconfig: &Path, cmd: ClusterCmd) -> anyhow::Result<()> {
     }
 }
 
-async fn register(root: &Client, cp_kubeconfig: &Path, args: RegisterArgs) -> anyhow::Result<()> {
+/// Registers a cluster; `hint` adds the line that says how to look at it.
+pub(super) async fn register(root: &Client, cp_kubeconfig: &Path, args: RegisterArgs, hint: bool) -> anyhow::Result<()> {
     let name = args.name.clone();
     if let Err(e) = controlplane::objmeta::dns1123_label(&name) {
         anyhow::bail!("invalid cluster name {name:?}: {e}");
@@ -104,7 +105,9 @@ async fn register(root: &Client, cp_kubeconfig: &Path, args: RegisterArgs) -> an
         }
     } else {
         println!("{summary}");
-        println!("see it with: kubectl --context root get synctarget {name}");
+        if hint {
+            println!("see it with: kubectl --context root get synctarget {name}");
+        }
     }
     Ok(())
 }

@@ -5,6 +5,7 @@ mod scheduler;
 mod sim_cluster;
 mod start;
 mod syncer;
+mod up;
 mod workspace;
 
 use std::path::Path;
@@ -18,6 +19,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
     let kubeconfig = control_plane_kubeconfig(&cli);
     match cli.command {
         Command::Start(args) => start::run(&cli.data_dir, args).await,
+        Command::Up(args) => up::run(&cli.data_dir, args).await,
         Command::Workspace(cmd) => workspace::run(&kubeconfig, cmd).await,
         Command::Cluster(cmd) => cluster::run(&kubeconfig, cmd).await,
         Command::SimCluster(args) => sim_cluster::run(&cli.data_dir, args).await,

@@ -25,6 +25,22 @@ fn scheduler_identity(data_dir: &Path) -> anyhow::Result<String> {
 
 /// Runs until Ctrl-C or SIGTERM, then shuts down gracefully.
 pub async fn run(data_dir: &Path, args: StartArgs) -> anyhow::Result<()> {
+    serve(data_dir, args, |_| async {
+        println!("ready");
+        Ok(())
+    })
+    .await
+}
+
+/// Runs the control plane and its controllers. Once they run, `started` gets the admin
+/// kubeconfig and finishes the start-up (it prints "ready"); what it returns is kept
+/// until Ctrl-C or SIGTERM, and dropped after the scheduler has stopped and before the
+/// server does. An error from `started` stops everything and is returned.
+pub async fn serve<G, F, Fut>(data_dir: &Path, args: StartArgs, started: F) -> anyhow::Result<()>
+where
+    F: FnOnce(std::path::PathBuf) -> Fut,
+    Fut: std::future::Future<Output = anyhow::Result<G>>,
+{
     let registry = prometheus::Registry::new();
     // The scheduler's metrics are served on the control plane's /metrics.
     let scheduler_metrics = scheduler::metrics::Metrics::new(&registry)?;
@@ -55,15 +71,26 @@ pub async fn run(data_dir: &Path, args: StartArgs) -> anyhow::Result<()> {
             tracing::error!(error = %format!("{e:#}"), "push-mode syncers stopped");
         }
     }));
-    println!("ready");
+    let mut kept = None;
+    let mut failed = None;
+    let until_stopped = async {
+        match started(srv.kubeconfig.clone()).await {
+            Ok(g) => {
+                kept = Some(g);
+                super::shutdown_signal().await;
+            }
+            Err(e) => failed = Some(e),
+        }
+    };
     match scheduling {
         // The scheduler stops first, giving up its Lease, so a standby takes over at once.
         Some((base, options)) => {
-            scheduler::run_until(base, options, Some(scheduler::leader::Timing::default()), super::shutdown_signal()).await;
+            scheduler::run_until(base, options, Some(scheduler::leader::Timing::default()), until_stopped).await;
         }
-        None => super::shutdown_signal().await,
+        None => until_stopped.await,
     }
     tracing::info!("shutting down");
+    drop(kept);
     srv.shutdown().await?;
-    Ok(())
+    failed.map_or(Ok(()), Err)
 }

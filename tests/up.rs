@@ -1,0 +1,91 @@
+//! `flotilla up`, as the README runs it: a control plane with the demo fleet, the
+//! examples in docs/examples applied through kubectl, a clean stop, and the same fleet
+//! back on a second `up` with nothing moved.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+
+const DEADLINE: Duration = Duration::from_secs(60);
+
+fn placement(k: &dyn Fn(&[&str]) -> String, name: &str) -> String {
+    k(&["get", "wp", name, "-o", "jsonpath={.spec.clusters[*].name}"])
+}
+
+#[test]
+fn up_runs_the_demo_fleet_the_examples_place_and_a_second_up_brings_it_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let data_s = data.to_str().unwrap();
+    let log = dir.path().join("up.log");
+    let kubeconfig = data.join("admin.kubeconfig");
+    let kubectl = |args: &[&str]| kubectl_cmd(&kubeconfig, dir.path(), args).output().map(Out::from).unwrap();
+    let k = |args: &[&str]| {
+        let o = kubectl(args);
+        assert!(
+            o.ok,
+            "kubectl {} failed: {}{}\nup's log:\n{}",
+            args.join(" "),
+            o.stdout,
+            o.stderr,
+            tail(&std::fs::read_to_string(&log).unwrap_or_default())
+        );
+        o.stdout
+    };
+
+    let (mut up, _) = spawn_ready(&["--data-dir", data_s, "up", "--listen", "127.0.0.1:0"], &log);
+    // The current context is the demo workspace, and the three clusters are Ready.
+    assert_eq!(k(&["config", "current-context"]).trim(), "demo");
+    let ready = k(&[
+        "--context",
+        "root",
+        "get",
+        "st",
+        "-o",
+        r#"jsonpath={range .items[*]}{.metadata.name}={.status.conditions[?(@.type=="Ready")].status} {end}"#,
+    ]);
+    assert_eq!(ready.split_whitespace().collect::<Vec<_>>(), ["east=True", "eu=True", "west=True"], "{ready}");
+
+    k(&["apply", "-f", "docs/examples/"]);
+    k(&["rollout", "status", "deploy/web", "--timeout=60s"]);
+    k(&["rollout", "status", "deploy/api", "--timeout=60s"]);
+    // Divide over two clusters; pinned to the eu region.
+    let web = placement(&k, "web");
+    assert_eq!(web.split_whitespace().count(), 2, "web divides over two clusters: {web}");
+    assert_eq!(placement(&k, "api"), "eu");
+    // Too big for any node: reported, not placed.
+    wait_until(
+        "huge reported as not fitting",
+        DEADLINE,
+        || k(&["describe", "deploy", "huge"]),
+        |d| d.contains("FailedScheduling") && d.contains("0/3 clusters fit"),
+    );
+    assert_eq!(placement(&k, "huge"), "");
+
+    // A clean stop takes the clusters down with it.
+    let ports: Vec<String> = ["east", "west", "eu"]
+        .iter()
+        .map(|c| std::fs::read_to_string(data.join("clusters").join(c).join("listen")).unwrap().trim().to_string())
+        .collect();
+    signal(up.id(), "TERM");
+    let status = wait_for("up to exit after SIGTERM", DEADLINE, || up.try_wait().unwrap().ok_or_else(|| "still running".to_string()));
+    assert!(status.success(), "{status:?}\n{}", tail(&std::fs::read_to_string(&log).unwrap_or_default()));
+    for p in &ports {
+        assert!(std::net::TcpStream::connect(p).is_err(), "a simulated cluster still serves on {p} after up stopped");
+    }
+
+    // The same fleet again: same clusters on the same ports, workloads where they were.
+    let (mut again, _) = spawn_ready(&["--data-dir", data_s, "up", "--listen", "127.0.0.1:0"], &log);
+    k(&["rollout", "status", "deploy/web", "--timeout=60s"]);
+    assert_eq!(placement(&k, "web"), web, "nothing moved");
+    assert_eq!(placement(&k, "api"), "eu");
+    let again_ports: Vec<String> = ["east", "west", "eu"]
+        .iter()
+        .map(|c| std::fs::read_to_string(data.join("clusters").join(c).join("listen")).unwrap().trim().to_string())
+        .collect();
+    assert_eq!(again_ports, ports);
+    signal(again.id(), "TERM");
+    wait_for("the second up to exit", DEADLINE, || again.try_wait().unwrap().ok_or_else(|| "still running".to_string()));
+}
