@@ -56,6 +56,13 @@ pub enum Command {
     /// Run the scheduler as its own process against any control plane. With leader
     /// election (the default), several can run; one acts and the others stand by.
     Scheduler(SchedulerArgs),
+    /// The fleet at a glance: each cluster's health and capacity, and where each
+    /// workload runs, with its replicas ready per cluster and why it waits if it does.
+    Status(StatusArgs),
+    /// Inject a fault into a simulated cluster that `flotilla up` runs, and print the
+    /// failover that follows: when the loss was detected, when each workload moved and
+    /// was Available again, and the total time.
+    Drill(DrillArgs),
     /// Print the Flotilla CRDs as YAML, to install them on another Kubernetes API server.
     Crds,
 }
@@ -71,6 +78,63 @@ pub struct UpArgs {
     pub workspace: String,
     #[command(flatten)]
     pub start: StartArgs,
+}
+
+/// `flotilla status`.
+#[derive(Debug, clap::Args)]
+pub struct StatusArgs {
+    /// Show only this workspace's workloads [default: every workspace].
+    #[arg(long)]
+    pub workspace: Option<String>,
+    /// Keep watching: redraw every second (in a terminal), or print each change.
+    #[arg(short = 'w', long)]
+    pub watch: bool,
+    /// Output format; `json` is stable for scripts.
+    #[arg(short = 'o', long, value_enum, default_value_t = OutputFormat::Text)]
+    pub output: OutputFormat,
+}
+
+/// `flotilla drill`.
+#[derive(Debug, clap::Args)]
+pub struct DrillArgs {
+    /// The fault to inject, or `restore` to end it.
+    #[arg(value_enum)]
+    pub fault: Fault,
+    /// The cluster (SyncTarget) name.
+    pub cluster: String,
+    /// Give up waiting for the failover (or the recovery) after this long.
+    #[arg(long, default_value = "2m", value_parser = duration)]
+    pub timeout: std::time::Duration,
+}
+
+/// A fault a drill injects.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Fault {
+    /// The cluster's API goes away (its process is killed).
+    Kill,
+    /// The cluster accepts connections but never answers (its process is stopped).
+    Freeze,
+    /// Back to normal: thaw a frozen cluster, or start a killed one again.
+    Restore,
+}
+
+impl std::fmt::Display for Fault {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Fault::Kill => "kill",
+            Fault::Freeze => "freeze",
+            Fault::Restore => "restore",
+        })
+    }
+}
+
+/// How a command prints what it found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum OutputFormat {
+    /// Tables for people.
+    Text,
+    /// JSON for scripts (with `-w`, one document per change).
+    Json,
 }
 
 /// `flotilla sim-cluster`.

@@ -371,13 +371,6 @@ async fn list(targets: &Api<SyncTarget>) -> anyhow::Result<()> {
                 .map(|t| controlplane::objmeta::age(Some(&t.0.to_string())))
                 .unwrap_or_else(|| "<none>".into());
             let labels = t.labels().iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(",");
-            let schedulable = if t.spec.evict_after.is_some() {
-                "Draining"
-            } else if t.spec.unschedulable {
-                "Cordoned"
-            } else {
-                "True"
-            };
             let labels = if labels.is_empty() { "<none>".to_string() } else { labels };
             [
                 t.name_any(),
@@ -386,7 +379,7 @@ async fn list(targets: &Api<SyncTarget>) -> anyhow::Result<()> {
                 status.memory.unwrap_or_else(|| "-".into()),
                 status.workloads.to_string(),
                 heartbeat,
-                schedulable.to_string(),
+                super::status::schedulable(t).to_string(),
                 labels,
             ]
         })

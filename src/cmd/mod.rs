@@ -1,9 +1,12 @@
 //! Subcommand implementations.
 
 mod cluster;
+mod drill;
 mod scheduler;
 mod sim_cluster;
+mod sims;
 mod start;
+mod status;
 mod syncer;
 mod up;
 mod workspace;
@@ -25,6 +28,8 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::SimCluster(args) => sim_cluster::run(&cli.data_dir, args).await,
         Command::Syncer(args) => syncer::run(args).await,
         Command::Scheduler(args) => scheduler::run(&kubeconfig, args).await,
+        Command::Status(args) => status::run(&kubeconfig, args).await,
+        Command::Drill(args) => drill::run(&cli.data_dir, &kubeconfig, args).await,
         Command::Crds => {
             print!("{}", placement_api::crds_yaml());
             Ok(())
@@ -81,25 +86,33 @@ pub async fn root_config(kubeconfig: &Path) -> anyhow::Result<kube::Config> {
 
 /// Prints rows under a header in kubectl's style: columns three spaces apart.
 pub fn print_table<const N: usize>(header: &[&str; N], rows: &[[String; N]]) {
+    print!("{}", format_table(header, rows));
+}
+
+/// Rows under a header in kubectl's style, columns three spaces apart, one line each.
+pub fn format_table<const N: usize>(header: &[&str; N], rows: &[[String; N]]) -> String {
     let mut widths: Vec<usize> = header.iter().map(|h| h.len()).collect();
     for r in rows {
         for (w, cell) in widths.iter_mut().zip(r) {
             *w = (*w).max(cell.chars().count());
         }
     }
-    let line = |cells: Vec<&str>| {
-        let mut out = String::new();
+    let mut out = String::new();
+    let mut line = |cells: Vec<&str>| {
+        let mut l = String::new();
         for (i, (c, w)) in cells.iter().zip(&widths).enumerate() {
             if i + 1 == N {
-                out.push_str(c);
+                l.push_str(c);
             } else {
-                out.push_str(&format!("{c:<w$}   "));
+                l.push_str(&format!("{c:<w$}   "));
             }
         }
-        println!("{}", out.trim_end());
+        out.push_str(l.trim_end());
+        out.push('\n');
     };
     line(header.to_vec());
     for r in rows {
         line(r.iter().map(String::as_str).collect());
     }
+    out
 }

@@ -38,8 +38,10 @@ pub async fn run(data_dir: &Path, args: SimClusterArgs) -> anyhow::Result<()> {
     println!("simulated cluster {name} serving on {} ({nodes} nodes)", controlplane::kubeconfig::server_url(srv.addr));
     println!("kubeconfig: {}", srv.kubeconfig.display());
     println!("try: kubectl --kubeconfig {} get nodes", srv.kubeconfig.display());
+    super::sims::write_pid(data_dir, &name)?;
     println!("ready");
     super::shutdown_signal().await;
+    super::sims::remove_pid(data_dir, &name);
     tracing::info!(cluster = %name, "shutting down");
     let _ = stop_tx.send(true);
     let _ = sim.await;

@@ -11,6 +11,8 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
@@ -18,7 +20,9 @@ use kube::api::Api;
 use placement_api::{SyncTarget, CONDITION_READY};
 use test_clusters::config::ClusterDef;
 use tokio::io::{AsyncBufReadExt, BufReader};
-use tokio::process::{Child, Command};
+use tokio::process::Child;
+
+use super::sims;
 
 use crate::cli::{RegisterArgs, UpArgs};
 
@@ -34,35 +38,20 @@ pub async fn run(data_dir: &Path, args: UpArgs) -> anyhow::Result<()> {
     super::start::serve(data_dir, args.start, |kubeconfig| fleet_up(data_dir.to_path_buf(), kubeconfig, clusters, defs, workspace)).await
 }
 
-/// The simulated clusters `up` started; dropping it stops them.
+/// The simulated clusters `up` runs; dropping it stops them, including any that a
+/// drill restarted (see [`super::sims`]).
 struct Fleet {
-    children: Vec<(String, Child)>,
+    data_dir: PathBuf,
+    names: Vec<String>,
+    stopping: Arc<AtomicBool>,
 }
 
 impl Drop for Fleet {
     fn drop(&mut self) {
-        // SIGTERM lets each cluster close its store; a cluster that does not stop in
-        // time is killed.
-        for (_, child) in &self.children {
-            if let Some(pid) = child.id().and_then(|p| i32::try_from(p).ok()) {
-                let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGTERM);
-            }
-        }
-        let deadline = Instant::now() + Duration::from_secs(5);
-        for (name, child) in &mut self.children {
-            loop {
-                match child.try_wait() {
-                    Ok(Some(_)) | Err(_) => break,
-                    Ok(None) if Instant::now() > deadline => {
-                        eprintln!("simulated cluster {name} did not stop in 5 s; killing it");
-                        let _ = child.start_kill();
-                        break;
-                    }
-                    Ok(None) => std::thread::sleep(Duration::from_millis(50)),
-                }
-            }
-        }
-        println!("stopped {} simulated cluster(s)", self.children.len());
+        self.stopping.store(true, Ordering::SeqCst);
+        // SIGTERM lets each cluster close its store; one that does not stop in time is killed.
+        let stopped = sims::stop_all(&self.data_dir, &self.names, Duration::from_secs(5));
+        println!("stopped {stopped} simulated cluster(s)");
     }
 }
 
@@ -76,16 +65,29 @@ async fn fleet_up(
     let exe = std::env::current_exe().context("finding the flotilla binary to run the simulated clusters")?;
     let logs = data_dir.join("logs");
     std::fs::create_dir_all(&logs).with_context(|| format!("creating {}", logs.display()))?;
-    let mut fleet = Fleet { children: Vec::new() };
+    // A drill restarts a cluster from the same file, whatever the working directory.
+    let file = std::path::absolute(&file).with_context(|| format!("resolving {}", file.display()))?;
+    let stopping = Arc::new(AtomicBool::new(false));
+    let fleet = Fleet { data_dir: data_dir.clone(), names: defs.iter().map(|d| d.name.clone()).collect(), stopping: stopping.clone() };
+    let mut children = Vec::new();
     for def in &defs {
+        if let sims::State::Running(pid) | sims::State::Frozen(pid) = sims::state(&data_dir, &def.name) {
+            anyhow::bail!(
+                "simulated cluster {} of {} still runs as pid {pid}, left by an earlier `flotilla up` that did not stop cleanly; \
+                 stop it with `kill {pid}` and run `flotilla up` again",
+                def.name,
+                data_dir.display()
+            );
+        }
         let child = spawn_cluster(&exe, &data_dir, &logs, &file, &def.name)?;
-        fleet.children.push((def.name.clone(), child));
+        children.push((def.name.clone(), child));
     }
-    for (name, child) in &mut fleet.children {
-        let url = wait_serving(name, child, &logs).await?;
-        std::fs::write(data_dir.join("clusters").join(&*name).join("listen"), url.trim_start_matches("https://"))
+    for (name, mut child) in children {
+        let url = wait_serving(&name, &mut child, &logs).await?;
+        std::fs::write(sims::dir(&data_dir, &name).join("listen"), url.trim_start_matches("https://"))
             .with_context(|| format!("keeping cluster {name}'s port in the data dir"))?;
         println!("simulated cluster {name} serving on {url}");
+        tokio::spawn(reap(name, child, stopping.clone()));
     }
     let root = super::root_client(&kubeconfig).await?;
     for def in &defs {
@@ -114,24 +116,29 @@ async fn fleet_up(
     Ok(fleet)
 }
 
+/// Waits for a cluster's process to exit, and says so unless `up` is stopping: a drill
+/// killed it, or it failed.
+async fn reap(name: String, mut child: Child, stopping: Arc<AtomicBool>) {
+    let status = child.wait().await;
+    if !stopping.load(Ordering::SeqCst) {
+        let how = status.map_or_else(|e| e.to_string(), |s| s.to_string());
+        println!("simulated cluster {name} exited ({how}); `flotilla drill restore {name}` starts it again");
+    }
+}
+
 /// Starts `flotilla sim-cluster` for `name`, on the port it had last time if it ran
 /// before.
 fn spawn_cluster(exe: &Path, data_dir: &Path, logs: &Path, file: &Path, name: &str) -> anyhow::Result<Child> {
-    let state = data_dir.join("clusters").join(name);
+    let state = sims::dir(data_dir, name);
     std::fs::create_dir_all(&state).with_context(|| format!("creating {}", state.display()))?;
-    let listen = std::fs::read_to_string(state.join("listen")).map(|l| l.trim().to_string()).unwrap_or_else(|_| "127.0.0.1:0".into());
+    std::fs::write(state.join("definition"), file.as_os_str().as_encoded_bytes())
+        .with_context(|| format!("keeping cluster {name}'s definition file in the data dir"))?;
+    let listen = sims::kept_listen(data_dir, name).unwrap_or_else(|| "127.0.0.1:0".into());
     let log_path = logs.join(format!("{name}.log"));
     let log =
         std::fs::OpenOptions::new().create(true).append(true).open(&log_path).with_context(|| format!("opening {}", log_path.display()))?;
     println!("starting simulated cluster {name} (log: {})", log_path.display());
-    Command::new(exe)
-        .arg("--data-dir")
-        .arg(data_dir)
-        .arg("sim-cluster")
-        .arg("--config")
-        .arg(file)
-        .args(["--name", name, "--listen", &listen])
-        .stdin(Stdio::null())
+    sims::command(exe, data_dir, file, name, &listen)
         .stdout(Stdio::piped())
         .stderr(log)
         .kill_on_drop(true)
