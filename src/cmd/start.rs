@@ -44,6 +44,7 @@ where
     let registry = prometheus::Registry::new();
     // The scheduler's metrics are served on the control plane's /metrics.
     let scheduler_metrics = scheduler::metrics::Metrics::new(&registry)?;
+    syncer::metrics::register(&registry)?;
     let srv = server::start(ServerConfig::control_plane(data_dir, args.listen), registry).await?;
     println!("flotilla control plane serving on {}", controlplane::kubeconfig::server_url(srv.addr));
     println!("kubeconfig: {}", srv.kubeconfig.display());

@@ -21,6 +21,7 @@ pub mod clients;
 pub mod error;
 pub mod heartbeat;
 pub mod key;
+pub mod metrics;
 pub mod naming;
 pub mod push;
 pub mod queue;

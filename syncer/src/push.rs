@@ -77,6 +77,7 @@ pub async fn run(config: kube::Config, options: Options) -> anyhow::Result<()> {
             let keep = wanted.get(name) == Some(kubeconfig);
             if !keep {
                 tracing::info!(sync_target = %name, "stopping its syncer");
+                crate::metrics::forget(name);
             }
             keep
         });

@@ -210,7 +210,13 @@ impl Syncer {
             queue::run(rx, CONCURRENCY, |key| {
                 let s = syncer.clone();
                 let span = tracing::info_span!("sync", object = %key);
-                async move { s.reconcile(&key).await }.instrument(span)
+                async move {
+                    let started = std::time::Instant::now();
+                    let result = s.reconcile(&key).await;
+                    crate::metrics::observe(&s.settings.sync_target, started.elapsed(), result.as_ref().err().map(|e| e.category()));
+                    result
+                }
+                .instrument(span)
             })
             .await;
             drop(resync);
