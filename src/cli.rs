@@ -65,6 +65,12 @@ pub enum Command {
     Drill(DrillArgs),
     /// Print the Flotilla CRDs as YAML, to install them on another Kubernetes API server.
     Crds,
+    /// Print a shell completion script: `source <(flotilla completion bash)`.
+    Completion {
+        /// The shell to complete for.
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
 }
 
 /// `flotilla up`.

@@ -13,7 +13,16 @@ use clap::Parser;
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> std::process::ExitCode {
-    let cli = cli::Cli::parse();
+    // As a kubectl plugin, help and errors name the command the user typed.
+    let cli = if cmd::is_kubectl_plugin() {
+        let matches = <cli::Cli as clap::CommandFactory>::command().bin_name("kubectl flotilla").get_matches();
+        match <cli::Cli as clap::FromArgMatches>::from_arg_matches(&matches) {
+            Ok(cli) => cli,
+            Err(e) => e.exit(),
+        }
+    } else {
+        cli::Cli::parse()
+    };
     cli::init_logging(&cli);
     let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(rt) => rt,

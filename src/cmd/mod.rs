@@ -30,6 +30,12 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Scheduler(args) => scheduler::run(&kubeconfig, args).await,
         Command::Status(args) => status::run(&kubeconfig, args).await,
         Command::Drill(args) => drill::run(&cli.data_dir, &kubeconfig, args).await,
+        Command::Completion { shell } => {
+            let mut cmd = <Cli as clap::CommandFactory>::command();
+            let name = cmd.get_bin_name().unwrap_or("flotilla").to_string();
+            clap_complete::generate(shell, &mut cmd, name, &mut std::io::stdout());
+            Ok(())
+        }
         Command::Crds => {
             print!("{}", placement_api::crds_yaml());
             Ok(())
@@ -64,11 +70,34 @@ pub async fn shutdown_signal() {
 /// clap hands its value to the global flag as well; there, the control plane's comes
 /// from `FLOTILLA_KUBECONFIG` or the data dir.
 fn control_plane_kubeconfig(cli: &Cli) -> std::path::PathBuf {
-    let default = || std::env::var_os("FLOTILLA_KUBECONFIG").map(Into::into).unwrap_or_else(|| cli.data_dir.join("admin.kubeconfig"));
+    let default = || {
+        std::env::var_os("FLOTILLA_KUBECONFIG")
+            .map(Into::into)
+            .or_else(plugin_kubeconfig)
+            .unwrap_or_else(|| cli.data_dir.join("admin.kubeconfig"))
+    };
     match &cli.command {
         Command::Cluster(ClusterCmd::Register(args)) if args.kubeconfig.is_some() && args.kubeconfig == cli.kubeconfig => default(),
         _ => cli.kubeconfig.clone().unwrap_or_else(default),
     }
+}
+
+/// Whether this process runs as the kubectl plugin (`kubectl flotilla ...` runs the
+/// binary when it is on PATH as `kubectl-flotilla`).
+pub fn is_kubectl_plugin() -> bool {
+    std::env::args_os()
+        .next()
+        .and_then(|a| std::path::Path::new(&a).file_name().map(|n| n.to_string_lossy().starts_with("kubectl-flotilla")))
+        .unwrap_or(false)
+}
+
+/// As a kubectl plugin, the kubeconfig kubectl uses: the first file of `KUBECONFIG`.
+fn plugin_kubeconfig() -> Option<std::path::PathBuf> {
+    if !is_kubectl_plugin() {
+        return None;
+    }
+    let paths = std::env::var_os("KUBECONFIG")?;
+    std::env::split_paths(&paths).find(|p| !p.as_os_str().is_empty())
 }
 
 /// A client for the control plane's `root` workspace, from its admin kubeconfig.
