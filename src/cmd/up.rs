@@ -107,12 +107,14 @@ async fn fleet_up(
     wait_ready(&root, &defs).await?;
     println!("ready");
     println!();
-    println!("next:");
-    println!("  export KUBECONFIG={}", kubeconfig.display());
-    println!("  kubectl apply -f docs/examples/         # Deployments and Placements in workspace {workspace}");
-    println!("  kubectl get deploy,wp                   # where each runs, and how many replicas are ready");
-    println!("  flotilla cluster list                   # the clusters: ready, capacity, workloads");
-    println!("Ctrl-C stops the control plane and the clusters; run `flotilla up` again to get them back.");
+    let bin_dir = exe.parent().map(|d| d.display().to_string()).unwrap_or_default();
+    println!("next, in another terminal here:");
+    let kc = std::path::absolute(&kubeconfig).unwrap_or_else(|_| kubeconfig.clone());
+    println!("  export PATH={bin_dir}:$PATH KUBECONFIG={}", kc.display());
+    println!("  kubectl apply -f docs/examples/       # Deployments and Placements in workspace {workspace}");
+    println!("  flotilla status                       # the clusters, and where each workload runs");
+    println!("  flotilla drill kill west              # lose a cluster, and watch its workloads move");
+    println!("Ctrl-C stops the control plane and the clusters; `flotilla up` again brings them back.");
     Ok(fleet)
 }
 
