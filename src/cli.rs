@@ -7,7 +7,15 @@ use clap::{Parser, Subcommand, ValueEnum};
 
 /// Flotilla: apply Deployments to a workspace and run them on a fleet of clusters.
 #[derive(Debug, Parser)]
-#[command(name = "flotilla", version, about, propagate_version = true)]
+#[command(
+    name = "flotilla",
+    version,
+    about,
+    propagate_version = true,
+    after_help = "Start here: `flotilla up` runs a control plane with three simulated clusters; then \
+                  `kubectl apply -f docs/examples/`, `flotilla status` and `flotilla drill kill west`. \
+                  The README and docs/user-guide.md say more."
+)]
 pub struct Cli {
     /// Kubeconfig to use [default: <data-dir>/admin.kubeconfig].
     #[arg(long, global = true, env = "FLOTILLA_KUBECONFIG")]
@@ -37,7 +45,8 @@ pub enum LogFormat {
 /// Subcommands.
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Run the control plane (Kubernetes-compatible API server with workspaces).
+    /// Run the control plane: the Kubernetes-compatible API server with workspaces, the
+    /// scheduler, and the syncers of the push-mode clusters, in one process.
     Start(StartArgs),
     /// Run the control plane with a fleet of simulated clusters, registered, and a
     /// workspace `demo` as the current context: everything a first tour needs.
@@ -139,7 +148,7 @@ impl std::fmt::Display for Fault {
 pub enum OutputFormat {
     /// Tables for people.
     Text,
-    /// JSON for scripts (with `-w`, one document per change).
+    /// JSON for scripts (with `-w`, one line per change).
     Json,
 }
 
@@ -313,5 +322,34 @@ pub fn init_logging(cli: &Cli) {
     match cli.log_format {
         LogFormat::Text => builder.init(),
         LogFormat::Json => builder.json().flatten_event(true).init(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    /// Every command and every flag says what it is for, in `--help`.
+    #[test]
+    fn every_command_and_flag_has_help() {
+        fn check(cmd: &clap::Command, path: &str, missing: &mut Vec<String>) {
+            let path = format!("{path} {}", cmd.get_name());
+            if cmd.get_about().is_none() {
+                missing.push(format!("{path}: no about"));
+            }
+            for arg in cmd.get_arguments() {
+                let id = arg.get_id().as_str();
+                if id != "help" && id != "version" && arg.get_help().is_none() {
+                    missing.push(format!("{path} {id}: no help"));
+                }
+            }
+            for sub in cmd.get_subcommands().filter(|s| s.get_name() != "help") {
+                check(sub, &path, missing);
+            }
+        }
+        let mut missing = Vec::new();
+        check(&super::Cli::command(), "", &mut missing);
+        assert!(missing.is_empty(), "{missing:#?}");
+        super::Cli::command().debug_assert();
     }
 }

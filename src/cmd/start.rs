@@ -75,12 +75,17 @@ where
     let mut kept = None;
     let mut failed = None;
     let until_stopped = async {
-        match started(srv.kubeconfig.clone()).await {
-            Ok(g) => {
-                kept = Some(g);
-                super::shutdown_signal().await;
-            }
-            Err(e) => failed = Some(e),
+        // Ctrl-C or SIGTERM also stops a start-up that is still under way (`up` may
+        // wait up to a minute for its clusters); what it started is dropped with it.
+        tokio::select! {
+            r = started(srv.kubeconfig.clone()) => match r {
+                Ok(g) => {
+                    kept = Some(g);
+                    super::shutdown_signal().await;
+                }
+                Err(e) => failed = Some(e),
+            },
+            _ = super::shutdown_signal() => tracing::info!("stopped while starting"),
         }
     };
     match scheduling {

@@ -117,6 +117,8 @@ pub async fn run(kubeconfig: &Path, args: StatusArgs) -> anyhow::Result<()> {
     let mut first = true;
     loop {
         let body = match source.collect().await {
+            // One line per change, so a script can read it line by line.
+            Ok(fleet) if args.output == OutputFormat::Json => serde_json::to_string(&fleet)? + "\n",
             Ok(fleet) => render(&fleet, args.output),
             // The control plane may be restarting in a drill: say so and keep looking.
             Err(e) if args.output == OutputFormat::Text => format!("cannot read the fleet: {e:#}\nretrying every {REFRESH:?}\n"),
