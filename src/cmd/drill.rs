@@ -271,7 +271,7 @@ async fn restore(data_dir: &Path, source: &Source, args: &DrillArgs) -> anyhow::
                 ready_at = Some(start.elapsed());
                 say(start, format!("{name} is Ready again: its syncer reports heartbeats"));
                 // The workloads that stayed on it (they had nowhere else to go) come back.
-                waiting = workloads(&fleet).filter(|(_, w)| share_on(w, name) > 0).map(|(k, w)| (k, w.state == "Available")).collect();
+                waiting = workloads(&fleet).filter(|(_, w)| share_on(w, name) > 0).map(|(k, _)| (k, false)).collect();
             }
             if ready_at.is_some() {
                 let now: BTreeMap<WorkloadKey, &WorkloadStatus> = workloads(&fleet).collect();

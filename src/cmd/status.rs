@@ -6,7 +6,7 @@
 //! Deployments and WorkloadPlacements of every workspace through the read-only view
 //! across them (`/clusters/*`). `-o json` prints the same facts in a stable shape.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::io::{IsTerminal, Write};
 use std::path::Path;
 use std::time::Duration;
@@ -219,11 +219,13 @@ fn assemble(
         let key = (ws_of(&wp.metadata), wp.namespace().unwrap_or_default(), wp.name_any());
         wps.insert(key, wp);
     }
+    let lost: BTreeSet<String> = clusters.iter().filter(|c| c.not_ready_reason.is_some()).map(|c| c.name.clone()).collect();
     let mut by_ws: BTreeMap<String, Vec<WorkloadStatus>> = workspaces.iter().map(|w| (w.clone(), Vec::new())).collect();
     for d in deployments {
         let (ws, ns, name) = (ws_of(&d.metadata), d.namespace().unwrap_or_default(), d.name_any());
-        let wp = wps.get(&(ws.clone(), ns.clone(), name.clone()));
-        by_ws.entry(ws).or_default().push(workload_status(ns, name, &d, wp));
+        // A lost cluster's last report is not counted, as in the Deployment's status.
+        let wp = wps.get(&(ws.clone(), ns.clone(), name.clone())).map(|wp| syncer::status::without_lost(wp, &lost));
+        by_ws.entry(ws).or_default().push(workload_status(ns, name, &d, wp.as_deref()));
     }
     let workspaces = by_ws
         .into_iter()
@@ -312,7 +314,15 @@ fn workload_status(namespace: String, name: String, d: &Deployment, wp: Option<&
             } else if deployment_available && ready_replicas >= replicas && available.is_none_or(|c| c.status == "True") {
                 ("Available".to_string(), None)
             } else {
-                let why = available.filter(|c| c.status != "True").map(|c| c.message.clone());
+                // A lost cluster says so first; then the aggregator's summary.
+                let lost = wp
+                    .status
+                    .iter()
+                    .flat_map(|s| &s.clusters)
+                    .flat_map(|e| &e.conditions)
+                    .find(|c| c.reason == syncer::status::REASON_CLUSTER_NOT_READY)
+                    .map(|c| c.message.clone());
+                let why = lost.or_else(|| available.filter(|c| c.status != "True").map(|c| c.message.clone()));
                 ("Progressing".to_string(), why.or_else(|| Some(format!("{ready_replicas}/{replicas} replicas ready"))))
             }
         }
@@ -526,6 +536,27 @@ mod tests {
             json["workspaces"][0]["workloads"][3]["clusters"][0],
             json!({"name": "east", "replicas": 3, "readyReplicas": 3, "availableReplicas": 3})
         );
+    }
+
+    #[test]
+    fn a_lost_clusters_replicas_are_not_counted_ready() {
+        let now = jiff::Timestamp::now();
+        let placements = vec![placement(
+            "api",
+            json!([{"name": "east", "replicas": 2}]),
+            json!({"clusters": [{"name": "east", "readyReplicas": 2, "availableReplicas": 2}], "conditions": [cond("Scheduled", "True", "")]}),
+        )];
+        let fleet = assemble(
+            now,
+            vec![target("east", "False", 20, now)],
+            &["demo".to_string()],
+            Some("demo"),
+            vec![deployment("default", "api", 2, 0, false)],
+            placements,
+        );
+        let api = &fleet.workspaces[0].workloads[0];
+        assert_eq!((api.clusters[0].ready_replicas, api.state.as_str()), (0, "Progressing"));
+        assert_eq!(api.reason.as_deref(), Some("cluster east is not Ready: its replicas cannot be seen"));
     }
 
     #[test]

@@ -7,13 +7,18 @@
 //! --for=condition=Available` work in a workspace. One writer for the Deployment
 //! status means the syncers of different clusters never race on it.
 
+use std::collections::BTreeSet;
+use std::sync::{Arc, RwLock};
 use std::time::Duration;
+
+use futures::{FutureExt, StreamExt};
 
 use k8s_openapi::api::apps::v1::Deployment;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::watcher;
+use kube::runtime::WatchStreamExt;
 use kube::Client;
-use placement_api::WorkloadPlacement;
+use placement_api::{SyncTarget, WorkloadPlacement, CONDITION_READY};
 use serde_json::json;
 use tokio::sync::mpsc;
 use tracing::Instrument;
@@ -52,6 +57,13 @@ pub async fn run(base: Client, resync: Duration) {
             tx.clone(),
             "deployments",
         );
+        let lost = Arc::new(RwLock::new(BTreeSet::new()));
+        let _health = crate::AbortOnDrop(tokio::spawn(watch_lost(
+            clients::workspace(&base, placement_api::ROOT_WORKSPACE),
+            lost.clone(),
+            placements.clone(),
+            tx.clone(),
+        )));
         let p = placements.clone();
         let _resync = crate::AbortOnDrop(tokio::spawn(async move {
             let mut tick = tokio::time::interval(resync);
@@ -67,15 +79,18 @@ pub async fn run(base: Client, resync: Duration) {
             // of Deployments completes, which queues every key.
             let (wp, d) = (placements.get(&key), deployments.get(&key));
             let base = base.clone();
+            let lost = lost.read().unwrap_or_else(|e| e.into_inner()).clone();
             let span = tracing::info_span!("aggregate", object = %key);
             async move {
                 let (Some(wp), Some(d)) = (wp, d) else { return Ok::<_, Error>(Next::Done) };
+                // Lost clusters' reports are not counted (see `status::without_lost`).
+                let view = status::without_lost(&wp, &lost);
                 let client = clients::workspace(&base, &key.workspace);
                 let now = crate::sync::now();
                 let generation = d.metadata.generation.unwrap_or(0);
                 // First the WorkloadPlacement's derived fields: the syncers write only
                 // their own entries, the scheduler its condition.
-                let derived = status::aggregator_fields(&status::derived(&wp, generation, &now));
+                let derived = status::aggregator_fields(&status::derived(&view, generation, &now));
                 if status::aggregator_fields(&wp.status.clone().unwrap_or_default()) != derived {
                     let api: Api<WorkloadPlacement> = Api::namespaced(client.clone(), &key.namespace);
                     match clients::apply_placement_status(&api, &key.name, FIELD_MANAGER, derived).await {
@@ -84,7 +99,7 @@ pub async fn run(base: Client, resync: Duration) {
                         Err(e) => return Err(upstream(format!("writing the status of WorkloadPlacement {key}"))(e)),
                     }
                 }
-                let Some(next) = status::aggregate(&d, &wp, &now) else { return Ok(Next::Done) };
+                let Some(next) = status::aggregate(&d, &view, &now) else { return Ok(Next::Done) };
                 if d.status.as_ref() == Some(&next) {
                     return Ok(Next::Done);
                 }
@@ -104,4 +119,47 @@ pub async fn run(base: Client, resync: Duration) {
     }
     .instrument(span)
     .await
+}
+
+/// Keeps `lost`, the clusters whose `Ready` condition is not True, from the SyncTargets
+/// in `root`, and queues the workloads with an entry for a cluster that was lost or came
+/// back, so their status is summed again.
+async fn watch_lost(
+    root: Client,
+    lost: Arc<RwLock<BTreeSet<String>>>,
+    placements: Arc<cache::Cache<WorkloadPlacement>>,
+    tx: mpsc::UnboundedSender<Key>,
+) {
+    let (store, writer) = kube::runtime::reflector::store::<SyncTarget>();
+    let mut changes = watcher(Api::<SyncTarget>::all(root), watcher::Config::default()).default_backoff().reflect(writer).boxed();
+    while changes.next().await.is_some() {
+        if store.wait_until_ready().now_or_never().is_none() {
+            continue;
+        }
+        let now: BTreeSet<String> = store
+            .state()
+            .iter()
+            .filter(|t| {
+                let ready = t.status.as_ref().and_then(|s| s.conditions.iter().find(|c| c.type_ == CONDITION_READY));
+                ready.is_some_and(|c| c.status != "True")
+            })
+            .filter_map(|t| t.metadata.name.clone())
+            .collect();
+        let changed: BTreeSet<String> = {
+            let mut held = lost.write().unwrap_or_else(|e| e.into_inner());
+            if *held == now {
+                continue;
+            }
+            let changed = held.symmetric_difference(&now).cloned().collect();
+            *held = now;
+            changed
+        };
+        tracing::info!(clusters = ?changed, "clusters lost or back; summing their workloads' status again");
+        for key in placements.keys() {
+            let hit = placements.get(&key).is_some_and(|wp| wp.status.iter().flat_map(|s| &s.clusters).any(|c| changed.contains(&c.name)));
+            if hit {
+                let _ = tx.send(key);
+            }
+        }
+    }
 }

@@ -8,6 +8,9 @@
 //! WorkloadPlacement's summary, `Synced` and `Available` ([`derived`]), and the
 //! upstream Deployment's status ([`aggregate`]).
 
+use std::borrow::Cow;
+use std::collections::BTreeSet;
+
 use k8s_openapi::api::apps::v1::{Deployment, DeploymentCondition, DeploymentStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use placement_api::{
@@ -70,6 +73,48 @@ pub fn set_condition(conds: &mut Vec<Condition>, mut c: Condition) {
     }
 }
 
+/// The reason of a lost cluster's `Available` in [`without_lost`]'s view.
+pub const REASON_CLUSTER_NOT_READY: &str = "ClusterNotReady";
+
+/// `wp` as the aggregator sums it when the clusters in `lost` are not Ready: their
+/// entries count no ready or available replicas, and their `Available` is False with
+/// reason [`REASON_CLUSTER_NOT_READY`]. Their last reports cannot be trusted: whatever
+/// ran there may be gone. Kubernetes does the same for the pods of a node that stopped
+/// reporting (they turn not Ready), so a Deployment that runs only on a lost cluster
+/// is no longer Available. The entries themselves stay as their syncers wrote them.
+pub fn without_lost<'a>(wp: &'a WorkloadPlacement, lost: &BTreeSet<String>) -> Cow<'a, WorkloadPlacement> {
+    let hit = wp.status.as_ref().is_some_and(|s| s.clusters.iter().any(|c| lost.contains(&c.name)));
+    if !hit {
+        return Cow::Borrowed(wp);
+    }
+    let mut view = wp.clone();
+    for entry in view.status.iter_mut().flat_map(|s| s.clusters.iter_mut()).filter(|c| lost.contains(&c.name)) {
+        entry.ready_replicas = 0;
+        entry.available_replicas = 0;
+        let since = entry.last_sync_time.clone().unwrap_or(Time(jiff::Timestamp::UNIX_EPOCH));
+        set_condition(
+            &mut entry.conditions,
+            Condition {
+                type_: CONDITION_AVAILABLE.into(),
+                status: "False".into(),
+                reason: REASON_CLUSTER_NOT_READY.into(),
+                message: format!("cluster {} is not Ready: its replicas cannot be seen", entry.name),
+                last_transition_time: since,
+                observed_generation: None,
+            },
+        );
+    }
+    Cow::Owned(view)
+}
+
+/// How a cluster is named where it is not available: with why, if it is lost.
+fn unavailable_name<'a>(name: &'a str, conds: Option<&Condition>) -> Cow<'a, str> {
+    match conds {
+        Some(c) if c.reason == REASON_CLUSTER_NOT_READY => Cow::Owned(format!("{name} (cluster not Ready)")),
+        _ => Cow::Borrowed(name),
+    }
+}
+
 /// The WorkloadPlacement status with `sync_target`'s entry replaced by `entry` (or
 /// removed, for `None`), and everything else as it was.
 pub fn with_entry(wp: &WorkloadPlacement, sync_target: &str, entry: Option<ClusterSyncStatus>) -> WorkloadPlacementStatus {
@@ -127,7 +172,8 @@ fn derive(status: &mut WorkloadPlacementStatus, wp: &WorkloadPlacement, generati
             None => {}
         }
         if !e.is_some_and(|e| condition_true(&e.conditions, "Available") && e.available_replicas >= a.replicas) {
-            unavailable.push(a.name.as_str());
+            let cond = e.and_then(|e| e.conditions.iter().find(|c| c.type_ == CONDITION_AVAILABLE));
+            unavailable.push(unavailable_name(&a.name, cond));
         }
     }
     status.summary = (!summary.is_empty()).then(|| summary.join(" "));
@@ -188,7 +234,8 @@ pub fn aggregate(deployment: &Deployment, wp: &WorkloadPlacement, now: &Time) ->
             .collect()
     };
     let avail = cluster_cond("Available");
-    let not_available: Vec<&str> = avail.iter().filter(|(_, c)| !c.is_some_and(|c| c.status == "True")).map(|(n, _)| *n).collect();
+    let not_available: Vec<Cow<str>> =
+        avail.iter().filter(|(_, c)| !c.is_some_and(|c| c.status == "True")).map(|(n, c)| unavailable_name(n, *c)).collect();
     let available_cond = if not_available.is_empty() {
         ("True", "MinimumReplicasAvailable", "Deployment has minimum availability on every assigned cluster.".to_string())
     } else {
@@ -337,6 +384,30 @@ mod tests {
         p.status = Some(s);
         let s = report(&p, "west", None, 3, &t(9));
         assert_eq!(s.clusters.len(), 1, "an unassigned cluster's entry goes");
+    }
+
+    #[test]
+    fn a_lost_cluster_counts_no_replicas_until_it_is_ready_again() {
+        let mut p = wp(&[("east", 2), ("eu", 2)]);
+        p.status = Some(report(&p, "east", Some(cluster_entry("east", &copy(1, 1, 1, 2, true), t(0))), 1, &t(0)));
+        p.status = Some(report(&p, "eu", Some(cluster_entry("eu", &copy(1, 1, 1, 2, true), t(0))), 1, &t(0)));
+        let d = upstream(1, 4);
+        let lost: BTreeSet<String> = ["eu".to_string()].into();
+        assert!(matches!(without_lost(&p, &BTreeSet::new()), Cow::Borrowed(_)), "nothing lost, nothing copied");
+        let view = without_lost(&p, &lost);
+        let s = derived(&view, 1, &t(5));
+        assert_eq!((s.summary.as_deref(), s.ready.as_deref()), (Some("east=2/2 eu=0/2"), Some("2/4")));
+        let available = s.conditions.iter().find(|c| c.type_ == CONDITION_AVAILABLE).unwrap();
+        assert_eq!((available.status.as_str(), available.message.as_str()), ("False", "not yet available on: eu (cluster not Ready)"));
+        let st = aggregate(&d, &view, &t(5)).unwrap();
+        assert_eq!((st.ready_replicas, st.available_replicas, st.unavailable_replicas), (Some(2), Some(2), Some(2)));
+        let avail = st.conditions.as_ref().unwrap().iter().find(|c| c.type_ == "Available").unwrap();
+        assert_eq!(avail.status, "False");
+        assert_eq!(avail.message.as_deref(), Some("Deployment does not have minimum availability on: eu (cluster not Ready)"));
+        assert_eq!(p.status.as_ref().unwrap().clusters[1].ready_replicas, 2, "the syncer's entry itself is untouched");
+        // Back: the view is the entries again, and the sums are whole.
+        let st = aggregate(&d, &without_lost(&p, &BTreeSet::new()), &t(9)).unwrap();
+        assert_eq!((st.ready_replicas, st.available_replicas), (Some(4), Some(4)));
     }
 
     #[test]
