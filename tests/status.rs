@@ -70,7 +70,9 @@ fn status_watch_prints_a_json_line_per_change() {
     // A change shows up as a new line.
     let o = flotilla(&["cluster", "cordon", "east"]);
     assert!(o.ok, "{}{}", o.stdout, o.stderr);
-    wait_line("east Cordoned", &|v| v["clusters"].as_array().unwrap().iter().any(|c| c["name"] == "east" && c["schedulable"] == "Cordoned"));
+    wait_line("east Cordoned", &|v| {
+        v["clusters"].as_array().unwrap().iter().any(|c| c["name"] == "east" && c["schedulable"] == "Cordoned")
+    });
 
     signal(watch.id(), "TERM");
     let status = wait_for("status -w to stop on SIGTERM", DEADLINE, || watch.try_wait().unwrap().ok_or("running".to_string()));
