@@ -441,7 +441,11 @@ impl Syncer {
             // is still there to bring it back here.
             match self.upstream_api::<Deployment>(key).get_opt(&key.name).await {
                 Ok(Some(d)) if !self.assigned_here(&d) => {
-                    self.release_finalizer(key, &d).await?;
+                    // A conflict is tried again with the copy still there: once it is
+                    // gone, nothing would bring this key back to release the finalizer.
+                    if let next @ Next::After(_) = self.release_finalizer(key, &d).await? {
+                        return Ok(next);
+                    }
                 }
                 Ok(Some(_)) => return Ok(Next::After(WAIT_FOR_PEER)),
                 Ok(None) => {}
@@ -449,7 +453,10 @@ impl Syncer {
                 Err(e) => return Err(upstream(format!("reading {key}"))(e)),
             }
             if let Ok(Some(wp)) = self.upstream_api::<WorkloadPlacement>(key).get_opt(&key.name).await {
-                self.report(key, &wp, None).await?;
+                // Likewise for the entry: a removal that lost a race is tried again.
+                if let next @ Next::After(_) = self.report(key, &wp, None).await? {
+                    return Ok(next);
+                }
             }
         }
         self.delete_copy(key, has_copy).await?;
