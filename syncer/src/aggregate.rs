@@ -154,12 +154,49 @@ async fn watch_lost(
             *held = now;
             changed
         };
-        tracing::info!(clusters = ?changed, "clusters lost or back; summing their workloads' status again");
-        for key in placements.keys() {
-            let hit = placements.get(&key).is_some_and(|wp| wp.status.iter().flat_map(|s| &s.clusters).any(|c| changed.contains(&c.name)));
-            if hit {
-                let _ = tx.send(key);
-            }
+        let (back, lost_now): (BTreeSet<String>, BTreeSet<String>) = {
+            let held = lost.read().unwrap_or_else(|e| e.into_inner());
+            changed.into_iter().partition(|c| !held.contains(c))
+        };
+        tracing::info!(lost = ?lost_now, back = ?back, "clusters lost or back; summing their workloads' status again");
+        // A cluster that is back: its workloads at once.
+        queue_with_entry_on(&placements, &back, false, &tx);
+        // A lost cluster's workloads are mostly moved by the scheduler in the next few
+        // seconds, and the move (or the scheduler's FailedScheduling) queues them
+        // anyway. Summing them at once would write each one twice in a failover, so
+        // only those still assigned there after a pause are queued, in case their
+        // WorkloadPlacement changed before the loss was seen here.
+        if !lost_now.is_empty() {
+            let (placements, tx) = (placements.clone(), tx.clone());
+            tokio::spawn(async move {
+                tokio::time::sleep(LOST_REQUEUE_PAUSE).await;
+                queue_with_entry_on(&placements, &lost_now, true, &tx);
+            });
+        }
+    }
+}
+
+/// How long after a cluster is lost its stranded workloads are summed again.
+const LOST_REQUEUE_PAUSE: Duration = Duration::from_secs(5);
+
+/// Queues the workloads with a status entry for one of `clusters` (and, with
+/// `assigned`, still assigned there).
+fn queue_with_entry_on(
+    placements: &cache::Cache<WorkloadPlacement>,
+    clusters: &BTreeSet<String>,
+    assigned: bool,
+    tx: &mpsc::UnboundedSender<Key>,
+) {
+    if clusters.is_empty() {
+        return;
+    }
+    for key in placements.keys() {
+        let hit = placements.get(&key).is_some_and(|wp| {
+            wp.status.iter().flat_map(|s| &s.clusters).any(|c| clusters.contains(&c.name))
+                && (!assigned || wp.spec.clusters.iter().any(|a| clusters.contains(&a.name)))
+        });
+        if hit {
+            let _ = tx.send(key);
         }
     }
 }
