@@ -65,10 +65,14 @@ fn up_runs_the_demo_fleet_the_examples_place_and_a_second_up_brings_it_back() {
     assert_eq!(placement(&k, "huge"), "");
 
     // A clean stop takes the clusters down with it.
-    let ports: Vec<String> = ["east", "west", "eu"]
-        .iter()
-        .map(|c| std::fs::read_to_string(data.join("clusters").join(c).join("listen")).unwrap().trim().to_string())
-        .collect();
+    // Each cluster's address, as up keeps it in the data dir.
+    let kept_ports = || -> Vec<String> {
+        ["east", "west", "eu"]
+            .iter()
+            .map(|c| std::fs::read_to_string(data.join("clusters").join(c).join("listen")).unwrap().trim().to_string())
+            .collect()
+    };
+    let ports = kept_ports();
     signal(up.id(), "TERM");
     let status = wait_for("up to exit after SIGTERM", DEADLINE, || up.try_wait().unwrap().ok_or_else(|| "still running".to_string()));
     assert!(status.success(), "{status:?}\n{}", tail(&std::fs::read_to_string(&log).unwrap_or_default()));
@@ -81,10 +85,7 @@ fn up_runs_the_demo_fleet_the_examples_place_and_a_second_up_brings_it_back() {
     k(&["rollout", "status", "deploy/web", "--timeout=60s"]);
     assert_eq!(placement(&k, "web"), web, "nothing moved");
     assert_eq!(placement(&k, "api"), "eu");
-    let again_ports: Vec<String> = ["east", "west", "eu"]
-        .iter()
-        .map(|c| std::fs::read_to_string(data.join("clusters").join(c).join("listen")).unwrap().trim().to_string())
-        .collect();
+    let again_ports = kept_ports();
     assert_eq!(again_ports, ports);
     signal(again.id(), "TERM");
     wait_for("the second up to exit", DEADLINE, || again.try_wait().unwrap().ok_or_else(|| "still running".to_string()));
