@@ -76,8 +76,9 @@ impl Default for Options {
 /// How often cluster health is re-evaluated against the clock.
 const HEALTH_TICK: Duration = Duration::from_millis(250);
 
-/// The field manager of the scheduler's writes: the assignment, the labels and the
-/// `Scheduled` condition.
+/// The field manager under which the scheduler server-side applies the `Scheduled`
+/// condition of a WorkloadPlacement. Its other writes (the assignment, the labels) are
+/// merge patches.
 pub const FIELD_MANAGER: &str = "flotilla-scheduler";
 
 /// The reason of `Scheduled=False`.
