@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # Runs the benchmark harness against a release build.
-#   hack/bench.sh           full run (several minutes)
-#   hack/bench.sh --quick   smaller sizes, under 3 minutes; CI runs this
+#   hack/bench.sh             full sizes, 3 runs of each scenario (about 40 minutes)
+#   hack/bench.sh --quick     smaller sizes, one run, under 3 minutes; CI runs this
+#   hack/bench.sh --publish   full run, then the report into docs/benchmarks.md and
+#                             the plots into docs/bench/
+# Results, plots and report.md go to target/bench/ (--out-dir to change it).
 # Extra arguments go to the harness (see: hack/bench.sh --help).
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -19,25 +19,40 @@ use kube::api::{Api, DynamicObject, PostParams, WatchEvent, WatchParams};
 use kube::core::{ApiResource, GroupVersionKind};
 use serde_json::json;
 
+mod plot;
+mod report;
+mod scale;
 mod scheduler;
 
+use report::{int, num, Better, Meta, Report, Row, Timeline};
+
 #[derive(Parser, Debug)]
-#[command(about = "Flotilla control-plane benchmarks")]
+#[command(about = "Flotilla's benchmark harness: every scenario, its floors, and the report")]
 struct Args {
-    /// Smaller sizes, for CI (asserts completion, never timings).
+    /// Smaller sizes and one run, for CI (which asserts completion, never timings).
     #[arg(long)]
     quick: bool,
+    /// Runs of each scenario (the steady-state ones run once) [default: 3, or 1 with --quick].
+    #[arg(long)]
+    runs: Option<usize>,
     /// The flotilla binary to benchmark.
     #[arg(long, default_value = "target/release/flotilla")]
     flotilla: PathBuf,
-    /// Write the JSON results here too.
+    /// Where results.json, report.md and the SVG plots go.
+    #[arg(long, default_value = "target/bench")]
+    out_dir: PathBuf,
+    /// Write the plots to docs/bench/ and the report into docs/benchmarks.md, between
+    /// its results markers (run from the repository's root).
     #[arg(long)]
-    json_out: Option<PathBuf>,
+    publish: bool,
     /// Run one group of scenarios only: `syncer` is both `syncer-latency` and
     /// `syncer-steady`; `scheduler` is both `scheduler-assign` and `scheduler-failover`.
-    #[arg(long, value_parser = ["controlplane", "sim", "syncer", "syncer-latency", "syncer-steady", "scheduler", "scheduler-assign", "scheduler-failover"])]
+    #[arg(long, value_parser = ["controlplane", "sim", "syncer", "syncer-latency", "syncer-steady", "scheduler", "scheduler-assign", "scheduler-failover", "scale"])]
     only: Option<String>,
 }
+
+/// Requests sent before each control-plane measurement and not counted.
+const WARMUP_REQUESTS: usize = 200;
 
 struct Sizes {
     write_clients: usize,
@@ -60,6 +75,55 @@ struct Sizes {
     failover_deployments: usize,
     /// Heartbeat (interval, grace) settings the failover runs at: the defaults first.
     failover_settings: Vec<(u64, u64)>,
+    scale: scale::Sizes,
+}
+
+impl Sizes {
+    fn new(quick: bool) -> Self {
+        if quick {
+            Sizes {
+                write_clients: 32,
+                write_secs: 3.0,
+                gets: 2_000,
+                watchers: 200,
+                watch_writes: 30,
+                workspaces: 50,
+                objects_per_ws: 20,
+                sim_nodes: 20,
+                sim_pods: 1_000,
+                sync_clusters: 2,
+                sync_deployments: 50,
+                steady_objects: 500,
+                steady_resync_secs: 5,
+                sched_clusters: 20,
+                sched_deployments: 1_000,
+                failover_deployments: 100,
+                failover_settings: vec![(2, 8)],
+                scale: scale::Sizes { workspaces: 20, deployments_per_workspace: 5, clusters: 4, window_secs: 10 },
+            }
+        } else {
+            Sizes {
+                write_clients: 32,
+                write_secs: 10.0,
+                gets: 20_000,
+                watchers: 1_000,
+                watch_writes: 100,
+                workspaces: 1_000,
+                objects_per_ws: 100,
+                sim_nodes: 100,
+                sim_pods: 5_000,
+                sync_clusters: 10,
+                sync_deployments: 1_000,
+                steady_objects: 10_000,
+                steady_resync_secs: 30,
+                sched_clusters: 100,
+                sched_deployments: 10_000,
+                failover_deployments: 1_000,
+                failover_settings: vec![(2, 8), (1, 4)],
+                scale: scale::Sizes { workspaces: 1_000, deployments_per_workspace: 10, clusters: 100, window_secs: 30 },
+            }
+        }
+    }
 }
 
 fn percentile(sorted: &[f64], p: f64) -> f64 {
@@ -217,7 +281,7 @@ fn clock_ticks_per_sec() -> f64 {
 
 /// Watches `api` from resourceVersion "0" (its objects first, then their changes) and
 /// hands each added or modified object to `seen`, with the instant its event arrived,
-/// until the task is aborted or the server ends the watch (290 s).
+/// until the task is aborted.
 fn watch_applied<K>(
     api: Api<K>,
     params: WatchParams,
@@ -227,14 +291,17 @@ where
     K: Clone + k8s_openapi::serde::de::DeserializeOwned + std::fmt::Debug + Send + 'static,
 {
     tokio::spawn(async move {
-        let mut stream = api.watch(&params.timeout(290), "0").await?.boxed();
-        while let Some(ev) = stream.try_next().await? {
-            let now = Instant::now();
-            if let WatchEvent::Added(o) | WatchEvent::Modified(o) = ev {
-                seen(o, now);
+        // The server ends a watch after its timeout; the next one starts from the
+        // objects again, which `seen` takes as repeats.
+        loop {
+            let mut stream = api.watch(&params.clone().timeout(290), "0").await?.boxed();
+            while let Some(ev) = stream.try_next().await? {
+                let now = Instant::now();
+                if let WatchEvent::Added(o) | WatchEvent::Modified(o) = ev {
+                    seen(o, now);
+                }
             }
         }
-        anyhow::Ok(())
     })
 }
 
@@ -253,296 +320,395 @@ fn cm(name: &str) -> ConfigMap {
     serde_json::from_value(json!({"metadata": {"name": name, "labels": {"bench": "yes"}}, "data": {"k": "v".repeat(64)}})).unwrap()
 }
 
-struct Report {
-    rows: Vec<(String, String, String, String)>,
-    json: Vec<serde_json::Value>,
-}
-
-impl Report {
-    fn add(&mut self, scenario: &str, figure: String, floor: String, ratio: String, json: serde_json::Value) {
-        println!("{}", serde_json::to_string(&json).unwrap());
-        self.rows.push((scenario.into(), figure, floor, ratio));
-        self.json.push(json);
-    }
-}
-
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
-    let s = if args.quick {
-        Sizes {
-            write_clients: 32,
-            write_secs: 3.0,
-            gets: 2_000,
-            watchers: 200,
-            watch_writes: 30,
-            workspaces: 50,
-            objects_per_ws: 20,
-            sim_nodes: 20,
-            sim_pods: 1_000,
-            sync_clusters: 2,
-            sync_deployments: 50,
-            steady_objects: 500,
-            steady_resync_secs: 5,
-            sched_clusters: 20,
-            sched_deployments: 1_000,
-            failover_deployments: 100,
-            failover_settings: vec![(2, 8)],
+    let s = Sizes::new(args.quick);
+    let runs = args.runs.unwrap_or(if args.quick { 1 } else { 3 }).max(1);
+    let mut report = Report::new(Meta::read(args.quick, runs));
+    println!("# {}", report.meta.line());
+    // `--only syncer` selects `syncer-latency` and `syncer-steady`, and so on.
+    let selected = |name: &str| args.only.as_deref().is_none_or(|o| o == name || name.starts_with(&format!("{o}-")));
+    // A scenario that fails is reported, and the others still run.
+    for run in 1..=runs {
+        report.run = run;
+        if runs > 1 {
+            println!("# run {run} of {runs}");
         }
-    } else {
-        Sizes {
-            write_clients: 32,
-            write_secs: 10.0,
-            gets: 20_000,
-            watchers: 1_000,
-            watch_writes: 100,
-            workspaces: 1_000,
-            objects_per_ws: 100,
-            sim_nodes: 100,
-            sim_pods: 5_000,
-            sync_clusters: 10,
-            sync_deployments: 1_000,
-            steady_objects: 10_000,
-            steady_resync_secs: 30,
-            sched_clusters: 100,
-            sched_deployments: 10_000,
-            failover_deployments: 1_000,
-            failover_settings: vec![(2, 8), (1, 4)],
+        if selected("controlplane") {
+            let r = controlplane(&args.flotilla, &s, &mut report).await;
+            report.outcome("controlplane", r);
         }
+        if selected("sim") {
+            let r = sim(&args.flotilla, &s, &mut report).await;
+            report.outcome("sim", r);
+        }
+        if selected("syncer-latency") {
+            let r = syncer_latency_rows(&args.flotilla, &s, &mut report).await;
+            report.outcome("syncer-latency", r);
+        }
+        // The steady-state scenarios average over a window of their own; they run once.
+        if run == 1 && selected("syncer-steady") {
+            let r = syncer_steady_rows(&args.flotilla, &s, &mut report).await;
+            report.outcome("syncer-steady", r);
+        }
+        if selected("scheduler-assign") {
+            let r = scheduler_assign_rows(&args.flotilla, &s, &mut report).await;
+            report.outcome("scheduler-assign", r);
+        }
+        if selected("scheduler-failover") {
+            for (interval, grace) in &s.failover_settings {
+                let r = failover_rows(&args.flotilla, &s, Duration::from_secs(*interval), Duration::from_secs(*grace), &mut report).await;
+                report.outcome(&format!("scheduler-failover at {interval} s / {grace} s"), r);
+            }
+        }
+        if run == 1 && selected("scale") {
+            let r = scale::rows(&args.flotilla, s.scale, &mut report).await;
+            report.outcome("scale", r);
+        }
+    }
+    report.print_table();
+    let out = if args.publish { PathBuf::from("docs/bench") } else { args.out_dir.clone() };
+    let md = report.write(&out, if args.publish { "bench/" } else { "" })?;
+    println!("\n# results, plots and report.md written to {}", out.display());
+    if args.publish {
+        publish("docs/benchmarks.md".as_ref(), &md)?;
+        println!("# docs/benchmarks.md updated between its {BEGIN} and {END} markers");
+    }
+    let failed = report.failures();
+    anyhow::ensure!(failed.is_empty(), "{} scenario group(s) did not complete:\n{}", failed.len(), failed.join("\n"));
+    Ok(())
+}
+
+const BEGIN: &str = "<!-- bench:results:begin -->";
+const END: &str = "<!-- bench:results:end -->";
+
+/// Puts the generated report between the markers of `doc`, leaving the prose around it.
+fn publish(doc: &Path, md: &str) -> anyhow::Result<()> {
+    let text = std::fs::read_to_string(doc).with_context(|| format!("reading {}", doc.display()))?;
+    let (Some(b), Some(e)) = (text.find(BEGIN), text.find(END)) else {
+        anyhow::bail!("{} has no {BEGIN} ... {END} markers to put the results between", doc.display());
     };
-    let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0);
-    let mem = std::fs::read_to_string("/proc/meminfo")
-        .ok()
-        .and_then(|m| m.lines().next().map(|l| l.split_whitespace().nth(1).unwrap_or("0").parse::<f64>().unwrap_or(0.0) / 1024.0 / 1024.0))
-        .unwrap_or(0.0);
-    println!("# machine: {cores} cores, {mem:.1} GiB; mode: {}", if args.quick { "quick" } else { "full" });
-    let mut report = Report { rows: vec![], json: vec![] };
+    anyhow::ensure!(b < e, "{}: {BEGIN} comes after {END}", doc.display());
+    let out = format!("{}{BEGIN}\n{md}{}", &text[..b], &text[e..]);
+    std::fs::write(doc, out)?;
+    Ok(())
+}
 
-    if args.only.as_deref().is_none_or(|o| o == "controlplane") {
-        // Floor: durable writes straight into the store, no HTTP, no admission.
-        let store_floor = store_floor(s.write_clients, s.write_secs).await?;
-        report.add(
-            "store: durable creates/s (32 writers, in-process)",
-            format!("{store_floor:.0}/s"),
-            "-".into(),
-            "-".into(),
-            json!({"scenario": "store_creates", "per_sec": store_floor, "writers": s.write_clients}),
-        );
+/// The control plane: durable writes, GET, LIST, watch fan-out, and memory per workspace.
+async fn controlplane(bin: &Path, s: &Sizes, report: &mut Report) -> anyhow::Result<()> {
+    // Floor: durable writes straight into the store, no HTTP, no admission.
+    let store_floor = store_floor(s.write_clients, s.write_secs).await?;
+    report.add(
+        Row::new(
+            "store_creates",
+            format!("store: durable creates, {} writers in-process", s.write_clients),
+            store_floor,
+            "/s",
+            Better::Higher,
+        ),
+        json!({"scenario": "store_creates", "per_sec": store_floor, "writers": s.write_clients}),
+    );
 
-        let srv = ServerProc::start(&args.flotilla)?;
-        let client = srv.client("root", None).await?;
-        let cms: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
+    let srv = ServerProc::start(bin)?;
+    let client = srv.client("root", None).await?;
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
 
-        // Floor: the raw HTTPS round trip of an unauthenticated health check.
-        let mut rtt = Vec::new();
-        for _ in 0..s.gets.min(5_000) {
-            let t = Instant::now();
-            let _: String = client.request_text(http_get("/healthz")).await?;
-            rtt.push(t.elapsed().as_secs_f64() * 1e3);
-        }
-        let (rtt50, rtt99, _) = summarize(rtt);
+    // Warm-up: connections, TLS sessions and the server's first allocations, unmeasured.
+    for i in 0..WARMUP_REQUESTS {
+        cms.create(&PostParams::default(), &cm(&format!("warm-{i}"))).await?;
+        let _: String = client.request_text(http_get("/healthz")).await?;
+    }
+    // Floor: the raw HTTPS round trip of an unauthenticated health check.
+    let mut rtt = Vec::new();
+    for _ in 0..s.gets.min(5_000) {
+        let t = Instant::now();
+        let _: String = client.request_text(http_get("/healthz")).await?;
+        rtt.push(t.elapsed().as_secs_f64() * 1e3);
+    }
+    let (rtt50, rtt99, _) = summarize(rtt);
+    report.latency_floor("/healthz p99", rtt99);
 
-        // Durable creates through the API with 32 concurrent clients.
-        let (creates_per_sec, create_lat) = api_creates(&cms, s.write_clients, s.write_secs).await?;
-        let (c50, c99, _) = summarize(create_lat);
-        report.add(
-            "API: durable creates/s (32 clients)",
-            format!("{creates_per_sec:.0}/s"),
-            format!("store {store_floor:.0}/s"),
-            format!("{:.2}", creates_per_sec / store_floor),
-            json!({"scenario": "api_creates", "per_sec": creates_per_sec, "p50_ms": c50, "p99_ms": c99, "clients": s.write_clients}),
-        );
+    // Durable creates through the API with 32 concurrent clients.
+    let (creates_per_sec, create_lat) = api_creates(&cms, s.write_clients, s.write_secs).await?;
+    report.latencies(&format!("API create, {} clients", s.write_clients), &create_lat);
+    let (c50, c99, _) = summarize(create_lat);
+    report.add(
+        Row::new(
+            "api_creates",
+            format!("API: durable creates, {} clients over HTTPS", s.write_clients),
+            creates_per_sec,
+            "/s",
+            Better::Higher,
+        )
+        .detail(format!("p50 {} / p99 {} ms", num(c50), num(c99)))
+        .floor("store", store_floor)
+        .target(3_000.0, "≥ 3,000/s"),
+        json!({"scenario": "api_creates", "per_sec": creates_per_sec, "p50_ms": c50, "p99_ms": c99, "clients": s.write_clients}),
+    );
 
-        // GET latency (sequential, one client).
-        let mut gets = Vec::new();
-        for i in 0..s.gets {
-            let t = Instant::now();
-            cms.get(&format!("w0-{}", i % 50)).await?;
-            gets.push(t.elapsed().as_secs_f64() * 1e3);
-        }
-        let (g50, g99, _) = summarize(gets);
-        report.add(
-            "API: GET p50 / p99",
-            format!("{g50:.2} / {g99:.2} ms"),
-            format!("healthz {rtt50:.2} / {rtt99:.2} ms"),
-            format!("{:.1}x p99", g99 / rtt99),
-            json!({"scenario": "get", "p50_ms": g50, "p99_ms": g99, "floor_p50_ms": rtt50, "floor_p99_ms": rtt99, "n": s.gets}),
-        );
+    // GET latency (sequential, one client).
+    let mut gets = Vec::new();
+    for i in 0..s.gets {
+        let t = Instant::now();
+        cms.get(&format!("w0-{}", i % 50)).await?;
+        gets.push(t.elapsed().as_secs_f64() * 1e3);
+    }
+    report.latencies("API GET", &gets);
+    let (g50, g99, _) = summarize(gets);
+    report.add(
+        Row::new("get", "API: GET p99", g99, "ms", Better::Lower)
+            .detail(format!("p50 {} ms", num(g50)))
+            .floor("/healthz p99", rtt99)
+            .target(5.0, "≤ 5 ms"),
+        json!({"scenario": "get", "p50_ms": g50, "p99_ms": g99, "floor_p50_ms": rtt50, "floor_p99_ms": rtt99, "n": s.gets}),
+    );
 
-        // LIST latency of the whole namespace (everything created above).
-        let mut lists = Vec::new();
-        let mut listed = 0;
-        for _ in 0..20 {
-            let t = Instant::now();
-            listed = cms.list(&Default::default()).await?.items.len();
-            lists.push(t.elapsed().as_secs_f64() * 1e3);
-        }
-        let (l50, l99, _) = summarize(lists);
-        // The same LIST read as bytes: server time plus transfer, without the client's
-        // decoding into typed objects (which the figure above includes, as kubectl's would).
-        let mut raw_lists = Vec::new();
-        let mut bytes = 0;
-        for _ in 0..20 {
-            let t = Instant::now();
-            bytes = client.request_text(http_get("/api/v1/namespaces/default/configmaps")).await?.len();
-            raw_lists.push(t.elapsed().as_secs_f64() * 1e3);
-        }
-        let (r50, r99, _) = summarize(raw_lists);
-        report.add(
-            &format!("API: LIST of {listed} objects p50 / p99"),
-            format!("{l50:.1} / {l99:.1} ms"),
-            format!("bytes only {r50:.1} / {r99:.1} ms"),
-            format!("{:.1} us/object", r50 * 1e3 / listed.max(1) as f64),
-            json!({"scenario": "list", "objects": listed, "p50_ms": l50, "p99_ms": l99, "raw_p50_ms": r50, "raw_p99_ms": r99, "body_bytes": bytes}),
-        );
+    // LIST latency of the whole namespace (everything created above).
+    let mut lists = Vec::new();
+    let mut listed = 0;
+    for _ in 0..20 {
+        let t = Instant::now();
+        listed = cms.list(&Default::default()).await?.items.len();
+        lists.push(t.elapsed().as_secs_f64() * 1e3);
+    }
+    let (l50, l99, _) = summarize(lists);
+    // The same LIST read as bytes: server time plus transfer, without the client's
+    // decoding into typed objects (which the figure above includes, as kubectl's would).
+    let mut raw_lists = Vec::new();
+    let mut bytes = 0;
+    for _ in 0..20 {
+        let t = Instant::now();
+        bytes = client.request_text(http_get("/api/v1/namespaces/default/configmaps")).await?.len();
+        raw_lists.push(t.elapsed().as_secs_f64() * 1e3);
+    }
+    let (r50, r99, _) = summarize(raw_lists);
+    report.add(
+        Row::new("list", format!("API: LIST of a namespace's {} objects p50, typed", int(listed)), l50, "ms", Better::Lower)
+            .detail(format!("p99 {} ms, {} µs/object on the wire", num(l99), num(r50 * 1e3 / listed.max(1) as f64)))
+            .floor("bytes only", r50),
+        json!({"scenario": "list", "objects": listed, "p50_ms": l50, "p99_ms": l99, "raw_p50_ms": r50, "raw_p99_ms": r99, "body_bytes": bytes}),
+    );
 
-        // Watch fan-out: a write's event at N watchers, measured from the write's acknowledgement.
-        let f = watch_fanout(&srv, s.watchers, s.watch_writes).await?;
-        report.add(
-            &format!("watch: event at {} watchers after ack p50 / p99", s.watchers),
-            format!("{:.1} / {:.1} ms (max {:.1})", f.after_ack.0, f.after_ack.1, f.after_ack.2),
-            "-".into(),
-            "-".into(),
-            json!({"scenario": "watch_fanout", "watchers": s.watchers, "writes": s.watch_writes, "samples": f.samples,
-            "p50_ms": f.after_ack.0, "p99_ms": f.after_ack.1, "max_ms": f.after_ack.2,
-            }),
-        );
-        report.add(
-            &format!("watch: event at {} watchers from send p50 / p99", s.watchers),
-            format!("{:.1} / {:.1} ms (max {:.1})", f.from_send.0, f.from_send.1, f.from_send.2),
-            format!("create {:.2} / {:.2} ms", f.create_rtt.0, f.create_rtt.1),
-            format!("{:.1}x p99", f.from_send.1 / f.create_rtt.1),
-            json!({"scenario": "watch_fanout_from_send", "watchers": s.watchers, "p50_ms": f.from_send.0, "p99_ms": f.from_send.1, "max_ms": f.from_send.2,
-                   "floor_create_p50_ms": f.create_rtt.0, "floor_create_p99_ms": f.create_rtt.1}),
-        );
-        drop(cms);
-        drop(client);
-        drop(srv);
+    // Watch fan-out: a write's event at N watchers, measured from the write's acknowledgement.
+    let f = watch_fanout(&srv, s.watchers, s.watch_writes).await?;
+    report.latencies(&format!("watch event at {} watchers, from send", s.watchers), &f.from_send_samples);
+    report.add(
+        Row::new("watch_fanout", format!("watch: event at {} watchers after the ack, p99", s.watchers), f.after_ack.1, "ms", Better::Lower)
+            .detail(format!("p50 {}, max {} ms", num(f.after_ack.0), num(f.after_ack.2)))
+            .target(50.0, "≤ 50 ms"),
+        json!({"scenario": "watch_fanout", "watchers": s.watchers, "writes": s.watch_writes, "samples": f.samples,
+        "p50_ms": f.after_ack.0, "p99_ms": f.after_ack.1, "max_ms": f.after_ack.2,
+        }),
+    );
+    report.add(
+        Row::new("watch_fanout_from_send", format!("watch: event at {} watchers from the write's send, p99", s.watchers), f.from_send.1, "ms", Better::Lower)
+            .detail(format!("p50 {}, max {} ms", num(f.from_send.0), num(f.from_send.2)))
+            .floor("the write's round trip p99", f.create_rtt.1),
+        json!({"scenario": "watch_fanout_from_send", "watchers": s.watchers, "p50_ms": f.from_send.0, "p99_ms": f.from_send.1, "max_ms": f.from_send.2,
+               "floor_create_p50_ms": f.create_rtt.0, "floor_create_p99_ms": f.create_rtt.1}),
+    );
+    drop(cms);
+    drop(client);
+    drop(srv);
 
-        // Memory: many workspaces with objects, on a fresh server.
-        let m = workspaces_rss(&args.flotilla, s.workspaces, s.objects_per_ws).await?;
-        report.add(
-            &format!("RSS: {} workspaces x {} objects", s.workspaces, s.objects_per_ws),
-            format!("{:.0} MiB", m.with_objects),
-            format!("empty server {:.0} MiB", m.idle),
-            format!(
-                "{:.1} KiB/workspace, {:.1} KiB/object",
-                (m.with_workspaces - m.idle) * 1024.0 / s.workspaces as f64,
-                (m.with_objects - m.with_workspaces) * 1024.0 / (s.workspaces * s.objects_per_ws) as f64
-            ),
-            json!({"scenario": "workspaces_rss", "workspaces": s.workspaces, "objects_per_workspace": s.objects_per_ws, "rss_mib": m.with_objects,
-                   "rss_with_empty_workspaces_mib": m.with_workspaces, "idle_rss_mib": m.idle, "server_cpu_secs": m.cpu_secs, "load_secs": m.load_secs}),
-        );
+    // Memory: many workspaces with objects, on a fresh server.
+    let m = workspaces_rss(bin, s.workspaces, s.objects_per_ws).await?;
+    report.add(
+        Row::new("workspaces_rss", format!("RSS: {} workspaces × {} objects", int(s.workspaces), s.objects_per_ws), m.with_objects, "MiB", Better::Lower)
+            .detail(format!(
+                "{} KiB/workspace, {} KiB/object",
+                num((m.with_workspaces - m.idle) * 1024.0 / s.workspaces as f64),
+                num((m.with_objects - m.with_workspaces) * 1024.0 / (s.workspaces * s.objects_per_ws) as f64)
+            ))
+            .floor("empty server", m.idle)
+            .target(1024.0, "≤ 1 GiB"),
+        json!({"scenario": "workspaces_rss", "workspaces": s.workspaces, "objects_per_workspace": s.objects_per_ws, "rss_mib": m.with_objects,
+               "rss_with_empty_workspaces_mib": m.with_workspaces, "idle_rss_mib": m.idle, "server_cpu_secs": m.cpu_secs, "load_secs": m.load_secs}),
+    );
+    Ok(())
+}
+
+/// A simulated cluster: its raw create round trip, a 100-replica rollout against its
+/// startup delay, and its RSS with many running pods.
+async fn sim(bin: &Path, s: &Sizes, report: &mut Report) -> anyhow::Result<()> {
+    let sim = sim_cluster(bin, s.sim_nodes, s.sim_pods).await?;
+    report.latency_floor("sim cluster create p99", sim.create_ms.1);
+    report.add(
+        Row::new("sim_create", "sim: raw create round trip p99, sequential", sim.create_ms.1, "ms", Better::Lower)
+            .detail(format!("p50 {} ms", num(sim.create_ms.0))),
+        json!({"scenario": "sim_create", "p50_ms": sim.create_ms.0, "p99_ms": sim.create_ms.1, "n": SIM_CREATES}),
+    );
+    report.add(
+        Row::new("sim_rollout", "sim: 100-replica Deployment, create to Available, p50", sim.rollout_p50_ms, "ms", Better::Lower)
+            .detail(format!("max {} ms of {}", num(sim.rollout_max_ms), sim.rollouts))
+            .floor("startupDelay", SIM_STARTUP_DELAY_MS as f64)
+            .target(1_000.0 + SIM_STARTUP_DELAY_MS as f64, format!("≤ 1 s + startupDelay = {} ms", 1_000 + SIM_STARTUP_DELAY_MS)),
+        json!({"scenario": "sim_rollout", "replicas": 100, "runs": sim.rollouts, "p50_ms": sim.rollout_p50_ms, "max_ms": sim.rollout_max_ms, "startup_delay_ms": SIM_STARTUP_DELAY_MS}),
+    );
+    // The target is for 5,000 running pods; both the settled and the peak RSS count.
+    let target = |row: Row| if s.sim_pods >= 5_000 { row.target(300e6 / 1024.0 / 1024.0, "≤ 300 MB (286 MiB)") } else { row };
+    let per_pod = (sim.rss_mib - sim.idle_rss_mib) * 1024.0 / sim.running.max(1) as f64;
+    report.add(
+        target(
+            Row::new("sim_rss", format!("sim: RSS, {} nodes, {} running pods, settled", s.sim_nodes, int(sim.running)), sim.rss_mib, "MiB", Better::Lower)
+                .detail(format!("{} KiB/pod", num(per_pod)))
+                .floor("empty cluster", sim.idle_rss_mib),
+        ),
+        json!({"scenario": "sim_rss", "nodes": s.sim_nodes, "running_pods": sim.running, "rss_mib": sim.rss_mib, "peak_rss_mib": sim.peak_rss_mib, "idle_rss_mib": sim.idle_rss_mib, "cpu_secs": sim.cpu_secs, "load_secs": sim.load_secs}),
+    );
+    report.add_row(target(
+        Row::new("sim_rss_peak", "sim: peak RSS while the pods start (VmHWM)", sim.peak_rss_mib, "MiB", Better::Lower)
+            .detail(format!("load took {} s", num(sim.load_secs)))
+            .floor("empty cluster", sim.idle_rss_mib),
+    ));
+    Ok(())
+}
+
+async fn syncer_latency_rows(bin: &Path, s: &Sizes, report: &mut Report) -> anyhow::Result<()> {
+    let f = syncer_latency(bin, s.sync_clusters, s.sync_deployments).await?;
+    report.latencies("syncer: apply to copy created", &f.created_samples);
+    report.latencies("syncer: Available, down to up", &f.status_samples);
+    report.latency_floor("control plane create p99", f.floor_create.1);
+    // The floor of a copy created is the two creates it takes: upstream, then on the cluster.
+    let floor = f.floor_create.1 + f.floor_sim_create.1;
+    report.add(
+        Row::new(
+            "syncer_apply_to_created",
+            format!("syncer: apply to copy created p99, {} on {} clusters", int(f.deployments), f.clusters),
+            f.created.1,
+            "ms",
+            Better::Lower,
+        )
+        .detail(format!("p50 {}, max {} ms", num(f.created.0), num(f.created.2)))
+        .floor("control plane + sim create p99", floor)
+        .target(100.0, "≤ 100 ms"),
+        json!({"scenario": "syncer_apply_to_created", "clusters": f.clusters, "deployments": f.deployments,
+               "p50_ms": f.created.0, "p99_ms": f.created.1, "max_ms": f.created.2,
+               "floor_create_p50_ms": f.floor_create.0, "floor_create_p99_ms": f.floor_create.1,
+               "floor_sim_create_p50_ms": f.floor_sim_create.0, "floor_sim_create_p99_ms": f.floor_sim_create.1}),
+    );
+    report.add(
+        Row::new("syncer_status_up", "syncer: copy Available to upstream Available p99", f.status.1, "ms", Better::Lower)
+            .detail(format!("p50 {}, max {} ms", num(f.status.0), num(f.status.2)))
+            .floor("control plane create p99", f.floor_create.1),
+        json!({"scenario": "syncer_status_up", "clusters": f.clusters, "deployments": f.deployments,
+               "p50_ms": f.status.0, "p99_ms": f.status.1, "max_ms": f.status.2,
+               "control_plane_rss_mib": f.control_plane_rss_mib, "control_plane_cpu_secs": f.control_plane_cpu_secs}),
+    );
+    Ok(())
+}
+
+async fn syncer_steady_rows(bin: &Path, s: &Sizes, report: &mut Report) -> anyhow::Result<()> {
+    let f = syncer_steady(bin, s.steady_objects, Duration::from_secs(s.steady_resync_secs)).await?;
+    let (sy, cp) = (&f.syncer, &f.control_plane);
+    report.add(
+        Row::new("syncer_steady", format!("syncer: steady RSS, {} objects, pull mode", int(f.objects)), sy.rss_mib, "MiB", Better::Lower)
+            .detail(format!(
+                "{} KiB/object; CPU {}% of a core, busiest second {}%",
+                num((sy.rss_mib - f.syncer_idle_rss_mib) * 1024.0 / f.objects.max(1) as f64),
+                num(sy.cpu_pct),
+                num(sy.cpu_peak_pct)
+            ))
+            .floor("idle syncer", f.syncer_idle_rss_mib),
+        json!({"scenario": "syncer_steady", "objects": f.objects, "deployments": f.deployments, "config_maps": f.config_maps,
+               "downstream_pods": f.pods, "resync_secs": f.resync_secs, "window_secs": f.window_secs, "converge_secs": f.converge_secs,
+               "rss_mib": sy.rss_mib, "rss_max_mib": sy.rss_max_mib, "peak_rss_mib": f.syncer_peak_rss_mib, "idle_rss_mib": f.syncer_idle_rss_mib,
+               "cpu_pct": sy.cpu_pct, "cpu_peak_1s_pct": sy.cpu_peak_pct,
+               "control_plane_rss_mib": cp.rss_mib, "control_plane_rss_max_mib": cp.rss_max_mib,
+               "control_plane_cpu_pct": cp.cpu_pct, "control_plane_cpu_peak_1s_pct": cp.cpu_peak_pct}),
+    );
+    Ok(())
+}
+
+async fn scheduler_assign_rows(bin: &Path, s: &Sizes, report: &mut Report) -> anyhow::Result<()> {
+    let f = scheduler::assign(bin, s.sched_clusters, s.sched_deployments).await?;
+    report.latencies("scheduler: create to assigned", &f.assigned_samples);
+    report.add(
+        Row::new(
+            "scheduler_decision",
+            format!("scheduler: decision p99, {} on {} clusters", int(f.deployments), f.clusters),
+            f.decision_us.1,
+            "µs",
+            Better::Lower,
+        )
+        .detail(format!("p50 {} µs, {} decisions", num(f.decision_us.0), num(f.decision_us.2)))
+        .target(1_000.0, "≤ 1 ms"),
+        json!({"scenario": "scheduler_decision", "clusters": f.clusters, "deployments": f.deployments,
+               "p50_us": f.decision_us.0, "p99_us": f.decision_us.1, "decisions": f.decision_us.2}),
+    );
+    let target = if s.sched_deployments >= 10_000 { Some(10.0) } else { None };
+    let mut row = Row::new(
+        "scheduler_assign",
+        format!("scheduler: apply to all assigned, {} on {} clusters", int(f.deployments), f.clusters),
+        f.all_assigned_s,
+        "s",
+        Better::Lower,
+    )
+    .detail(format!("each p50 {} / p99 {} ms", num(f.assigned_ms.0), num(f.assigned_ms.1)))
+    .floor("the creates alone", f.creates_done_s);
+    if let Some(t) = target {
+        row = row.target(t, "≤ 10 s");
     }
-    if args.only.as_deref().is_none_or(|o| o == "sim") {
-        // A simulated cluster: a 100-replica rollout against its startup delay, then
-        // the RSS of the cluster process with many running pods.
-        let sim = sim_cluster(&args.flotilla, s.sim_nodes, s.sim_pods).await?;
-        report.add(
-            "sim: 100-replica Deployment to Available p50 / max",
-            format!("{:.0} / {:.0} ms", sim.rollout_p50_ms, sim.rollout_max_ms),
-            format!("startupDelay {SIM_STARTUP_DELAY_MS} ms"),
-            format!("{:.0} ms over the delay (p50)", sim.rollout_p50_ms - SIM_STARTUP_DELAY_MS as f64),
-            json!({"scenario": "sim_rollout", "replicas": 100, "runs": sim.rollouts, "p50_ms": sim.rollout_p50_ms, "max_ms": sim.rollout_max_ms, "startup_delay_ms": SIM_STARTUP_DELAY_MS}),
-        );
-        report.add(
-            &format!("sim: RSS with {} nodes, {} running pods", s.sim_nodes, sim.running),
-            format!("{:.0} MiB (peak {:.0})", sim.rss_mib, sim.peak_rss_mib),
-            format!("empty cluster {:.0} MiB", sim.idle_rss_mib),
-            format!("{:.1} KiB/pod", (sim.rss_mib - sim.idle_rss_mib) * 1024.0 / sim.running.max(1) as f64),
-            json!({"scenario": "sim_rss", "nodes": s.sim_nodes, "running_pods": sim.running, "rss_mib": sim.rss_mib, "peak_rss_mib": sim.peak_rss_mib, "idle_rss_mib": sim.idle_rss_mib, "cpu_secs": sim.cpu_secs, "load_secs": sim.load_secs}),
-        );
+    report.add(
+        row,
+        json!({"scenario": "scheduler_assign", "clusters": f.clusters, "deployments": f.deployments,
+               "all_assigned_s": f.all_assigned_s, "creates_done_s": f.creates_done_s,
+               "p50_ms": f.assigned_ms.0, "p99_ms": f.assigned_ms.1, "max_ms": f.assigned_ms.2,
+               "floor_create_p50_ms": f.floor_create_ms.0, "floor_create_p99_ms": f.floor_create_ms.1,
+               "false_not_ready": f.false_not_ready, "events_dropped": f.events_dropped,
+               "writes_per_deployment": f.writes_per_deployment.iter().map(|(k, n)| (k.clone(), json!(n))).collect::<serde_json::Map<_, _>>(),
+               "control_plane_rss_mib": f.control_plane_rss_mib, "control_plane_cpu_secs": f.control_plane_cpu_secs}),
+    );
+    Ok(())
+}
+
+async fn failover_rows(bin: &Path, s: &Sizes, interval: Duration, grace: Duration, report: &mut Report) -> anyhow::Result<()> {
+    let f = scheduler::failover(bin, s.failover_deployments, interval, grace).await?;
+    let (i, g) = (f.heartbeat_interval_s, f.grace_s);
+    let defaults = (i, g) == (2, 8);
+    // The target is for 1,000 Deployments at the default heartbeat.
+    let target = defaults && f.deployments >= 1_000;
+    let slug = format!("{i}s-{g}s");
+    report.timeline(Timeline {
+        setting: format!("beat {i} s / grace {g} s"),
+        slug: slug.clone(),
+        detected: f.detected_s,
+        grace: g as f64,
+        target: defaults.then_some(g as f64 + 5.0),
+        moved: f.moved.clone(),
+        available: f.available.clone(),
+    });
+    let mut row = Row::new(
+        format!("scheduler_failover/{slug}"),
+        format!("failover: kill to all {} Available elsewhere, beat {i} s / grace {g} s", int(f.deployments)),
+        f.all_available_s,
+        "s",
+        Better::Lower,
+    )
+    .detail(format!("detected {}, moved {}-{} s", num(f.detected_s), num(f.first_moved_s), num(f.all_moved_s)))
+    .floor("grace", g as f64);
+    if target {
+        row = row.target(g as f64 + 5.0, "≤ grace + 5 s = 13 s");
     }
-    if args.only.as_deref().is_none_or(|o| o == "syncer" || o == "syncer-latency") {
-        let f = syncer_latency(&args.flotilla, s.sync_clusters, s.sync_deployments).await?;
-        report.add(
-            &format!("syncer: apply to copy created p50 / p99 ({} on {})", f.deployments, f.clusters),
-            format!("{:.1} / {:.1} ms (max {:.0})", f.created.0, f.created.1, f.created.2),
-            format!("create RTT {:.1} / {:.1} ms", f.floor_create.0, f.floor_create.1),
-            format!("{:.1}x (p99)", f.created.1 / f.floor_create.1),
-            json!({"scenario": "syncer_apply_to_created", "clusters": f.clusters, "deployments": f.deployments,
-                   "p50_ms": f.created.0, "p99_ms": f.created.1, "max_ms": f.created.2,
-                   "floor_create_p50_ms": f.floor_create.0, "floor_create_p99_ms": f.floor_create.1}),
-        );
-        report.add(
-            "syncer: copy Available to upstream Available p50 / p99",
-            format!("{:.1} / {:.1} ms (max {:.0})", f.status.0, f.status.1, f.status.2),
-            format!("create RTT {:.1} / {:.1} ms", f.floor_create.0, f.floor_create.1),
-            format!("{:.1}x (p99)", f.status.1 / f.floor_create.1),
-            json!({"scenario": "syncer_status_up", "clusters": f.clusters, "deployments": f.deployments,
-                   "p50_ms": f.status.0, "p99_ms": f.status.1, "max_ms": f.status.2,
-                   "control_plane_rss_mib": f.control_plane_rss_mib, "control_plane_cpu_secs": f.control_plane_cpu_secs}),
-        );
-    }
-    if args.only.as_deref().is_none_or(|o| o == "syncer" || o == "syncer-steady") {
-        let f = syncer_steady(&args.flotilla, s.steady_objects, Duration::from_secs(s.steady_resync_secs)).await?;
-        let (sy, cp) = (&f.syncer, &f.control_plane);
-        report.add(
-            &format!("syncer: steady RSS / CPU, {} objects, pull", f.objects),
-            format!("{:.0} MiB, {:.1}% of a core (peak {:.0}%)", sy.rss_mib, sy.cpu_pct, sy.cpu_peak_pct),
-            format!("idle syncer {:.0} MiB", f.syncer_idle_rss_mib),
-            format!("{:.1} KiB/object", (sy.rss_mib - f.syncer_idle_rss_mib) * 1024.0 / f.objects.max(1) as f64),
-            json!({"scenario": "syncer_steady", "objects": f.objects, "deployments": f.deployments, "config_maps": f.config_maps,
-                   "downstream_pods": f.pods, "resync_secs": f.resync_secs, "window_secs": f.window_secs, "converge_secs": f.converge_secs,
-                   "rss_mib": sy.rss_mib, "rss_max_mib": sy.rss_max_mib, "peak_rss_mib": f.syncer_peak_rss_mib, "idle_rss_mib": f.syncer_idle_rss_mib,
-                   "cpu_pct": sy.cpu_pct, "cpu_peak_1s_pct": sy.cpu_peak_pct,
-                   "control_plane_rss_mib": cp.rss_mib, "control_plane_rss_max_mib": cp.rss_max_mib,
-                   "control_plane_cpu_pct": cp.cpu_pct, "control_plane_cpu_peak_1s_pct": cp.cpu_peak_pct}),
-        );
-    }
-    if args.only.as_deref().is_none_or(|o| o == "scheduler" || o == "scheduler-assign") {
-        let f = scheduler::assign(&args.flotilla, s.sched_clusters, s.sched_deployments).await?;
-        report.add(
-            &format!("scheduler: decision p50 / p99 ({} on {})", f.deployments, f.clusters),
-            format!("{:.0} / {:.0} us ({} decisions)", f.decision_us.0, f.decision_us.1, f.decision_us.2),
-            "Karmada p99 32 ms".into(),
-            format!("{:.4} of Karmada's p99", f.decision_us.1 / 32_000.0),
-            json!({"scenario": "scheduler_decision", "clusters": f.clusters, "deployments": f.deployments,
-                   "p50_us": f.decision_us.0, "p99_us": f.decision_us.1, "decisions": f.decision_us.2}),
-        );
-        report.add(
-            &format!("scheduler: apply to all assigned ({} on {})", f.deployments, f.clusters),
-            format!("{:.1} s (each p50 / p99 {:.0} / {:.0} ms)", f.all_assigned_s, f.assigned_ms.0, f.assigned_ms.1),
-            format!("creates alone {:.1} s", f.creates_done_s),
-            format!("{:.2}x", f.all_assigned_s / f.creates_done_s),
-            json!({"scenario": "scheduler_assign", "clusters": f.clusters, "deployments": f.deployments,
-                   "all_assigned_s": f.all_assigned_s, "creates_done_s": f.creates_done_s,
-                   "p50_ms": f.assigned_ms.0, "p99_ms": f.assigned_ms.1, "max_ms": f.assigned_ms.2,
-                   "floor_create_p50_ms": f.floor_create_ms.0, "floor_create_p99_ms": f.floor_create_ms.1,
-                   "false_not_ready": f.false_not_ready, "events_dropped": f.events_dropped,
-                   "writes_per_deployment": f.writes_per_deployment.iter().map(|(k, n)| (k.clone(), json!(n))).collect::<serde_json::Map<_, _>>(),
-                   "control_plane_rss_mib": f.control_plane_rss_mib, "control_plane_cpu_secs": f.control_plane_cpu_secs}),
-        );
-    }
-    if args.only.as_deref().is_none_or(|o| o == "scheduler" || o == "scheduler-failover") {
-        for (interval, grace) in &s.failover_settings {
-            let (interval, grace) = (Duration::from_secs(*interval), Duration::from_secs(*grace));
-            let f = scheduler::failover(&args.flotilla, s.failover_deployments, interval, grace).await?;
-            report.add(
-                &format!("failover: kill to all Available ({}, beat {}s/grace {}s)", f.deployments, f.heartbeat_interval_s, f.grace_s),
-                format!("{:.1} s (detected {:.1}, moved {:.1}-{:.1})", f.all_available_s, f.detected_s, f.first_moved_s, f.all_moved_s),
-                format!("grace {} s", f.grace_s),
-                format!("grace {:+.1} s", f.all_available_s - f.grace_s as f64),
-                json!({"scenario": "scheduler_failover", "deployments": f.deployments,
-                       "heartbeat_interval_s": f.heartbeat_interval_s, "grace_s": f.grace_s,
-                       "detected_s": f.detected_s, "first_moved_s": f.first_moved_s, "all_moved_s": f.all_moved_s,
-                       "all_available_s": f.all_available_s,
-                       "available_p50_s": f.available_s.0, "available_p99_s": f.available_s.1,
-                       "move_to_available_p50_s": f.move_to_available_s.0, "move_to_available_p99_s": f.move_to_available_s.1,
-                       "false_not_ready": f.false_not_ready,
-                       "writes_per_deployment": f.writes_per_deployment.iter().map(|(k, n)| (k.clone(), json!(n))).collect::<serde_json::Map<_, _>>(),
-                       "cpu_secs": f.cpu_secs.iter().map(|(k, n)| (k.clone(), json!(n))).collect::<serde_json::Map<_, _>>()}),
-            );
-        }
-    }
-    println!();
-    println!("{:<52} {:<30} {:<26} RATIO", "SCENARIO", "RESULT", "FLOOR (same run)");
-    for (a, b, c, d) in &report.rows {
-        println!("{a:<52} {b:<30} {c:<26} {d}");
-    }
-    if let Some(p) = args.json_out {
-        std::fs::write(p, serde_json::to_string_pretty(&report.json)?)?;
-    }
+    report.add(
+        row,
+        json!({"scenario": "scheduler_failover", "deployments": f.deployments,
+               "heartbeat_interval_s": i, "grace_s": g,
+               "detected_s": f.detected_s, "first_moved_s": f.first_moved_s, "all_moved_s": f.all_moved_s,
+               "all_available_s": f.all_available_s,
+               "available_p50_s": f.available_s.0, "available_p99_s": f.available_s.1,
+               "move_to_available_p50_s": f.move_to_available_s.0, "move_to_available_p99_s": f.move_to_available_s.1,
+               "false_not_ready": f.false_not_ready,
+               "writes_per_deployment": f.writes_per_deployment.iter().map(|(k, n)| (k.clone(), json!(n))).collect::<serde_json::Map<_, _>>(),
+               "cpu_secs": f.cpu_secs.iter().map(|(k, n)| (k.clone(), json!(n))).collect::<serde_json::Map<_, _>>()}),
+    );
+    report.add(
+        Row::new(format!("scheduler_failover_detect/{slug}"), format!("failover: loss detected, beat {i} s / grace {g} s"), f.detected_s, "s", Better::Lower)
+            .detail(format!("{} surviving clusters declared NotReady", f.false_not_ready))
+            .floor("grace", g as f64),
+        json!({"scenario": "scheduler_failover_detect", "heartbeat_interval_s": i, "grace_s": g, "detected_s": f.detected_s, "false_not_ready": f.false_not_ready}),
+    );
     Ok(())
 }
 
@@ -654,13 +820,20 @@ async fn watch_fanout(srv: &ServerProc, watchers: usize, writes: usize) -> anyho
     let after_ack: Vec<f64> = got.iter().map(|(n, at)| at.saturating_duration_since(acks[n].1).as_secs_f64() * 1e3).collect();
     let from_send: Vec<f64> = got.iter().map(|(n, at)| at.duration_since(acks[n].0).as_secs_f64() * 1e3).collect();
     let create_rtt: Vec<f64> = acks.values().map(|(s, a)| a.duration_since(*s).as_secs_f64() * 1e3).collect();
-    Ok(Fanout { after_ack: summarize(after_ack), from_send: summarize(from_send), create_rtt: summarize(create_rtt), samples: got.len() })
+    Ok(Fanout {
+        after_ack: summarize(after_ack),
+        from_send: summarize(from_send.clone()),
+        from_send_samples: from_send,
+        create_rtt: summarize(create_rtt),
+        samples: got.len(),
+    })
 }
 
 struct Fanout {
     /// p50, p99, max in ms.
     after_ack: (f64, f64, f64),
     from_send: (f64, f64, f64),
+    from_send_samples: Vec<f64>,
     create_rtt: (f64, f64, f64),
     samples: usize,
 }
@@ -669,42 +842,8 @@ async fn workspaces_rss(bin: &Path, workspaces: usize, per_ws: usize) -> anyhow:
     let srv = ServerProc::start(bin)?;
     tokio::time::sleep(Duration::from_millis(500)).await;
     let idle = srv.rss_mib();
-    let root = srv.client("root", None).await?;
-    let ws_api: Api<DynamicObject> = Api::all_with(
-        root.clone(),
-        &ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("tenancy.flotilla.io", "v1alpha1", "Workspace"), "workspaces"),
-    );
     let start = Instant::now();
-    futures::stream::iter(0..workspaces)
-        .map(|i| {
-            let ws_api = ws_api.clone();
-            async move {
-                let obj: DynamicObject = serde_json::from_value(
-                    json!({"apiVersion": "tenancy.flotilla.io/v1alpha1", "kind": "Workspace", "metadata": {"name": format!("ws-{i}")}}),
-                )?;
-                ws_api.create(&PostParams::default(), &obj).await?;
-                anyhow::Ok(())
-            }
-        })
-        .buffer_unordered(32)
-        .try_collect::<Vec<_>>()
-        .await?;
-    // Wait until every workspace has its namespaces (Ready).
-    let deadline = Instant::now() + Duration::from_secs(300);
-    loop {
-        let ready = ws_api
-            .list(&Default::default())
-            .await?
-            .items
-            .iter()
-            .filter(|w| w.data.pointer("/status/phase").and_then(|p| p.as_str()) == Some("Ready"))
-            .count();
-        if ready == workspaces {
-            break;
-        }
-        anyhow::ensure!(Instant::now() < deadline, "only {ready}/{workspaces} workspaces Ready after 300s");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    create_workspaces(srv.client("root", None).await?, workspaces, |i| format!("ws-{i}"), Duration::from_secs(300)).await?;
     tokio::time::sleep(Duration::from_secs(1)).await;
     let with_workspaces = srv.rss_mib();
     // Objects, one workspace at a time per concurrent slot; each slot's client (and
@@ -729,6 +868,42 @@ async fn workspaces_rss(bin: &Path, workspaces: usize, per_ws: usize) -> anyhow:
     Ok(RssFigures { idle, with_workspaces, with_objects: srv.rss_mib(), cpu_secs: srv.cpu_secs(), load_secs: secs })
 }
 
+/// Creates `n` Workspaces named by `name`, 32 requests in flight, and waits until
+/// every one is Ready (has its namespaces).
+async fn create_workspaces(root: kube::Client, n: usize, name: impl Fn(usize) -> String, deadline: Duration) -> anyhow::Result<()> {
+    let ws_api: Api<DynamicObject> = Api::all_with(
+        root,
+        &ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("tenancy.flotilla.io", "v1alpha1", "Workspace"), "workspaces"),
+    );
+    futures::stream::iter((0..n).map(name))
+        .map(|name| {
+            let ws_api = ws_api.clone();
+            async move {
+                let obj: DynamicObject = serde_json::from_value(
+                    json!({"apiVersion": "tenancy.flotilla.io/v1alpha1", "kind": "Workspace", "metadata": {"name": name}}),
+                )?;
+                ws_api.create(&PostParams::default(), &obj).await?;
+                anyhow::Ok(())
+            }
+        })
+        .buffer_unordered(32)
+        .try_collect::<Vec<_>>()
+        .await?;
+    let ready = || async {
+        let list = ws_api.list(&Default::default()).await?.items;
+        anyhow::Ok(list.iter().filter(|w| w.data.pointer("/status/phase").and_then(|p| p.as_str()) == Some("Ready")).count())
+    };
+    let until = Instant::now() + deadline;
+    loop {
+        let ready = ready().await?;
+        if ready >= n {
+            return Ok(());
+        }
+        anyhow::ensure!(Instant::now() < until, "only {ready}/{n} workspaces Ready after {} s", deadline.as_secs());
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
 struct RssFigures {
     idle: f64,
     with_workspaces: f64,
@@ -739,8 +914,28 @@ struct RssFigures {
 
 /// The simulated cluster's pod startup delay in the sim scenarios.
 const SIM_STARTUP_DELAY_MS: u64 = 300;
+/// Sequential ConfigMap creates that measure a simulated cluster's raw create round trip.
+const SIM_CREATES: usize = 500;
+
+/// The round trip of `n` sequential ConfigMap creates in `namespace`, after a warm-up:
+/// p50, p99 and max, ms.
+async fn create_round_trip(client: kube::Client, namespace: &str, n: usize) -> anyhow::Result<(f64, f64, f64)> {
+    let api: Api<ConfigMap> = Api::namespaced(client, namespace);
+    for i in 0..WARMUP_REQUESTS.min(n) {
+        api.create(&PostParams::default(), &cm(&format!("floor-warm-{i}"))).await?;
+    }
+    let mut rtt = Vec::with_capacity(n);
+    for i in 0..n {
+        let t = Instant::now();
+        api.create(&PostParams::default(), &cm(&format!("floor-{i}"))).await?;
+        rtt.push(t.elapsed().as_secs_f64() * 1e3);
+    }
+    Ok(summarize(rtt))
+}
 
 struct SimFigures {
+    /// The raw create round trip on the simulated cluster, ms: p50, p99, max.
+    create_ms: (f64, f64, f64),
     rollouts: usize,
     rollout_p50_ms: f64,
     rollout_max_ms: f64,
@@ -791,6 +986,7 @@ async fn sim_cluster(bin: &Path, nodes: usize, pods: usize) -> anyhow::Result<Si
     tokio::time::sleep(Duration::from_millis(500)).await;
     let idle_rss_mib = srv.rss_mib();
     let client = srv.client("kind-bench", None).await?;
+    let create_ms = create_round_trip(client.clone(), "kube-system", SIM_CREATES).await?;
     let api: Api<Deployment> = Api::namespaced(client, "default");
 
     // Rollout latency: one 100-replica Deployment at a time, create to Available,
@@ -832,6 +1028,7 @@ async fn sim_cluster(bin: &Path, nodes: usize, pods: usize) -> anyhow::Result<Si
         .map(|d| d.status.as_ref().and_then(|s| s.available_replicas).unwrap_or(0) as usize)
         .sum();
     Ok(SimFigures {
+        create_ms,
         rollouts: rollouts.len(),
         rollout_p50_ms: p50,
         rollout_max_ms: max,
@@ -848,8 +1045,12 @@ struct SyncerFigures {
     clusters: usize,
     deployments: usize,
     created: (f64, f64, f64),
+    created_samples: Vec<f64>,
     status: (f64, f64, f64),
+    status_samples: Vec<f64>,
     floor_create: (f64, f64, f64),
+    /// The raw create round trip on one of the simulated clusters, before the load.
+    floor_sim_create: (f64, f64, f64),
     control_plane_rss_mib: f64,
     control_plane_cpu_secs: f64,
 }
@@ -924,6 +1125,7 @@ async fn syncer_latency(bin: &Path, clusters: usize, deployments: usize) -> anyh
         }));
         sims.push(sim);
     }
+    let floor_sim_create = create_round_trip(sims[0].client("kind-c0", None).await?, "kube-system", SIM_CREATES).await?;
     flotilla_cli(bin, &data_dir, &["workspace", "create", "bench"])?;
     let ws = cp.client("bench", None).await?;
     let upstream: Api<Deployment> = Api::namespaced(ws.clone(), "default");
@@ -977,9 +1179,12 @@ async fn syncer_latency(bin: &Path, clusters: usize, deployments: usize) -> anyh
     Ok(SyncerFigures {
         clusters,
         deployments,
-        created: summarize(to_created),
-        status: summarize(status_up),
+        created: summarize(to_created.clone()),
+        created_samples: to_created,
+        status: summarize(status_up.clone()),
+        status_samples: status_up,
         floor_create: summarize(floor),
+        floor_sim_create,
         control_plane_rss_mib,
         control_plane_cpu_secs,
     })

@@ -25,12 +25,12 @@ fn sync_targets(root: kube::Client) -> Api<DynamicObject> {
 }
 
 /// When each SyncTarget was first seen in some state.
-type NotReadySeen = Arc<Mutex<HashMap<String, Instant>>>;
+pub(crate) type NotReadySeen = Arc<Mutex<HashMap<String, Instant>>>;
 
 /// Watches the SyncTargets' `Ready` condition, as the scheduler's health controller
 /// writes it: when each cluster was first seen Ready, and when each first fell from
 /// Ready to NotReady.
-fn watch_readiness(root: kube::Client) -> (NotReadySeen, NotReadySeen, tokio::task::JoinHandle<anyhow::Result<()>>) {
+pub(crate) fn watch_readiness(root: kube::Client) -> (NotReadySeen, NotReadySeen, tokio::task::JoinHandle<anyhow::Result<()>>) {
     let not_ready: NotReadySeen = Arc::default();
     let ready: NotReadySeen = Arc::default();
     let api = sync_targets(root);
@@ -159,8 +159,9 @@ pub struct AssignFigures {
     pub all_assigned_s: f64,
     /// From the first create sent to the last create acknowledged, s.
     pub creates_done_s: f64,
-    /// Each Deployment, create sent to labelled, ms (p50, p99, max).
+    /// Each Deployment, create sent to labelled, ms (p50, p99, max), and every sample.
     pub assigned_ms: (f64, f64, f64),
+    pub assigned_samples: Vec<f64>,
     /// Each create's round trip, ms (p50, p99, max).
     pub floor_create_ms: (f64, f64, f64),
     /// Clusters the scheduler declared NotReady during the run (all beat on time).
@@ -267,7 +268,8 @@ pub async fn assign(bin: &Path, clusters: usize, deployments: usize) -> anyhow::
         decision_us: (p50 * 1e6, p99 * 1e6, n),
         all_assigned_s: last.duration_since(start).as_secs_f64(),
         creates_done_s,
-        assigned_ms: summarize(assigned),
+        assigned_ms: summarize(assigned.clone()),
+        assigned_samples: assigned,
         floor_create_ms: summarize(sent.iter().map(|(_, _, ms)| *ms).collect()),
         false_not_ready,
         writes_per_deployment,
@@ -293,6 +295,9 @@ pub struct FailoverFigures {
     pub all_available_s: f64,
     /// Each Deployment, kill to Available elsewhere, s (p50, p99, max).
     pub available_s: (f64, f64, f64),
+    /// Every Deployment's reassignment and Available-elsewhere time, s from the kill.
+    pub moved: Vec<f64>,
+    pub available: Vec<f64>,
     /// Each Deployment, from its move to Available on its new cluster, s (p50, p99, max).
     pub move_to_available_s: (f64, f64, f64),
     /// Surviving clusters declared NotReady at any point (they all beat on time).
@@ -442,7 +447,9 @@ pub async fn failover(bin: &Path, deployments: usize, interval: Duration, grace:
         first_moved_s: moved.iter().copied().fold(f64::INFINITY, f64::min),
         all_moved_s: moved.iter().copied().fold(0.0, f64::max),
         all_available_s: available.iter().copied().fold(0.0, f64::max),
-        available_s: summarize(available),
+        available_s: summarize(available.clone()),
+        moved,
+        available,
         move_to_available_s: summarize(lag),
         false_not_ready,
         writes_per_deployment,
