@@ -33,12 +33,13 @@ mod tests;
 #[cfg(test)]
 pub(crate) mod testutil;
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::hash::{DefaultHasher, Hash, Hasher};
 
 use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
 use k8s_openapi::api::core::v1::{Node, Pod};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 
 pub use action::{Action, Kind, Object, ObjectRef};
 pub use names::{NameSource, SeededNames};
@@ -82,6 +83,33 @@ struct Expectation {
     since: Option<Timestamp>,
 }
 
+/// How long a quiet answer is trusted without looking again, as the controllers' periodic
+/// resync would.
+const QUIET_FOR: SignedDuration = SignedDuration::from_secs(10);
+
+/// A Deployment or ReplicaSet whose last sync had nothing to do: a fingerprint of what it
+/// read, and until when the same inputs give the same answer.
+#[derive(Debug, Clone)]
+struct Quiet {
+    inputs: u64,
+    until: Timestamp,
+    /// The sync's own wake-up, if it asked for one.
+    wake_at: Option<Timestamp>,
+}
+
+/// The fingerprint of a sync's inputs: the uid and resourceVersion of every object it
+/// reads, in order, plus `extra`. `None` when an object has no resourceVersion (state built
+/// by hand rather than read from an API), which is never taken as unchanged.
+fn fingerprint<'a>(objects: impl IntoIterator<Item = &'a ObjectMeta>, extra: impl Hash) -> Option<u64> {
+    let mut h = DefaultHasher::new();
+    for m in objects {
+        m.uid.hash(&mut h);
+        m.resource_version.as_deref()?.hash(&mut h);
+    }
+    extra.hash(&mut h);
+    Some(h.finish())
+}
+
 /// One simulated cluster: its definition and what its controllers remember between syncs.
 pub struct Simulator {
     def: ClusterDef,
@@ -92,6 +120,9 @@ pub struct Simulator {
     assumed: BTreeMap<String, (String, Timestamp)>,
     /// Pod uid → the exact moment its kubelet first wrote its status.
     started: BTreeMap<String, Timestamp>,
+    /// By Deployment or ReplicaSet uid: the ones with nothing to do, so that a cluster of
+    /// thousands of settled Deployments does not recompute each of them on every change.
+    quiet: HashMap<String, Quiet>,
 }
 
 impl std::fmt::Debug for Simulator {
@@ -114,7 +145,14 @@ impl Simulator {
 
     /// A simulator with its own source of pod-name suffixes.
     pub fn with_names(def: ClusterDef, names: impl NameSource + Send + 'static) -> Self {
-        Simulator { def, names: Box::new(names), expectations: BTreeMap::new(), assumed: BTreeMap::new(), started: BTreeMap::new() }
+        Simulator {
+            def,
+            names: Box::new(names),
+            expectations: BTreeMap::new(),
+            assumed: BTreeMap::new(),
+            started: BTreeMap::new(),
+            quiet: HashMap::new(),
+        }
     }
 
     /// The cluster definition.
@@ -178,34 +216,45 @@ impl Simulator {
 
         // Deployment controller.
         let mut deployments: Vec<&Deployment> = state.deployments.iter().collect();
-        deployments.sort_by_key(|d| (d.metadata.namespace.clone(), d.metadata.name.clone()));
+        deployments.sort_by(|a, b| by_namespace_and_name(&a.metadata, &b.metadata));
+        let mut rs_names: Option<BTreeMap<Option<&str>, BTreeSet<&str>>> = None;
         for d in deployments {
             let replica_sets: Vec<&ReplicaSet> =
                 d.metadata.uid.as_deref().and_then(|uid| rs_by_owner.get(uid)).cloned().unwrap_or_default();
-            let pods = replica_sets
+            let pods: Vec<&Pod> = replica_sets
                 .iter()
                 .filter_map(|rs| rs.metadata.uid.as_deref())
                 .flat_map(|uid| pods_by_owner.get(uid).cloned().unwrap_or_default())
                 .collect();
-            let taken_names = state
-                .replicasets
-                .iter()
-                .filter(|rs| rs.metadata.namespace == d.metadata.namespace)
-                .filter_map(|rs| rs.metadata.name.as_deref())
-                .collect();
+            let uid = d.metadata.uid.clone().unwrap_or_default();
+            let inputs = fingerprint(
+                std::iter::once(&d.metadata).chain(replica_sets.iter().map(|rs| &rs.metadata)).chain(pods.iter().map(|p| &p.metadata)),
+                (),
+            );
+            if let Some(wake_at) = self.still_quiet(&uid, inputs, now) {
+                wake(wake_at, &mut out);
+                continue;
+            }
+            let names = rs_names.get_or_insert_with(|| {
+                let mut by_ns: BTreeMap<Option<&str>, BTreeSet<&str>> = BTreeMap::new();
+                for rs in &state.replicasets {
+                    by_ns.entry(rs.metadata.namespace.as_deref()).or_default().extend(rs.metadata.name.as_deref());
+                }
+                by_ns
+            });
+            let taken_names = names.get(&d.metadata.namespace.as_deref()).cloned().unwrap_or_default();
             let input = deployment::DeploymentInput { deployment: d, replica_sets, pods, taken_names };
             let result = deployment::sync(&input, now, &mut rec);
+            self.remember(uid, inputs, result.actions.is_empty(), result.wake_at, now);
             out.actions.extend(result.actions);
             wake(result.wake_at, &mut out);
         }
 
-        // Replicaset controller.
-        let mut taken: BTreeMap<Option<String>, BTreeSet<String>> = BTreeMap::new();
-        for p in &state.pods {
-            taken.entry(p.metadata.namespace.clone()).or_default().insert(p.metadata.name.clone().unwrap_or_default());
-        }
+        // Replicaset controller. The pod names taken per namespace are gathered only when
+        // some ReplicaSet has something to do.
+        let mut taken: Option<BTreeMap<Option<String>, BTreeSet<String>>> = None;
         let mut replicasets: Vec<&ReplicaSet> = state.replicasets.iter().collect();
-        replicasets.sort_by_key(|rs| (rs.metadata.namespace.clone(), rs.metadata.name.clone()));
+        replicasets.sort_by(|a, b| by_namespace_and_name(&a.metadata, &b.metadata));
         for rs in replicasets {
             let uid = rs.metadata.uid.clone().unwrap_or_default();
             let pods = pods_by_owner.get(uid.as_str()).cloned().unwrap_or_default();
@@ -218,9 +267,25 @@ impl Simulator {
                 None => Vec::new(),
             };
             let manage = self.expectations.get(&uid).is_none_or(|e| e.creates.is_empty() && e.deletes.is_empty());
+            let inputs = fingerprint(
+                std::iter::once(&rs.metadata).chain(pods.iter().map(|p| &p.metadata)).chain(related_pods.iter().map(|p| &p.metadata)),
+                manage,
+            );
+            if let Some(wake_at) = self.still_quiet(&uid, inputs, now) {
+                wake(wake_at, &mut out);
+                continue;
+            }
             let input = replicaset::ReplicaSetInput { replica_set: rs, pods, related_pods, manage };
+            let taken = taken.get_or_insert_with(|| {
+                let mut by_ns: BTreeMap<Option<String>, BTreeSet<String>> = BTreeMap::new();
+                for p in &state.pods {
+                    by_ns.entry(p.metadata.namespace.clone()).or_default().insert(p.metadata.name.clone().unwrap_or_default());
+                }
+                by_ns
+            });
             let names_taken = taken.entry(rs.metadata.namespace.clone()).or_default();
             let result = replicaset::sync(&input, now, self.names.as_mut(), names_taken, &mut rec);
+            self.remember(uid.clone(), inputs, result.actions.is_empty(), result.wake_at, now);
             if !result.created.is_empty() || !result.deleted.is_empty() {
                 let e = self.expectations.entry(uid).or_default();
                 e.creates.extend(result.created);
@@ -255,9 +320,32 @@ impl Simulator {
         out
     }
 
+    /// When the Deployment or ReplicaSet `uid` last had nothing to do with the same
+    /// inputs, and that answer still holds at `now`: `Some` of the wake-up that sync asked
+    /// for. A quiet answer past [`QUIET_FOR`] is looked at again on the next reconcile
+    /// (at the latest the driver's periodic one), not woken for.
+    fn still_quiet(&self, uid: &str, inputs: Option<u64>, now: Timestamp) -> Option<Option<Timestamp>> {
+        let q = self.quiet.get(uid)?;
+        (inputs == Some(q.inputs) && now < q.until).then_some(q.wake_at)
+    }
+
+    /// Keeps a sync's answer when it had nothing to do, until its own wake-up or
+    /// [`QUIET_FOR`], whichever comes first; forgets it otherwise.
+    fn remember(&mut self, uid: String, inputs: Option<u64>, idle: bool, wake_at: Option<Timestamp>, now: Timestamp) {
+        match inputs.filter(|_| idle) {
+            Some(inputs) => {
+                let until = wake_at.map_or(now + QUIET_FOR, |w| w.min(now + QUIET_FOR));
+                self.quiet.insert(uid, Quiet { inputs, until, wake_at });
+            }
+            None => {
+                self.quiet.remove(&uid);
+            }
+        }
+    }
+
     /// Drops expectations and assumptions the state now shows fulfilled, or that timed out.
     fn observe(&mut self, state: &ClusterState, now: Timestamp) {
-        let pod_names: BTreeSet<String> = state.pods.iter().map(pod::key).collect();
+        let pod_names: BTreeSet<(&str, &str)> = state.pods.iter().map(namespace_and_name).collect();
         let pod_uids: BTreeSet<&str> = state.pods.iter().filter_map(|p| p.metadata.uid.as_deref()).collect();
         let rs_by_uid: BTreeMap<&str, &ReplicaSet> =
             state.replicasets.iter().filter_map(|rs| Some((rs.metadata.uid.as_deref()?, rs))).collect();
@@ -266,22 +354,44 @@ impl Simulator {
                 return false;
             };
             let ns = rs.metadata.namespace.as_deref().unwrap_or_default();
-            e.creates.retain(|name| !pod_names.contains(&format!("{ns}/{name}")));
+            e.creates.retain(|name| !pod_names.contains(&(ns, name.as_str())));
             e.deletes.retain(|uid| pod_uids.contains(uid.as_str()));
             let fresh = e.since.is_some_and(|s| now < s + replicaset::EXPECTATIONS_TIMEOUT);
             fresh && !(e.creates.is_empty() && e.deletes.is_empty())
         });
-        let bound: BTreeMap<String, &Pod> = state.pods.iter().map(|p| (pod::key(p), p)).collect();
+        let by_key: HashMap<(&str, &str), &Pod> =
+            if self.assumed.is_empty() { HashMap::new() } else { state.pods.iter().map(|p| (namespace_and_name(p), p)).collect() };
         self.assumed.retain(|key, (_, since)| {
-            let still_unbound =
-                bound.get(key).is_some_and(|p| p.spec.as_ref().and_then(|s| s.node_name.as_deref()).is_none_or(str::is_empty));
+            let pod = key.split_once('/').and_then(|k| by_key.get(&k));
+            let still_unbound = pod.is_some_and(|p| p.spec.as_ref().and_then(|s| s.node_name.as_deref()).is_none_or(str::is_empty));
             still_unbound && now < *since + ASSUME_TIMEOUT
         });
         let running: BTreeSet<&str> =
             state.pods.iter().filter(|p| pod::phase(p) == "Running").filter_map(|p| p.metadata.uid.as_deref()).collect();
         // Only pods still starting need their start moment.
         self.started.retain(|uid, _| pod_uids.contains(uid.as_str()) && !running.contains(uid.as_str()));
+        // Quiet answers of objects that are gone.
+        if self.quiet.len() > state.deployments.len() + state.replicasets.len() {
+            let live: BTreeSet<&str> = state
+                .deployments
+                .iter()
+                .map(|d| &d.metadata)
+                .chain(state.replicasets.iter().map(|rs| &rs.metadata))
+                .filter_map(|m| m.uid.as_deref())
+                .collect();
+            self.quiet.retain(|uid, _| live.contains(uid.as_str()));
+        }
     }
+}
+
+/// A pod's namespace and name, borrowed (the parts of [`pod::key`]).
+fn namespace_and_name(p: &Pod) -> (&str, &str) {
+    (p.metadata.namespace.as_deref().unwrap_or_default(), p.metadata.name.as_deref().unwrap_or_default())
+}
+
+/// Orders objects by namespace, then name, without copying either.
+fn by_namespace_and_name(a: &ObjectMeta, b: &ObjectMeta) -> std::cmp::Ordering {
+    (a.namespace.as_deref(), a.name.as_deref()).cmp(&(b.namespace.as_deref(), b.name.as_deref()))
 }
 
 /// Objects grouped by the uid of their controller.

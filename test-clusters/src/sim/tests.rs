@@ -392,3 +392,40 @@ fn a_restarted_simulator_falls_back_to_start_time() {
     api.settle(&mut fresh, t(1));
     assert_eq!(api.live_pods()[0].status.as_ref().unwrap().phase.as_deref(), Some("Running"));
 }
+
+#[test]
+fn settled_objects_are_not_recomputed_until_they_or_theirs_change() {
+    let (mut api, mut sim) = start(east());
+    api.create_deployment(Deployment::test("web").replicas(2).requests("100m", "128Mi").build(), t(0));
+    api.settle(&mut sim, t(0));
+    api.settle(&mut sim, t(2));
+    assert!(complete(&api, "web"), "{:?}", api.deployment_status("web"));
+    let d_uid = api.deployment("web").metadata.uid.clone().unwrap();
+    let rs_uid = api.state.replicasets[0].metadata.uid.clone().unwrap();
+
+    // Nothing to do: both answers are kept, and a later pass with the same objects
+    // gives the same (empty) answer from them.
+    assert!(sim.reconcile(&api.state, t(3)).actions.is_empty());
+    assert!(sim.quiet.contains_key(&d_uid) && sim.quiet.contains_key(&rs_uid), "{:?}", sim.quiet.keys());
+    assert!(sim.reconcile(&api.state, t(4)).actions.is_empty());
+
+    // A change to the Deployment is seen at once: the scale-up goes through.
+    api.update_deployment("web", |s| s.replicas = Some(3));
+    api.settle(&mut sim, t(5));
+    api.settle(&mut sim, t(7));
+    assert!(complete(&api, "web"), "{:?}", api.deployment_status("web"));
+    assert_eq!(api.live_pods().len(), 3);
+
+    // A pod that changes under a quiet ReplicaSet is seen too: deleted, it is replaced.
+    let victim = api.live_pods()[0].metadata.clone();
+    api.apply(&[Action::Delete { target: ObjectRef::from_meta(Kind::Pod, &victim), grace_period_seconds: Some(0) }], t(8));
+    api.settle(&mut sim, t(8));
+    assert_eq!(api.live_pods().len(), 3, "the deleted pod was replaced");
+
+    // Objects that are gone are forgotten.
+    api.state.deployments.clear();
+    api.state.replicasets.clear();
+    api.state.pods.clear();
+    sim.reconcile(&api.state, t(9));
+    assert!(sim.quiet.is_empty(), "{:?}", sim.quiet.keys());
+}

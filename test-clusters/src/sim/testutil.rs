@@ -378,9 +378,11 @@ impl FakeApi {
 
     /// Replaces a Deployment's spec as `kubectl apply` would, bumping the generation if it changed.
     pub fn update_deployment(&mut self, name: &str, f: impl FnOnce(&mut DeploymentSpec)) {
+        let rv = self.next_rv();
         let d = self.state.deployments.iter_mut().find(|d| d.metadata.name.as_deref() == Some(name)).expect("deployment");
         let before = d.spec.clone();
         f(d.spec.as_mut().unwrap());
+        d.metadata.resource_version = rv;
         if d.spec != before {
             d.metadata.generation = Some(d.metadata.generation.unwrap_or(0) + 1);
         }
@@ -411,7 +413,15 @@ impl FakeApi {
         }
     }
 
+    /// The next resourceVersion: every write gets a new one, as from a real API server
+    /// (the simulator takes an unchanged resourceVersion as an unchanged object).
+    fn next_rv(&mut self) -> Option<String> {
+        self.next_uid += 1;
+        Some(self.next_uid.to_string())
+    }
+
     fn apply_one(&mut self, action: &Action, now: Timestamp) {
+        let rv = self.next_rv();
         match action {
             Action::Create(object) => match object.clone() {
                 Object::Node(mut n) => {
@@ -448,6 +458,7 @@ impl FakeApi {
                     let mut value = serde_json::to_value(&*rs).unwrap();
                     merge_patch(&mut value, patch);
                     *rs = serde_json::from_value(value).unwrap();
+                    rs.metadata.resource_version = rv;
                     if rs.spec != before {
                         rs.metadata.generation = Some(rs.metadata.generation.unwrap_or(0) + 1);
                     }
@@ -459,16 +470,19 @@ impl FakeApi {
                         x.status = d.status.clone();
                         // The status strategy keeps annotations from the request.
                         x.metadata.annotations = d.metadata.annotations.clone();
+                        x.metadata.resource_version = rv;
                     }
                 }
                 Object::ReplicaSet(rs) => {
                     if let Some(x) = self.state.replicasets.iter_mut().find(|x| x.metadata.uid == rs.metadata.uid) {
                         x.status = rs.status.clone();
+                        x.metadata.resource_version = rv;
                     }
                 }
                 Object::Pod(p) => {
                     if let Some(x) = self.state.pods.iter_mut().find(|x| x.metadata.uid == p.metadata.uid) {
                         x.status = p.status.clone();
+                        x.metadata.resource_version = rv;
                     }
                 }
                 other => panic!("unexpected status write {other:?}"),
@@ -486,6 +500,7 @@ impl FakeApi {
                     let bound = self.state.pods[i].spec.as_ref().and_then(|s| s.node_name.as_ref()).is_some();
                     if self.graceful_pod_deletion && bound && *grace_period_seconds != Some(0) {
                         self.state.pods[i].metadata.deletion_timestamp.get_or_insert_with(|| super::k8s_time(now));
+                        self.state.pods[i].metadata.resource_version = rv;
                     } else {
                         self.state.pods.remove(i);
                     }
@@ -502,6 +517,7 @@ impl FakeApi {
                     let spec = p.spec.get_or_insert_with(Default::default);
                     assert!(spec.node_name.is_none(), "pod {} bound twice", target.name);
                     spec.node_name = Some(node.clone());
+                    p.metadata.resource_version = rv;
                     let status = p.status.get_or_insert_with(Default::default);
                     let conditions = status.conditions.get_or_insert_with(Vec::new);
                     conditions.retain(|c| c.type_ != "PodScheduled");
