@@ -147,7 +147,12 @@ impl Elector {
             let mut renewed = Instant::now();
             loop {
                 tokio::time::sleep(self.timing.retry).await;
-                let attempt = tokio::time::timeout(self.timing.retry, self.try_acquire_or_renew()).await;
+                // A slow answer still renews: under load an attempt may take until the
+                // renew deadline, which stays inside the Lease, so no other candidate can
+                // take over meanwhile. Cutting each attempt at `retry` made a control
+                // plane that answered in 2-3 s drop its scheduler.
+                let left = self.timing.renew_deadline.saturating_sub(renewed.elapsed());
+                let attempt = tokio::time::timeout(left, self.try_acquire_or_renew()).await;
                 match attempt.unwrap_or_else(|_| Err(kube::Error::Service("the renewal timed out".into()))) {
                     Ok(true) => renewed = Instant::now(),
                     Ok(false) => {
