@@ -492,17 +492,23 @@ async fn controlplane(bin: &Path, s: &Sizes, report: &mut Report) -> anyhow::Res
 
     // Watch fan-out: a write's event at N watchers, measured from the write's acknowledgement.
     let f = watch_fanout(&srv, s.watchers, s.watch_writes).await?;
-    report.latencies(&format!("watch event at {} watchers, from send", s.watchers), &f.from_send_samples);
+    report.latencies(&format!("watch event at {} watchers, from send", int(s.watchers)), &f.from_send_samples);
     report.add(
-        Row::new("watch_fanout", format!("watch: event at {} watchers after the ack, p99", s.watchers), f.after_ack.1, "ms", Better::Lower)
-            .detail(format!("p50 {}, max {} ms", num(f.after_ack.0), num(f.after_ack.2)))
-            .target(50.0, "≤ 50 ms"),
+        Row::new(
+            "watch_fanout",
+            format!("watch: event at {} watchers after the ack, p99", int(s.watchers)),
+            f.after_ack.1,
+            "ms",
+            Better::Lower,
+        )
+        .detail(format!("p50 {}, max {} ms", num(f.after_ack.0), num(f.after_ack.2)))
+        .target(50.0, "≤ 50 ms"),
         json!({"scenario": "watch_fanout", "watchers": s.watchers, "writes": s.watch_writes, "samples": f.samples,
         "p50_ms": f.after_ack.0, "p99_ms": f.after_ack.1, "max_ms": f.after_ack.2,
         }),
     );
     report.add(
-        Row::new("watch_fanout_from_send", format!("watch: event at {} watchers from the write's send, p99", s.watchers), f.from_send.1, "ms", Better::Lower)
+        Row::new("watch_fanout_from_send", format!("watch: event at {} watchers from the write's send, p99", int(s.watchers)), f.from_send.1, "ms", Better::Lower)
             .detail(format!("p50 {}, max {} ms", num(f.from_send.0), num(f.from_send.2)))
             .floor("the write's round trip p99", f.create_rtt.1),
         json!({"scenario": "watch_fanout_from_send", "watchers": s.watchers, "p50_ms": f.from_send.0, "p99_ms": f.from_send.1, "max_ms": f.from_send.2,
