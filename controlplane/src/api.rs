@@ -298,7 +298,13 @@ impl Api {
     }
 
     /// CREATE.
-    pub async fn create(&self, scope: &Scope, mut obj: Value, opts: &WriteOptions) -> Result<Written, ApiError> {
+    pub async fn create(&self, scope: &Scope, obj: Value, opts: &WriteOptions) -> Result<Written, ApiError> {
+        self.create_owned(scope, obj, opts, None).await
+    }
+
+    /// CREATE, with `applied` as the new object's managedFields when a server-side
+    /// apply creates it (the apply computed them), so the object is stored in one write.
+    async fn create_owned(&self, scope: &Scope, mut obj: Value, opts: &WriteOptions, applied: Option<Value>) -> Result<Written, ApiError> {
         if scope.wildcard() {
             return Err(ApiError::method_not_allowed("writes are not allowed through the wildcard workspace; use /clusters/<workspace>"));
         }
@@ -342,15 +348,20 @@ impl Api {
             }
             _ => {}
         }
-        patch::apply::track_update(
-            None,
-            &mut obj,
-            &opts.field_manager,
-            &scope.rt.api_version(),
-            &objmeta::now_rfc3339(),
-            scope.rt.patch_meta(),
-            None,
-        );
+        match applied {
+            Some(managed) => {
+                objmeta::meta_mut(&mut obj).insert("managedFields".into(), managed);
+            }
+            None => patch::apply::track_update(
+                None,
+                &mut obj,
+                &opts.field_manager,
+                &scope.rt.api_version(),
+                &objmeta::now_rfc3339(),
+                scope.rt.patch_meta(),
+                None,
+            ),
+        }
         if opts.dry_run {
             return Ok(Written { object: Presented::Changed(present(scope, &scope.workspace, &obj)), created: true, warnings });
         }
@@ -636,25 +647,12 @@ impl Api {
             return Err(ApiError::not_found(scope.obj(name)));
         }
         let mut full = self.server_side_apply(scope, name, None, &applied, force, sub, opts)?;
+        // The apply's own entry is the new object's whole managedFields: a plain
+        // create would record an Update entry for the same manager instead.
         let managed = full.pointer("/metadata/managedFields").cloned();
         objmeta::meta_mut(&mut full).insert("name".into(), json!(name));
         let full = to_internal(scope, full);
-        let mut written = self.create(scope, full, &WriteOptions { field_manager: opts.field_manager.clone(), ..opts.clone() }).await?;
-        // create() recorded an Update entry; the apply entry is the truth.
-        if let Some(mf) = managed {
-            let cur = self.entry(scope, name)?;
-            let mut v = (*cur.value).clone();
-            objmeta::meta_mut(&mut v).insert("managedFields".into(), mf);
-            if !opts.dry_run {
-                let stored = self
-                    .store
-                    .write(WriteOp::Update { key: scope.key(name), value: v, expected: cur.rev })
-                    .await
-                    .map_err(|e| ApiError::from_store(e, scope.obj(name)))?;
-                written.object = present_shared(scope, &scope.workspace, &stored.value);
-            }
-        }
-        Ok(written)
+        self.create_owned(scope, full, opts, managed).await
     }
 
     /// DELETE one object.

@@ -497,6 +497,37 @@ async fn writes_that_change_nothing_keep_the_resource_version_and_send_no_event(
     srv.shutdown().await.unwrap();
 }
 
+/// A server-side apply that creates its object stores it once: a watcher from before
+/// sees one ADDED event with the object as the apply answered it, whose managedFields
+/// hold only the apply's entry.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_apply_that_creates_is_one_write_owned_by_the_apply() {
+    let dir = tempfile::tempdir().unwrap();
+    let srv = start(dir.path()).await;
+    let cms: Api<ConfigMap> = Api::namespaced(root_client(&srv).await, "default");
+    let before = cms.list(&ListParams::default()).await.unwrap().metadata.resource_version.unwrap();
+    let mut events = cms.watch(&WatchParams::default(), &before).await.unwrap().boxed();
+    let body = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "fresh"}, "data": {"k": "v"}});
+    let created = cms.patch("fresh", &PatchParams::apply("ctl"), &Patch::Apply(body)).await.unwrap();
+
+    let managers: Vec<(String, String)> =
+        created.metadata.managed_fields.iter().flatten().map(|m| (m.manager.clone().unwrap(), m.operation.clone().unwrap())).collect();
+    assert_eq!(managers, [("ctl".to_string(), "Apply".to_string())], "only the apply owns the new object's fields");
+    match tokio::time::timeout(DEADLINE, events.next()).await {
+        Ok(Some(Ok(WatchEvent::Added(cm)))) => {
+            assert_eq!(cm.metadata.resource_version, created.metadata.resource_version, "the ADDED event is the object as answered")
+        }
+        other => panic!("expected the ADDED event of the apply, got {other:?}"),
+    }
+    // A later write is the next event: nothing else was stored between the two.
+    cms.patch("fresh", &PatchParams::default(), &Patch::Merge(json!({"data": {"k": "w"}}))).await.unwrap();
+    match tokio::time::timeout(DEADLINE, events.next()).await {
+        Ok(Some(Ok(WatchEvent::Modified(cm)))) => assert_eq!(data_of(&cm, "k").as_deref(), Some("w"), "the next event is the merge patch"),
+        other => panic!("expected the MODIFIED event of the merge patch, got {other:?}"),
+    }
+    srv.shutdown().await.unwrap();
+}
+
 // ---------------------------------------------------------------------------------
 // 4. the finalizer helper
 // ---------------------------------------------------------------------------------
