@@ -106,6 +106,9 @@ pub enum Sub {
     Main,
     /// `/status`.
     Status,
+    /// `pods/binding`: the node, the Binding's annotations and the `PodScheduled`
+    /// condition at once, without touching managedFields (see [`Api::bind`]).
+    Binding,
 }
 
 impl Sub {
@@ -113,6 +116,7 @@ impl Sub {
         match self {
             Sub::Main => None,
             Sub::Status => Some("status"),
+            Sub::Binding => Some("binding"),
         }
     }
 }
@@ -343,6 +347,11 @@ impl Api {
                 obj["spec"] = json!({"finalizers": ["kubernetes"]});
                 obj["status"] = json!({"phase": "Active"});
             }
+            // As the pod strategy's PrepareForCreate: Pending, with the QoS class, which
+            // never changes after.
+            Some(Builtin::Pod) => {
+                obj["status"] = json!({"phase": "Pending", "qosClass": crate::kinds::qos_class(&obj)});
+            }
             Some(Builtin::Crd) => {
                 obj["status"] = json!({"storedVersions": []});
             }
@@ -469,6 +478,8 @@ impl Api {
         let now = objmeta::now_rfc3339();
         match applied {
             Some(full) => obj = self.merge_apply_fields(obj, full),
+            // kube-apiserver binds below its field manager.
+            None if sub == Sub::Binding => {}
             None => patch::apply::track_update(
                 Some(old),
                 &mut obj,
@@ -509,6 +520,80 @@ impl Api {
             .await
             .map_err(|e| ApiError::from_store(e, scope.obj(name)))?;
         Ok(Written { object: present_shared(scope, &scope.workspace, &stored.value), created: false, warnings })
+    }
+
+    /// The `pods/binding` subresource: assigns an unbound pod to a node. `spec.nodeName`,
+    /// the Binding's annotations and `PodScheduled=True` are stored in one write, as
+    /// kube-apiserver's binding storage does, and the answer is a Success `Status`.
+    /// A pod that is bound already or being deleted is a 409 on `pods/binding`.
+    pub async fn bind(&self, scope: &Scope, name: &str, binding: &Value, opts: &WriteOptions) -> Result<Value, ApiError> {
+        if scope.wildcard() {
+            return Err(ApiError::method_not_allowed("writes are not allowed through the wildcard workspace; use /clusters/<workspace>"));
+        }
+        if scope.rt.builtin() != Some(Builtin::Pod) {
+            return Err(ApiError::no_route(&format!("{}/binding", scope.rt.plural)));
+        }
+        let text = |p: &str| binding.pointer(p).and_then(Value::as_str).unwrap_or_default();
+        if text("/metadata/name") != name {
+            return Err(ApiError::bad_request("name in URL does not match name in Binding object"));
+        }
+        let (kind, node) = (text("/target/kind"), text("/target/name"));
+        let mut causes = Vec::new();
+        if !kind.is_empty() && kind != "Node" {
+            causes.push(Cause::new(
+                "FieldValueNotSupported",
+                "target.kind",
+                format!("Unsupported value: \"{kind}\": supported values: \"Node\", \"<empty>\""),
+            ));
+        }
+        if node.is_empty() {
+            causes.push(Cause::new("FieldValueRequired", "target.name", "Required value"));
+        }
+        if !causes.is_empty() {
+            return Err(ApiError::invalid("Binding", scope.obj(name), causes));
+        }
+        let binding_ref = ObjRef { group: "", resource: "pods/binding", name };
+        let refuse = |why: String| {
+            ApiError::conflict_with(
+                binding_ref.clone(),
+                format!("Operation cannot be fulfilled on pods/binding \"{name}\": {why}"),
+                Vec::new(),
+            )
+        };
+        // A concurrent write between the read and the write is retried from the new
+        // state, as GuaranteedUpdate does.
+        for _ in 0..8 {
+            let current = self.entry(scope, name)?;
+            let old = &*current.value;
+            if let Some(uid) = binding.pointer("/metadata/uid").and_then(Value::as_str).filter(|u| !u.is_empty()) {
+                let actual = meta_str(old, "uid").unwrap_or_default();
+                if actual != uid {
+                    return Err(refuse(format!("Precondition failed: UID in precondition: {uid}, UID in object meta: {actual}")));
+                }
+            }
+            if meta_str(old, "deletionTimestamp").is_some() {
+                return Err(refuse(format!("pod {name} is being deleted, cannot be assigned to a host")));
+            }
+            if let Some(bound) = old.pointer("/spec/nodeName").and_then(Value::as_str).filter(|n| !n.is_empty()) {
+                return Err(refuse(format!("pod {name} is already assigned to node \"{bound}\"")));
+            }
+            let mut obj = old.clone();
+            obj["spec"]["nodeName"] = json!(node);
+            if let Some(add) = binding.pointer("/metadata/annotations").and_then(Value::as_object).filter(|a| !a.is_empty()) {
+                let m = objmeta::meta_mut(&mut obj);
+                let annotations = m.entry("annotations").or_insert_with(|| json!({}));
+                if let Some(a) = annotations.as_object_mut() {
+                    a.extend(add.clone());
+                }
+            }
+            set_pod_scheduled(&mut obj);
+            match self.write_update(scope, name, &current, obj, Sub::Binding, opts, Vec::new(), None).await {
+                Ok(_) => return Ok(json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success"})),
+                Err(e) if e.code == 409 => continue,
+                Err(e) => return Err(e),
+            }
+        }
+        Err(ApiError::conflict(scope.obj(name)))
     }
 
     /// Server-side apply computes managedFields itself; keep what it produced.
@@ -1087,6 +1172,25 @@ fn matches(scope: &Scope, obj: &Value, opts: &ListOptions) -> bool {
 }
 
 /// Whether a stored object passes a scope's selectors (used by watch).
+/// Sets a pod's `PodScheduled` condition to True, as a binding does: a new transition
+/// time only when the status changes, and no reason or message.
+fn set_pod_scheduled(pod: &mut Value) {
+    let status = pod.as_object_mut().map(|o| o.entry("status").or_insert_with(|| json!({})));
+    let Some(status) = status.and_then(Value::as_object_mut) else { return };
+    let conditions = status.entry("conditions").or_insert_with(|| json!([]));
+    let Some(list) = conditions.as_array_mut() else { return };
+    let existing = list.iter().position(|c| c["type"] == "PodScheduled");
+    let since = match existing.map(|i| &list[i]) {
+        Some(c) if c["status"] == "True" => c["lastTransitionTime"].clone(),
+        _ => json!(objmeta::now_rfc3339()),
+    };
+    let condition = json!({"type": "PodScheduled", "status": "True", "lastProbeTime": null, "lastTransitionTime": since});
+    match existing {
+        Some(i) => list[i] = condition,
+        None => list.push(condition),
+    }
+}
+
 pub fn selected(obj: &Value, labels: Option<&LabelSelector>, fields: Option<&FieldSelector>) -> bool {
     let empty = Map::new();
     let l = obj.pointer("/metadata/labels").and_then(Value::as_object).unwrap_or(&empty);

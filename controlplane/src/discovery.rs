@@ -74,6 +74,9 @@ pub fn resource_list(types: &[Arc<ResourceType>], group: &str, version: &str) ->
         if t.status {
             resources.push(json!({"name": format!("{}/status", t.plural), "singularName": "", "namespaced": t.namespaced, "kind": t.kind, "verbs": SUB_VERBS}));
         }
+        if t.builtin() == Some(crate::kinds::Builtin::Pod) {
+            resources.push(json!({"name": "pods/binding", "singularName": "", "namespaced": true, "kind": "Binding", "verbs": ["create"]}));
+        }
         if t.scale.is_some() {
             resources.push(json!({"name": format!("{}/scale", t.plural), "singularName": "", "namespaced": t.namespaced, "group": "autoscaling", "version": "v1", "kind": "Scale", "verbs": SUB_VERBS}));
         }

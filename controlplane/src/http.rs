@@ -423,6 +423,10 @@ async fn resource(
             let opts = delete_options(query, body).await?;
             Ok(json_response(200, &state.api.delete_collection(&scope, &list, &opts).await?))
         }
+        ("create", Some("binding")) if rt.builtin() == Some(crate::kinds::Builtin::Pod) => {
+            let binding = read_object(headers, body).await?;
+            Ok(json_response(201, &state.api.bind(&scope, name.unwrap_or_default(), &binding, &write_opts()?).await?))
+        }
         (_, Some(s)) => Err(ApiError::no_route(&format!("{}/{s}", rt.plural))),
         _ => Err(ApiError::method_not_allowed(format!("{method} is not supported here"))),
     }

@@ -206,10 +206,12 @@ impl Builtin {
                     set_default(pod, &["preemptionPolicy"], json!("PreemptLowerPriority"));
                     set_default(pod, &["priority"], json!(0));
                 }
-                // A new pod is Pending until it is bound and its containers start.
-                set_default(obj, &["status", "phase"], json!("Pending"));
-                let qos = qos_class(obj);
-                set_default(obj, &["status", "qosClass"], json!(qos));
+                // The QoS class is fixed at creation; a status write that leaves it out
+                // keeps it, as the pod status strategy backfills it.
+                if obj.get("status").is_some_and(Value::is_object) {
+                    let qos = qos_class(obj);
+                    set_default(obj, &["status", "qosClass"], json!(qos));
+                }
             }
             Builtin::Secret => {
                 // stringData is write-only: it is merged into data and never stored.
@@ -356,7 +358,7 @@ fn default_pod_spec(pod: &mut Value) {
 /// A pod's QoS class, from its containers' requests and limits (Kubernetes
 /// pkg/apis/core/helper/qos): Guaranteed when every container limits cpu and memory
 /// and requests equal limits, BestEffort when nothing requests or limits anything.
-fn qos_class(pod: &Value) -> &'static str {
+pub(crate) fn qos_class(pod: &Value) -> &'static str {
     let containers: Vec<&Value> = ["containers", "initContainers"]
         .iter()
         .filter_map(|l| pod.pointer(&format!("/spec/{l}")).and_then(Value::as_array))

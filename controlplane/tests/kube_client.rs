@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use kube::api::{
     Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams, PostParams, WatchEvent, WatchParams,
 };
@@ -222,6 +222,62 @@ async fn deployment_generation_bumps_on_spec_change_but_not_on_status_or_label_w
     deploys.delete("web", &DeleteParams::default()).await.unwrap();
     let gone = api_status(deploys.get("web").await, "get after delete");
     assert_eq!((gone.code, gone.reason.as_str()), (404, "NotFound"));
+
+    srv.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pod_is_created_pending_and_bound_once_through_pods_binding() {
+    // Pods are a physical cluster's: the simulated clusters serve them.
+    let dir = tempfile::tempdir().unwrap();
+    let config = controlplane::server::ServerConfig::physical_cluster(
+        "pods",
+        dir.path(),
+        dir.path().join("pods.kubeconfig"),
+        "127.0.0.1:0".parse().unwrap(),
+    );
+    let srv = controlplane::server::start(config, prometheus::Registry::new()).await.expect("the cluster starts");
+    let kubeconfig = kube::config::Kubeconfig::read_from(&srv.kubeconfig).unwrap();
+    let client_config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default()).await.unwrap();
+    let pods: Api<Pod> = Api::namespaced(kube::Client::try_from(client_config).unwrap(), "default");
+    let pod: Pod = serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},
+        "spec": {"containers": [{"name": "c", "image": "nginx", "resources": {"requests": {"cpu": "10m"}}}]},
+        // A client's status is dropped on create, as kube-apiserver drops it.
+        "status": {"phase": "Running", "podIP": "10.0.0.9"}
+    }))
+    .unwrap();
+    let created = pods.create(&PostParams::default(), &pod).await.unwrap();
+    let status = created.status.clone().unwrap_or_default();
+    assert_eq!((status.phase.as_deref(), status.qos_class.as_deref()), (Some("Pending"), Some("Burstable")), "{status:?}");
+    assert_eq!(status.pod_ip, None, "{status:?}");
+
+    let binding = |name: &str, kind: &str, node: &str| json!({"apiVersion": "v1", "kind": "Binding", "metadata": {"name": name}, "target": {"kind": kind, "name": node}});
+    let bind = |body: Value| {
+        let pods = pods.clone();
+        async move { pods.create_subresource::<Value, Value>("binding", "p", &PostParams::default(), &body).await }
+    };
+
+    let bad = api_status(bind(binding("p", "Pod", "")).await, "a binding to a Pod with no name");
+    assert_eq!((bad.code, bad.reason.as_str()), (422, "Invalid"), "{bad:?}");
+    assert!(bad.message.contains("target.kind") && bad.message.contains("target.name"), "{}", bad.message);
+    let other = api_status(bind(binding("q", "Node", "n1")).await, "a binding naming another pod");
+    assert_eq!(other.code, 400, "{other:?}");
+
+    let answer = bind(binding("p", "Node", "n1")).await.unwrap();
+    assert_eq!((answer["kind"].as_str(), answer["status"].as_str()), (Some("Status"), Some("Success")), "{answer}");
+    let bound = pods.get("p").await.unwrap();
+    assert_eq!(bound.spec.as_ref().and_then(|s| s.node_name.as_deref()), Some("n1"));
+    let scheduled = bound.status.as_ref().and_then(|s| s.conditions.as_ref()).and_then(|c| c.iter().find(|c| c.type_ == "PodScheduled"));
+    assert_eq!(scheduled.map(|c| c.status.as_str()), Some("True"), "{:?}", bound.status);
+    let rv = |p: &Pod| p.metadata.resource_version.clone().unwrap_or_default().parse::<u64>().unwrap();
+    assert_eq!(rv(&bound), rv(&created) + 1, "the node and the condition are one write");
+    assert_eq!(bound.status.as_ref().and_then(|s| s.qos_class.as_deref()), Some("Burstable"));
+
+    let again = api_status(bind(binding("p", "Node", "n2")).await, "binding a bound pod");
+    assert_eq!((again.code, again.reason.as_str()), (409, "Conflict"), "{again:?}");
+    assert!(again.message.contains("pod p is already assigned to node \"n1\""), "{}", again.message);
+    assert_eq!(rv(&pods.get("p").await.unwrap()), rv(&bound), "a refused binding writes nothing");
 
     srv.shutdown().await.unwrap();
 }

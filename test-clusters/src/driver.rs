@@ -312,7 +312,10 @@ async fn apply(api: &Api, action: &Action) -> Result<(), Failure> {
             // so a created object's status (a node's capacity) is written after it.
             let status = value.as_object_mut().and_then(|o| o.remove("status"));
             let created = api.create(&s, value, &opts()).await.map_err(failed)?;
-            if let Some(status) = status.filter(|st| !st.is_null() && r.kind != Kind::Event) {
+            // A pod is created Pending with its QoS class, which is what the
+            // replicaset controller's new pods say; only a different status is written.
+            let wanted = |st: &Value| !st.is_null() && r.kind != Kind::Event && created.object.get("status") != Some(st);
+            if let Some(status) = status.filter(wanted) {
                 let mut v = created.object.into_value();
                 v["status"] = status;
                 api.update(&s, &r.name, v, Sub::Status, &opts()).await.map_err(failed)?;
@@ -345,28 +348,15 @@ async fn apply(api: &Api, action: &Action) -> Result<(), Failure> {
             Ok(())
         }
         Action::Bind { pod, node } => {
-            // What the pods/binding subresource does: set spec.nodeName once, and
-            // record PodScheduled=True.
+            // kube-scheduler's bind: one pods/binding request, which sets spec.nodeName
+            // and PodScheduled=True together, and refuses a pod that is bound already.
             let s = scope(api, pod)?;
-            let current = api.get(&s, &pod.name).map_err(failed)?;
-            if current.pointer("/spec/nodeName").and_then(Value::as_str).is_some_and(|n| !n.is_empty()) {
-                return Err(Failure { benign: true, message: format!("pod {} is already bound", pod.name) });
+            let mut binding =
+                json!({"apiVersion": "v1", "kind": "Binding", "metadata": {"name": pod.name}, "target": {"kind": "Node", "name": node}});
+            if let Some(uid) = &pod.uid {
+                binding["metadata"]["uid"] = json!(uid);
             }
-            if pod.uid.as_deref().is_some_and(|uid| current.pointer("/metadata/uid").and_then(Value::as_str) != Some(uid)) {
-                return Err(Failure { benign: true, message: format!("pod {} was replaced", pod.name) });
-            }
-            let mut bound = current;
-            bound["spec"]["nodeName"] = json!(node);
-            let written = api.update(&s, &pod.name, bound, Sub::Main, &opts()).await.map_err(failed)?;
-            let mut v = written.object.into_value();
-            let now = crate::sim::k8s_time(Timestamp::now());
-            let cond = json!({"type": "PodScheduled", "status": "True", "lastProbeTime": null, "lastTransitionTime": now});
-            let conds = v["status"]["conditions"].as_array().cloned().unwrap_or_default();
-            let mut conds: Vec<Value> = conds.into_iter().filter(|c| c["type"] != "PodScheduled").collect();
-            conds.push(cond);
-            v["status"]["conditions"] = Value::Array(conds);
-            api.update(&s, &pod.name, v, Sub::Status, &opts()).await.map_err(failed)?;
-            Ok(())
+            api.bind(&s, &pod.name, &binding, &opts()).await.map(drop).map_err(failed)
         }
     }
 }
