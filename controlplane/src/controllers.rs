@@ -8,7 +8,7 @@
 //! finalizers) is retried on the next tick. On start, and whenever the event stream
 //! falls behind the window, every object of interest is looked at again.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -18,7 +18,7 @@ use tracing::Instrument;
 use crate::api::{Api, DeleteOptions, FieldValidation, Scope, Sub, WriteOptions};
 use crate::objmeta::{self, meta_str};
 use crate::registry::split_key;
-use crate::store::{EventType, WriteOp};
+use crate::store::{Doc, EventType, WriteOp};
 
 /// How often unfinished work (objects waiting on finalizers) is retried.
 const RETRY_INTERVAL: Duration = Duration::from_millis(500);
@@ -64,11 +64,22 @@ enum Work {
 pub async fn run(api: Arc<Api>) {
     let span = tracing::info_span!("controlplane-controllers");
     async move {
-        let mut queue = initial_work(&api);
+        let mut queue = BTreeSet::new();
         loop {
             let from = api.store.revision();
-            // Look at everything once before following events from this revision.
-            queue.extend(initial_work(&api));
+            // Look at everything once before following events from this revision. The
+            // listing is at or after `from`; replaying the events since `from` over it
+            // leaves each key as its last event says.
+            let (docs, _) = api.store.list_docs("");
+            let mut owners = Owners::default();
+            for (key, doc) in &docs {
+                let meta = Meta::of(doc);
+                if let Some(w) = work_for(key, EventType::Modified, &meta) {
+                    queue.insert(w);
+                }
+                owners.set(key, meta.owner_uids());
+            }
+            drop(docs);
             let mut stream = match api.store.watch("", from) {
                 Ok(s) => s,
                 Err(e) => {
@@ -82,13 +93,17 @@ pub async fn run(api: Arc<Api>) {
                 tokio::select! {
                     ev = stream.next() => match ev {
                         Some(Ok(ev)) => {
-                            if let Some(w) = work_for(&ev.key, ev.kind, &ev.object()) {
+                            let meta = Meta::of(&ev.doc);
+                            if let Some(w) = work_for(&ev.key, ev.kind, &meta) {
                                 queue.insert(w);
                             }
                             if ev.kind == EventType::Deleted {
-                                if let (Some((ws, ns, _)), Some(uid)) = (split_key(&ev.key), meta_str(&ev.object(), "uid")) {
-                                    queue.insert(Work::Dependents { ws: ws.into(), ns: ns.into(), uid: uid.into() });
+                                owners.set(&ev.key, Vec::new());
+                                if let (Some((ws, ns, _)), Some(uid)) = (split_key(&ev.key), meta.uid) {
+                                    queue.insert(Work::Dependents { ws: ws.into(), ns: ns.into(), uid });
                                 }
+                            } else {
+                                owners.set(&ev.key, meta.owner_uids());
                             }
                         }
                         Some(Err(e)) => {
@@ -101,7 +116,7 @@ pub async fn run(api: Arc<Api>) {
                 }
                 let pending = std::mem::take(&mut queue);
                 for w in pending {
-                    match process(&api, &w).await {
+                    match process(&api, &owners, &w).await {
                         Ok(true) => {}
                         Ok(false) => {
                             queue.insert(w);
@@ -119,22 +134,22 @@ pub async fn run(api: Arc<Api>) {
     .await
 }
 
-fn work_for(key: &str, kind: EventType, obj: &Value) -> Option<Work> {
+fn work_for(key: &str, kind: EventType, meta: &Meta) -> Option<Work> {
     let (ws, _, name) = split_key(key)?;
     if key.starts_with(CRD_PREFIX) {
         return Some(Work::Crd { ws: ws.into(), name: name.into() });
     }
     if key.starts_with(NAMESPACE_PREFIX) {
-        return (kind != EventType::Deleted && meta_str(obj, "deletionTimestamp").is_some())
+        return (kind != EventType::Deleted && meta.deletion_timestamp.is_some())
             .then(|| Work::Namespace { ws: ws.into(), name: name.into() });
     }
     if key == placement_api::workspace_key(name) {
         return Some(Work::Workspace { name: name.into() });
     }
-    if kind == EventType::Deleted || meta_str(obj, "deletionTimestamp").is_none() {
+    if kind == EventType::Deleted || meta.deletion_timestamp.is_none() {
         return None;
     }
-    let fins = objmeta::finalizers(obj);
+    let fins = meta.finalizers.as_deref().unwrap_or_default();
     if fins.iter().any(|f| f == "orphan") {
         Some(Work::Orphan { key: key.into() })
     } else if fins.iter().any(|f| f == "foregroundDeletion") {
@@ -144,17 +159,74 @@ fn work_for(key: &str, kind: EventType, obj: &Value) -> Option<Work> {
     }
 }
 
-fn initial_work(api: &Api) -> BTreeSet<Work> {
-    let mut out = BTreeSet::new();
-    for prefix in [CRD_PREFIX, NAMESPACE_PREFIX, &format!("{}/workspaces/", placement_api::TENANCY_GROUP)] {
-        let (items, _) = api.store.list(prefix, None, None);
-        for (key, e) in items {
-            if let Some(w) = work_for(&key, EventType::Modified, &e.value) {
-                out.insert(w);
+/// The metadata the controllers route on, read from a stored document without
+/// building its tree: every write passes through here, and a parsed pod is some
+/// 30 KB of tree where these fields are a few strings.
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Meta {
+    uid: Option<String>,
+    deletion_timestamp: Option<String>,
+    finalizers: Option<Vec<String>>,
+    owner_references: Option<Vec<OwnerUid>>,
+}
+
+#[derive(Debug, serde::Deserialize)]
+struct OwnerUid {
+    uid: Option<String>,
+}
+
+impl Meta {
+    fn of(doc: &Doc) -> Self {
+        #[derive(serde::Deserialize)]
+        struct Object {
+            metadata: Option<Meta>,
+        }
+        serde_json::from_str::<Object>(doc.raw()).ok().and_then(|o| o.metadata).unwrap_or_default()
+    }
+
+    fn owner_uids(&self) -> Vec<String> {
+        self.owner_references.iter().flatten().filter_map(|r| r.uid.clone()).collect()
+    }
+}
+
+/// Which stored objects name which owners, by uid, kept from the store's events:
+/// finding an owner's dependents is then a lookup rather than a parse of every object
+/// in its namespace, which on a cluster of thousands of pods was most of the work of
+/// each deletion (kube-controller-manager's garbage collector keeps such a graph too).
+#[derive(Default)]
+struct Owners {
+    by_owner: HashMap<String, BTreeSet<String>>,
+    of_key: HashMap<String, Vec<String>>,
+}
+
+impl Owners {
+    /// Records that `key` now names `owners` (none: it names no owner, or is gone).
+    fn set(&mut self, key: &str, owners: Vec<String>) {
+        if self.of_key.get(key).is_some_and(|had| *had == owners) {
+            return;
+        }
+        for owner in self.of_key.remove(key).into_iter().flatten() {
+            if let Some(keys) = self.by_owner.get_mut(&owner) {
+                keys.remove(key);
+                if keys.is_empty() {
+                    self.by_owner.remove(&owner);
+                }
             }
         }
+        if owners.is_empty() {
+            return;
+        }
+        for owner in &owners {
+            self.by_owner.entry(owner.clone()).or_default().insert(key.to_string());
+        }
+        self.of_key.insert(key.to_string(), owners);
     }
-    out
+
+    /// The keys of the objects that name `uid` as an owner.
+    fn of(&self, uid: &str) -> impl Iterator<Item = &str> {
+        self.by_owner.get(uid).into_iter().flatten().map(String::as_str)
+    }
 }
 
 fn opts() -> WriteOptions {
@@ -167,14 +239,14 @@ fn scope(api: &Api, ws: &str, group: &str, version: &str, plural: &str, ns: &str
 }
 
 /// Processes one item; `Ok(false)` means "not finished, retry later".
-async fn process(api: &Api, w: &Work) -> anyhow::Result<bool> {
+async fn process(api: &Api, owners: &Owners, w: &Work) -> anyhow::Result<bool> {
     match w {
         Work::Crd { ws, name } => reconcile_crd(api, ws, name).await,
         Work::Namespace { ws, name } => finish_namespace(api, ws, name).await,
         Work::Workspace { name } => reconcile_workspace(api, name).await,
-        Work::Dependents { ws, ns, uid } => delete_dependents(api, ws, ns, uid).await.map(|_| true),
-        Work::Foreground { key } => finish_foreground(api, key).await,
-        Work::Orphan { key } => finish_orphan(api, key).await,
+        Work::Dependents { ws, ns, uid } => delete_dependents(api, owners, ws, ns, uid).await.map(|_| true),
+        Work::Foreground { key } => finish_foreground(api, owners, key).await,
+        Work::Orphan { key } => finish_orphan(api, owners, key).await,
     }
 }
 
@@ -324,34 +396,28 @@ async fn ensure_object(api: &Api, s: &Scope, name: &str, obj: Value) -> anyhow::
 
 /// Finds objects in the owner's workspace (and namespace, for a namespaced owner)
 /// whose ownerReferences name `uid`. Returns (scope, name, object) triples.
-fn dependents(api: &Api, ws: &str, ns: &str, uid: &str) -> Vec<(Scope, String, Value)> {
+fn dependents(api: &Api, owners: &Owners, ws: &str, ns: &str, uid: &str) -> Vec<(Scope, String, Value)> {
+    let keys: Vec<&str> = owners.of(uid).collect();
+    if keys.is_empty() {
+        return Vec::new();
+    }
     let mut out = Vec::new();
     for rt in api.registry.types(ws) {
         if rt.builtin() == Some(crate::kinds::Builtin::EventV1) {
             continue; // shares storage with core Events
         }
-        let namespace = if rt.namespaced { ns } else { "" };
-        let s = Scope { rt: rt.clone(), workspace: ws.into(), namespace: namespace.into() };
-        let prefix = if ns.is_empty() { rt.prefix(Some(ws), None) } else { s.prefix() };
-        let (items, _) = api.store.list(&prefix, None, None);
-        for (key, e) in items {
-            let owned = e
-                .value
-                .pointer("/metadata/ownerReferences")
-                .and_then(Value::as_array)
-                .is_some_and(|refs| refs.iter().any(|r| r["uid"] == uid));
-            if owned {
-                let (_, obj_ns, name) = split_key(&key).unwrap_or_default();
-                let s = Scope { namespace: obj_ns.into(), ..s.clone() };
-                out.push((s, name.to_string(), (*e.value).clone()));
-            }
+        let prefix = rt.prefix(Some(ws), (rt.namespaced && !ns.is_empty()).then_some(ns));
+        for key in keys.iter().filter(|k| k.starts_with(&prefix)) {
+            let (Some((_, obj_ns, name)), Some(e)) = (split_key(key), api.store.get(key)) else { continue };
+            let s = Scope { rt: rt.clone(), workspace: ws.into(), namespace: obj_ns.into() };
+            out.push((s, name.to_string(), (*e.value).clone()));
         }
     }
     out
 }
 
-async fn delete_dependents(api: &Api, ws: &str, ns: &str, uid: &str) -> anyhow::Result<usize> {
-    let deps = dependents(api, ws, ns, uid);
+async fn delete_dependents(api: &Api, owners: &Owners, ws: &str, ns: &str, uid: &str) -> anyhow::Result<usize> {
+    let deps = dependents(api, owners, ws, ns, uid);
     let mut n = 0;
     for (s, name, obj) in deps {
         if meta_str(&obj, "deletionTimestamp").is_some() {
@@ -369,12 +435,12 @@ async fn delete_dependents(api: &Api, ws: &str, ns: &str, uid: &str) -> anyhow::
     Ok(n)
 }
 
-async fn finish_foreground(api: &Api, key: &str) -> anyhow::Result<bool> {
+async fn finish_foreground(api: &Api, owners: &Owners, key: &str) -> anyhow::Result<bool> {
     let Some(entry) = api.store.get(key) else { return Ok(true) };
     let Some((ws, ns, _)) = split_key(key) else { return Ok(true) };
     let Some(uid) = meta_str(&entry.value, "uid") else { return Ok(true) };
-    delete_dependents(api, ws, ns, uid).await?;
-    if !dependents(api, ws, ns, uid).is_empty() {
+    delete_dependents(api, owners, ws, ns, uid).await?;
+    if !dependents(api, owners, ws, ns, uid).is_empty() {
         return Ok(false);
     }
     remove_finalizer(api, key, &entry.value, "foregroundDeletion").await
@@ -382,11 +448,11 @@ async fn finish_foreground(api: &Api, key: &str) -> anyhow::Result<bool> {
 
 /// Orphan propagation: drop the owner's reference from every dependent, then let the
 /// owner go. The dependents stay.
-async fn finish_orphan(api: &Api, key: &str) -> anyhow::Result<bool> {
+async fn finish_orphan(api: &Api, owners: &Owners, key: &str) -> anyhow::Result<bool> {
     let Some(entry) = api.store.get(key) else { return Ok(true) };
     let Some((ws, ns, _)) = split_key(key) else { return Ok(true) };
     let Some(uid) = meta_str(&entry.value, "uid") else { return Ok(true) };
-    for (s, name, mut obj) in dependents(api, ws, ns, uid) {
+    for (s, name, mut obj) in dependents(api, owners, ws, ns, uid) {
         if let Some(refs) = obj.pointer_mut("/metadata/ownerReferences").and_then(Value::as_array_mut) {
             refs.retain(|r| r["uid"] != uid);
         }
@@ -411,4 +477,46 @@ async fn remove_finalizer(api: &Api, key: &str, obj: &Value, finalizer: &str) ->
         api.update(&s, name, v, Sub::Main, &opts()).await?;
     }
     Ok(true)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn doc(v: Value) -> Arc<Doc> {
+        Doc::new(&Arc::new(v))
+    }
+
+    #[test]
+    fn meta_reads_the_routing_fields_and_tolerates_nulls() {
+        let m = Meta::of(&doc(json!({"metadata": {
+            "uid": "u1", "deletionTimestamp": "2026-11-24T00:00:00Z", "finalizers": ["orphan"],
+            "ownerReferences": [{"uid": "o1", "kind": "ReplicaSet"}, {"uid": "o2"}],
+            "labels": {"a": "b"}}, "spec": {"big": [1, 2, 3]}})));
+        assert_eq!(m.uid.as_deref(), Some("u1"));
+        assert!(m.deletion_timestamp.is_some());
+        assert_eq!(m.finalizers.as_deref(), Some(&["orphan".to_string()][..]));
+        assert_eq!(m.owner_uids(), vec!["o1", "o2"]);
+        let empty = Meta::of(&doc(json!({"metadata": {"finalizers": null, "ownerReferences": null, "deletionTimestamp": null}})));
+        assert!(empty.owner_uids().is_empty() && empty.deletion_timestamp.is_none() && empty.finalizers.is_none());
+        assert!(Meta::of(&doc(json!({"kind": "Status"}))).uid.is_none());
+    }
+
+    #[test]
+    fn owners_follow_each_key_to_its_last_value() {
+        let mut o = Owners::default();
+        o.set("core/pods/root/ns/a", vec!["rs1".into()]);
+        o.set("core/pods/root/ns/b", vec!["rs1".into(), "rs2".into()]);
+        let of = |o: &Owners, uid: &str| o.of(uid).map(String::from).collect::<Vec<_>>();
+        assert_eq!(of(&o, "rs1"), ["core/pods/root/ns/a", "core/pods/root/ns/b"]);
+        assert_eq!(of(&o, "rs2"), ["core/pods/root/ns/b"]);
+        // An orphaned object no longer names its owner; a deleted one names none.
+        o.set("core/pods/root/ns/b", vec!["rs2".into()]);
+        assert_eq!(of(&o, "rs1"), ["core/pods/root/ns/a"]);
+        o.set("core/pods/root/ns/a", Vec::new());
+        assert!(of(&o, "rs1").is_empty());
+        assert!(!o.by_owner.contains_key("rs1"), "an owner with no dependents left is forgotten");
+        o.set("core/pods/root/ns/b", Vec::new());
+        assert!(o.by_owner.is_empty() && o.of_key.is_empty());
+    }
 }
