@@ -140,6 +140,10 @@ fn fail_over(fault: Fault) {
     let mut east = sim("east", 8);
     let west = sim("west", 4);
     let f = fleet(&FAST, &[(&east, &[]), (&west, &[])]);
+    // Every version of the Deployment, as `kubectl get -w` prints them.
+    let watched = f.data_dir().join("web-versions.txt");
+    let template = r#"jsonpath={.metadata.labels}|{.metadata.finalizers}{"\n"}"#;
+    let mut watch = f.kubectl_background(&["--context", "demo", "-n", "default", "get", "deploy", "-w", "-o", template], &watched);
     f.apply(&["--context", "demo", "-n", "default"], &deployment("web", 2, "100m"));
     assert_eq!(wait_assignment(&f, "web", |a| !a.is_empty()), "east=2");
     rollout(&f, "web");
@@ -162,6 +166,22 @@ fn fail_over(fault: Fault) {
         |e| e.contains("web: moved off east (NotReady); now on west=2"),
     );
     eprintln!("failover: {moved} after {rescheduled:?}, Available after {available:?} (grace 4s)");
+    // A cluster's label and its syncer's finalizer come and go in the same write: no
+    // version is labelled for a cluster without holding its finalizer, and the move
+    // takes the lost cluster's finalizer with its label, so deleting the Deployment
+    // would not wait for a cluster that is gone.
+    let _ = watch.kill();
+    let _ = watch.wait();
+    let versions = std::fs::read_to_string(&watched).unwrap();
+    let label = |c: &str| format!("state.workload.flotilla.io/{c}");
+    let finalizer = |c: &str| format!("workload.flotilla.io/syncer-{c}");
+    for c in ["east", "west"] {
+        let labelled: Vec<&str> = versions.lines().filter(|v| v.contains(&label(c))).collect();
+        assert!(!labelled.is_empty(), "no version labelled for {c}:\n{versions}");
+        assert!(labelled.iter().all(|v| v.contains(&finalizer(c))), "a version labelled for {c} without its finalizer:\n{versions}");
+    }
+    let last = versions.lines().last().unwrap_or_default();
+    assert!(!last.contains(&finalizer("east")), "the lost cluster's finalizer outlived the move:\n{versions}");
     assert!(rescheduled < Duration::from_secs(4 + 6), "rescheduling took {rescheduled:?}");
     // What an operator alerts on: the failover, and the lost cluster's health.
     let metrics = f.kubectl(&["get", "--raw", "/metrics"]).stdout;

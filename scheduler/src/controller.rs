@@ -4,7 +4,8 @@
 //! What a decision writes, in this order, each only if it changed:
 //! 1. the WorkloadPlacement's spec (the clusters and their shares) and its assignment
 //!    labels, so that a syncer that sees its label also finds its share;
-//! 2. the workload's `state.workload.flotilla.io/<cluster>: Sync` labels;
+//! 2. the workload's `state.workload.flotilla.io/<cluster>: Sync` labels and its
+//!    clusters' syncer finalizers, in one write (see [`workload_patch`]);
 //! 3. the WorkloadPlacement's `Scheduled` condition;
 //! 4. a `Scheduled`, `Rescheduled` or `FailedScheduling` Event on the workload.
 //!
@@ -28,8 +29,8 @@ use kube::runtime::watcher;
 use kube::Client;
 use placement_api::quantity::Resources;
 use placement_api::{
-    sync_state_label, sync_target_of_label, ClusterAssignment, Placement, SyncTarget, WorkloadPlacement, WorkloadPlacementSpec,
-    WorkloadRef, CONDITION_SCHEDULED, ROOT_WORKSPACE, SYNC_STATE_SYNC,
+    sync_state_label, sync_target_of_label, syncer_finalizer, ClusterAssignment, Placement, SyncTarget, WorkloadPlacement,
+    WorkloadPlacementSpec, WorkloadRef, CONDITION_SCHEDULED, ROOT_WORKSPACE, SYNCER_FINALIZER_PREFIX, SYNC_STATE_SYNC,
 };
 use serde_json::{json, Map, Value};
 use syncer::clients;
@@ -355,6 +356,36 @@ fn label_patch(have: &BTreeSet<String>, want: &BTreeSet<String>) -> Option<Map<S
     Some(labels)
 }
 
+/// A strategic merge patch of the workload's metadata that makes its assignment labels
+/// say `want`, and its syncer finalizers too: a cluster's finalizer goes on with its
+/// label, in the same write, so that its syncer has nothing to add before it copies
+/// the workload; a cluster that is no longer assigned loses its finalizer with its
+/// label, since its syncer removes the copy whether or not the finalizer is there
+/// (it only makes a deletion wait for the clusters the workload is assigned to).
+/// Finalizers of clusters long gone (deregistered) are dropped the same way.
+/// Finalizers are merged as a set, so those of others are kept, and no
+/// resourceVersion is needed.
+fn workload_patch(d: &Deployment, want: &BTreeSet<String>) -> Option<Value> {
+    let present: BTreeSet<&str> = d.metadata.finalizers.iter().flatten().filter_map(|f| f.strip_prefix(SYNCER_FINALIZER_PREFIX)).collect();
+    let add: Vec<String> = want.iter().filter(|c| !present.contains(c.as_str())).map(|c| syncer_finalizer(c)).collect();
+    let drop: Vec<String> = present.iter().filter(|c| !want.contains(**c)).map(|c| syncer_finalizer(c)).collect();
+    let labels = label_patch(&labelled(d), want);
+    if labels.is_none() && add.is_empty() && drop.is_empty() {
+        return None;
+    }
+    let mut meta = Map::new();
+    if let Some(l) = labels {
+        meta.insert("labels".into(), Value::Object(l));
+    }
+    if !add.is_empty() {
+        meta.insert("finalizers".into(), json!(add));
+    }
+    if !drop.is_empty() {
+        meta.insert("$deleteFromPrimitiveList/finalizers".into(), json!(drop));
+    }
+    Some(json!({"metadata": meta}))
+}
+
 impl Scheduler {
     fn affected(&self, t: Trigger) -> Vec<ObjKey> {
         match t {
@@ -643,10 +674,9 @@ impl Scheduler {
                 }
             }
         };
-        if let Some(labels) = label_patch(&labelled(d), &want) {
+        if let Some(patch) = workload_patch(d, &want) {
             let deployments: Api<Deployment> = Api::namespaced(client, &key.namespace);
-            let patch = json!({"metadata": {"labels": labels}});
-            match deployments.patch(&key.name, &PatchParams::default(), &Patch::Merge(patch)).await {
+            match deployments.patch(&key.name, &PatchParams::default(), &Patch::Strategic(patch)).await {
                 Ok(_) => {}
                 Err(e) if is_not_found(&e) => return Ok(None),
                 Err(e) => return Err(anyhow::anyhow!("labelling Deployment {key}: {e}")),
@@ -708,5 +738,50 @@ impl Scheduler {
             Err(e) => return Err(anyhow::anyhow!("deleting WorkloadPlacement {key}: {e}")),
         }
         Ok(Next::Done)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn workload(labels: &[&str], finalizers: &[&str]) -> Deployment {
+        let mut d = Deployment::default();
+        d.metadata.labels = Some(labels.iter().map(|c| (sync_state_label(c), SYNC_STATE_SYNC.to_string())).collect());
+        d.metadata.finalizers = Some(finalizers.iter().map(|f| f.to_string()).collect());
+        d
+    }
+
+    fn want(clusters: &[&str]) -> BTreeSet<String> {
+        clusters.iter().map(|c| c.to_string()).collect()
+    }
+
+    #[test]
+    fn a_move_swaps_labels_and_syncer_finalizers_in_one_patch_and_keeps_others() {
+        let d = workload(&["east"], &["example.com/hold", &syncer_finalizer("east")]);
+        let patch = workload_patch(&d, &want(&["west"])).unwrap();
+        assert_eq!(
+            patch,
+            json!({"metadata": {
+                "labels": {sync_state_label("west"): SYNC_STATE_SYNC, sync_state_label("east"): null},
+                "finalizers": [syncer_finalizer("west")],
+                "$deleteFromPrimitiveList/finalizers": [syncer_finalizer("east")],
+            }})
+        );
+    }
+
+    #[test]
+    fn a_settled_workload_gets_no_patch_and_a_missing_or_stale_finalizer_is_fixed() {
+        let settled = workload(&["east"], &[&syncer_finalizer("east")]);
+        assert_eq!(workload_patch(&settled, &want(&["east"])), None);
+        // Labelled before the scheduler put finalizers on: only the finalizer is added.
+        let bare = workload(&["east"], &[]);
+        assert_eq!(workload_patch(&bare, &want(&["east"])), Some(json!({"metadata": {"finalizers": [syncer_finalizer("east")]}})));
+        // A deregistered cluster's finalizer goes even when the labels are right.
+        let stale = workload(&["east"], &[&syncer_finalizer("east"), &syncer_finalizer("gone")]);
+        assert_eq!(
+            workload_patch(&stale, &want(&["east"])),
+            Some(json!({"metadata": {"$deleteFromPrimitiveList/finalizers": [syncer_finalizer("gone")]}}))
+        );
     }
 }

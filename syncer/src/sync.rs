@@ -6,7 +6,8 @@
 //! [`crate::references`]). Downstream, it watches only the copies it made (labelled
 //! with its SyncTarget). Every change on either side queues the upstream object's key,
 //! and [`Syncer::reconcile`] makes the downstream side match what is assigned now:
-//! - assigned: for a Deployment, put the per-cluster finalizer on the upstream object;
+//! - assigned: for a Deployment, make sure the per-cluster finalizer is on the upstream
+//!   object (the scheduler puts it on in the write that assigns the cluster);
 //!   server-side apply the copy if it does not already say what it should (so drift is
 //!   reverted, and a resync of unchanged objects writes nothing); for a Deployment,
 //!   report the copy's status in this cluster's WorkloadPlacement entry;
@@ -338,6 +339,8 @@ impl Syncer {
             return Ok(Next::After(WAIT_FOR_PEER));
         };
         if !d.metadata.finalizers.iter().flatten().any(|f| f == &self.finalizer) {
+            // The scheduler's assignment carries it; a workload labelled some other
+            // way (by hand, or before it did) gets it here.
             // finalizers merge as a set under a strategic merge patch, so this adds
             // ours to whatever is there now, with no resourceVersion to go stale while
             // the scheduler labels the same Deployment.
