@@ -73,7 +73,7 @@ pub async fn run(api: Arc<Api>) {
             let (docs, _) = api.store.list_docs("");
             let mut owners = Owners::default();
             for (key, doc) in &docs {
-                let meta = Meta::of(doc);
+                let meta = Meta::of(doc, false);
                 if let Some(w) = work_for(key, EventType::Modified, &meta) {
                     queue.insert(w);
                 }
@@ -93,7 +93,7 @@ pub async fn run(api: Arc<Api>) {
                 tokio::select! {
                     ev = stream.next() => match ev {
                         Some(Ok(ev)) => {
-                            let meta = Meta::of(&ev.doc);
+                            let meta = Meta::of(&ev.doc, ev.kind == EventType::Deleted);
                             if let Some(w) = work_for(&ev.key, ev.kind, &meta) {
                                 queue.insert(w);
                             }
@@ -177,12 +177,21 @@ struct OwnerUid {
 }
 
 impl Meta {
-    fn of(doc: &Doc) -> Self {
+    /// The fields of `doc`; the uid only when `want_uid` or when there is more to
+    /// read. Most writes are of objects that name no owner and are not being deleted
+    /// (a status, a label), and a search of the text settles that for much less than
+    /// a parse: a key that is there is found, and a match inside some string value
+    /// only costs the parse.
+    fn of(doc: &Doc, want_uid: bool) -> Self {
         #[derive(serde::Deserialize)]
         struct Object {
             metadata: Option<Meta>,
         }
-        serde_json::from_str::<Object>(doc.raw()).ok().and_then(|o| o.metadata).unwrap_or_default()
+        let raw = doc.raw();
+        if !want_uid && !raw.contains("\"ownerReferences\"") && !raw.contains("\"deletionTimestamp\"") {
+            return Meta::default();
+        }
+        serde_json::from_str::<Object>(raw).ok().and_then(|o| o.metadata).unwrap_or_default()
     }
 
     fn owner_uids(&self) -> Vec<String> {
@@ -489,17 +498,24 @@ mod tests {
 
     #[test]
     fn meta_reads_the_routing_fields_and_tolerates_nulls() {
-        let m = Meta::of(&doc(json!({"metadata": {
+        let m = Meta::of(
+            &doc(json!({"metadata": {
             "uid": "u1", "deletionTimestamp": "2026-11-24T00:00:00Z", "finalizers": ["orphan"],
             "ownerReferences": [{"uid": "o1", "kind": "ReplicaSet"}, {"uid": "o2"}],
-            "labels": {"a": "b"}}, "spec": {"big": [1, 2, 3]}})));
+            "labels": {"a": "b"}}, "spec": {"big": [1, 2, 3]}})),
+            false,
+        );
         assert_eq!(m.uid.as_deref(), Some("u1"));
         assert!(m.deletion_timestamp.is_some());
         assert_eq!(m.finalizers.as_deref(), Some(&["orphan".to_string()][..]));
         assert_eq!(m.owner_uids(), vec!["o1", "o2"]);
-        let empty = Meta::of(&doc(json!({"metadata": {"finalizers": null, "ownerReferences": null, "deletionTimestamp": null}})));
+        let empty = Meta::of(&doc(json!({"metadata": {"finalizers": null, "ownerReferences": null, "deletionTimestamp": null}})), false);
         assert!(empty.owner_uids().is_empty() && empty.deletion_timestamp.is_none() && empty.finalizers.is_none());
-        assert!(Meta::of(&doc(json!({"kind": "Status"}))).uid.is_none());
+        assert!(Meta::of(&doc(json!({"kind": "Status"})), true).uid.is_none());
+        // Nothing to route on: the text is not parsed, unless the uid is wanted.
+        let plain = doc(json!({"metadata": {"uid": "u2", "labels": {"a": "b"}}}));
+        assert!(Meta::of(&plain, false).uid.is_none());
+        assert_eq!(Meta::of(&plain, true).uid.as_deref(), Some("u2"));
     }
 
     #[test]
