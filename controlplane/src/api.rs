@@ -1171,7 +1171,6 @@ fn matches(scope: &Scope, obj: &Value, opts: &ListOptions) -> bool {
     true
 }
 
-/// Whether a stored object passes a scope's selectors (used by watch).
 /// Sets a pod's `PodScheduled` condition to True, as a binding does: a new transition
 /// time only when the status changes, and no reason or message.
 fn set_pod_scheduled(pod: &mut Value) {
@@ -1191,6 +1190,7 @@ fn set_pod_scheduled(pod: &mut Value) {
     }
 }
 
+/// Whether a stored object passes a scope's selectors (used by watch).
 pub fn selected(obj: &Value, labels: Option<&LabelSelector>, fields: Option<&FieldSelector>) -> bool {
     let empty = Map::new();
     let l = obj.pointer("/metadata/labels").and_then(Value::as_object).unwrap_or(&empty);
