@@ -561,8 +561,10 @@ impl Api {
             )
         };
         // A concurrent write between the read and the write is retried from the new
-        // state, as GuaranteedUpdate does.
-        for _ in 0..8 {
+        // state, as GuaranteedUpdate does, within the patches' retry budget.
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
             let current = self.entry(scope, name)?;
             let old = &*current.value;
             if let Some(uid) = binding.pointer("/metadata/uid").and_then(Value::as_str).filter(|u| !u.is_empty()) {
@@ -588,12 +590,10 @@ impl Api {
             }
             set_pod_scheduled(&mut obj);
             match self.write_update(scope, name, &current, obj, Sub::Binding, opts, Vec::new(), None).await {
-                Ok(_) => return Ok(json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success"})),
-                Err(e) if e.code == 409 => continue,
-                Err(e) => return Err(e),
+                Err(e) if e.reason == "Conflict" && attempt < PATCH_RETRIES => continue,
+                other => return other.map(|_| json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success"})),
             }
         }
-        Err(ApiError::conflict(scope.obj(name)))
     }
 
     /// Server-side apply computes managedFields itself; keep what it produced.
