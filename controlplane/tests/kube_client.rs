@@ -392,6 +392,61 @@ async fn reflector_stays_in_sync_through_a_burst_of_creates_updates_and_deletes(
     srv.shutdown().await.unwrap();
 }
 
+/// A kube client whose requests the server serves in this process, as `flotilla start`
+/// builds for its controllers; `token` replaces the admin's credentials.
+fn in_process_client(srv: &controlplane::server::Server, token: Option<&str>) -> kube::Client {
+    let local = srv.in_process();
+    let authorization = token.map(|t| http::HeaderValue::from_str(&format!("Bearer {t}")).unwrap());
+    kube::Client::new(
+        tower::service_fn(move |mut req: http::Request<kube::client::Body>| {
+            if let Some(a) = &authorization {
+                req.headers_mut().insert(http::header::AUTHORIZATION, a.clone());
+            }
+            local.call(req)
+        }),
+        "default",
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_in_process_client_is_authenticated_watches_like_a_network_one_and_is_cut_on_shutdown() {
+    let dir = tempfile::tempdir().unwrap();
+    let srv = start(dir.path()).await;
+    let api: Api<ConfigMap> = Api::namespaced(in_process_client(&srv, None), "default");
+    api.create(&PostParams::default(), &configmap("pre-1", &[], &[("v", "pre")])).await.unwrap();
+
+    // The admin's credentials are added; anything else still has to authenticate.
+    let stranger: Api<ConfigMap> = Api::namespaced(in_process_client(&srv, Some("not-a-token")), "default");
+    let status = api_status(stranger.list(&ListParams::default()).await, "a request with an unknown token");
+    assert_eq!(status.code, 401, "{status:?}");
+
+    // A reflector over the in-process transport stays in step through a burst, and what
+    // it holds is what a client over HTTPS lists.
+    let (store, errors, task) = spawn_reflector(api.clone(), watcher::Config::default());
+    tokio::time::timeout(DEADLINE, store.wait_until_ready()).await.expect("the reflector becomes ready").unwrap();
+    let (n, m, k) = (30, 15, 5..20);
+    burst(&api, n, m, k.clone()).await;
+    let over_https: Api<ConfigMap> = Api::namespaced(root_client(&srv).await, "default");
+    let snap = wait_converged("the in-process reflector matches the server after the burst", &store, &over_https, &errors).await;
+    check_burst_result(&snap, &["pre-1"], n, m, k);
+    assert!(errors.lock().unwrap().is_empty(), "no watch errors expected: {:?}", errors.lock().unwrap());
+    task.abort();
+
+    // Shutting the server down ends an in-process watch, as it ends one over HTTPS.
+    let mut raw = api.watch(&WatchParams::default(), "0").await.unwrap().boxed();
+    srv.shutdown().await.unwrap();
+    let ended = tokio::time::timeout(DEADLINE, async {
+        loop {
+            match raw.next().await {
+                None | Some(Err(_)) => break,
+                Some(Ok(_)) => {}
+            }
+        }
+    })
+    .await;
+    assert!(ended.is_ok(), "an in-process watch was still open {DEADLINE:?} after the server shut down");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn streaming_list_reflector_gets_initial_events_end_bookmark_and_stays_in_sync() {
     let dir = tempfile::tempdir().unwrap();

@@ -49,27 +49,38 @@ where
     println!("flotilla control plane serving on {}", controlplane::kubeconfig::server_url(srv.addr));
     println!("kubeconfig: {}", srv.kubeconfig.display());
     println!("try: kubectl --kubeconfig {} get namespaces", srv.kubeconfig.display());
-    // The controllers reach the control plane as any client would, through the admin
-    // kubeconfig (DESIGN: the syncer and scheduler use only the Kubernetes API).
-    let config = super::root_config(&srv.kubeconfig).await?;
+    // The controllers use the Kubernetes API as any client does (DESIGN: the syncer and
+    // scheduler use only the Kubernetes API), through kube clients whose requests the
+    // server handles in this process rather than over a loopback TLS connection.
+    let local = srv.in_process();
+    let client = || {
+        kube::Client::new(
+            tower::service_fn({
+                let local = local.clone();
+                move |req| local.call(req)
+            }),
+            "default",
+        )
+    };
     let options = syncer::push::Options { heartbeat_interval: args.heartbeat_interval, resync: args.resync };
-    let base = kube::Client::try_from(syncer::clients::base_config(config.clone())?)?;
-    let _aggregator = syncer::AbortOnDrop(tokio::spawn(syncer::aggregate::run(base.clone(), args.resync)));
-    let _references = syncer::AbortOnDrop(tokio::spawn(syncer::references::run(base, args.resync)));
+    let aggregator = syncer::AbortOnDrop(tokio::spawn(syncer::aggregate::run(client(), args.resync)));
+    let references = syncer::AbortOnDrop(tokio::spawn(syncer::references::run(client(), args.resync)));
     let scheduling = (!args.no_scheduler).then(|| -> anyhow::Result<_> {
-        let base = kube::Client::try_from(syncer::clients::base_config(config.clone())?)?;
         let options = scheduler::Options {
             heartbeat_grace: args.heartbeat_grace,
             instance: scheduler_identity(data_dir)?,
             metrics: scheduler_metrics,
             ..Default::default()
         };
-        Ok((base, options))
+        Ok((client(), options))
     });
     let scheduling = scheduling.transpose()?;
-    let _syncers = syncer::AbortOnDrop(tokio::spawn(async move {
-        if let Err(e) = syncer::push::run(config, options).await {
-            tracing::error!(error = %format!("{e:#}"), "push-mode syncers stopped");
+    let syncers = syncer::AbortOnDrop(tokio::spawn({
+        let base = client();
+        async move {
+            if let Err(e) = syncer::push::run(base, options).await {
+                tracing::error!(error = %format!("{e:#}"), "push-mode syncers stopped");
+            }
         }
     }));
     let mut kept = None;
@@ -97,6 +108,9 @@ where
     }
     tracing::info!("shutting down");
     drop(kept);
+    // The controllers stop before the server, so none of them writes to the store after
+    // it has shut down, and none logs the server going away as an error.
+    drop((syncers, references, aggregator));
     srv.shutdown().await?;
     failed.map_or(Ok(()), Err)
 }

@@ -1,8 +1,9 @@
 //! The heartbeat: every interval, the SyncTarget's status gets the time and the
 //! cluster's capacity.
 //!
-//! It has a client of its own, so its requests never queue behind sync traffic on a
-//! shared connection, and it runs on its own task at a fixed interval. The capacity
+//! It runs on its own task at a fixed interval, and its requests never queue behind
+//! sync traffic: a pull-mode syncer gives it a connection pool of its own, and in push
+//! mode every request is served in-process on a task of its own. The capacity
 //! comes from reflectors of the cluster's nodes and pods, kept current by watches, so
 //! a beat costs one probe of the cluster and one PATCH whatever the cluster's size. The
 //! pods are kept cut down to what the capacity needs ([`capacity::slim_pod`]): the

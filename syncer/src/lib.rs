@@ -57,7 +57,7 @@ impl<T> Future for AbortOnDrop<T> {
 
 /// Runs one cluster's syncer and its heartbeat until the task is dropped. `base` is a
 /// client of the control plane with no workspace path; `root` one of its `root`
-/// workspace, used only for heartbeats (a connection of their own).
+/// workspace, used only for heartbeats (in pull mode a connection pool of their own).
 pub async fn run_with_heartbeat(settings: sync::Settings, heartbeat_interval: Duration, base: Client, root: Client, downstream: Client) {
     let syncer = Arc::new(tokio::sync::OnceCell::new());
     let name = settings.sync_target.clone();

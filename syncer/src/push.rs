@@ -32,13 +32,11 @@ pub struct Options {
     pub resync: Duration,
 }
 
-/// Runs push-mode syncers for the SyncTargets of the control plane that `config`
-/// reaches until the task is dropped.
-pub async fn run(config: kube::Config, options: Options) -> anyhow::Result<()> {
-    let config = crate::clients::base_config(config)?;
-    let base = Client::try_from(config.clone())?;
-    // Heartbeats get a connection pool of their own (see `heartbeat`).
-    let beats = crate::clients::workspace(&Client::try_from(config)?, placement_api::ROOT_WORKSPACE);
+/// Runs push-mode syncers for the SyncTargets of the control plane that `base` reaches
+/// (a client of the server's root URL, without a workspace path) until the task is
+/// dropped. `flotilla start` serves `base` in-process, so a heartbeat never waits behind
+/// sync traffic on a shared connection.
+pub async fn run(base: Client, options: Options) -> anyhow::Result<()> {
     let root = crate::clients::workspace(&base, placement_api::ROOT_WORKSPACE);
     let (targets, targets_w) = reflector::store::<SyncTarget>();
     let (secrets, secrets_w) = reflector::store::<Secret>();
@@ -86,7 +84,7 @@ pub async fn run(config: kube::Config, options: Options) -> anyhow::Result<()> {
                 continue;
             }
             tracing::info!(sync_target = %name, "starting its syncer");
-            let task = tokio::spawn(supervise(name.clone(), kubeconfig.clone(), base.clone(), beats.clone(), options.clone()));
+            let task = tokio::spawn(supervise(name.clone(), kubeconfig.clone(), base.clone(), root.clone(), options.clone()));
             running.insert(name, (kubeconfig, AbortOnDrop(task)));
         }
     }
