@@ -127,7 +127,7 @@ pub fn apply(
     walker.merge(&mut merged, &config, &mut Vec::new());
 
     let changed = walker.changed_root(Some(&live_obj), &merged);
-    let removed = walker.object_set(&live_obj).difference(&walker.object_set(&merged));
+    let removed = walker.removed_root(&live_obj, &merged);
 
     let is_self = |e: &ManagedFieldsEntry| e.is(manager, OPERATION_APPLY, subresource);
     let conflicts: Vec<Conflict> = owners
@@ -209,7 +209,7 @@ pub fn track_update(
 
     let changed = walker.changed_root(old, new);
     let removed = match old {
-        Some(o) => walker.object_set(o).difference(&walker.object_set(new)),
+        Some(o) => walker.removed_root(o, new),
         None => FieldSet::default(),
     };
 
@@ -720,6 +720,64 @@ impl<'a> Walker<'a> {
         }
     }
 
+    /// Paths of `old` that `new` no longer has: `object_set(old) − object_set(new)`,
+    /// computed without walking the subtrees the two share unchanged.
+    fn removed_root(&self, old: &Value, new: &Value) -> FieldSet {
+        self.removed_value(old, new, &mut Vec::new())
+    }
+
+    fn removed_value(&self, old: &Value, new: &Value, path: &mut Vec<String>) -> FieldSet {
+        if old == new {
+            return FieldSet::default();
+        }
+        match (old, new) {
+            (Value::Object(o), Value::Object(n)) if !o.is_empty() && !n.is_empty() => self.removed_fields(o, n, path),
+            (Value::Array(o), Value::Array(n)) if !o.is_empty() && !n.is_empty() => {
+                let kind = self.list_kind(path, o);
+                match kind {
+                    ListKind::Map(keys) if self.list_kind(path, n) == ListKind::Map(keys.clone()) => {
+                        let new_items: BTreeMap<PathElement, &Map<String, Value>> =
+                            n.iter().filter_map(|i| Some((element_key(i, &keys)?, i.as_object()?))).collect();
+                        let mut set = FieldSet::default();
+                        for item in o {
+                            let (Some(pe), Some(obj)) = (element_key(item, &keys), item.as_object()) else { continue };
+                            let child = match new_items.get(&pe) {
+                                // Both sides hold the element, so the element itself stays.
+                                Some(n) => self.removed_fields(obj, n, path),
+                                None => {
+                                    let mut c = self.fields_set(obj, path);
+                                    c.member = true;
+                                    c
+                                }
+                            };
+                            set.insert(pe, child);
+                        }
+                        set
+                    }
+                    _ => self.value_set(old, path).difference(&self.value_set(new, path)),
+                }
+            }
+            _ => self.value_set(old, path).difference(&self.value_set(new, path)),
+        }
+    }
+
+    fn removed_fields(&self, old: &Map<String, Value>, new: &Map<String, Value>, path: &mut Vec<String>) -> FieldSet {
+        let mut set = FieldSet::default();
+        for (k, ov) in old {
+            if !self.tracked(path, k) {
+                continue;
+            }
+            path.push(k.clone());
+            let child = match new.get(k) {
+                Some(nv) => self.removed_value(ov, nv, path),
+                None => self.value_set(ov, path),
+            };
+            path.pop();
+            set.insert(PathElement::Field(k.clone()), child);
+        }
+        set
+    }
+
     /// Paths of `new` that were added or whose leaf value differs from `old`
     /// (structured-merge-diff's `Added ∪ Modified`).
     fn changed_root(&self, old: Option<&Value>, new: &Value) -> FieldSet {
@@ -732,7 +790,9 @@ impl<'a> Walker<'a> {
     fn changed_fields(&self, old: Option<&Map<String, Value>>, new: &Map<String, Value>, path: &mut Vec<String>) -> FieldSet {
         let mut set = FieldSet::default();
         for (k, nv) in new {
-            if !self.tracked(path, k) {
+            // An unchanged subtree has no changed paths: comparing it is much cheaper
+            // than walking it (a status write leaves the whole spec as it was).
+            if !self.tracked(path, k) || old.and_then(|o| o.get(k)) == Some(nv) {
                 continue;
             }
             path.push(k.clone());
@@ -960,6 +1020,56 @@ mod tests {
 
     fn fields<'a>(obj: &'a Value, mgr: &str, op: &str) -> &'a Value {
         &entry(obj, mgr, op).expect("entry present")["fieldsV1"]
+    }
+
+    /// The removed paths, computed while skipping unchanged subtrees, are exactly the
+    /// difference of the two objects' full field sets.
+    #[test]
+    fn removed_paths_match_the_difference_of_the_full_field_sets() {
+        let base = json!({
+            "apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": "web", "uid": "u1", "labels": {"app": "web", "tier": "x"}, "finalizers": ["a", "b"]},
+            "spec": {
+                "replicas": 3,
+                "selector": {"matchLabels": {"app": "web"}},
+                "template": {"spec": {"containers": [
+                    {"name": "nginx", "image": "nginx:1", "env": [{"name": "A", "value": "1"}, {"name": "B", "value": "2"}],
+                     "ports": [{"containerPort": 80, "protocol": "TCP"}]},
+                    {"name": "side", "image": "busybox", "args": ["x", "y"]}
+                ]}}
+            },
+            "status": {"replicas": 3, "conditions": [{"type": "Available", "status": "True"}]}
+        });
+        let edits: Vec<Box<dyn Fn(&mut Value)>> = vec![
+            Box::new(|_| {}),
+            Box::new(|v| v["spec"]["replicas"] = json!(4)),
+            Box::new(|v| drop(v["metadata"]["labels"].as_object_mut().unwrap().remove("tier"))),
+            Box::new(|v| v["metadata"]["finalizers"] = json!(["b"])),
+            Box::new(|v| drop(v["metadata"].as_object_mut().unwrap().remove("finalizers"))),
+            Box::new(|v| drop(v["spec"]["template"]["spec"]["containers"].as_array_mut().unwrap().pop())),
+            Box::new(|v| v["spec"]["template"]["spec"]["containers"][0]["env"] = json!([{"name": "B", "value": "3"}])),
+            Box::new(|v| v["spec"]["template"]["spec"]["containers"][1]["args"] = json!(["x"])),
+            Box::new(|v| v["spec"]["template"]["spec"]["containers"][0]["name"] = json!("renamed")),
+            Box::new(|v| v["spec"]["template"]["spec"]["containers"] = json!([{"image": "no-name"}])),
+            Box::new(|v| v["spec"]["selector"] = json!("not an object")),
+            Box::new(|v| v["spec"]["selector"] = json!({})),
+            Box::new(|v| v["spec"] = json!({"replicas": 1})),
+            Box::new(|v| v["metadata"]["uid"] = json!("u2")),
+            Box::new(|v| v["status"]["conditions"][0]["status"] = json!("False")),
+            Box::new(|v| drop(v.as_object_mut().unwrap().remove("status"))),
+        ];
+        for sub in [None, Some("status")] {
+            let walker = Walker::new(&BuiltinPatchMeta, sub);
+            for (i, a) in edits.iter().enumerate() {
+                for (j, b) in edits.iter().enumerate() {
+                    let (mut old, mut new) = (base.clone(), base.clone());
+                    a(&mut old);
+                    b(&mut new);
+                    let oracle = walker.object_set(&old).difference(&walker.object_set(&new));
+                    assert_eq!(walker.removed_root(&old, &new), oracle, "edit {i} to edit {j}, subresource {sub:?}");
+                }
+            }
+        }
     }
 
     #[test]
