@@ -990,12 +990,24 @@ impl Api {
         opts: &WriteOptions,
         warnings: &mut Vec<String>,
     ) -> Result<Value, ApiError> {
-        let _ = (old, sub);
         let (mut obj, unknown, rule) = match &scope.rt.behavior {
             Behavior::Builtin(b) => {
+                // A status write takes everything but status (and some metadata) from
+                // storage, where it was decoded when written, so the spec (most of a
+                // pod) skips the typed round trip. `old` is None only on create.
+                let mut obj = obj;
+                let stored_spec = match (sub, old) {
+                    (Sub::Status, Some(_)) => obj.as_object_mut().and_then(|o| o.remove("spec")),
+                    _ => None,
+                };
                 // events.k8s.io objects arrive in their own shape and are stored as core Events.
                 let decoded = b.decode(&obj).map_err(ApiError::bad_request)?;
                 let mut v = decoded.value;
+                if let (Some(spec), Some(o)) = (stored_spec, v.as_object_mut()) {
+                    // Where the typed encoding puts it: after metadata, before status.
+                    let at = o.keys().position(|k| k == "status").unwrap_or(o.len());
+                    o.shift_insert(at, "spec".into(), spec);
+                }
                 if *b == Builtin::EventV1 {
                     v = kinds::event_from_v1(&v);
                 }

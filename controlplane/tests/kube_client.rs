@@ -179,6 +179,20 @@ async fn deployment_generation_bumps_on_spec_change_but_not_on_status_or_label_w
     assert_eq!(st.metadata.generation, Some(1), "a /status write must not bump generation");
     assert_eq!(st.spec.as_ref().and_then(|s| s.replicas), Some(2), "a /status write must not change spec");
     assert_eq!(st.status.as_ref().and_then(|s| s.ready_replicas), Some(2));
+    // A status write decodes the status it brings (a wrong type is a 400), and the
+    // stored object keeps the typed field order: spec before status.
+    let bad = api_status(
+        deploys.patch_status("web", &PatchParams::default(), &Patch::Merge(json!({"status": {"readyReplicas": "two"}}))).await,
+        "a status write with a string for readyReplicas",
+    );
+    assert_eq!((bad.code, bad.reason.as_str()), (400, "BadRequest"), "{bad:?}");
+    let raw = root_client(&srv)
+        .await
+        .request_text(http::Request::get("/apis/apps/v1/namespaces/default/deployments/web").body(Vec::new()).unwrap())
+        .await
+        .unwrap();
+    let keys: Vec<String> = serde_json::from_str::<serde_json::Map<String, Value>>(&raw).unwrap().keys().cloned().collect();
+    assert_eq!(keys, ["apiVersion", "kind", "metadata", "spec", "status"], "{raw}");
 
     // label-only change: no bump
     let labelled =
