@@ -1040,23 +1040,23 @@ mod tests {
             },
             "status": {"replicas": 3, "conditions": [{"type": "Available", "status": "True"}]}
         });
-        let edits: Vec<Box<dyn Fn(&mut Value)>> = vec![
-            Box::new(|_| {}),
-            Box::new(|v| v["spec"]["replicas"] = json!(4)),
-            Box::new(|v| drop(v["metadata"]["labels"].as_object_mut().unwrap().remove("tier"))),
-            Box::new(|v| v["metadata"]["finalizers"] = json!(["b"])),
-            Box::new(|v| drop(v["metadata"].as_object_mut().unwrap().remove("finalizers"))),
-            Box::new(|v| drop(v["spec"]["template"]["spec"]["containers"].as_array_mut().unwrap().pop())),
-            Box::new(|v| v["spec"]["template"]["spec"]["containers"][0]["env"] = json!([{"name": "B", "value": "3"}])),
-            Box::new(|v| v["spec"]["template"]["spec"]["containers"][1]["args"] = json!(["x"])),
-            Box::new(|v| v["spec"]["template"]["spec"]["containers"][0]["name"] = json!("renamed")),
-            Box::new(|v| v["spec"]["template"]["spec"]["containers"] = json!([{"image": "no-name"}])),
-            Box::new(|v| v["spec"]["selector"] = json!("not an object")),
-            Box::new(|v| v["spec"]["selector"] = json!({})),
-            Box::new(|v| v["spec"] = json!({"replicas": 1})),
-            Box::new(|v| v["metadata"]["uid"] = json!("u2")),
-            Box::new(|v| v["status"]["conditions"][0]["status"] = json!("False")),
-            Box::new(|v| drop(v.as_object_mut().unwrap().remove("status"))),
+        let edits: Vec<fn(&mut Value)> = vec![
+            |_| {},
+            |v| v["spec"]["replicas"] = json!(4),
+            |v| drop(v["metadata"]["labels"].as_object_mut().unwrap().remove("tier")),
+            |v| v["metadata"]["finalizers"] = json!(["b"]),
+            |v| drop(v["metadata"].as_object_mut().unwrap().remove("finalizers")),
+            |v| drop(v["spec"]["template"]["spec"]["containers"].as_array_mut().unwrap().pop()),
+            |v| v["spec"]["template"]["spec"]["containers"][0]["env"] = json!([{"name": "B", "value": "3"}]),
+            |v| v["spec"]["template"]["spec"]["containers"][1]["args"] = json!(["x"]),
+            |v| v["spec"]["template"]["spec"]["containers"][0]["name"] = json!("renamed"),
+            |v| v["spec"]["template"]["spec"]["containers"] = json!([{"image": "no-name"}]),
+            |v| v["spec"]["selector"] = json!("not an object"),
+            |v| v["spec"]["selector"] = json!({}),
+            |v| v["spec"] = json!({"replicas": 1}),
+            |v| v["metadata"]["uid"] = json!("u2"),
+            |v| v["status"]["conditions"][0]["status"] = json!("False"),
+            |v| drop(v.as_object_mut().unwrap().remove("status")),
         ];
         for sub in [None, Some("status")] {
             let walker = Walker::new(&BuiltinPatchMeta, sub);
