@@ -1000,13 +1000,26 @@ impl Api {
                     (Sub::Status, Some(_)) => obj.as_object_mut().and_then(|o| o.remove("spec")),
                     _ => None,
                 };
+                // managedFields sent back as they are stored (as every read-modify-write
+                // does) were decoded when stored, too.
+                let stored_fields = old.and_then(|o| o.pointer("/metadata/managedFields"));
+                let managed_fields = match obj.pointer("/metadata/managedFields") {
+                    Some(list) if Some(list) == stored_fields => {
+                        obj.pointer_mut("/metadata").and_then(Value::as_object_mut).and_then(|m| m.remove("managedFields"))
+                    }
+                    _ => None,
+                };
                 // events.k8s.io objects arrive in their own shape and are stored as core Events.
                 let decoded = b.decode(&obj).map_err(ApiError::bad_request)?;
                 let mut v = decoded.value;
+                // Each goes back where the typed encoding puts it.
                 if let (Some(spec), Some(o)) = (stored_spec, v.as_object_mut()) {
-                    // Where the typed encoding puts it: after metadata, before status.
                     let at = o.keys().position(|k| k == "status").unwrap_or(o.len());
                     o.shift_insert(at, "spec".into(), spec);
+                }
+                if let (Some(list), Some(m)) = (managed_fields, v.pointer_mut("/metadata").and_then(Value::as_object_mut)) {
+                    let at = m.keys().position(|k| k.as_str() > "managedFields").unwrap_or(m.len());
+                    m.shift_insert(at, "managedFields".into(), list);
                 }
                 if *b == Builtin::EventV1 {
                     v = kinds::event_from_v1(&v);

@@ -200,22 +200,14 @@ async fn route(
 /// The uid of a served workspace (root has a fixed one), for token checks.
 /// The uid of a SyncTarget in `root`, if it exists and is not being deleted.
 pub fn sync_target_uid(api: &Api, name: &str) -> Option<String> {
-    let e = api.store.get(&format!("{}/synctargets/{ROOT}//{name}", placement_api::WORKLOAD_GROUP))?;
-    if e.value.pointer("/metadata/deletionTimestamp").is_some() {
-        return None;
-    }
-    e.value.pointer("/metadata/uid").and_then(Value::as_str).map(String::from)
+    api.store.get_doc(&format!("{}/synctargets/{ROOT}//{name}", placement_api::WORKLOAD_GROUP))?.live_uid()
 }
 
 pub fn workspace_uid(api: &Api, ws: &str) -> Option<String> {
     if ws == ROOT {
         return Some(ROOT.to_string());
     }
-    let e = api.store.get(&placement_api::workspace_key(ws))?;
-    if e.value.pointer("/metadata/deletionTimestamp").is_some() {
-        return None;
-    }
-    e.value.pointer("/metadata/uid").and_then(Value::as_str).map(String::from)
+    api.store.get_doc(&placement_api::workspace_key(ws))?.live_uid()
 }
 
 /// Namespace subresources, which are not resource names (apiserver RequestInfoFactory).

@@ -186,6 +186,13 @@ async fn deployment_generation_bumps_on_spec_change_but_not_on_status_or_label_w
         "a status write with a string for readyReplicas",
     );
     assert_eq!((bad.code, bad.reason.as_str()), (400, "BadRequest"), "{bad:?}");
+    // managedFields a write changes are decoded as well (those it sends back as stored
+    // skip the decode).
+    let bad = api_status(
+        deploys.patch("web", &PatchParams::default(), &Patch::Merge(json!({"metadata": {"managedFields": [{"manager": 5}]}}))).await,
+        "a write with a number for a managedFields manager",
+    );
+    assert_eq!((bad.code, bad.reason.as_str()), (400, "BadRequest"), "{bad:?}");
     let raw = root_client(&srv)
         .await
         .request_text(http::Request::get("/apis/apps/v1/namespaces/default/deployments/web").body(Vec::new()).unwrap())

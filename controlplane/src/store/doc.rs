@@ -41,6 +41,26 @@ impl Doc {
         &self.raw
     }
 
+    /// `metadata.uid`, unless `metadata.deletionTimestamp` is set, read without
+    /// building the tree: every request checks its workspace's and its token's this way.
+    pub fn live_uid(&self) -> Option<String> {
+        #[derive(serde::Deserialize)]
+        #[serde(rename_all = "camelCase")]
+        struct Meta {
+            uid: Option<String>,
+            deletion_timestamp: Option<serde::de::IgnoredAny>,
+        }
+        #[derive(serde::Deserialize)]
+        struct Object {
+            metadata: Option<Meta>,
+        }
+        let meta = serde_json::from_str::<Object>(&self.raw).ok()?.metadata?;
+        if meta.deletion_timestamp.is_some() {
+            return None;
+        }
+        meta.uid
+    }
+
     /// The parsed document.
     pub fn value(&self) -> Arc<Value> {
         let mut cached = self.parsed.lock().unwrap_or_else(|e| e.into_inner());
@@ -70,5 +90,15 @@ mod tests {
         assert!(Arc::ptr_eq(&first, &d.value()), "a live parse is shared");
         assert_eq!(*first, json!({"metadata": {"name": "a"}}));
         assert!(Doc::from_raw("{not json".into()).is_err());
+    }
+
+    #[test]
+    fn the_live_uid_is_read_from_the_text() {
+        let doc = |v: Value| Doc::from_raw(v.to_string()).unwrap();
+        assert_eq!(doc(json!({"metadata": {"name": "a", "uid": "u1"}, "spec": {}})).live_uid().as_deref(), Some("u1"));
+        assert_eq!(doc(json!({"metadata": {"uid": "u1", "deletionTimestamp": "2026-01-01T00:00:00Z"}})).live_uid(), None);
+        assert_eq!(doc(json!({"metadata": {"uid": "u1", "deletionTimestamp": null}})).live_uid().as_deref(), Some("u1"));
+        assert_eq!(doc(json!({"metadata": {"name": "a"}})).live_uid(), None);
+        assert_eq!(doc(json!({"kind": "Workspace"})).live_uid(), None);
     }
 }

@@ -84,6 +84,8 @@ pub trait Store: Send + Sync + 'static {
     fn write(&self, op: WriteOp) -> BoxFuture<'static, Result<Entry, StoreError>>;
     /// The current value of a key.
     fn get(&self, key: &str) -> Option<Entry>;
+    /// The document stored at `key`, unparsed.
+    fn get_doc(&self, key: &str) -> Option<Arc<Doc>>;
     /// Every entry whose key starts with `prefix`, in key order, starting after
     /// `start_after` when given (for pagination), and the revision the list reflects.
     fn list(&self, prefix: &str, start_after: Option<&str>, limit: Option<usize>) -> (Vec<(String, Entry)>, Revision);

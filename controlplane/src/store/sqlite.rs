@@ -164,6 +164,10 @@ impl Store for SqliteStore {
         self.read().get(key).map(Stored::entry)
     }
 
+    fn get_doc(&self, key: &str) -> Option<Arc<Doc>> {
+        self.read().get(key).map(|s| s.doc.clone())
+    }
+
     fn list(&self, prefix: &str, start_after: Option<&str>, limit: Option<usize>) -> (Vec<(String, Entry)>, Revision) {
         let index = self.read();
         self.list_locked(&index, prefix, start_after, limit)
