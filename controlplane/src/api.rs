@@ -412,6 +412,8 @@ impl Api {
     }
 
     /// The shared tail of update and patch: admission, system fields, storage.
+    /// `applied_fields` are the managedFields a server-side apply computed (`Null` for
+    /// none); other writes (`None`) have theirs tracked here.
     #[allow(clippy::too_many_arguments)]
     async fn write_update(
         &self,
@@ -422,7 +424,7 @@ impl Api {
         sub: Sub,
         opts: &WriteOptions,
         mut warnings: Vec<String>,
-        applied: Option<Value>,
+        applied_fields: Option<Value>,
     ) -> Result<Written, ApiError> {
         let old = &*current.value;
         self.fill_identity(scope, &mut obj, Some(name))?;
@@ -476,8 +478,8 @@ impl Api {
             bump_generation(&scope.rt, old, &mut obj);
         }
         let now = objmeta::now_rfc3339();
-        match applied {
-            Some(full) => obj = self.merge_apply_fields(obj, full),
+        match applied_fields {
+            Some(fields) => obj = self.merge_apply_fields(obj, fields),
             // kube-apiserver binds below its field manager.
             None if sub == Sub::Binding => {}
             None => patch::apply::track_update(
@@ -596,10 +598,11 @@ impl Api {
         }
     }
 
-    /// Server-side apply computes managedFields itself; keep what it produced.
-    fn merge_apply_fields(&self, mut obj: Value, applied: Value) -> Value {
-        if let Some(mf) = applied.pointer("/metadata/managedFields") {
-            objmeta::meta_mut(&mut obj).insert("managedFields".into(), mf.clone());
+    /// Server-side apply computes managedFields itself; keep what it produced (`Null`
+    /// when it produced none).
+    fn merge_apply_fields(&self, mut obj: Value, applied_fields: Value) -> Value {
+        if !applied_fields.is_null() {
+            objmeta::meta_mut(&mut obj).insert("managedFields".into(), applied_fields);
         }
         obj
     }
@@ -645,7 +648,7 @@ impl Api {
                 }
             };
             let old = to_external(scope, &current.value);
-            let mut applied_full = None;
+            let mut applied_fields = None;
             let patched = match kind {
                 PatchKind::Json => json_patch_apply(&old, &patch_doc, &scope.rt.kind, scope.obj(name))?,
                 PatchKind::Merge => {
@@ -657,7 +660,7 @@ impl Api {
                     .map_err(|e| ApiError::bad_request(format!("strategic merge patch: {e}")))?,
                 PatchKind::Apply { force } => {
                     let full = self.server_side_apply(scope, name, Some(&old), &patch_doc, force, sub, opts)?;
-                    applied_full = Some(full.clone());
+                    applied_fields = Some(full.pointer("/metadata/managedFields").cloned().unwrap_or(Value::Null));
                     full
                 }
             };
@@ -671,7 +674,7 @@ impl Api {
             }
             objmeta::meta_mut(&mut patched).insert("resourceVersion".into(), json!(current.rev.to_string()));
             let patched = to_internal(scope, patched);
-            match self.write_update(scope, name, &current, patched, sub, opts, Vec::new(), applied_full).await {
+            match self.write_update(scope, name, &current, patched, sub, opts, Vec::new(), applied_fields).await {
                 Err(e)
                     if e.reason == "Conflict"
                         && e.details.as_ref().and_then(|d| d.get("causes")).is_none()

@@ -108,14 +108,15 @@ pub fn apply(
     // An empty subresource name means the main resource, as when read from an entry.
     let subresource = subresource.filter(|s| !s.is_empty());
     let walker = Walker::new(meta, subresource);
+    let empty = Value::Object(Map::new());
     let live_obj = match live {
-        Some(v) if v.is_object() => v.clone(),
-        _ => Value::Object(Map::new()),
+        Some(v) if v.is_object() => v,
+        _ => &empty,
     };
     let mut owners = read_owners(live.and_then(|v| v.pointer("/metadata/managedFields")));
     if live.is_some() && owners.is_empty() {
         // Fields that existed before anyone tracked ownership must still be protected.
-        let set = walker.object_set(&live_obj);
+        let set = walker.object_set(live_obj);
         if !set.is_empty() {
             owners.push(Owner { entry: new_entry(BEFORE_FIRST_APPLY_MANAGER, OPERATION_UPDATE, api_version, now, subresource), set });
         }
@@ -126,8 +127,8 @@ pub fn apply(
     let mut merged = live_obj.clone();
     walker.merge(&mut merged, &config, &mut Vec::new());
 
-    let changed = walker.changed_root(Some(&live_obj), &merged);
-    let removed = walker.removed_root(&live_obj, &merged);
+    let changed = walker.changed_root(Some(live_obj), &merged);
+    let removed = walker.removed_root(live_obj, &merged);
 
     let is_self = |e: &ManagedFieldsEntry| e.is(manager, OPERATION_APPLY, subresource);
     let conflicts: Vec<Conflict> = owners
