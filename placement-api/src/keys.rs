@@ -20,11 +20,12 @@ pub const DEFAULT_PLACEMENT: &str = "default";
 
 /// Annotation naming an object's workspace on wildcard responses (kcp's convention).
 pub const CLUSTER_ANNOTATION: &str = "kcp.io/cluster";
-/// A request header a client of the control plane sets to [`MANAGED_FIELDS_OMIT`]
-/// when it never reads `metadata.managedFields`: the objects its watches stream then
-/// come without them, which saves the client parsing them on every event. Flotilla's
-/// own controllers send it; Kubernetes has no such header, and a client that does not
-/// send it gets objects exactly as Kubernetes would send them.
+/// A request header a client of the control plane (or of a simulated cluster) sets to
+/// [`MANAGED_FIELDS_OMIT`] when it never reads `metadata.managedFields`: the objects
+/// its watches stream then come without them, which saves the client parsing them on
+/// every event. Flotilla's own controllers and syncers send it; Kubernetes has no such
+/// header and ignores it, and a client that does not send it gets objects exactly as
+/// Kubernetes would send them.
 pub const MANAGED_FIELDS_HEADER: &str = "x-flotilla-managed-fields";
 /// The [`MANAGED_FIELDS_HEADER`] value that asks for objects without managedFields.
 pub const MANAGED_FIELDS_OMIT: &str = "omit";

@@ -24,7 +24,7 @@ pub async fn run(args: SyncerArgs) -> anyhow::Result<()> {
     let base = kube::Client::try_from(base_config.clone())?;
     // Heartbeats get a connection pool of their own.
     let root = syncer::clients::workspace(&kube::Client::try_from(base_config)?, placement_api::ROOT_WORKSPACE);
-    let downstream = kube::Client::try_from(downstream)?;
+    let downstream = syncer::clients::downstream(downstream)?;
     // Fail fast, with the cause, on credentials that cannot work at all.
     let targets: kube::Api<placement_api::SyncTarget> = kube::Api::all(root.clone());
     targets.get(&name).await.map_err(|e| match e {

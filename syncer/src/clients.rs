@@ -42,6 +42,17 @@ pub fn workspace(base: &Client, workspace: &str) -> Client {
     Client::new(svc, "default")
 }
 
+/// A client of a physical cluster. Its requests ask for objects without managedFields
+/// ([`placement_api::MANAGED_FIELDS_HEADER`]): Flotilla's simulated clusters honour
+/// that, and a Kubernetes API server ignores the header.
+pub fn downstream(mut config: Config) -> anyhow::Result<Client> {
+    config.headers.push((
+        http::HeaderName::from_static(placement_api::MANAGED_FIELDS_HEADER),
+        http::HeaderValue::from_static(placement_api::MANAGED_FIELDS_OMIT),
+    ));
+    Ok(Client::try_from(config)?)
+}
+
 /// Server-side applies `status` to the WorkloadPlacement `name` as `manager`. Each
 /// writer of that status applies only the fields it owns (a syncer its own entry of
 /// `clusters`, the scheduler the `Scheduled` condition, the status aggregator the rest),

@@ -128,5 +128,5 @@ async fn supervise(name: String, kubeconfig: String, base: Client, root: Client,
 async fn downstream_client(kubeconfig: &str) -> anyhow::Result<Client> {
     let kc = Kubeconfig::from_yaml(kubeconfig)?;
     let config = kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default()).await?;
-    Ok(Client::try_from(config)?)
+    crate::clients::downstream(config)
 }
