@@ -30,17 +30,57 @@ struct Item {
     confirmed_at_beat: Option<u64>,
 }
 
+/// What is assumed on one cluster, with its sum kept current: every decision reads the
+/// sum of every cluster, so adding up the items each time would cost a decision
+/// time proportional to all the workloads assumed anywhere.
+#[derive(Default)]
+struct OnCluster {
+    items: HashMap<ObjKey, Item>,
+    total: Resources,
+}
+
+impl OnCluster {
+    fn insert(&mut self, workload: ObjKey, item: Item) {
+        let amount = item.amount;
+        let old = self.items.insert(workload, item);
+        self.update(|total| old.map_or(total, |o| total.saturating_sub(o.amount)).saturating_add(amount));
+    }
+
+    fn remove(&mut self, workload: &ObjKey) {
+        if let Some(old) = self.items.remove(workload) {
+            self.update(|total| total.saturating_sub(old.amount));
+        }
+    }
+
+    fn retain(&mut self, keep: impl FnMut(&ObjKey, &mut Item) -> bool) {
+        self.items.retain(keep);
+        self.total = self.sum();
+    }
+
+    fn sum(&self) -> Resources {
+        self.items.values().fold(Resources::ZERO, |a, i| a.saturating_add(i.amount))
+    }
+
+    /// Applies `change` to the sum, or counts it again when it cannot be trusted: a
+    /// sum that saturated, before or after, cannot be taken apart again.
+    fn update(&mut self, change: impl FnOnce(Resources) -> Resources) {
+        let saturated = |t: Resources| [t.cpu_millis, t.memory_bytes, t.pods].contains(&u64::MAX);
+        let next = change(self.total);
+        self.total = if saturated(self.total) || saturated(next) { self.sum() } else { next };
+    }
+}
+
 /// Assumed room per cluster and workload.
 #[derive(Default)]
 pub struct Assumed {
-    clusters: Mutex<HashMap<String, HashMap<ObjKey, Item>>>,
+    clusters: Mutex<HashMap<String, OnCluster>>,
 }
 
 impl Assumed {
     /// The room assumed on `cluster` in total.
     pub fn total(&self, cluster: &str) -> Resources {
         let clusters = self.clusters.lock().unwrap_or_else(|e| e.into_inner());
-        clusters.get(cluster).map_or(Resources::ZERO, |m| m.values().fold(Resources::ZERO, |a, i| a.saturating_add(i.amount)))
+        clusters.get(cluster).map_or(Resources::ZERO, |c| c.total)
     }
 
     /// Records that `workload`'s share on `cluster` went from `old` to `new` replicas of
@@ -77,7 +117,7 @@ impl Assumed {
     /// the cluster's heartbeat count now.
     pub fn reported(&self, workload: &ObjKey, cluster: &str, replicas: i32, beats: u64) {
         let mut clusters = self.clusters.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(item) = clusters.get_mut(cluster).and_then(|m| m.get_mut(workload)) {
+        if let Some(item) = clusters.get_mut(cluster).and_then(|c| c.items.get_mut(workload)) {
             if item.confirmed_at_beat.is_none() && i64::from(replicas) >= i64::from(item.share) {
                 item.confirmed_at_beat = Some(beats);
             }
@@ -135,5 +175,34 @@ mod tests {
         a.record(&web, "west", 0, 1, per);
         a.forget(&web, "west");
         assert_eq!(a.total("west"), Resources::ZERO);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_kept_sum_is_the_sum_of_the_items_through_replacements_removals_and_saturation() {
+        let a = Assumed::default();
+        let key = |i: usize| ObjKey::new("demo", "default", &format!("w{i}"));
+        let per = Resources::new(250, 1 << 30, 1);
+        for i in 0..50 {
+            a.record(&key(i), "east", 0, 1 + (i as u32 % 3), per);
+        }
+        for i in (0..50).step_by(4) {
+            a.record(&key(i), "east", 1, 4, per);
+        }
+        for i in (0..50).step_by(5) {
+            a.forget(&key(i), "east");
+        }
+        a.record(&key(7), "east", 4, 1, per);
+        let expected = {
+            let clusters = a.clusters.lock().unwrap();
+            clusters["east"].sum()
+        };
+        assert_ne!(expected, Resources::ZERO);
+        assert_eq!(a.total("east"), expected);
+        // A sum that saturates is recounted once the huge item is gone.
+        let huge = Resources::new(u64::MAX, u64::MAX, u64::MAX);
+        a.record(&key(99), "east", 0, 1, huge);
+        assert_eq!(a.total("east").cpu_millis, u64::MAX);
+        a.forget(&key(99), "east");
+        assert_eq!(a.total("east"), expected);
     }
 }
