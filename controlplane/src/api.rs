@@ -431,7 +431,7 @@ impl Api {
         let mut obj = if sub == Sub::Status {
             // A status write changes only status; everything else comes from storage.
             let mut merged = old.clone();
-            merged["status"] = obj.get("status").cloned().unwrap_or(Value::Null);
+            merged["status"] = obj.as_object_mut().and_then(|o| o.remove("status")).unwrap_or(Value::Null);
             if merged["status"].is_null() {
                 merged.as_object_mut().map(|o| o.remove("status"));
             }
@@ -652,7 +652,7 @@ impl Api {
             let patched = match kind {
                 PatchKind::Json => json_patch_apply(&old, &patch_doc, &scope.rt.kind, scope.obj(name))?,
                 PatchKind::Merge => {
-                    let mut v = old.clone();
+                    let mut v = old.into_owned();
                     json_patch::merge(&mut v, &patch_doc);
                     v
                 }
@@ -902,7 +902,7 @@ impl Api {
                 )],
             ));
         }
-        let mut obj = to_external(scope, &current.value);
+        let mut obj = to_external(scope, &current.value).into_owned();
         set_json_path(&mut obj, &paths.spec_replicas, json!(replicas));
         let written = self.write_update(scope, name, &current, to_internal(scope, obj), Sub::Main, opts, Vec::new(), None).await?;
         scale_of(scope, &to_internal(scope, written.object.into_value()))
@@ -1322,7 +1322,7 @@ pub fn present_shared(scope: &Scope, workspace: &str, stored: &Arc<Value>) -> Pr
 }
 
 pub fn present(scope: &Scope, workspace: &str, stored: &Value) -> Value {
-    let mut v = to_external(scope, stored);
+    let mut v = to_external(scope, stored).into_owned();
     if scope.wildcard() {
         let m = objmeta::meta_mut(&mut v);
         let ann = m.entry("annotations").or_insert_with(|| json!({}));
@@ -1416,10 +1416,10 @@ impl<'de: 'a, 'a> serde::Deserialize<'de> for RawFields<'a> {
     }
 }
 
-fn to_external(scope: &Scope, stored: &Value) -> Value {
+fn to_external<'a>(scope: &Scope, stored: &'a Value) -> std::borrow::Cow<'a, Value> {
     match scope.rt.builtin() {
-        Some(Builtin::EventV1) => kinds::event_to_v1(stored),
-        _ => stored.clone(),
+        Some(Builtin::EventV1) => std::borrow::Cow::Owned(kinds::event_to_v1(stored)),
+        _ => std::borrow::Cow::Borrowed(stored),
     }
 }
 
