@@ -197,14 +197,21 @@ pub struct Report {
 /// A figure across its runs.
 struct Aggregate<'a> {
     first: &'a Row,
+    rows: Vec<&'a Row>,
     values: Vec<f64>,
     floors: Vec<f64>,
     ratios: Vec<f64>,
 }
 
-impl Aggregate<'_> {
+impl<'a> Aggregate<'a> {
     fn median(&self) -> f64 {
         median(&self.values)
+    }
+    /// The run whose figure is the median (the nearest, for an even number of runs),
+    /// so that the detail printed beside the median belongs to it.
+    fn median_row(&self) -> &'a Row {
+        let m = self.median();
+        self.rows.iter().copied().min_by(|a, b| (a.value - m).abs().total_cmp(&(b.value - m).abs())).unwrap_or(self.first)
     }
     fn spread(&self) -> (f64, f64) {
         let min = self.values.iter().copied().fold(f64::INFINITY, f64::min);
@@ -357,8 +364,9 @@ impl Report {
         for (_, row) in &self.rows {
             let a = by_key.entry(&row.key).or_insert_with(|| {
                 order.push(&row.key);
-                Aggregate { first: row, values: vec![], floors: vec![], ratios: vec![] }
+                Aggregate { first: row, rows: vec![], values: vec![], floors: vec![], ratios: vec![] }
             });
+            a.rows.push(row);
             a.values.push(row.value);
             if let Some(f) = &row.floor {
                 a.floors.push(f.value);
@@ -424,8 +432,13 @@ impl Report {
             };
             out.push(("latency.svg".to_string(), title, plot::render(&chart)));
         }
-        let mut slugs: Vec<&str> = self.timelines.iter().map(|t| t.slug.as_str()).collect();
-        slugs.dedup();
+        // One plot per setting, in the order first run: the runs interleave settings.
+        let mut slugs: Vec<&str> = Vec::new();
+        for t in &self.timelines {
+            if !slugs.contains(&t.slug.as_str()) {
+                slugs.push(&t.slug);
+            }
+        }
         for slug in slugs {
             let mut runs: Vec<&Timeline> = self.timelines.iter().filter(|t| t.slug == slug).collect();
             runs.sort_by(|a, b| a.all_available().total_cmp(&b.all_available()));
@@ -477,11 +490,9 @@ impl Report {
             let r = a.first;
             let (min, max) = a.spread();
             let spread = if a.values.len() > 1 { format!("{} - {}", num(min), num(max)) } else { "1 run".into() };
-            let value = if r.detail.is_empty() {
-                with_unit(a.median(), r.unit)
-            } else {
-                format!("{} ({})", with_unit(a.median(), r.unit), r.detail)
-            };
+            let detail = &a.median_row().detail;
+            let value =
+                if detail.is_empty() { with_unit(a.median(), r.unit) } else { format!("{} ({detail})", with_unit(a.median(), r.unit)) };
             let floor = r.floor.as_ref().map_or("-".into(), |f| format!("{} {}", f.label, with_unit(median(&a.floors), r.unit)));
             let ratio = if a.ratios.is_empty() { "-".into() } else { format!("{}×", num(median(&a.ratios))) };
             let target = match (&r.target, a.verdict()) {
@@ -490,7 +501,7 @@ impl Report {
             };
             let _ = writeln!(s, "| {} | {value} | {spread} | {floor} | {ratio} | {target} |", r.label);
         }
-        s.push_str("\nThe detail in brackets is the last run's.\n\n");
+        s.push_str("\nThe detail in brackets is that of the median run.\n\n");
         if !self.failures.is_empty() {
             s.push_str("**Did not complete:**\n\n");
             for f in &self.failures {
@@ -592,18 +603,22 @@ mod tests {
         for (run, (v, floor)) in [(12.0, 8.0), (16.0, 8.0), (14.0, 7.0)].into_iter().enumerate() {
             r.run = run + 1;
             r.add(
-                Row::new("failover", "kill to all Available", v, "s", Better::Lower).floor("grace", floor).target(13.0, "≤ 13 s"),
+                Row::new("failover", "kill to all Available", v, "s", Better::Lower)
+                    .detail(format!("run {}", run + 1))
+                    .floor("grace", floor)
+                    .target(13.0, "≤ 13 s"),
                 json!({"scenario": "scheduler_failover"}),
             );
         }
         let a = &r.aggregates()[0];
         assert_eq!(a.median(), 14.0);
+        assert_eq!(a.median_row().detail, "run 3", "the detail shown is the median run's, not the first's");
         assert_eq!(a.spread(), (12.0, 16.0));
         assert_eq!(median(&a.ratios), 2.0);
         assert_eq!(a.verdict().as_deref(), Some("**missed** (1/3 runs)"));
         let md = r.markdown(&[], "");
         assert!(
-            md.contains("| kill to all Available | 14.0 s | 12.0 - 16.0 | grace 8.00 s | 2.00× | ≤ 13 s: **missed** (1/3 runs) |"),
+            md.contains("| kill to all Available | 14.0 s (run 3) | 12.0 - 16.0 | grace 8.00 s | 2.00× | ≤ 13 s: **missed** (1/3 runs) |"),
             "{md}"
         );
         assert!(md.contains("\"run\":3"), "each JSON record says its run: {md}");
@@ -633,6 +648,7 @@ mod tests {
         let mut r = Report::new(meta());
         r.latencies("API create", &[1.0, 2.0, 3.0]);
         r.latency_floor("healthz p99", 0.3);
+        // Each run has both settings, as the harness runs them.
         for (run, end) in [(1, 15.0), (2, 13.0), (3, 14.0)] {
             r.run = run;
             r.timeline(Timeline {
@@ -644,9 +660,21 @@ mod tests {
                 moved: vec![7.0, 9.0],
                 available: vec![10.0, end],
             });
+            r.timeline(Timeline {
+                setting: "beat 1 s / grace 4 s".into(),
+                slug: "1s-4s".into(),
+                detected: 3.0,
+                grace: 4.0,
+                target: None,
+                moved: vec![3.0, 5.0],
+                available: vec![6.0, end - 4.0],
+            });
         }
         let md = r.write(dir.path(), "bench/").unwrap();
         assert!(md.contains("![Failover of 2 Deployments, beat 2 s / grace 8 s (the median of 3 runs)](bench/failover-2s-8s.svg)"), "{md}");
+        for plot in ["failover-2s-8s.svg", "failover-1s-4s.svg"] {
+            assert_eq!(md.matches(plot).count(), 1, "one plot per setting, not one per run: {md}");
+        }
         assert!(md.contains("(bench/latency.svg)"), "{md}");
         let svg = std::fs::read_to_string(dir.path().join("failover-2s-8s.svg")).unwrap();
         assert!(svg.starts_with("<svg") || svg.starts_with("<?xml"), "{svg}");
