@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs the benchmark harness against a release build.
-#   hack/bench.sh             full sizes, 3 runs of each scenario (about 40 minutes)
+#   hack/bench.sh             full sizes, 3 runs of each scenario (about 15 minutes)
 #   hack/bench.sh --quick     smaller sizes, one run, under 3 minutes; CI runs this
 #   hack/bench.sh --publish   full run, then the report into docs/benchmarks.md and
 #                             the plots into docs/bench/
