@@ -159,22 +159,9 @@ fn work_for(key: &str, kind: EventType, meta: &Meta) -> Option<Work> {
     }
 }
 
-/// The metadata the controllers route on, read from a stored document without
-/// building its tree: every write passes through here, and a parsed pod is some
-/// 30 KB of tree where these fields are a few strings.
-#[derive(Debug, Default, serde::Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct Meta {
-    uid: Option<String>,
-    deletion_timestamp: Option<String>,
-    finalizers: Option<Vec<String>>,
-    owner_references: Option<Vec<OwnerUid>>,
-}
-
-#[derive(Debug, serde::Deserialize)]
-struct OwnerUid {
-    uid: Option<String>,
-}
+// The metadata the controllers route on, read from a stored document without
+// building its tree: every write passes through here.
+use crate::store::DocMeta as Meta;
 
 impl Meta {
     /// The fields of `doc`; the uid only when `want_uid` or when there is more to
@@ -183,15 +170,11 @@ impl Meta {
     /// a parse: a key that is there is found, and a match inside some string value
     /// only costs the parse.
     fn of(doc: &Doc, want_uid: bool) -> Self {
-        #[derive(serde::Deserialize)]
-        struct Object {
-            metadata: Option<Meta>,
-        }
         let raw = doc.raw();
         if !want_uid && !raw.contains("\"ownerReferences\"") && !raw.contains("\"deletionTimestamp\"") {
             return Meta::default();
         }
-        serde_json::from_str::<Object>(raw).ok().and_then(|o| o.metadata).unwrap_or_default()
+        doc.meta()
     }
 
     fn owner_uids(&self) -> Vec<String> {

@@ -142,13 +142,12 @@ impl InProcess {
             req.headers_mut().insert(::http::header::AUTHORIZATION, self.authorization.clone());
         }
         let served = self.router.clone().oneshot(req.map(axum::body::Body::new));
-        let task = tokio::spawn(async move {
+        tokio::spawn(async move {
             match served.await {
                 Ok(resp) => resp,
                 Err(never) => match never {},
             }
-        });
-        task
+        })
     }
 }
 

@@ -75,14 +75,7 @@ where
         Ok((client(), options))
     });
     let scheduling = scheduling.transpose()?;
-    let syncers = syncer::AbortOnDrop(tokio::spawn({
-        let base = client();
-        async move {
-            if let Err(e) = syncer::push::run(base, options).await {
-                tracing::error!(error = %format!("{e:#}"), "push-mode syncers stopped");
-            }
-        }
-    }));
+    let syncers = syncer::AbortOnDrop(tokio::spawn(syncer::push::run(client(), options)));
     let mut kept = None;
     let mut failed = None;
     let until_stopped = async {

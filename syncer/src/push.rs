@@ -36,7 +36,7 @@ pub struct Options {
 /// (a client of the server's root URL, without a workspace path) until the task is
 /// dropped. `flotilla start` serves `base` in-process, so a heartbeat never waits behind
 /// sync traffic on a shared connection.
-pub async fn run(base: Client, options: Options) -> anyhow::Result<()> {
+pub async fn run(base: Client, options: Options) {
     let root = crate::clients::workspace(&base, placement_api::ROOT_WORKSPACE);
     let (targets, targets_w) = reflector::store::<SyncTarget>();
     let (secrets, secrets_w) = reflector::store::<Secret>();
@@ -51,7 +51,7 @@ pub async fn run(base: Client, options: Options) -> anyhow::Result<()> {
     let mut tick = tokio::time::interval(Duration::from_secs(5));
     loop {
         tokio::select! {
-            c = changes.next() => if c.is_none() { return Ok(()) },
+            c = changes.next() => if c.is_none() { return },
             _ = tick.tick() => {}
         }
         if targets.wait_until_ready().now_or_never().is_none() || secrets.wait_until_ready().now_or_never().is_none() {

@@ -11,6 +11,28 @@ use std::sync::{Arc, Mutex, Weak};
 
 use serde_json::Value;
 
+/// The metadata that routing and access checks need, a few strings where the whole
+/// tree of a pod is some 30 KB.
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DocMeta {
+    /// `metadata.uid`.
+    pub uid: Option<String>,
+    /// `metadata.deletionTimestamp`.
+    pub deletion_timestamp: Option<String>,
+    /// `metadata.finalizers`.
+    pub finalizers: Option<Vec<String>>,
+    /// `metadata.ownerReferences`, by uid.
+    pub owner_references: Option<Vec<OwnerUid>>,
+}
+
+/// The uid of one owner reference.
+#[derive(Debug, serde::Deserialize)]
+pub struct OwnerUid {
+    /// `uid`.
+    pub uid: Option<String>,
+}
+
 /// One stored JSON document.
 pub struct Doc {
     raw: Box<str>,
@@ -41,24 +63,21 @@ impl Doc {
         &self.raw
     }
 
-    /// `metadata.uid`, unless `metadata.deletionTimestamp` is set, read without
-    /// building the tree: every request checks its workspace's and its token's this way.
-    pub fn live_uid(&self) -> Option<String> {
-        #[derive(serde::Deserialize)]
-        #[serde(rename_all = "camelCase")]
-        struct Meta {
-            uid: Option<String>,
-            deletion_timestamp: Option<serde::de::IgnoredAny>,
-        }
+    /// The metadata fields in [`DocMeta`], read from the text without building the
+    /// tree; all empty if the document has no metadata.
+    pub fn meta(&self) -> DocMeta {
         #[derive(serde::Deserialize)]
         struct Object {
-            metadata: Option<Meta>,
+            metadata: Option<DocMeta>,
         }
-        let meta = serde_json::from_str::<Object>(&self.raw).ok()?.metadata?;
-        if meta.deletion_timestamp.is_some() {
-            return None;
-        }
-        meta.uid
+        serde_json::from_str::<Object>(&self.raw).ok().and_then(|o| o.metadata).unwrap_or_default()
+    }
+
+    /// `metadata.uid`, unless `metadata.deletionTimestamp` is set: every request checks
+    /// its workspace's and its token's this way.
+    pub fn live_uid(&self) -> Option<String> {
+        let meta = self.meta();
+        meta.deletion_timestamp.is_none().then_some(meta.uid).flatten()
     }
 
     /// The parsed document.
