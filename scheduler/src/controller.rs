@@ -586,7 +586,9 @@ impl Scheduler {
             tracing::info!(reason, clusters = %shares_text(&shares), "placed");
             self.recorder.deployment(key, d, events::Type::Normal, reason, note);
         }
-        let message = format!("Placement {rule} ({source}) placed it on {}", shares_text(&shares));
+        // The clusters are in the spec and in the Event; left out of the condition, a
+        // move (a failover, a drain) costs no status write here.
+        let message = format!("placed by Placement {rule} ({source}); spec.clusters lists where");
         if !self.set_scheduled(key, &wp, true, "Scheduled", &message).await? {
             return Ok(Next::After(Duration::ZERO));
         }
