@@ -33,6 +33,23 @@ fn flotilla_namespaces(east: &SimCluster) -> String {
 #[test]
 fn an_assigned_deployment_runs_downstream_and_rolls_out_upstream() {
     let (f, east) = fleet();
+    // Every version of the WorkloadPlacement, as a watch sees it: the synced
+    // generation and whether the cluster had observed it, in each entry.
+    let versions = f.dir.path().join("wp-versions.out");
+    let mut watch = f.kubectl_background(
+        &[
+            "--context",
+            "demo",
+            "-n",
+            "default",
+            "get",
+            "wp",
+            "-w",
+            "-o",
+            r#"jsonpath={.status.clusters[*].syncedGeneration}:{.status.clusters[*].observed}{"\n"}"#,
+        ],
+        &versions,
+    );
     f.apply(&["--context", "demo", "-n", "default"], &assigned("web", 3, 3, "nginx:1.27"));
 
     // Down: one copy in the hashed namespace, with the share and the upstream's marks.
@@ -74,6 +91,13 @@ fn an_assigned_deployment_runs_downstream_and_rolls_out_upstream() {
     wait_until("the new image downstream", DEADLINE, || copies(&east), |c| c.ends_with("web=3 nginx:1.28"));
     let o = f.kubectl(&["--context", "demo", "rollout", "status", "deploy/web", "--timeout=30s"]);
     assert!(o.ok && o.stdout.contains("successfully rolled out"), "{o:?}");
+    // The syncer reports a copy once its cluster has observed it, so one write says
+    // both: no version of the entry says a generation was synced but not observed.
+    let _ = watch.kill();
+    let _ = watch.wait();
+    let seen = std::fs::read_to_string(&versions).unwrap_or_default();
+    assert!(seen.lines().any(|l| l == "1:true") && seen.lines().any(|l| l == "2:true"), "{seen}");
+    assert!(!seen.contains("false"), "an entry reported an unobserved generation:\n{seen}");
 
     // The heartbeat reports the cluster's room and its workload.
     let st = wait_for("the heartbeat", DEADLINE, || {

@@ -10,7 +10,8 @@
 //!   object (the scheduler puts it on in the write that assigns the cluster);
 //!   server-side apply the copy if it does not already say what it should (so drift is
 //!   reverted, and a resync of unchanged objects writes nothing); for a Deployment,
-//!   report the copy's status in this cluster's WorkloadPlacement entry;
+//!   report the copy's status in this cluster's WorkloadPlacement entry, once the
+//!   cluster has observed the copy's generation (or after [`OBSERVE_GRACE`]);
 //! - a Deployment being deleted upstream: delete the copy, then release the finalizer;
 //! - no longer assigned, or a copy with no upstream object (left behind while this
 //!   cluster was away): release the finalizer if it is still there, then delete the
@@ -58,6 +59,12 @@ pub fn status_field_manager(sync_target: &str) -> String {
 const CONCURRENCY: usize = 16;
 /// How long to wait before looking again at an object waiting for another one.
 const WAIT_FOR_PEER: Duration = Duration::from_secs(1);
+/// How long a copy written but not yet observed by its cluster's Deployment controller
+/// waits for it before its entry reports it as it is. A controller that works observes
+/// a new generation within milliseconds, and its status update follows, so one write
+/// then reports both the sync and what the cluster made of it; until then the status
+/// aggregator already says the generation is not yet observed there.
+const OBSERVE_GRACE: Duration = Duration::from_secs(5);
 /// The reason of the `Synced` condition in a cluster's entry when the cluster refuses
 /// or cannot be reached.
 pub const REASON_DOWNSTREAM_ERROR: &str = "DownstreamError";
@@ -101,6 +108,9 @@ pub struct Syncer {
     config_maps: Side<ConfigMap>,
     secrets: Side<Secret>,
     placements: Arc<Cache<WorkloadPlacement>>,
+    /// Copies written whose generation the cluster has not observed yet, and since when
+    /// (see [`OBSERVE_GRACE`]).
+    unobserved: dashmap::DashMap<Key, std::time::Instant>,
 }
 
 pub(crate) fn now() -> Time {
@@ -188,6 +198,7 @@ impl Syncer {
                 config_maps,
                 secrets,
                 placements,
+                unobserved: Default::default(),
             });
             started(syncer.clone());
             let resync = {
@@ -277,7 +288,11 @@ impl Syncer {
 
     async fn reconcile_workload(&self, key: &Key) -> Result<Next, Error> {
         let copy = self.deployments.copies.get(key);
-        match self.deployments.upstream.get(key) {
+        let upstream = self.deployments.upstream.get(key);
+        if upstream.as_ref().is_none_or(|d| d.metadata.deletion_timestamp.is_some()) {
+            self.unobserved.remove(key);
+        }
+        match upstream {
             Some(d) if d.metadata.deletion_timestamp.is_none() => match self.push(key, &d, copy.as_deref()).await {
                 Err(e @ Error::Downstream { .. }) => {
                     self.report_failure(key, &d, &e).await;
@@ -358,7 +373,18 @@ impl Syncer {
                 applied.try_parse::<Deployment>().unwrap_or_default()
             }
         };
-        self.report(key, &wp, Some(status::cluster_entry(target, &current, now()))).await
+        let entry = status::cluster_entry(target, &current, now());
+        if !entry.observed {
+            let since = *self.unobserved.entry(key.clone()).or_insert_with(std::time::Instant::now);
+            let left = OBSERVE_GRACE.saturating_sub(since.elapsed());
+            if !left.is_zero() {
+                // The copy's status update queues this key again.
+                return Ok(Next::After(left));
+            }
+        } else {
+            self.unobserved.remove(key);
+        }
+        self.report(key, &wp, Some(entry)).await
     }
 
     /// Writes this cluster's entry of the WorkloadPlacement status, if it changed. The
