@@ -51,7 +51,19 @@ pub fn router(state: Arc<AppState>) -> axum::Router {
 }
 
 fn json_response(code: u16, body: &impl serde::Serialize) -> Response {
-    let mut resp = Response::new(Body::from(serde_json::to_vec(body).unwrap_or_default()));
+    object_response(code, body, false)
+}
+
+/// One object, without its managedFields when the client asked so (see
+/// [`placement_api::MANAGED_FIELDS_HEADER`]).
+fn object_response(code: u16, object: &impl serde::Serialize, omit_managed_fields: bool) -> Response {
+    let mut body = serde_json::to_vec(object).unwrap_or_default();
+    if omit_managed_fields {
+        if let Some(slim) = std::str::from_utf8(&body).ok().and_then(|text| crate::api::with_metadata(text, None, true)) {
+            body = slim.into_bytes();
+        }
+    }
+    let mut resp = Response::new(Body::from(body));
     *resp.status_mut() = StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     resp.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
     resp
@@ -261,6 +273,10 @@ async fn resource(
     let span = tracing::debug_span!("request", verb, resource = %rt.plural, workspace = %ws, namespace, name = name.unwrap_or_default());
     let _enter = span.enter();
     let table = wants_table(headers);
+    // Flotilla's own controllers ask for objects without managedFields: they never
+    // read them, and decoding them is most of the cost of a response.
+    let omit_managed_fields =
+        headers.get(placement_api::MANAGED_FIELDS_HEADER).is_some_and(|v| v.as_bytes() == placement_api::MANAGED_FIELDS_OMIT.as_bytes());
     let include_object = query.get("includeObject").map(String::as_str) == Some("Object");
     // A syncer's token reaches only what its syncer needs (syncer_scope).
     let syncer = match principal {
@@ -311,9 +327,7 @@ async fn resource(
                 labels: parse_labels(query)?,
                 fields: parse_fields(query)?,
                 table,
-                omit_managed_fields: headers
-                    .get(placement_api::MANAGED_FIELDS_HEADER)
-                    .is_some_and(|v| v.as_bytes() == placement_api::MANAGED_FIELDS_OMIT.as_bytes()),
+                omit_managed_fields,
             };
             if opts.send_initial_events.is_some() && query.get("resourceVersionMatch").map(String::as_str) != Some("NotOlderThan") {
                 return Err(ApiError::invalid(
@@ -363,10 +377,12 @@ async fn resource(
                 let rv = obj.pointer("/metadata/resourceVersion").and_then(Value::as_str).unwrap_or_default().to_string();
                 Ok(json_response(200, &crate::table::table(&scope, &[obj], &rv, None, include_object, true)))
             } else {
-                Ok(json_response(200, &obj))
+                Ok(object_response(200, &obj, omit_managed_fields))
             }
         }
-        ("get", Some("status")) if rt.status => Ok(json_response(200, &state.api.get(&scope, name.unwrap_or_default())?)),
+        ("get", Some("status")) if rt.status => {
+            Ok(object_response(200, &state.api.get(&scope, name.unwrap_or_default())?, omit_managed_fields))
+        }
         ("get", Some("scale")) if rt.scale.is_some() => Ok(json_response(200, &state.api.get_scale(&scope, name.unwrap_or_default())?)),
         ("create", None) => {
             if name.is_some() {
@@ -374,13 +390,13 @@ async fn resource(
             }
             let obj = read_object(headers, body).await?;
             let w = state.api.create(&scope, obj, &write_opts()?).await?;
-            Ok(written(w))
+            Ok(written(w, omit_managed_fields))
         }
         ("update", s @ (None | Some("status"))) => {
             let sub = subresource(&rt, s)?;
             let obj = read_object(headers, body).await?;
             let w = state.api.update(&scope, name.unwrap_or_default(), obj, sub, &write_opts()?).await?;
-            Ok(written(w))
+            Ok(written(w, omit_managed_fields))
         }
         ("update", Some("scale")) if rt.scale.is_some() => {
             let obj = read_object(headers, body).await?;
@@ -404,7 +420,7 @@ async fn resource(
             }
             let sub = subresource(&rt, s)?;
             let w = state.api.patch(&scope, name.unwrap_or_default(), kind, &bytes, sub, &write_opts()?).await?;
-            Ok(written(w))
+            Ok(written(w, omit_managed_fields))
         }
         ("delete", None) => {
             let opts = delete_options(query, body).await?;
@@ -440,8 +456,8 @@ fn subresource(rt: &crate::registry::ResourceType, s: Option<&str>) -> Result<Su
     }
 }
 
-fn written(w: api::Written) -> Response {
-    let mut resp = json_response(if w.created { 201 } else { 200 }, &w.object);
+fn written(w: api::Written, omit_managed_fields: bool) -> Response {
+    let mut resp = object_response(if w.created { 201 } else { 200 }, &w.object, omit_managed_fields);
     for warning in w.warnings {
         // RFC 7234 warn-code 299 ("miscellaneous persistent warning"), as the apiserver sends.
         let v = format!("299 - \"{}\"", warning.replace('"', "\\\""));

@@ -1004,6 +1004,21 @@ async fn workspace_isolates_objects_and_wildcard_lists_across_workspaces() {
     assert!(full.metadata.managed_fields.as_ref().is_some_and(|m| !m.is_empty()), "{:?}", full.metadata);
     assert_eq!(without.metadata.managed_fields, None, "asked to go without: {:?}", without.metadata);
 
+    // So does the object a write or a get answers with; the fields stay stored.
+    let mut slim_team = support::root_config(&srv).await;
+    slim_team.cluster_url = format!("https://127.0.0.1:{}/clusters/team-a", srv.addr.port()).parse().unwrap();
+    slim_team.headers.push((placement_api::MANAGED_FIELDS_HEADER.parse().unwrap(), placement_api::MANAGED_FIELDS_OMIT.parse().unwrap()));
+    let slim_team: Api<ConfigMap> = Api::namespaced(kube::Client::try_from(slim_team).unwrap(), "default");
+    let body = serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "watched"}, "data": {"v": "slim"}});
+    let applied = slim_team.patch("watched", &PatchParams::apply("slim").force(), &Patch::Apply(&body)).await.unwrap();
+    let got = slim_team.get("watched").await.unwrap();
+    for cm in [&applied, &got] {
+        assert_eq!(data_of(cm, "v").as_deref(), Some("slim"));
+        assert_eq!(cm.metadata.managed_fields, None, "asked to go without: {:?}", cm.metadata);
+    }
+    let stored = team_cms.get("watched").await.unwrap().metadata.managed_fields.unwrap_or_default();
+    assert_eq!(stored.iter().filter_map(|m| m.manager.as_deref()).filter(|m| *m == "slim").count(), 1, "{stored:?}");
+
     srv.shutdown().await.unwrap();
 }
 

@@ -22,8 +22,8 @@ pub const DEFAULT_PLACEMENT: &str = "default";
 pub const CLUSTER_ANNOTATION: &str = "kcp.io/cluster";
 /// A request header a client of the control plane (or of a simulated cluster) sets to
 /// [`MANAGED_FIELDS_OMIT`] when it never reads `metadata.managedFields`: the objects
-/// its watches stream then come without them, which saves the client parsing them on
-/// every event. Flotilla's own controllers and syncers send it; Kubernetes has no such
+/// its watches stream, and the object a get or a write answers with, then come without
+/// them, which saves the client parsing them on every event and every write. Flotilla's own controllers and syncers send it; Kubernetes has no such
 /// header and ignores it, and a client that does not send it gets objects exactly as
 /// Kubernetes would send them.
 pub const MANAGED_FIELDS_HEADER: &str = "x-flotilla-managed-fields";
