@@ -113,18 +113,23 @@ pub fn apply(
         Some(v) if v.is_object() => v,
         _ => &empty,
     };
-    let mut owners = read_owners(live.and_then(|v| v.pointer("/metadata/managedFields")));
+    let mut merged = live_obj.clone();
+    // The merged object's list is replaced below: its entries move into the owners.
+    let mut owners = read_owners(merged.pointer_mut("/metadata/managedFields").map(Value::take), true);
     if live.is_some() && owners.is_empty() {
         // Fields that existed before anyone tracked ownership must still be protected.
         let set = walker.object_set(live_obj);
         if !set.is_empty() {
-            owners.push(Owner { entry: new_entry(BEFORE_FIRST_APPLY_MANAGER, OPERATION_UPDATE, api_version, now, subresource), set });
+            owners.push(Owner {
+                entry: new_entry(BEFORE_FIRST_APPLY_MANAGER, OPERATION_UPDATE, api_version, now, subresource),
+                set,
+                stored: None,
+            });
         }
     }
 
     let config = walker.config(applied, live.is_none());
     let applied_set = walker.object_set(&config);
-    let mut merged = live_obj.clone();
     walker.merge(&mut merged, &config, &mut Vec::new());
 
     let changed = walker.changed_root(Some(live_obj), &merged);
@@ -148,11 +153,13 @@ pub fn apply(
             previous.union_with(&owner.set);
         } else {
             // Forced fields move to the applier; removed fields no longer exist to be owned.
-            owner.set = owner.set.difference(&changed).difference(&removed);
+            if owner.set.subtract(&changed) | owner.set.subtract(&removed) {
+                owner.stored = None;
+            }
         }
     }
     owners.retain(|o| !is_self(&o.entry));
-    owners.push(Owner { entry: new_entry(manager, OPERATION_APPLY, api_version, now, subresource), set: applied_set });
+    owners.push(Owner { entry: new_entry(manager, OPERATION_APPLY, api_version, now, subresource), set: applied_set, stored: None });
 
     let mut owned = FieldSet::default();
     for owner in &owners {
@@ -188,21 +195,23 @@ pub fn track_update(
     }
     let subresource = subresource.filter(|s| !s.is_empty());
     let walker = Walker::new(meta, subresource);
-    let new_fields = new.pointer("/metadata/managedFields");
+    // `new`'s list is replaced below: its entries move into the owners.
+    let new_fields = new.pointer_mut("/metadata/managedFields").map(Value::take);
     let old_fields = old.and_then(|o| o.pointer("/metadata/managedFields"));
     // A client may rewrite managedFields; a list that decodes to nothing counts only
     // when it is the explicit reset `[{}]`, so clients unaware of the field cannot
     // wipe it by accident.
-    let reset = matches!(new_fields, Some(Value::Array(a)) if a.len() == 1 && a[0] == json!({}));
+    let reset = matches!(&new_fields, Some(Value::Array(a)) if a.len() == 1 && a[0] == json!({}));
     let mut owners = if reset {
         Vec::new()
+    } else if new_fields.as_ref() == old_fields {
+        // Sent back unchanged (or absent from both): the stored entries, moved.
+        read_owners(new_fields, true)
     } else {
-        let rewritten = match new_fields {
-            Some(list) if new_fields != old_fields => read_owners(Some(list)),
-            _ => Vec::new(),
-        };
+        // A client's own list is decoded and encoded again, never kept as sent.
+        let rewritten = read_owners(new_fields, false);
         if rewritten.is_empty() {
-            read_owners(old_fields)
+            read_owners(old_fields.cloned(), true)
         } else {
             rewritten
         }
@@ -217,23 +226,29 @@ pub fn track_update(
     let is_self = |e: &ManagedFieldsEntry| e.is(manager, OPERATION_UPDATE, subresource);
     let mut own: Option<Owner> = None;
     for owner in owners.iter_mut() {
-        owner.set = owner.set.difference(&removed);
+        if owner.set.subtract(&removed) {
+            owner.stored = None;
+        }
         if is_self(&owner.entry) {
             let taken = std::mem::take(&mut owner.set);
             match own.as_mut() {
-                Some(o) => o.set.union_with(&taken),
-                None => own = Some(Owner { entry: owner.entry.clone(), set: taken }),
+                Some(o) => {
+                    o.set.union_with(&taken);
+                    o.stored = None;
+                }
+                None => own = Some(Owner { entry: owner.entry.clone(), set: taken, stored: owner.stored.take() }),
             }
-        } else {
-            owner.set = owner.set.difference(&changed);
+        } else if owner.set.subtract(&changed) {
+            owner.stored = None;
         }
     }
     owners.retain(|o| !is_self(&o.entry));
     if !changed.is_empty() {
         // Only a write that changed something refreshes the entry's time and version.
-        let mut o = own.unwrap_or_else(|| Owner { entry: ManagedFieldsEntry::default(), set: FieldSet::default() });
+        let mut o = own.unwrap_or_else(|| Owner { entry: ManagedFieldsEntry::default(), set: FieldSet::default(), stored: None });
         o.entry = new_entry(manager, OPERATION_UPDATE, api_version, now, subresource);
         o.set.union_with(&changed);
+        o.stored = None;
         own = Some(o);
     }
     owners.extend(own);
@@ -264,7 +279,10 @@ pub fn conflict_message(conflicts: &[Conflict], api_version: &str) -> String {
 
 /// Decodes the usable entries of an object's `metadata.managedFields`.
 pub fn managed_fields(obj: &Value) -> Vec<ManagedFieldsEntry> {
-    read_owners(obj.pointer("/metadata/managedFields")).into_iter().map(|o| o.entry).collect()
+    read_owners(obj.pointer("/metadata/managedFields").cloned(), false)
+        .into_iter()
+        .map(|o| ManagedFieldsEntry { fields_v1: o.set.to_fields_v1(), ..o.entry })
+        .collect()
 }
 
 /// Go's `%q` for a manager name; JSON string quoting agrees for ordinary names.
@@ -400,6 +418,26 @@ impl FieldSet {
         }
     }
 
+    /// Removes `other`'s members from this set in place; whether anything was removed.
+    /// The same as `*self = self.difference(other)`, walking only `other`'s paths.
+    fn subtract(&mut self, other: &FieldSet) -> bool {
+        let mut hit = self.member && other.member;
+        if hit {
+            self.member = false;
+        }
+        for (pe, o) in &other.children {
+            if let Some(child) = self.children.get_mut(pe) {
+                if child.subtract(o) {
+                    hit = true;
+                    if child.is_empty() {
+                        self.children.remove(pe);
+                    }
+                }
+            }
+        }
+        hit
+    }
+
     fn difference(&self, other: &FieldSet) -> FieldSet {
         let mut out = FieldSet { member: self.member && !other.member, children: BTreeMap::new() };
         for (pe, child) in &self.children {
@@ -481,20 +519,46 @@ impl FieldSet {
 
 /// A managedFields entry with its decoded field set.
 struct Owner {
+    /// The entry, without its fieldsV1 (the set is the truth).
     entry: ManagedFieldsEntry,
     set: FieldSet,
+    /// The entry as it was stored, while neither it nor its set has changed: written
+    /// back as it is, instead of encoding the set again.
+    stored: Option<Value>,
 }
 
 /// Decodes a managedFields list, dropping unusable entries and folding duplicates
-/// of one manager into a single entry.
-fn read_owners(list: Option<&Value>) -> Vec<Owner> {
+/// of one manager into a single entry. The entries of a `stored` list (one this module
+/// wrote, so in canonical form) are kept to be written back as they are.
+fn read_owners(list: Option<Value>, stored: bool) -> Vec<Owner> {
     let Some(Value::Array(items)) = list else {
         return Vec::new();
     };
     let mut owners: Vec<Owner> = Vec::new();
     for item in items {
-        let Ok(mut entry) = serde_json::from_value::<ManagedFieldsEntry>(item.clone()) else {
+        // The entry's head only: its fieldsV1 is decoded into the set below.
+        #[derive(Deserialize)]
+        #[serde(rename_all = "camelCase", default)]
+        #[derive(Default)]
+        struct Head {
+            manager: String,
+            operation: String,
+            api_version: String,
+            time: Option<String>,
+            fields_type: String,
+            subresource: Option<String>,
+        }
+        let Ok(head) = Head::deserialize(&item) else {
             continue;
+        };
+        let mut entry = ManagedFieldsEntry {
+            manager: head.manager,
+            operation: head.operation,
+            api_version: head.api_version,
+            time: head.time,
+            fields_type: head.fields_type,
+            fields_v1: Value::Null,
+            subresource: head.subresource,
         };
         let known_op = entry.operation == OPERATION_APPLY || entry.operation == OPERATION_UPDATE;
         let known_type = entry.fields_type.is_empty() || entry.fields_type == FIELDS_TYPE_V1;
@@ -504,11 +568,15 @@ fn read_owners(list: Option<&Value>) -> Vec<Owner> {
         if entry.subresource.as_deref() == Some("") {
             entry.subresource = None;
         }
-        let set = FieldSet::from_fields_v1(&entry.fields_v1);
+        let fields = item.get("fieldsV1").unwrap_or(&Value::Null);
+        let set = FieldSet::from_fields_v1(fields);
         let same = owners.iter_mut().find(|o| o.entry.is(&entry.manager, &entry.operation, entry.subresource.as_deref()));
         match same {
-            Some(o) => o.set.union_with(&set),
-            None => owners.push(Owner { entry, set }),
+            Some(o) => {
+                o.set.union_with(&set);
+                o.stored = None;
+            }
+            None => owners.push(Owner { entry, set, stored: stored.then_some(item) }),
         }
     }
     owners
@@ -517,17 +585,8 @@ fn read_owners(list: Option<&Value>) -> Vec<Owner> {
 /// Writes the non-empty sets back as `metadata.managedFields`, in Kubernetes'
 /// order (operation, time, manager, apiVersion, subresource).
 fn store_owners(obj: &mut Value, owners: Vec<Owner>) {
-    let mut entries: Vec<ManagedFieldsEntry> = owners
-        .into_iter()
-        .filter(|o| !o.set.is_empty())
-        .map(|o| {
-            let mut e = o.entry;
-            e.fields_type = FIELDS_TYPE_V1.to_string();
-            e.fields_v1 = o.set.to_fields_v1();
-            e
-        })
-        .collect();
-    entries.sort_by(|a, b| {
+    let mut entries: Vec<Owner> = owners.into_iter().filter(|o| !o.set.is_empty()).collect();
+    entries.sort_by(|Owner { entry: a, .. }, Owner { entry: b, .. }| {
         (&a.operation, &a.time, &a.manager, &a.api_version, &a.subresource).cmp(&(
             &b.operation,
             &b.time,
@@ -536,7 +595,16 @@ fn store_owners(obj: &mut Value, owners: Vec<Owner>) {
             &b.subresource,
         ))
     });
-    let list: Vec<Value> = entries.iter().filter_map(|e| serde_json::to_value(e).ok()).collect();
+    let list: Vec<Value> = entries
+        .into_iter()
+        .filter_map(|o| match o.stored {
+            Some(v) => Some(v),
+            None => {
+                let e = ManagedFieldsEntry { fields_type: FIELDS_TYPE_V1.to_string(), fields_v1: o.set.to_fields_v1(), ..o.entry };
+                serde_json::to_value(e).ok()
+            }
+        })
+        .collect();
     let Some(root) = obj.as_object_mut() else {
         return;
     };
@@ -1066,8 +1134,14 @@ mod tests {
                     let (mut old, mut new) = (base.clone(), base.clone());
                     a(&mut old);
                     b(&mut new);
-                    let oracle = walker.object_set(&old).difference(&walker.object_set(&new));
+                    let (old_set, new_set) = (walker.object_set(&old), walker.object_set(&new));
+                    let oracle = old_set.difference(&new_set);
                     assert_eq!(walker.removed_root(&old, &new), oracle, "edit {i} to edit {j}, subresource {sub:?}");
+                    // In place, and saying whether it took anything (which decides
+                    // whether a stored managedFields entry may be written back as it is).
+                    let mut rest = old_set.clone();
+                    let hit = rest.subtract(&new_set);
+                    assert_eq!((&rest, hit), (&oracle, oracle != old_set), "subtract, edit {i} from edit {j}, subresource {sub:?}");
                 }
             }
         }
