@@ -29,12 +29,6 @@ use super::{Doc, Entry, Event, EventType, Revision, Store, StoreError, WatchStre
 /// share one fsync, small enough that one huge burst doesn't delay its first writer.
 const MAX_BATCH: usize = 512;
 
-/// How many of the latest written documents keep their parsed tree alive. The next
-/// write to a busy object (a status update after a spec change, a controller's next
-/// step) then reads the tree its last write left instead of parsing the text again.
-/// Bounded by count: a few thousand trees of ordinary objects are tens of MiB.
-const RECENT_PARSES: usize = 2048;
-
 /// What the index keeps per key: the revision and the serialized document.
 #[derive(Debug, Clone)]
 struct Stored {
@@ -103,7 +97,7 @@ impl SqliteStore {
         let rev = Arc::new(AtomicU64::new(max_rev));
         let window = Window::new(max_rev, limits);
         let (tx, rx) = mpsc::channel();
-        let writer = Writer { conn, index: index.clone(), rev: rev.clone(), window: window.clone(), recent: Default::default() };
+        let writer = Writer { conn, index: index.clone(), rev: rev.clone(), window: window.clone() };
         std::thread::Builder::new()
             .name("store-writer".into())
             .spawn(move || writer.run(rx))
@@ -219,8 +213,6 @@ struct Writer {
     index: Arc<RwLock<Index>>,
     rev: Arc<AtomicU64>,
     window: Arc<Window>,
-    /// The parsed trees of the latest writes, oldest first ([`RECENT_PARSES`]).
-    recent: std::collections::VecDeque<Arc<Value>>,
 }
 
 /// The outcome of one request inside a batch, before the batch commits.
@@ -312,17 +304,8 @@ impl Writer {
             self.window.publish(events);
         }
         for s in staged {
-            if let Ok((entry, event)) = &s.result {
-                if event.kind != EventType::Deleted {
-                    self.recent.push_back(entry.value.clone());
-                }
-            }
             let _ = s.reply.send(s.result.map(|(entry, _)| entry));
         }
-        // Dropped here, after the replies: the oldest trees are freed off the
-        // writers' path.
-        let over = self.recent.len().saturating_sub(RECENT_PARSES);
-        self.recent.drain(..over);
     }
 }
 
@@ -395,24 +378,6 @@ mod tests {
         assert!(s.get("k/b").is_none());
         let c = s.write(WriteOp::Create { key: "k/c".into(), value: obj("c") }).await.unwrap();
         assert_eq!(c.rev, 4);
-    }
-
-    #[tokio::test]
-    async fn the_latest_writes_keep_their_parsed_tree_for_readers_and_older_ones_let_it_go() {
-        let dir = tempfile::tempdir().unwrap();
-        let s = SqliteStore::open(&dir.path().join("s.db")).unwrap();
-        let first = s.write(WriteOp::Create { key: "k/first".into(), value: obj("first") }).await.unwrap();
-        let tree = Arc::downgrade(&first.value);
-        drop(first);
-        let read = s.get("k/first").unwrap().value;
-        assert!(tree.upgrade().is_some_and(|t| Arc::ptr_eq(&t, &read)), "a reader gets the written tree, not a new parse");
-        drop(read);
-        let more = (0..RECENT_PARSES).map(|i| s.write(WriteOp::Create { key: format!("k/{i}"), value: obj(&i.to_string()) }));
-        for w in futures::future::join_all(more).await {
-            w.unwrap();
-        }
-        assert!(tree.upgrade().is_none(), "{RECENT_PARSES} newer writes let the first tree go");
-        assert_eq!(s.get("k/first").unwrap().value["metadata"]["name"], "first", "and a reader parses the text again");
     }
 
     #[tokio::test]
