@@ -977,10 +977,16 @@ async fn workspace_isolates_objects_and_wildcard_lists_across_workspaces() {
 
     // A wildcard watch event says where the object lives too, and carries managedFields
     // unless the client asked to go without them (Flotilla's controllers do).
-    let mut slim_cfg = support::root_config(&srv).await;
-    slim_cfg.cluster_url = format!("https://127.0.0.1:{}/clusters/*", srv.addr.port()).parse().unwrap();
-    slim_cfg.headers.push((placement_api::MANAGED_FIELDS_HEADER.parse().unwrap(), placement_api::MANAGED_FIELDS_OMIT.parse().unwrap()));
-    let slim: Api<ConfigMap> = Api::all(kube::Client::try_from(slim_cfg).unwrap());
+    let slim_client = |workspace: &'static str| {
+        let srv = &srv;
+        async move {
+            let mut cfg = support::root_config(srv).await;
+            cfg.cluster_url = format!("https://127.0.0.1:{}/clusters/{workspace}", srv.addr.port()).parse().unwrap();
+            cfg.headers.push((placement_api::MANAGED_FIELDS_HEADER.parse().unwrap(), placement_api::MANAGED_FIELDS_OMIT.parse().unwrap()));
+            kube::Client::try_from(cfg).unwrap()
+        }
+    };
+    let slim: Api<ConfigMap> = Api::all(slim_client("*").await);
     let rv = all.list(&ListParams::default()).await.unwrap().metadata.resource_version.unwrap();
     let first_event = |api: Api<ConfigMap>| {
         let rv = rv.clone();
@@ -1005,10 +1011,7 @@ async fn workspace_isolates_objects_and_wildcard_lists_across_workspaces() {
     assert_eq!(without.metadata.managed_fields, None, "asked to go without: {:?}", without.metadata);
 
     // So does the object a write or a get answers with; the fields stay stored.
-    let mut slim_team = support::root_config(&srv).await;
-    slim_team.cluster_url = format!("https://127.0.0.1:{}/clusters/team-a", srv.addr.port()).parse().unwrap();
-    slim_team.headers.push((placement_api::MANAGED_FIELDS_HEADER.parse().unwrap(), placement_api::MANAGED_FIELDS_OMIT.parse().unwrap()));
-    let slim_team: Api<ConfigMap> = Api::namespaced(kube::Client::try_from(slim_team).unwrap(), "default");
+    let slim_team: Api<ConfigMap> = Api::namespaced(slim_client("team-a").await, "default");
     let body = serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "watched"}, "data": {"v": "slim"}});
     let applied = slim_team.patch("watched", &PatchParams::apply("slim").force(), &Patch::Apply(&body)).await.unwrap();
     let got = slim_team.get("watched").await.unwrap();

@@ -56,8 +56,9 @@ pub struct ManagedFieldsEntry {
     pub time: Option<String>,
     /// Always `"FieldsV1"`.
     pub fields_type: String,
-    /// The owned field set in fieldsV1 form.
-    #[serde(rename = "fieldsV1")]
+    /// The owned field set in fieldsV1 form. Only written: a stored entry's fieldsV1
+    /// is decoded straight into its field set (see `read_owners`).
+    #[serde(rename = "fieldsV1", skip_deserializing)]
     pub fields_v1: Value,
     /// Subresource the change was made through (`"status"`), absent for the main resource.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -536,29 +537,9 @@ fn read_owners(list: Option<Value>, stored: bool) -> Vec<Owner> {
     };
     let mut owners: Vec<Owner> = Vec::new();
     for item in items {
-        // The entry's head only: its fieldsV1 is decoded into the set below.
-        #[derive(Deserialize)]
-        #[serde(rename_all = "camelCase", default)]
-        #[derive(Default)]
-        struct Head {
-            manager: String,
-            operation: String,
-            api_version: String,
-            time: Option<String>,
-            fields_type: String,
-            subresource: Option<String>,
-        }
-        let Ok(head) = Head::deserialize(&item) else {
+        // Without its fieldsV1, which is decoded into the set below.
+        let Ok(mut entry) = ManagedFieldsEntry::deserialize(&item) else {
             continue;
-        };
-        let mut entry = ManagedFieldsEntry {
-            manager: head.manager,
-            operation: head.operation,
-            api_version: head.api_version,
-            time: head.time,
-            fields_type: head.fields_type,
-            fields_v1: Value::Null,
-            subresource: head.subresource,
         };
         let known_op = entry.operation == OPERATION_APPLY || entry.operation == OPERATION_UPDATE;
         let known_type = entry.fields_type.is_empty() || entry.fields_type == FIELDS_TYPE_V1;
