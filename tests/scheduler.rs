@@ -203,8 +203,18 @@ fn fail_over(fault: Fault) {
         .unwrap_or_else(|| panic!("east's heartbeat age is exported:\n{metrics}"));
     assert!(age > 4.0, "east's last heartbeat is older than the grace: {age}");
     assert!(metric("flotilla_scheduler_decision_duration_seconds_count").is_some_and(|l| !l.ends_with(" 0")), "{metrics}");
+    // The lost cluster's syncer writes nothing while its cluster does not answer: its
+    // entry stays (the copy may still run there), and counts in no status. A frozen
+    // cluster's probe takes up to two intervals to give up, about as long as the
+    // grace in this test, so its syncer may have removed the entry before it knew.
+    let entries = r#"jsonpath={.status.clusters[*].name}"#;
+    if matches!(fault, Fault::Kill) {
+        assert_eq!(f.k(&["--context", "demo", "-n", "default", "get", "wp", "web", "-o", entries]), "east west");
+        assert_eq!(f.k(&["--context", "demo", "-n", "default", "get", "wp", "web", "-o", "jsonpath={.status.summary}"]), "west=2/2");
+    }
 
-    // The cluster comes back: its stale copy goes, and the workload stays on west.
+    // The cluster comes back: its stale copy and its entry go, and the workload stays
+    // on west.
     match fault {
         Fault::Kill => east.launch(),
         Fault::Freeze => east.signal("CONT"),
@@ -212,6 +222,12 @@ fn fail_over(fault: Fault) {
     let ready = r#"jsonpath={.status.conditions[?(@.type=="Ready")].status}"#;
     wait_until("east Ready again", DEADLINE, || f.k(&["get", "st", "east", "-o", ready]), |r| r == "True");
     wait_until("east's stale copy removed", DEADLINE, || copy_replicas(&east, "web"), str::is_empty);
+    wait_until(
+        "east's status entry removed",
+        DEADLINE,
+        || f.k(&["--context", "demo", "-n", "default", "get", "wp", "web", "-o", entries]),
+        |e| e == "west",
+    );
     assert_eq!(assignment(&f, "web"), "west=2");
 }
 

@@ -13,8 +13,11 @@
 //! syncer asks the cluster for its version. If that fails, no heartbeat is written,
 //! so the health controller sees the cluster go quiet after the grace period even when
 //! the syncer runs inside the control plane (push mode), and the SyncTarget's
-//! `ClusterReachable` condition says why.
+//! `ClusterReachable` condition says why. The probe's result is shared with the syncer
+//! ([`Reachability`]), which leaves what it would delete on a cluster that does not
+//! answer until the cluster answers again.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures::{FutureExt, StreamExt};
@@ -25,17 +28,62 @@ use kube::runtime::{reflector, watcher, WatchStreamExt};
 use kube::Client;
 use placement_api::{SyncTarget, CONDITION_CLUSTER_REACHABLE};
 use serde_json::json;
+use tokio::sync::watch;
 use tracing::Instrument;
 
 use crate::capacity;
+
+/// Whether the cluster answered the heartbeat's last probe, shared by the heartbeat that
+/// probes and the syncer that acts on it. Until the first probe the cluster counts as
+/// reachable.
+#[derive(Clone)]
+pub struct Reachability(Arc<watch::Sender<Option<String>>>);
+
+impl Default for Reachability {
+    fn default() -> Self {
+        Reachability(Arc::new(watch::channel(None).0))
+    }
+}
+
+impl Reachability {
+    /// Why the cluster did not answer the last probe; `None` when it did.
+    pub fn unreachable(&self) -> Option<String> {
+        self.0.borrow().clone()
+    }
+
+    /// Records a probe's result. Waiters wake only when the answer turns around, not
+    /// when only the reason a cluster is unreachable changes.
+    pub fn record(&self, probe: &Result<(), String>) {
+        self.0.send_if_modified(|last| {
+            let turned = last.is_some() != probe.is_err();
+            *last = probe.clone().err();
+            turned
+        });
+    }
+
+    /// Waits until the cluster stops answering, then until it answers again.
+    pub async fn comes_back(&self) {
+        let mut rx = self.0.subscribe();
+        let _ = rx.wait_for(Option::is_some).await;
+        let _ = rx.wait_for(Option::is_none).await;
+    }
+}
 
 /// Intervals one beat may take, the cluster probe and the write together. At the
 /// defaults (2 s, grace 8 s) a beat that lands at all lands within the grace.
 const BEAT_BUDGET: u32 = 3;
 
 /// Beats every `interval` until the task is dropped. `root` is a client of the control
-/// plane's `root` workspace; `workloads` says how many workloads are assigned now.
-pub async fn run(sync_target: String, interval: Duration, root: Client, downstream: Client, workloads: impl Fn() -> usize) {
+/// plane's `root` workspace; `workloads` says how many workloads are assigned now;
+/// each probe's result goes to `reach`.
+pub async fn run(
+    sync_target: String,
+    interval: Duration,
+    root: Client,
+    downstream: Client,
+    reach: Reachability,
+    workloads: impl Fn() -> usize,
+) {
     let span = tracing::info_span!("heartbeat", sync_target = %sync_target);
     async move {
         let (nodes, nodes_w) = reflector::store::<Node>();
@@ -81,6 +129,7 @@ pub async fn run(sync_target: String, interval: Duration, root: Client, downstre
                 Ok(Err(e)) => Err(e.to_string()),
                 Err(_) => Err(format!("no answer within {probe_within:?}")),
             };
+            reach.record(&reached);
             let now = crate::sync::now();
             let mut status = serde_json::Map::new();
             let mut patch = json!({});
@@ -190,5 +239,23 @@ mod tests {
         );
         st.status.as_mut().unwrap().conditions = down;
         assert_eq!(reachable_condition(&st, &Err("timeout".into()), &now), None, "a new message alone is not worth a write");
+    }
+
+    #[tokio::test]
+    async fn reachability_wakes_its_waiter_when_the_cluster_comes_back_not_when_the_reason_changes() {
+        let reach = Reachability::default();
+        assert_eq!(reach.unreachable(), None, "a cluster not probed yet counts as reachable");
+        let waiter = tokio::spawn({
+            let reach = reach.clone();
+            async move { reach.comes_back().await }
+        });
+        reach.record(&Err("connection refused".into()));
+        reach.record(&Err("no answer within 4s".into()));
+        assert_eq!(reach.unreachable().as_deref(), Some("no answer within 4s"));
+        tokio::task::yield_now().await;
+        assert!(!waiter.is_finished(), "woken while the cluster still does not answer");
+        reach.record(&Ok(()));
+        tokio::time::timeout(std::time::Duration::from_secs(5), waiter).await.expect("woken when it answers").unwrap();
+        assert_eq!(reach.unreachable(), None);
     }
 }

@@ -62,10 +62,11 @@ pub async fn run_with_heartbeat(settings: sync::Settings, heartbeat_interval: Du
     let syncer = Arc::new(tokio::sync::OnceCell::new());
     let name = settings.sync_target.clone();
     let counting = syncer.clone();
-    let beat = AbortOnDrop(tokio::spawn(heartbeat::run(name, heartbeat_interval, root, downstream.clone(), move || {
+    let reach = heartbeat::Reachability::default();
+    let beat = AbortOnDrop(tokio::spawn(heartbeat::run(name, heartbeat_interval, root, downstream.clone(), reach.clone(), move || {
         counting.get().map_or(0, |s: &Arc<sync::Syncer>| s.assigned())
     })));
-    sync::Syncer::run(settings, base, downstream, move |s| {
+    sync::Syncer::run(settings, base, downstream, reach, move |s| {
         let _ = syncer.set(s);
     })
     .await;

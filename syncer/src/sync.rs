@@ -14,8 +14,16 @@
 //!   cluster has observed the copy's generation (or after [`OBSERVE_GRACE`]);
 //! - a Deployment being deleted upstream: delete the copy, then release the finalizer;
 //! - no longer assigned, or a copy with no upstream object (left behind while this
-//!   cluster was away): release the finalizer if it is still there, then delete the
-//!   copy, and the Flotilla namespace once nothing of ours is left in it.
+//!   cluster was away): release the finalizer if it is still there, then remove this
+//!   cluster's entry from the WorkloadPlacement status, then delete the copy, and the
+//!   Flotilla namespace once nothing of ours is left in it.
+//!
+//! While the cluster does not answer the heartbeat's probe, the entry and the copy of
+//! an unassigned workload stay: the copy may still run there, as the pods of an
+//! unreachable node stay listed until it is back, and the entry counts in no status
+//! once the cluster is not assigned. Such keys wait, at no cost, until the probe
+//! reaches the cluster again, and are then cleaned up at once. In a failover this
+//! leaves the lost cluster's syncer nothing to write.
 //!
 //! Nothing is deleted before both sides have been listed completely, so a cluster that
 //! comes back first learns what is assigned to it now and only then removes what is not
@@ -43,6 +51,7 @@ use tracing::Instrument;
 
 use crate::cache::{self, Cache};
 use crate::error::{downstream, is_already_exists, is_conflict, is_forbidden, is_not_found, upstream, Error};
+use crate::heartbeat::Reachability;
 use crate::key::{Key, Kind};
 use crate::naming::NamespaceLocator;
 use crate::queue::{self, Next};
@@ -111,6 +120,10 @@ pub struct Syncer {
     /// Copies written whose generation the cluster has not observed yet, and since when
     /// (see [`OBSERVE_GRACE`]).
     unobserved: dashmap::DashMap<Key, std::time::Instant>,
+    /// Whether the cluster answers; see [`Syncer::wait_for_cluster`].
+    reach: Reachability,
+    /// Keys whose cleanup waits for the cluster to answer again.
+    parked: dashmap::DashSet<Key>,
 }
 
 pub(crate) fn now() -> Time {
@@ -128,8 +141,9 @@ fn deleting(o: &Value) -> bool {
 impl Syncer {
     /// Runs the syncer until the task is dropped. `upstream` is a client of the control
     /// plane with no workspace path (see [`clients::base_config`]).
-    /// `started` gets the syncer once its watches are set up.
-    pub async fn run(settings: Settings, upstream: Client, downstream: Client, started: impl FnOnce(Arc<Syncer>)) {
+    /// `started` gets the syncer once its watches are set up. `reach` says whether the
+    /// cluster answers (the heartbeat's probe).
+    pub async fn run(settings: Settings, upstream: Client, downstream: Client, reach: Reachability, started: impl FnOnce(Arc<Syncer>)) {
         let span = tracing::info_span!("syncer", sync_target = %settings.sync_target);
         async move {
             let (tx, rx) = mpsc::unbounded_channel();
@@ -199,8 +213,26 @@ impl Syncer {
                 secrets,
                 placements,
                 unobserved: Default::default(),
+                reach,
+                parked: Default::default(),
             });
             started(syncer.clone());
+            // Keys parked while the cluster did not answer go back to the queue when it does.
+            let unpark = {
+                let s = syncer.clone();
+                let tx = tx.clone();
+                crate::AbortOnDrop(tokio::spawn(async move {
+                    loop {
+                        s.reach.comes_back().await;
+                        let keys: Vec<Key> = s.parked.iter().map(|k| k.clone()).collect();
+                        tracing::info!(objects = keys.len(), "the cluster answers again; cleaning up what waited for it");
+                        for k in keys {
+                            s.parked.remove(&k);
+                            let _ = tx.send(k);
+                        }
+                    }
+                }))
+            };
             let resync = {
                 let s = syncer.clone();
                 let tx = tx.clone();
@@ -232,6 +264,7 @@ impl Syncer {
             })
             .await;
             drop(resync);
+            drop(unpark);
         }
         .instrument(span)
         .await
@@ -318,6 +351,9 @@ impl Syncer {
             }
             _ if !self.synced() => Ok(Next::After(WAIT_FOR_PEER)),
             _ => {
+                if let Some(next) = self.wait_for_cluster(key) {
+                    return Ok(next);
+                }
                 self.delete_copy(key, copy.is_some()).await?;
                 Ok(Next::Done)
             }
@@ -481,6 +517,13 @@ impl Syncer {
                 Err(e) if is_forbidden(&e) => {}
                 Err(e) => return Err(upstream(format!("reading {key}"))(e)),
             }
+        }
+        // The finalizer never waits for the cluster: it only holds a deletion for the
+        // clusters a workload is assigned to.
+        if let Some(next) = self.wait_for_cluster(key) {
+            return Ok(next);
+        }
+        if has_copy {
             if let Ok(Some(wp)) = self.upstream_api::<WorkloadPlacement>(key).get_opt(&key.name).await {
                 // Likewise for the entry: a removal that lost a race is tried again.
                 if let next @ Next::After(_) = self.report(key, &wp, None).await? {
@@ -490,6 +533,21 @@ impl Syncer {
         }
         self.delete_copy(key, has_copy).await?;
         Ok(Next::Done)
+    }
+
+    /// `Some` when the cluster does not answer the heartbeat's probe: `key` is parked
+    /// until it does (see the module's documentation), and nothing is written for it.
+    fn wait_for_cluster(&self, key: &Key) -> Option<Next> {
+        let why = self.reach.unreachable()?;
+        self.parked.insert(key.clone());
+        // The cluster may have come back since the look above, after the keys parked
+        // before this one were handed back.
+        if self.reach.unreachable().is_none() {
+            self.parked.remove(key);
+            return Some(Next::After(Duration::ZERO));
+        }
+        tracing::debug!(reason = %why, "the cluster does not answer; its cleanup waits until it does");
+        Some(Next::Done)
     }
 
     fn assigned_here(&self, d: &Deployment) -> bool {
