@@ -10,8 +10,9 @@
 //!   free room (the caller subtracts what it assumed but the heartbeat does not show);
 //! - the clusters a workload runs on stay chosen while they remain candidates (sticky),
 //!   and new ones are picked by the most room for this workload, then by name;
-//! - Divide splits the replicas in proportion to the replicas each chosen cluster can
-//!   fit, remainders to the roomiest; Duplicate runs all replicas on each;
+//! - Divide gives each chosen cluster one replica, then splits the rest in proportion
+//!   to the replicas each can still fit, remainders to the roomiest; Duplicate runs all
+//!   replicas on each;
 //! - when nothing fits, the answer says how many clusters were turned away, and why,
 //!   the way kube-scheduler does (`0/3 clusters fit: 2 Insufficient cpu, 1 NotReady`).
 //!
@@ -307,11 +308,14 @@ fn evaluate<'a>(
 
 /// The Divide shares over `chosen`: the current ones when the clusters and the total
 /// are unchanged and every share still fits, so that nothing moves without a reason;
-/// otherwise a fresh split in proportion to each cluster's room.
+/// otherwise a fresh split (see [`divide`]). An empty share, which an older split in
+/// proportion alone could give, is not kept while there are replicas enough to fill it.
 fn keep_or_divide(replicas: u32, chosen: &[&Eligible<'_>], current: &[Share]) -> Vec<Share> {
+    let enough = replicas as usize >= chosen.len();
     let unchanged = chosen.len() == current.len()
         && current.iter().map(|s| u64::from(s.replicas)).sum::<u64>() == u64::from(replicas)
-        && current.iter().all(|s| chosen.iter().any(|e| e.name == s.cluster && u64::from(s.replicas) <= e.room));
+        && current.iter().all(|s| chosen.iter().any(|e| e.name == s.cluster && u64::from(s.replicas) <= e.room))
+        && !(enough && current.iter().any(|s| s.replicas == 0));
     if unchanged {
         return current.to_vec();
     }
@@ -319,23 +323,31 @@ fn keep_or_divide(replicas: u32, chosen: &[&Eligible<'_>], current: &[Share]) ->
     divide(replicas, &rooms).into_iter().zip(chosen).map(|(n, e)| Share::new(e.name, n)).collect()
 }
 
-/// Splits `total` in proportion to `rooms`, never giving a slot more than its room;
-/// the remainder goes one by one to the slots with the most room (earlier slots win
-/// ties). The rooms must hold `total` together.
+/// Splits `total` over slots with room for `rooms` replicas: first one replica to
+/// each slot, roomiest first, as far as `total` goes, so that every cluster a Placement
+/// spreads a workload over runs part of it; then the rest in proportion to the room
+/// left, never giving a slot more than its room; the remainder one by one to the
+/// roomiest slots. Earlier slots win ties. The rooms must hold `total` together.
 pub fn divide(total: u32, rooms: &[u64]) -> Vec<u32> {
-    let sum: u128 = rooms.iter().map(|r| u128::from(*r)).sum();
-    if total == 0 || sum == 0 {
-        return vec![0; rooms.len()];
-    }
-    let mut shares: Vec<u32> = rooms
-        .iter()
-        .map(|r| {
-            let proportional = u128::from(total) * u128::from(*r) / sum;
-            u32::try_from(proportional.min(u128::from(*r))).unwrap_or(u32::MAX)
-        })
-        .collect();
     let mut order: Vec<usize> = (0..rooms.len()).collect();
     order.sort_by(|a, b| rooms[*b].cmp(&rooms[*a]).then(a.cmp(b)));
+    let mut shares = vec![0u32; rooms.len()];
+    let mut rest = total;
+    for &i in &order {
+        if rest > 0 && rooms[i] > 0 {
+            shares[i] = 1;
+            rest -= 1;
+        }
+    }
+    let left: Vec<u64> = rooms.iter().zip(&shares).map(|(r, s)| r - u64::from(*s)).collect();
+    let sum: u128 = left.iter().map(|r| u128::from(*r)).sum();
+    if rest == 0 || sum == 0 {
+        return shares;
+    }
+    for (share, room) in shares.iter_mut().zip(&left) {
+        let proportional = u128::from(rest) * u128::from(*room) / sum;
+        *share += u32::try_from(proportional.min(u128::from(*room))).unwrap_or(u32::MAX);
+    }
     let mut rest = total - shares.iter().sum::<u32>();
     while rest > 0 {
         let mut gave = false;

@@ -57,7 +57,11 @@ fn divide_splits_in_proportion_to_room_with_remainders_to_the_roomiest() {
     assert_eq!(run(&fleet, workload(5), divide_on(2), &[]), Ok(shares(&[("big", 4), ("small", 1)])));
     assert_eq!(divide(5, &[10, 10, 10]), vec![2, 2, 1]);
     assert_eq!(divide(0, &[3, 3]), vec![0, 0]);
-    assert_eq!(divide(3, &[1, 100]), vec![0, 3]);
+    // Every chosen cluster runs a replica, however small its room beside the others'.
+    assert_eq!(divide(3, &[1, 100]), vec![1, 2]);
+    assert_eq!(divide(12, &[4, 128]), vec![1, 11]);
+    // Fewer replicas than clusters: one each to the roomiest.
+    assert_eq!(divide(2, &[5, 9, 7]), vec![0, 1, 1]);
     // A share never exceeds its room, even when the proportion rounds up past it.
     assert_eq!(divide(4, &[1, 1, 2]), vec![1, 1, 2]);
 }
@@ -164,8 +168,20 @@ fn scaling_redivides_without_moving_clusters_that_still_fit() {
     // Scale 4 → 8: a and b each hold 4 (their 2 plus room for 2 more), so nothing moves.
     assert_eq!(run(&fleet, workload(8), divide_on(2), &current), Ok(shares(&[("a", 4), ("b", 4)])));
     // Scale to 12: a and b hold 8 together, so the roomiest two (c, then a by name)
-    // take it, in proportion to their room: c holds 128, a 4.
-    assert_eq!(run(&fleet, workload(12), divide_on(2), &current), Ok(shares(&[("a", 0), ("c", 12)])));
+    // take it: one each, and the rest in proportion to the room left (c 127, a 3).
+    assert_eq!(run(&fleet, workload(12), divide_on(2), &current), Ok(shares(&[("a", 1), ("c", 11)])));
+}
+
+#[test]
+fn an_empty_share_is_filled_once_there_are_replicas_for_it() {
+    let fleet = [cluster("a", 1, 64), cluster("b", 64, 256)];
+    // An older split in proportion alone left a with nothing.
+    let empty = shares(&[("a", 0), ("b", 3)]);
+    assert_eq!(run(&fleet, workload(3), divide_on(2), &empty), Ok(shares(&[("a", 1), ("b", 2)])));
+    // One replica over two clusters: the roomiest runs it, and the split is kept.
+    let one = run(&fleet, workload(1), divide_on(2), &[]).unwrap();
+    assert_eq!(one, shares(&[("a", 0), ("b", 1)]));
+    assert_eq!(run(&fleet, workload(1), divide_on(2), &one), Ok(one));
 }
 
 #[test]
