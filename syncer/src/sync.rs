@@ -74,6 +74,14 @@ const WAIT_FOR_PEER: Duration = Duration::from_secs(1);
 /// then reports both the sync and what the cluster made of it; until then the status
 /// aggregator already says the generation is not yet observed there.
 const OBSERVE_GRACE: Duration = Duration::from_secs(5);
+/// How long a changed entry of a copy that is still rolling out waits before it is
+/// written. The cluster's Deployment controller updates the copy's status at each step
+/// (replicas created, ready, available), often a few times a second; holding the
+/// report this long sends those steps up as one write, and so one status update of the
+/// aggregator after it. A finished copy is reported at once, so what a rollout ends on,
+/// and so `kubectl rollout status` finishing, is never held; only the progress lines
+/// before it may lag by up to this much.
+const PROGRESS_HOLD: Duration = Duration::from_secs(1);
 /// The reason of the `Synced` condition in a cluster's entry when the cluster refuses
 /// or cannot be reached.
 pub const REASON_DOWNSTREAM_ERROR: &str = "DownstreamError";
@@ -117,9 +125,8 @@ pub struct Syncer {
     config_maps: Side<ConfigMap>,
     secrets: Side<Secret>,
     placements: Arc<Cache<WorkloadPlacement>>,
-    /// Copies written whose generation the cluster has not observed yet, and since when
-    /// (see [`OBSERVE_GRACE`]).
-    unobserved: dashmap::DashMap<Key, std::time::Instant>,
+    /// Changed entries held back (see [`Syncer::hold`]), and since when.
+    held: dashmap::DashMap<Key, std::time::Instant>,
     /// Whether the cluster answers; see [`Syncer::wait_for_cluster`].
     reach: Reachability,
     /// Keys whose cleanup waits for the cluster to answer again.
@@ -212,7 +219,7 @@ impl Syncer {
                 config_maps,
                 secrets,
                 placements,
-                unobserved: Default::default(),
+                held: Default::default(),
                 reach,
                 parked: Default::default(),
             });
@@ -323,7 +330,7 @@ impl Syncer {
         let copy = self.deployments.copies.get(key);
         let upstream = self.deployments.upstream.get(key);
         if upstream.as_ref().is_none_or(|d| d.metadata.deletion_timestamp.is_some()) {
-            self.unobserved.remove(key);
+            self.held.remove(key);
         }
         match upstream {
             Some(d) if d.metadata.deletion_timestamp.is_none() => match self.push(key, &d, copy.as_deref()).await {
@@ -410,17 +417,32 @@ impl Syncer {
             }
         };
         let entry = status::cluster_entry(target, &current, now());
-        if !entry.observed {
-            let since = *self.unobserved.entry(key.clone()).or_insert_with(std::time::Instant::now);
-            let left = OBSERVE_GRACE.saturating_sub(since.elapsed());
-            if !left.is_zero() {
-                // The copy's status update queues this key again.
-                return Ok(Next::After(left));
-            }
-        } else {
-            self.unobserved.remove(key);
+        if let Some(left) = self.hold(key, &wp, &entry, share) {
+            // The copy's next status update queues this key again, earlier.
+            return Ok(Next::After(left));
         }
         self.report(key, &wp, Some(entry)).await
+    }
+
+    /// How much longer the changed `entry` of `key` waits before it is written: up to
+    /// [`OBSERVE_GRACE`] while the cluster has not observed the copy, then up to
+    /// [`PROGRESS_HOLD`] from the first change held while the copy rolls out. `None`
+    /// when it is to be written now, or has nothing new to say.
+    fn hold(&self, key: &Key, wp: &WorkloadPlacement, entry: &ClusterSyncStatus, share: i32) -> Option<Duration> {
+        let target = &self.settings.sync_target;
+        let current = wp.status.as_ref().and_then(|s| s.clusters.iter().find(|c| &c.name == target));
+        if status::finished(entry, share) || current.is_some_and(|c| status::same_report(c, entry)) {
+            self.held.remove(key);
+            return None;
+        }
+        let limit = if entry.observed { PROGRESS_HOLD } else { OBSERVE_GRACE };
+        let since = *self.held.entry(key.clone()).or_insert_with(std::time::Instant::now);
+        let left = limit.saturating_sub(since.elapsed());
+        if left.is_zero() {
+            self.held.remove(key);
+            return None;
+        }
+        Some(left)
     }
 
     /// Writes this cluster's entry of the WorkloadPlacement status, if it changed. The
