@@ -74,8 +74,13 @@ impl Default for Options {
     }
 }
 
-/// How often cluster health is re-evaluated against the clock.
+/// How often cluster health is re-evaluated against the clock (the metrics, `evictAfter`,
+/// condition writes). A heartbeat's grace running out is looked at the moment it does,
+/// not at the next tick ([`health::Book::next_expiry`]).
 const HEALTH_TICK: Duration = Duration::from_millis(250);
+/// How long after a grace period ends the health loop looks: `Book` counts a heartbeat
+/// exactly as old as the grace as within it.
+const PAST_GRACE: Duration = Duration::from_millis(1);
 
 /// The field manager under which the scheduler server-side applies the `Scheduled`
 /// condition of a WorkloadPlacement. Its other writes (the assignment, the labels) are
@@ -411,7 +416,11 @@ impl Scheduler {
         let written: DashMap<String, Option<String>> = DashMap::new();
         let api: Api<SyncTarget> = Api::all(clients::workspace(&self.base, ROOT_WORKSPACE));
         loop {
-            tick.tick().await;
+            let expiry = self.book.next_expiry().map(|at| at + PAST_GRACE);
+            tokio::select! {
+                _ = tick.tick() => {}
+                _ = tokio::time::sleep_until(expiry.unwrap_or_else(|| tokio::time::Instant::now() + HEALTH_TICK)), if expiry.is_some() => {}
+            }
             for name in self.book.tick() {
                 let ready = self.book.get(&name).is_some_and(|o| o.signature.ready);
                 tracing::info!(cluster = %name, ready, "cluster health changed");

@@ -193,6 +193,13 @@ impl Book {
         changed
     }
 
+    /// The first moment a cluster now Ready has gone a whole grace period without a
+    /// new heartbeat, so that the health loop can look exactly then rather than at its
+    /// next tick. `None` when no cluster is Ready on a heartbeat.
+    pub fn next_expiry(&self) -> Option<Instant> {
+        self.clusters.iter().filter(|o| o.signature.ready).filter_map(|o| o.beat_seen_at).min().map(|seen| seen + self.grace)
+    }
+
     /// How many new heartbeats of `name` have been seen (0 for an unknown cluster).
     pub fn beats(&self, name: &str) -> u64 {
         self.clusters.get(name).map_or(0, |o| o.beats)
@@ -327,9 +334,13 @@ mod tests {
         assert!(book.tick().is_empty());
         // The same heartbeat again (another writer touched the object): not a beat.
         assert!(!book.observe(target("east", Some(100), Some("True"))).beat);
-        tokio::time::advance(Duration::from_secs(2)).await;
+        assert_eq!(book.next_expiry(), Some(Instant::now() + Duration::from_secs(1)), "the grace ends 8 s after the beat was seen");
+        tokio::time::advance(Duration::from_secs(1)).await;
+        assert!(book.tick().is_empty(), "a heartbeat exactly as old as the grace is still within it");
+        tokio::time::advance(Duration::from_millis(1)).await;
         assert_eq!(book.tick(), vec!["east".to_string()]);
         assert!(!book.get("east").unwrap().signature.ready);
+        assert_eq!(book.next_expiry(), None, "a cluster that is not Ready has no grace to run out");
         let back = book.observe(target("east", Some(120), Some("False")));
         assert!(back.beat && back.signature_changed);
         assert!(book.get("east").unwrap().signature.ready);
