@@ -11,7 +11,8 @@
 //!   server-side apply the copy if it does not already say what it should (so drift is
 //!   reverted, and a resync of unchanged objects writes nothing); for a Deployment,
 //!   report the copy's status in this cluster's WorkloadPlacement entry, once the
-//!   cluster has observed the copy's generation (or after [`OBSERVE_GRACE`]);
+//!   cluster has observed the copy's generation (or after [`OBSERVE_GRACE`]), and
+//!   while it rolls out at most once per [`PROGRESS_HOLD`];
 //! - a Deployment being deleted upstream: delete the copy, then release the finalizer;
 //! - no longer assigned, or a copy with no upstream object (left behind while this
 //!   cluster was away): release the finalizer if it is still there, then remove this
