@@ -6,7 +6,8 @@
 //! does), Table events for `kubectl get -w`, and 410 Expired delivered as an ERROR
 //! event on a 200 response, which is what makes kube-runtime relist.
 
-use std::sync::Arc;
+use std::collections::VecDeque;
+use std::sync::{Arc, LazyLock, Mutex, PoisonError};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -18,7 +19,7 @@ use crate::api::{present, selected, with_metadata, Api, ListOptions, Scope};
 use crate::kinds::Builtin;
 use crate::registry::split_key;
 use crate::selector::{FieldSelector, LabelSelector};
-use crate::store::{Event, EventType, Revision, StoreError};
+use crate::store::{Doc, Event, EventType, Revision, StoreError};
 
 /// How often an idle watch with `allowWatchBookmarks` gets a BOOKMARK. kube-apiserver
 /// sends them about once a minute; more often keeps resume points fresh for clients
@@ -29,6 +30,38 @@ const BOOKMARK_INTERVAL: Duration = Duration::from_secs(15);
 /// re-establish watches and load spreads across servers, as the apiserver's
 /// randomized 30-60 minute default does.
 const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30 * 60);
+
+/// How many recent rewritten changes are kept for the watchers that have not sent
+/// them yet (see [`rendered`]). Watchers of one change send it within moments of each
+/// other; one that lags further behind rewrites it again itself.
+const RENDERED_KEPT: usize = 128;
+
+/// Recent stored changes as rewritten for watchers: the document, whether its
+/// workspace was spliced in, whether managedFields were left out, and the text.
+type RenderedRing = VecDeque<(Arc<Doc>, bool, bool, Arc<str>)>;
+
+static RENDERED: LazyLock<Mutex<RenderedRing>> = LazyLock::new(|| Mutex::new(VecDeque::with_capacity(RENDERED_KEPT)));
+
+/// `ev`'s object rewritten for a watcher ([`with_metadata`]): with `workspace`'s
+/// annotation when it watches the wildcard view, without managedFields when `omit`.
+/// Every in-process controller watches the wildcard view without managedFields, so one
+/// change goes to several watchers that need the same text: the first rewrites it and
+/// the others take it from here. An entry holds its document, so no other document
+/// can take its address while it is listed.
+fn rendered(ev: &Event, workspace: Option<&str>, omit: bool) -> Option<Arc<str>> {
+    let wildcard = workspace.is_some();
+    let same = |(doc, w, o, _): &&(Arc<Doc>, bool, bool, Arc<str>)| Arc::ptr_eq(doc, &ev.doc) && *w == wildcard && *o == omit;
+    if let Some((.., text)) = RENDERED.lock().unwrap_or_else(PoisonError::into_inner).iter().rev().find(same) {
+        return Some(text.clone());
+    }
+    let text: Arc<str> = with_metadata(ev.doc.raw(), workspace, omit)?.into();
+    let mut recent = RENDERED.lock().unwrap_or_else(PoisonError::into_inner);
+    if recent.len() >= RENDERED_KEPT {
+        recent.pop_front();
+    }
+    recent.push_back((ev.doc.clone(), wildcard, omit, text.clone()));
+    Some(text)
+}
 
 /// Watch parameters.
 #[derive(Debug, Clone, Default)]
@@ -115,11 +148,11 @@ impl Sender {
         let converted = self.table || matches!(self.scope.rt.builtin(), Some(Builtin::EventV1));
         let wildcard = self.scope.wildcard();
         let rewritten = match (converted, wildcard || self.omit_managed_fields) {
-            (false, true) => with_metadata(ev.doc.raw(), wildcard.then_some(workspace), self.omit_managed_fields),
+            (false, true) => rendered(ev, wildcard.then_some(workspace), self.omit_managed_fields),
             _ => None,
         };
         let text = match &rewritten {
-            Some(t) => t.as_str(),
+            Some(t) => &**t,
             None if !converted && !wildcard && !self.omit_managed_fields => ev.doc.raw(),
             None => return self.send(kind, present(&self.scope, workspace, &ev.object())).await,
         };
@@ -227,5 +260,38 @@ async fn run(
                 if !out.event(kind, &ev, ws).await { return; }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn change(raw: &str) -> Event {
+        Event {
+            rev: 7,
+            key: "apps/deployments/ws/default/web".into(),
+            kind: EventType::Modified,
+            doc: Doc::from_raw(raw.into()).unwrap(),
+            prev_doc: None,
+        }
+    }
+
+    #[test]
+    fn a_change_is_rewritten_once_for_every_watcher_that_wants_the_same_text() {
+        let raw =
+            r#"{"kind":"Deployment","metadata":{"name":"web","managedFields":[{"manager":"kubectl"}],"annotations":{"a":"b"}},"spec":{}}"#;
+        let ev = change(raw);
+        let first = rendered(&ev, Some("ws"), true).unwrap();
+        assert_eq!(*first, *with_metadata(raw, Some("ws"), true).unwrap(), "the text is what the rewrite gives");
+        assert!(!first.contains("managedFields") && first.contains(r#""kcp.io/cluster":"ws""#), "{first}");
+        assert!(Arc::ptr_eq(&first, &rendered(&ev, Some("ws"), true).unwrap()), "a second watcher takes the first one's text");
+        let kept = rendered(&ev, Some("ws"), false).unwrap();
+        assert!(kept.contains("managedFields"), "a watcher that keeps managedFields gets its own text: {kept}");
+        let scoped = rendered(&ev, None, true).unwrap();
+        assert!(!scoped.contains("kcp.io/cluster"), "a watcher of one workspace gets no annotation: {scoped}");
+        // The same text in another document is another change, rewritten anew.
+        let other = change(raw);
+        assert!(!Arc::ptr_eq(&first, &rendered(&other, Some("ws"), true).unwrap()));
     }
 }
