@@ -29,6 +29,9 @@ use super::{Doc, Entry, Event, EventType, Revision, Store, StoreError, WatchStre
 /// share one fsync, small enough that one huge burst doesn't delay its first writer.
 const MAX_BATCH: usize = 512;
 
+/// How long opening a store waits for another connection to let go of the file.
+const OPEN_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+
 /// What the index keeps per key: the revision and the serialized document.
 #[derive(Debug, Clone)]
 struct Stored {
@@ -68,13 +71,30 @@ impl SqliteStore {
     pub fn open_with_window(path: &Path, window: WindowLimits) -> Result<Arc<Self>, StoreError> {
         let limits = window;
         let conn = Connection::open(path).map_err(backend)?;
+        // A store closed in this process lets go of the file when its writer thread
+        // ends, moments after; wait that long for it rather than fail.
+        conn.busy_timeout(OPEN_WAIT).map_err(backend)?;
+        // One process owns a store. Holding the file lock for the connection's life
+        // saves a lock and unlock per commit and lets SQLite keep its page cache across
+        // commits; a second server started on the same data dir fails here, below.
+        // The page cache (64 MiB at most, filled only as pages are read) keeps the
+        // B-tree and the overflow pages of the large values that a replace frees off
+        // the read() path.
         conn.execute_batch(
-            "PRAGMA journal_mode=WAL;
+            "PRAGMA locking_mode=EXCLUSIVE;
+             PRAGMA journal_mode=WAL;
              PRAGMA synchronous=FULL;
+             PRAGMA cache_size=-65536;
              CREATE TABLE IF NOT EXISTS kv (key TEXT PRIMARY KEY, rev INTEGER NOT NULL, value BLOB NOT NULL);
              CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value INTEGER NOT NULL);",
         )
-        .map_err(backend)?;
+        .map_err(|e| match e.sqlite_error_code() {
+            Some(rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked) => StoreError::Backend(format!(
+                "{} is in use by another process: stop the other server that uses this data dir, or give this one its own",
+                path.display()
+            )),
+            _ => backend(e),
+        })?;
         let mut index = Index::new();
         {
             let mut stmt = conn.prepare("SELECT key, rev, value FROM kv").map_err(backend)?;
@@ -378,6 +398,19 @@ mod tests {
         assert!(s.get("k/b").is_none());
         let c = s.write(WriteOp::Create { key: "k/c".into(), value: obj("c") }).await.unwrap();
         assert_eq!(c.rev, 4);
+    }
+
+    #[tokio::test]
+    async fn a_second_server_on_the_same_store_is_refused_with_what_to_do() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("store.db");
+        let first = SqliteStore::open(&path).unwrap();
+        first.write(WriteOp::Create { key: "k/a".into(), value: obj("a") }).await.unwrap();
+        let Err(err) = SqliteStore::open(&path) else { panic!("the file is held by the first store") };
+        assert!(err.to_string().contains("is in use by another process: stop the other server"), "{err}");
+        drop(first);
+        let again = SqliteStore::open(&path).expect("the file is free once the first store is closed");
+        assert_eq!(again.get("k/a").map(|e| e.rev), Some(1));
     }
 
     #[tokio::test]
