@@ -19,7 +19,7 @@ use crate::api::{present, selected, with_metadata, Api, ListOptions, Scope};
 use crate::kinds::Builtin;
 use crate::registry::split_key;
 use crate::selector::{FieldSelector, LabelSelector};
-use crate::store::{Doc, Event, EventType, Revision, StoreError};
+use crate::store::{Doc, Event, EventType, Paths, Revision, StoreError};
 
 /// How often an idle watch with `allowWatchBookmarks` gets a BOOKMARK. kube-apiserver
 /// sends them about once a minute; more often keeps resume points fresh for clients
@@ -228,6 +228,12 @@ async fn run(
             return;
         }
     };
+    // A filtered watch reads only what its selectors look at from each change, and
+    // the value it had before: parsing both whole for every watcher of a busy kind
+    // costs more than everything else the watch does.
+    let filtered = opts.labels.is_some() || opts.fields.is_some();
+    let looked_at = Paths::of(opts.labels.iter().map(|_| "metadata.labels").chain(opts.fields.iter().flat_map(|f| f.fields())));
+    let matches = |doc: &Doc| selected(&doc.partial(&looked_at), opts.labels.as_ref(), opts.fields.as_ref());
     let mut ticker = tokio::time::interval_at(tokio::time::Instant::now() + BOOKMARK_INTERVAL, BOOKMARK_INTERVAL);
     loop {
         tokio::select! {
@@ -244,11 +250,8 @@ async fn run(
                     Some(Ok(ev)) => ev,
                 };
                 let ws = split_key(&ev.key).map(|(w, _, _)| w).unwrap_or_default();
-                // Without selectors nothing needs the parsed object.
-                let filtered = opts.labels.is_some() || opts.fields.is_some();
-                let now_matches = !filtered || selected(&ev.object(), opts.labels.as_ref(), opts.fields.as_ref());
-                let was_matching = ev.prev_doc.is_some()
-                    && (!filtered || ev.prev().is_some_and(|p| selected(&p, opts.labels.as_ref(), opts.fields.as_ref())));
+                let now_matches = !filtered || matches(&ev.doc);
+                let was_matching = ev.prev_doc.as_deref().is_some_and(|p| !filtered || matches(p));
                 let kind = match (ev.kind, was_matching, now_matches) {
                     (EventType::Added, _, true) => "ADDED",
                     (EventType::Modified, true, true) => "MODIFIED",
