@@ -31,7 +31,7 @@
 //! (the fencing that keeps a returning cluster from running stale copies), and an
 //! unreachable control plane never makes workloads look unassigned.
 
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -128,10 +128,41 @@ pub struct Syncer {
     placements: Arc<Cache<WorkloadPlacement>>,
     /// Changed entries held back (see [`Syncer::hold`]), and since when.
     held: dashmap::DashMap<Key, std::time::Instant>,
+    /// Per Deployment, the versions last found covered (see [`Syncer::covers`]).
+    covered: dashmap::DashMap<Key, Covered>,
     /// Whether the cluster answers; see [`Syncer::wait_for_cluster`].
     reach: Reachability,
     /// Keys whose cleanup waits for the cluster to answer again.
     parked: dashmap::DashSet<Key>,
+}
+
+/// What a copy was last found to cover its desired state against: the upstream
+/// object's version, the share, and everything of the copy that an edit of what the
+/// syncer writes would change. A status update of the copy (three or more per rollout)
+/// changes none of it, so its check costs no conversion of either object to JSON.
+#[derive(Debug, PartialEq)]
+struct Covered {
+    upstream: (Option<String>, Option<String>),
+    share: i32,
+    /// uid and generation: a spec edit bumps the generation.
+    copy: (Option<String>, Option<i64>),
+    /// Labels, which change no generation.
+    copy_labels: Option<BTreeMap<String, String>>,
+    /// Annotations, which change no generation either.
+    copy_annotations: Option<BTreeMap<String, String>>,
+}
+
+impl Covered {
+    fn of(upstream: &Deployment, share: i32, copy: &Deployment) -> Self {
+        let (u, c) = (&upstream.metadata, &copy.metadata);
+        Covered {
+            upstream: (u.uid.clone(), u.resource_version.clone()),
+            share,
+            copy: (c.uid.clone(), c.generation),
+            copy_labels: c.labels.clone(),
+            copy_annotations: c.annotations.clone(),
+        }
+    }
 }
 
 pub(crate) fn now() -> Time {
@@ -221,6 +252,7 @@ impl Syncer {
                 secrets,
                 placements,
                 held: Default::default(),
+                covered: Default::default(),
                 reach,
                 parked: Default::default(),
             });
@@ -332,6 +364,7 @@ impl Syncer {
         let upstream = self.deployments.upstream.get(key);
         if upstream.as_ref().is_none_or(|d| d.metadata.deletion_timestamp.is_some()) {
             self.held.remove(key);
+            self.covered.remove(key);
         }
         match upstream {
             Some(d) if d.metadata.deletion_timestamp.is_none() => match self.push(key, &d, copy.as_deref()).await {
@@ -409,10 +442,10 @@ impl Syncer {
                 Err(e) => return Err(upstream(format!("adding finalizer to {key}"))(e)),
             }
         }
-        let desired = transform::downstream_object(&to_value(d), key, target, Some(share));
-        let current = match copy {
-            Some(c) if transform::covers(&to_value(c), &desired) => c.clone(),
-            _ => {
+        let current = match copy.filter(|c| self.covers(key, d, share, c)) {
+            Some(c) => c.clone(),
+            None => {
+                let desired = transform::downstream_object(&to_value(d), key, target, Some(share));
                 let applied = self.apply_copy(key, desired).await?;
                 applied.try_parse::<Deployment>().unwrap_or_default()
             }
@@ -423,6 +456,24 @@ impl Syncer {
             return Ok(Next::After(left));
         }
         self.report(key, &wp, Some(entry)).await
+    }
+
+    /// Whether `copy` already says everything the syncer would write for `upstream`
+    /// with `share` replicas ([`transform::covers`]). Remembered per key until either
+    /// side changes in a way that could matter ([`Covered`]).
+    fn covers(&self, key: &Key, upstream: &Deployment, share: i32, copy: &Deployment) -> bool {
+        let mark = Covered::of(upstream, share, copy);
+        if self.covered.get(key).is_some_and(|m| *m == mark) {
+            return true;
+        }
+        let desired = transform::downstream_object(&to_value(upstream), key, &self.settings.sync_target, Some(share));
+        let covered = transform::covers(&to_value(copy), &desired);
+        if covered {
+            self.covered.insert(key.clone(), mark);
+        } else {
+            self.covered.remove(key);
+        }
+        covered
     }
 
     /// How much longer the changed `entry` of `key` waits before it is written: up to
@@ -645,5 +696,40 @@ impl Syncer {
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn deployment(rv: &str, generation: i64) -> Deployment {
+        let mut d = Deployment::default();
+        d.metadata.uid = Some("u".into());
+        d.metadata.resource_version = Some(rv.into());
+        d.metadata.generation = Some(generation);
+        d
+    }
+
+    #[test]
+    fn a_copy_is_checked_again_after_any_change_that_could_make_it_drift_and_not_after_its_status() {
+        let upstream = deployment("10", 1);
+        let copy = deployment("5", 1);
+        let mark = Covered::of(&upstream, 2, &copy);
+        let mut status_only = deployment("6", 1);
+        status_only.status = Some(Default::default());
+        assert_eq!(Covered::of(&upstream, 2, &status_only), mark, "a status update of the copy changes nothing checked");
+        assert_ne!(Covered::of(&upstream, 3, &copy), mark, "another share");
+        assert_ne!(Covered::of(&deployment("11", 1), 2, &copy), mark, "the upstream object changed");
+        assert_ne!(Covered::of(&upstream, 2, &deployment("6", 2)), mark, "the copy's spec was edited");
+        let mut relabelled = copy.clone();
+        relabelled.metadata.labels = Some([("a".to_string(), "b".to_string())].into());
+        assert_ne!(Covered::of(&upstream, 2, &relabelled), mark, "the copy's labels were edited");
+        let mut annotated = copy.clone();
+        annotated.metadata.annotations = Some([("a".to_string(), "b".to_string())].into());
+        assert_ne!(Covered::of(&upstream, 2, &annotated), mark, "the copy's annotations were edited");
+        let mut recreated = copy.clone();
+        recreated.metadata.uid = Some("v".into());
+        assert_ne!(Covered::of(&upstream, 2, &recreated), mark, "the copy was made again");
     }
 }
