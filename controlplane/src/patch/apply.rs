@@ -125,6 +125,7 @@ pub fn apply(
                 entry: new_entry(BEFORE_FIRST_APPLY_MANAGER, OPERATION_UPDATE, api_version, now, subresource),
                 set,
                 stored: None,
+                opaque: false,
             });
         }
     }
@@ -160,7 +161,12 @@ pub fn apply(
         }
     }
     owners.retain(|o| !is_self(&o.entry));
-    owners.push(Owner { entry: new_entry(manager, OPERATION_APPLY, api_version, now, subresource), set: applied_set, stored: None });
+    owners.push(Owner {
+        entry: new_entry(manager, OPERATION_APPLY, api_version, now, subresource),
+        set: applied_set,
+        stored: None,
+        opaque: false,
+    });
 
     let mut owned = FieldSet::default();
     for owner in &owners {
@@ -199,6 +205,16 @@ pub fn track_update(
     // `new`'s list is replaced below: its entries move into the owners.
     let new_fields = new.pointer_mut("/metadata/managedFields").map(Value::take);
     let old_fields = old.and_then(|o| o.pointer("/metadata/managedFields"));
+    let changed = walker.changed_root(old, new);
+    let removed = match old {
+        Some(o) => walker.removed_root(o, new),
+        None => FieldSet::default(),
+    };
+    let is_self = |e: &ManagedFieldsEntry| e.is(manager, OPERATION_UPDATE, subresource);
+    // Another manager's stored set that holds none of the changed or removed fields
+    // stays as it is, so it is not decoded (a status update of a pod leaves the spec
+    // owners' large sets alone).
+    let needed = |e: &ManagedFieldsEntry, fields: &Value| is_self(e) || touches(fields, &changed) || touches(fields, &removed);
     // A client may rewrite managedFields; a list that decodes to nothing counts only
     // when it is the explicit reset `[{}]`, so clients unaware of the field cannot
     // wipe it by accident.
@@ -207,26 +223,22 @@ pub fn track_update(
         Vec::new()
     } else if new_fields.as_ref() == old_fields {
         // Sent back unchanged (or absent from both): the stored entries, moved.
-        read_owners(new_fields, true)
+        read_owners_where(new_fields, true, &needed)
     } else {
         // A client's own list is decoded and encoded again, never kept as sent.
         let rewritten = read_owners(new_fields, false);
         if rewritten.is_empty() {
-            read_owners(old_fields.cloned(), true)
+            read_owners_where(old_fields.cloned(), true, &needed)
         } else {
             rewritten
         }
     };
 
-    let changed = walker.changed_root(old, new);
-    let removed = match old {
-        Some(o) => walker.removed_root(o, new),
-        None => FieldSet::default(),
-    };
-
-    let is_self = |e: &ManagedFieldsEntry| e.is(manager, OPERATION_UPDATE, subresource);
     let mut own: Option<Owner> = None;
     for owner in owners.iter_mut() {
+        if owner.opaque {
+            continue;
+        }
         if owner.set.subtract(&removed) {
             owner.stored = None;
         }
@@ -237,7 +249,7 @@ pub fn track_update(
                     o.set.union_with(&taken);
                     o.stored = None;
                 }
-                None => own = Some(Owner { entry: owner.entry.clone(), set: taken, stored: owner.stored.take() }),
+                None => own = Some(Owner { entry: owner.entry.clone(), set: taken, stored: owner.stored.take(), opaque: false }),
             }
         } else if owner.set.subtract(&changed) {
             owner.stored = None;
@@ -246,10 +258,22 @@ pub fn track_update(
     owners.retain(|o| !is_self(&o.entry));
     if !changed.is_empty() {
         // Only a write that changed something refreshes the entry's time and version.
-        let mut o = own.unwrap_or_else(|| Owner { entry: ManagedFieldsEntry::default(), set: FieldSet::default(), stored: None });
+        let mut o =
+            own.unwrap_or_else(|| Owner { entry: ManagedFieldsEntry::default(), set: FieldSet::default(), stored: None, opaque: false });
         o.entry = new_entry(manager, OPERATION_UPDATE, api_version, now, subresource);
-        o.set.union_with(&changed);
-        o.stored = None;
+        match o.stored.as_mut().and_then(Value::as_object_mut) {
+            // A controller that keeps writing the same fields (a status) owns them
+            // already: its stored entry only gets the new time and version, with no
+            // encoding of its set again.
+            Some(entry) if o.set.contains(&changed) => {
+                entry.insert("apiVersion".into(), Value::String(api_version.to_string()));
+                entry.insert("time".into(), Value::String(now.to_string()));
+            }
+            _ => {
+                o.set.union_with(&changed);
+                o.stored = None;
+            }
+        }
         own = Some(o);
     }
     owners.extend(own);
@@ -439,6 +463,11 @@ impl FieldSet {
         hit
     }
 
+    /// Whether every member of `other` is a member of this set.
+    fn contains(&self, other: &FieldSet) -> bool {
+        (!other.member || self.member) && other.children.iter().all(|(pe, o)| self.children.get(pe).is_some_and(|c| c.contains(o)))
+    }
+
     fn difference(&self, other: &FieldSet) -> FieldSet {
         let mut out = FieldSet { member: self.member && !other.member, children: BTreeMap::new() };
         for (pe, child) in &self.children {
@@ -514,6 +543,26 @@ impl FieldSet {
     }
 }
 
+/// Whether the set that the stored (canonical) fieldsV1 `v` encodes has a member in
+/// common with `other`, read from `v` without decoding it: the walk follows `other`'s
+/// paths only. Agrees with `FieldSet::from_fields_v1(v)` having such a member.
+fn touches(v: &Value, other: &FieldSet) -> bool {
+    fn walk(map: &Map<String, Value>, other: &FieldSet, root: bool) -> bool {
+        // Below the root, a node without children is an owned leaf.
+        let member = map.contains_key(".") || (!root && map.is_empty());
+        if other.member && member {
+            return true;
+        }
+        other.children.iter().any(|(pe, o)| match map.get(&pe.encode()) {
+            Some(Value::Object(child)) => walk(child, o, false),
+            // from_fields_v1 reads a node that is not an object as an owned leaf.
+            Some(_) => o.member,
+            None => false,
+        })
+    }
+    v.as_object().is_some_and(|m| walk(m, other, true))
+}
+
 // ---------------------------------------------------------------------------
 // Managers
 // ---------------------------------------------------------------------------
@@ -526,12 +575,30 @@ struct Owner {
     /// The entry as it was stored, while neither it nor its set has changed: written
     /// back as it is, instead of encoding the set again.
     stored: Option<Value>,
+    /// The set was left undecoded (it is empty here) because the write cannot touch
+    /// it: `stored` is the entry, and goes back as it is.
+    opaque: bool,
+}
+
+impl Owner {
+    /// Decodes the set of an [`Owner::opaque`] entry.
+    fn decode(&mut self) {
+        if std::mem::take(&mut self.opaque) {
+            self.set = FieldSet::from_fields_v1(self.stored.as_ref().and_then(|s| s.get("fieldsV1")).unwrap_or(&Value::Null));
+        }
+    }
 }
 
 /// Decodes a managedFields list, dropping unusable entries and folding duplicates
 /// of one manager into a single entry. The entries of a `stored` list (one this module
 /// wrote, so in canonical form) are kept to be written back as they are.
 fn read_owners(list: Option<Value>, stored: bool) -> Vec<Owner> {
+    read_owners_where(list, stored, &|_, _| true)
+}
+
+/// [`read_owners`], leaving the set of a `stored` entry undecoded ([`Owner::opaque`])
+/// unless `decode(entry, fieldsV1)` says the write needs it.
+fn read_owners_where(list: Option<Value>, stored: bool, decode: &dyn Fn(&ManagedFieldsEntry, &Value) -> bool) -> Vec<Owner> {
     let Some(Value::Array(items)) = list else {
         return Vec::new();
     };
@@ -550,14 +617,21 @@ fn read_owners(list: Option<Value>, stored: bool) -> Vec<Owner> {
             entry.subresource = None;
         }
         let fields = item.get("fieldsV1").unwrap_or(&Value::Null);
-        let set = FieldSet::from_fields_v1(fields);
         let same = owners.iter_mut().find(|o| o.entry.is(&entry.manager, &entry.operation, entry.subresource.as_deref()));
         match same {
             Some(o) => {
-                o.set.union_with(&set);
+                // A manager listed twice (never in a list this module wrote) is folded.
+                o.decode();
+                o.set.union_with(&FieldSet::from_fields_v1(fields));
                 o.stored = None;
             }
-            None => owners.push(Owner { entry, set, stored: stored.then_some(item) }),
+            None if stored && !decode(&entry, fields) => {
+                owners.push(Owner { entry, set: FieldSet::default(), stored: Some(item), opaque: true })
+            }
+            None => {
+                let set = FieldSet::from_fields_v1(fields);
+                owners.push(Owner { entry, set, stored: stored.then_some(item), opaque: false })
+            }
         }
     }
     owners
@@ -566,7 +640,7 @@ fn read_owners(list: Option<Value>, stored: bool) -> Vec<Owner> {
 /// Writes the non-empty sets back as `metadata.managedFields`, in Kubernetes'
 /// order (operation, time, manager, apiVersion, subresource).
 fn store_owners(obj: &mut Value, owners: Vec<Owner>) {
-    let mut entries: Vec<Owner> = owners.into_iter().filter(|o| !o.set.is_empty()).collect();
+    let mut entries: Vec<Owner> = owners.into_iter().filter(|o| o.opaque || !o.set.is_empty()).collect();
     entries.sort_by(|Owner { entry: a, .. }, Owner { entry: b, .. }| {
         (&a.operation, &a.time, &a.manager, &a.api_version, &a.subresource).cmp(&(
             &b.operation,
@@ -1070,6 +1144,62 @@ mod tests {
 
     fn fields<'a>(obj: &'a Value, mgr: &str, op: &str) -> &'a Value {
         &entry(obj, mgr, op).expect("entry present")["fieldsV1"]
+    }
+
+    /// `touches`, which reads a stored fieldsV1 without decoding it, finds a common
+    /// member exactly when the decoded set has one.
+    #[test]
+    fn touches_agrees_with_the_decoded_set() {
+        let walker = Walker::new(&BuiltinPatchMeta, None);
+        let mut objects = vec![deployment(3, "nginx:1"), json!({"metadata": {"name": "web"}}), json!({})];
+        let mut with_status = deployment(3, "nginx:1");
+        with_status["status"] = json!({"replicas": 3, "conditions": [{"type": "Available", "status": "True"}]});
+        objects.push(with_status);
+        let mut edited = deployment(4, "nginx:2");
+        edited["metadata"]["labels"]["tier"] = json!("x");
+        objects.push(edited);
+        for owner in &objects {
+            let set = walker.object_set(owner);
+            let stored = set.to_fields_v1();
+            for (a, b) in objects.iter().flat_map(|a| objects.iter().map(move |b| (a, b))) {
+                for other in [walker.changed_root(Some(a), b), walker.removed_root(a, b), walker.object_set(b)] {
+                    let expected = !set.intersection(&other).is_empty();
+                    assert_eq!(touches(&stored, &other), expected, "owner {owner} against {:?}", other.paths());
+                }
+            }
+        }
+        // A node that is not an object reads as an owned leaf, as from_fields_v1 has it.
+        let leaf = FieldSet { member: false, children: [(PathElement::Field("a".into()), FieldSet::leaf())].into() };
+        assert!(touches(&json!({"f:a": null}), &leaf));
+        assert!(!touches(&json!({"f:b": {}}), &leaf));
+    }
+
+    /// A controller that keeps updating the same status fields leaves the other
+    /// managers' entries exactly as stored, and only refreshes its own entry's time;
+    /// a field it writes for the first time is added to its set.
+    #[test]
+    fn repeated_status_updates_refresh_only_their_own_entry() {
+        let mut live = deployment(3, "nginx:1");
+        track_update(None, &mut live, "ctl", V, T1, &BuiltinPatchMeta, None);
+        let mut first = live.clone();
+        first["status"] = json!({"replicas": 3});
+        track_update(Some(&live), &mut first, "ctrl", V, T1, &BuiltinPatchMeta, Some("status"));
+        let mut second = first.clone();
+        second["status"] = json!({"replicas": 2});
+        track_update(Some(&first), &mut second, "ctrl", V, T2, &BuiltinPatchMeta, Some("status"));
+        assert_eq!(entry(&second, "ctl", "Update"), entry(&first, "ctl", "Update"), "another manager's entry is untouched");
+        assert_eq!(fields(&second, "ctrl", "Update"), fields(&first, "ctrl", "Update"));
+        assert_eq!(entry(&second, "ctrl", "Update").unwrap()["time"], T2);
+        let mut third = second.clone();
+        third["status"] = json!({"replicas": 2, "readyReplicas": 1});
+        track_update(Some(&second), &mut third, "ctrl", V, T2, &BuiltinPatchMeta, Some("status"));
+        assert_eq!(fields(&third, "ctrl", "Update"), &json!({"f:status": {"f:readyReplicas": {}, "f:replicas": {}}}));
+        // Another status writer then takes a field from it.
+        let mut fourth = third.clone();
+        fourth["status"]["replicas"] = json!(5);
+        track_update(Some(&third), &mut fourth, "other", V, T2, &BuiltinPatchMeta, Some("status"));
+        assert_eq!(fields(&fourth, "other", "Update"), &json!({"f:status": {"f:replicas": {}}}));
+        assert_eq!(fields(&fourth, "ctrl", "Update"), &json!({"f:status": {"f:readyReplicas": {}}}));
     }
 
     /// The removed paths, computed while skipping unchanged subtrees, are exactly the
