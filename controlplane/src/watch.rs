@@ -229,11 +229,15 @@ async fn run(
         }
     };
     // A filtered watch reads only what its selectors look at from each change, and
-    // the value it had before: parsing both whole for every watcher of a busy kind
-    // costs more than everything else the watch does.
+    // from the value it had before: parsing both whole for every watcher of a busy
+    // kind cost more than everything else the watch does.
     let filtered = opts.labels.is_some() || opts.fields.is_some();
     let looked_at = Paths::of(opts.labels.iter().map(|_| "metadata.labels").chain(opts.fields.iter().flat_map(|f| f.fields())));
-    let matches = |doc: &Doc| selected(&doc.partial(&looked_at), opts.labels.as_ref(), opts.fields.as_ref());
+    let matches = |doc: &Doc| match &opts.fields {
+        // Label selectors alone read the labels each document keeps once read.
+        None => opts.labels.as_ref().is_none_or(|l| l.matches(doc.labels())),
+        Some(_) => selected(&doc.partial(&looked_at), opts.labels.as_ref(), opts.fields.as_ref()),
+    };
     let mut ticker = tokio::time::interval_at(tokio::time::Instant::now() + BOOKMARK_INTERVAL, BOOKMARK_INTERVAL);
     loop {
         tokio::select! {

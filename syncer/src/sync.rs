@@ -153,6 +153,18 @@ struct Covered {
 }
 
 impl Covered {
+    /// Whether this is the mark of `upstream`, `share` and `copy`, compared in place.
+    fn is_of(&self, upstream: &Deployment, share: i32, copy: &Deployment) -> bool {
+        let (u, c) = (&upstream.metadata, &copy.metadata);
+        self.share == share
+            && self.upstream.0 == u.uid
+            && self.upstream.1 == u.resource_version
+            && self.copy.0 == c.uid
+            && self.copy.1 == c.generation
+            && self.copy_labels == c.labels
+            && self.copy_annotations == c.annotations
+    }
+
     fn of(upstream: &Deployment, share: i32, copy: &Deployment) -> Self {
         let (u, c) = (&upstream.metadata, &copy.metadata);
         Covered {
@@ -462,14 +474,13 @@ impl Syncer {
     /// with `share` replicas ([`transform::covers`]). Remembered per key until either
     /// side changes in a way that could matter ([`Covered`]).
     fn covers(&self, key: &Key, upstream: &Deployment, share: i32, copy: &Deployment) -> bool {
-        let mark = Covered::of(upstream, share, copy);
-        if self.covered.get(key).is_some_and(|m| *m == mark) {
+        if self.covered.get(key).is_some_and(|m| m.is_of(upstream, share, copy)) {
             return true;
         }
         let desired = transform::downstream_object(&to_value(upstream), key, &self.settings.sync_target, Some(share));
         let covered = transform::covers(&to_value(copy), &desired);
         if covered {
-            self.covered.insert(key.clone(), mark);
+            self.covered.insert(key.clone(), Covered::of(upstream, share, copy));
         } else {
             self.covered.remove(key);
         }
@@ -716,20 +727,22 @@ mod tests {
         let upstream = deployment("10", 1);
         let copy = deployment("5", 1);
         let mark = Covered::of(&upstream, 2, &copy);
+        assert!(mark.is_of(&upstream, 2, &copy));
         let mut status_only = deployment("6", 1);
         status_only.status = Some(Default::default());
         assert_eq!(Covered::of(&upstream, 2, &status_only), mark, "a status update of the copy changes nothing checked");
-        assert_ne!(Covered::of(&upstream, 3, &copy), mark, "another share");
-        assert_ne!(Covered::of(&deployment("11", 1), 2, &copy), mark, "the upstream object changed");
-        assert_ne!(Covered::of(&upstream, 2, &deployment("6", 2)), mark, "the copy's spec was edited");
+        assert!(mark.is_of(&upstream, 2, &status_only));
+        assert!(!mark.is_of(&upstream, 3, &copy), "another share");
+        assert!(!mark.is_of(&deployment("11", 1), 2, &copy), "the upstream object changed");
+        assert!(!mark.is_of(&upstream, 2, &deployment("6", 2)), "the copy's spec was edited");
         let mut relabelled = copy.clone();
         relabelled.metadata.labels = Some([("a".to_string(), "b".to_string())].into());
-        assert_ne!(Covered::of(&upstream, 2, &relabelled), mark, "the copy's labels were edited");
+        assert!(!mark.is_of(&upstream, 2, &relabelled), "the copy's labels were edited");
         let mut annotated = copy.clone();
         annotated.metadata.annotations = Some([("a".to_string(), "b".to_string())].into());
-        assert_ne!(Covered::of(&upstream, 2, &annotated), mark, "the copy's annotations were edited");
+        assert!(!mark.is_of(&upstream, 2, &annotated), "the copy's annotations were edited");
         let mut recreated = copy.clone();
         recreated.metadata.uid = Some("v".into());
-        assert_ne!(Covered::of(&upstream, 2, &recreated), mark, "the copy was made again");
+        assert!(!mark.is_of(&upstream, 2, &recreated), "the copy was made again");
     }
 }

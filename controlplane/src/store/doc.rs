@@ -7,9 +7,9 @@
 //! holds it (a watch event fanning out to many watchers, a controller working on it),
 //! other readers share it instead of parsing again, and it is freed with its last reader.
 
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 
-use serde_json::Value;
+use serde_json::{Map, Value};
 
 /// The metadata that routing and access checks need, a few strings where the whole
 /// tree of a pod is some 30 KB.
@@ -37,6 +37,8 @@ pub struct OwnerUid {
 pub struct Doc {
     raw: Box<str>,
     parsed: Mutex<Weak<Value>>,
+    /// `metadata.labels`, once a label selector has looked at them.
+    labels: OnceLock<Box<Map<String, Value>>>,
 }
 
 impl std::fmt::Debug for Doc {
@@ -49,13 +51,13 @@ impl Doc {
     /// A document from a parsed value, which readers share while it lives.
     pub fn new(value: &Arc<Value>) -> Arc<Self> {
         let raw = serde_json::to_string(&**value).expect("a JSON value serializes").into_boxed_str();
-        Arc::new(Self { raw, parsed: Mutex::new(Arc::downgrade(value)) })
+        Arc::new(Self { raw, parsed: Mutex::new(Arc::downgrade(value)), labels: OnceLock::new() })
     }
 
     /// A document from stored text, checked to be JSON.
     pub fn from_raw(raw: String) -> Result<Arc<Self>, serde_json::Error> {
         serde_json::from_str::<serde::de::IgnoredAny>(&raw)?;
-        Ok(Arc::new(Self { raw: raw.into_boxed_str(), parsed: Mutex::new(Weak::new()) }))
+        Ok(Arc::new(Self { raw: raw.into_boxed_str(), parsed: Mutex::new(Weak::new()), labels: OnceLock::new() }))
     }
 
     /// The serialized document.
@@ -71,6 +73,25 @@ impl Doc {
             metadata: Option<DocMeta>,
         }
         serde_json::from_str::<Object>(&self.raw).ok().and_then(|o| o.metadata).unwrap_or_default()
+    }
+
+    /// `metadata.labels` (empty when absent or not an object), read from the text the
+    /// first time and kept: each change of a kind is tested against every label-selector
+    /// watcher's selector, and a change's previous document is the one the change before
+    /// it brought, so each document's labels are read once for all of them.
+    pub fn labels(&self) -> &Map<String, Value> {
+        self.labels.get_or_init(|| {
+            #[derive(serde::Deserialize)]
+            struct Object {
+                metadata: Option<Meta>,
+            }
+            #[derive(serde::Deserialize)]
+            struct Meta {
+                labels: Option<Map<String, Value>>,
+            }
+            let labels = serde_json::from_str::<Object>(&self.raw).ok().and_then(|o| o.metadata?.labels);
+            Box::new(labels.unwrap_or_default())
+        })
     }
 
     /// `metadata.uid`, unless `metadata.deletionTimestamp` is set: every request checks
@@ -250,6 +271,11 @@ mod tests {
         assert_eq!(d.partial(&Paths::of(["spec.containers.name", "spec.missing.x"])), json!({"spec": {}}));
         assert_eq!(d.partial(&Paths::of(["metadata", "metadata.labels.app"])), json!({"metadata": v["metadata"]}));
         assert_eq!(d.partial(&Paths::of([])), json!({}));
+        assert_eq!(Value::Object(d.labels().clone()), v["metadata"]["labels"]);
+        assert!(std::ptr::eq(d.labels(), d.labels()), "the labels are read once and kept");
+        for odd in [json!({"metadata": {"labels": null}}), json!({"metadata": {"labels": 3}}), json!({"kind": "x"})] {
+            assert!(Doc::from_raw(odd.to_string()).unwrap().labels().is_empty(), "{odd}");
+        }
         // Selectors read the partial document exactly as they read the whole one.
         for p in ["metadata.name", "metadata.labels", "spec.nodeName", "status.phase", "spec.none"] {
             let partial = d.partial(&Paths::of([p]));
