@@ -38,7 +38,7 @@ use std::time::Duration;
 use jiff::Timestamp;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, ObjectMeta, Time};
 use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::watcher;
 use kube::{Client, Resource};
@@ -136,44 +136,46 @@ pub struct Syncer {
     parked: dashmap::DashSet<Key>,
 }
 
-/// What a copy was last found to cover its desired state against: the upstream
-/// object's version, the share, and everything of the copy that an edit of what the
-/// syncer writes would change. A status update of the copy (three or more per rollout)
-/// changes none of it, so its check costs no conversion of either object to JSON.
+/// What a copy was last found to cover its desired state against: the share, and
+/// everything of either object that the desired copy is made from or that an edit of
+/// the copy would change. A status update of either (three or more of the copy's per
+/// rollout, and the aggregator's of the upstream one) changes none of it, so its check
+/// costs no conversion of either object to JSON.
 #[derive(Debug, PartialEq)]
 struct Covered {
-    upstream: (Option<String>, Option<String>),
     share: i32,
-    /// uid and generation: a spec edit bumps the generation.
-    copy: (Option<String>, Option<i64>),
-    /// Labels, which change no generation.
-    copy_labels: Option<BTreeMap<String, String>>,
-    /// Annotations, which change no generation either.
-    copy_annotations: Option<BTreeMap<String, String>>,
+    upstream: Version,
+    copy: Version,
+}
+
+/// An object's uid, generation (which any spec edit bumps), labels and annotations
+/// (which bump none).
+#[derive(Debug, PartialEq)]
+struct Version {
+    uid: Option<String>,
+    generation: Option<i64>,
+    labels: Option<BTreeMap<String, String>>,
+    annotations: Option<BTreeMap<String, String>>,
+}
+
+impl Version {
+    fn of(m: &ObjectMeta) -> Self {
+        Version { uid: m.uid.clone(), generation: m.generation, labels: m.labels.clone(), annotations: m.annotations.clone() }
+    }
+
+    fn is_of(&self, m: &ObjectMeta) -> bool {
+        self.uid == m.uid && self.generation == m.generation && self.labels == m.labels && self.annotations == m.annotations
+    }
 }
 
 impl Covered {
     /// Whether this is the mark of `upstream`, `share` and `copy`, compared in place.
     fn is_of(&self, upstream: &Deployment, share: i32, copy: &Deployment) -> bool {
-        let (u, c) = (&upstream.metadata, &copy.metadata);
-        self.share == share
-            && self.upstream.0 == u.uid
-            && self.upstream.1 == u.resource_version
-            && self.copy.0 == c.uid
-            && self.copy.1 == c.generation
-            && self.copy_labels == c.labels
-            && self.copy_annotations == c.annotations
+        self.share == share && self.upstream.is_of(&upstream.metadata) && self.copy.is_of(&copy.metadata)
     }
 
     fn of(upstream: &Deployment, share: i32, copy: &Deployment) -> Self {
-        let (u, c) = (&upstream.metadata, &copy.metadata);
-        Covered {
-            upstream: (u.uid.clone(), u.resource_version.clone()),
-            share,
-            copy: (c.uid.clone(), c.generation),
-            copy_labels: c.labels.clone(),
-            copy_annotations: c.annotations.clone(),
-        }
+        Covered { share, upstream: Version::of(&upstream.metadata), copy: Version::of(&copy.metadata) }
     }
 }
 
@@ -730,19 +732,24 @@ mod tests {
         assert!(mark.is_of(&upstream, 2, &copy));
         let mut status_only = deployment("6", 1);
         status_only.status = Some(Default::default());
-        assert_eq!(Covered::of(&upstream, 2, &status_only), mark, "a status update of the copy changes nothing checked");
-        assert!(mark.is_of(&upstream, 2, &status_only));
+        assert!(mark.is_of(&upstream, 2, &status_only), "a status update of the copy changes nothing checked");
+        assert!(mark.is_of(&deployment("11", 1), 2, &copy), "nor one of the upstream object");
         assert!(!mark.is_of(&upstream, 3, &copy), "another share");
-        assert!(!mark.is_of(&deployment("11", 1), 2, &copy), "the upstream object changed");
+        assert!(!mark.is_of(&deployment("11", 2), 2, &copy), "the upstream spec was edited");
         assert!(!mark.is_of(&upstream, 2, &deployment("6", 2)), "the copy's spec was edited");
-        let mut relabelled = copy.clone();
-        relabelled.metadata.labels = Some([("a".to_string(), "b".to_string())].into());
-        assert!(!mark.is_of(&upstream, 2, &relabelled), "the copy's labels were edited");
-        let mut annotated = copy.clone();
-        annotated.metadata.annotations = Some([("a".to_string(), "b".to_string())].into());
-        assert!(!mark.is_of(&upstream, 2, &annotated), "the copy's annotations were edited");
-        let mut recreated = copy.clone();
-        recreated.metadata.uid = Some("v".into());
-        assert!(!mark.is_of(&upstream, 2, &recreated), "the copy was made again");
+        type Edit = fn(&mut ObjectMeta);
+        let edits: [(&str, Edit); 3] = [
+            ("labels", |m| m.labels = Some([("a".to_string(), "b".to_string())].into())),
+            ("annotations", |m| m.annotations = Some([("a".to_string(), "b".to_string())].into())),
+            ("uid", |m| m.uid = Some("v".into())),
+        ];
+        for (what, edit) in edits {
+            let (mut u, mut c) = (upstream.clone(), copy.clone());
+            edit(&mut u.metadata);
+            edit(&mut c.metadata);
+            assert!(!mark.is_of(&u, 2, &copy), "the upstream {what} changed");
+            assert!(!mark.is_of(&upstream, 2, &c), "the copy's {what} changed");
+            assert!(Covered::of(&u, 2, &c).is_of(&u, 2, &c));
+        }
     }
 }
