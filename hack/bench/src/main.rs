@@ -336,33 +336,40 @@ async fn main() -> anyhow::Result<()> {
             println!("# run {run} of {runs}");
         }
         if selected("controlplane") {
+            report.calibrate("controlplane").await;
             let r = controlplane(&args.flotilla, &s, &mut report).await;
             report.outcome("controlplane", r);
         }
         if selected("sim") {
+            report.calibrate("sim").await;
             let r = sim(&args.flotilla, &s, &mut report).await;
             report.outcome("sim", r);
         }
         if selected("syncer-latency") {
+            report.calibrate("syncer-latency").await;
             let r = syncer_latency_rows(&args.flotilla, &s, &mut report).await;
             report.outcome("syncer-latency", r);
         }
         // The steady-state scenarios average over a window of their own; they run once.
         if run == 1 && selected("syncer-steady") {
+            report.calibrate("syncer-steady").await;
             let r = syncer_steady_rows(&args.flotilla, &s, &mut report).await;
             report.outcome("syncer-steady", r);
         }
         if selected("scheduler-assign") {
+            report.calibrate("scheduler-assign").await;
             let r = scheduler_assign_rows(&args.flotilla, &s, &mut report).await;
             report.outcome("scheduler-assign", r);
         }
         if selected("scheduler-failover") {
             for (interval, grace) in &s.failover_settings {
+                report.calibrate(&format!("scheduler-failover at {interval} s / {grace} s")).await;
                 let r = failover_rows(&args.flotilla, &s, Duration::from_secs(*interval), Duration::from_secs(*grace), &mut report).await;
                 report.outcome(&format!("scheduler-failover at {interval} s / {grace} s"), r);
             }
         }
         if run == 1 && selected("scale") {
+            report.calibrate("scale").await;
             let r = scale::rows(&args.flotilla, s.scale, &mut report).await;
             report.outcome("scale", r);
         }

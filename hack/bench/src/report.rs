@@ -192,7 +192,45 @@ pub struct Report {
     failures: Vec<String>,
     /// The run being measured, from 1.
     pub run: usize,
+    /// The machine's speed before the scenario being measured ([`calibrate`]), ms.
+    calibration_ms: Option<f64>,
+    /// Every calibration: (run, scenario group, ms).
+    calibrations: Vec<(usize, String, f64)>,
 }
+
+/// How long a fixed single-threaded workload of JSON decoding and encoding (the kind
+/// of work that fills the measured processes) takes on this machine now, in ms. Timed
+/// before each scenario group starts its processes, so that a run in one of the
+/// machine's slow spells, when the same work costs more CPU, can be told from a run of
+/// slower code.
+pub fn calibrate() -> f64 {
+    let doc = json!({
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": "calibration", "namespace": "default", "labels": {"app": "calibration", "tier": "web"},
+                     "annotations": {"note": "x".repeat(200)}},
+        "spec": {"replicas": 3, "selector": {"matchLabels": {"app": "calibration"}},
+                 "template": {"metadata": {"labels": {"app": "calibration"}},
+                              "spec": {"containers": [{"name": "c", "image": "registry.example/app:1.2.3",
+                                                       "env": (0..20).map(|i| json!({"name": format!("VAR_{i}"), "value": i.to_string()})).collect::<Vec<_>>(),
+                                                       "resources": {"requests": {"cpu": "100m", "memory": "64Mi"}}}]}}},
+        "status": {"replicas": 3, "conditions": [{"type": "Available", "status": "True", "reason": "MinimumReplicasAvailable"}]}
+    })
+    .to_string();
+    let start = std::time::Instant::now();
+    let mut bytes = 0;
+    for _ in 0..CALIBRATION_ROUNDS {
+        let v: Value = serde_json::from_str(std::hint::black_box(&doc)).unwrap_or_default();
+        bytes += std::hint::black_box(serde_json::to_string(&v).unwrap_or_default()).len();
+    }
+    std::hint::black_box(bytes);
+    start.elapsed().as_secs_f64() * 1000.0
+}
+
+/// 0.2 to 0.4 s on the benchmark machine, by its speed at the moment.
+const CALIBRATION_ROUNDS: usize = 10_000;
+
+/// A calibration this much slower than the fastest of the report marks a slow spell.
+const SLOW_SPELL: f64 = 1.2;
 
 /// A figure across its runs.
 struct Aggregate<'a> {
@@ -312,6 +350,8 @@ impl Report {
             timelines: vec![],
             failures: vec![],
             run: 1,
+            calibration_ms: None,
+            calibrations: vec![],
         }
     }
 
@@ -319,10 +359,26 @@ impl Report {
     pub fn add(&mut self, row: Row, mut json: Value) {
         if let Some(o) = json.as_object_mut() {
             o.insert("run".into(), json!(self.run));
+            if let Some(ms) = self.calibration_ms {
+                o.insert("calibration_ms".into(), json!(ms));
+            }
         }
         println!("{}", serde_json::to_string(&json).unwrap_or_default());
         self.rows.push((self.run, row));
         self.json.push(json);
+    }
+
+    /// Times [`calibrate`] before scenario group `group` starts; its figures carry it.
+    pub async fn calibrate(&mut self, group: &str) {
+        let ms = tokio::task::spawn_blocking(calibrate).await.unwrap_or(f64::NAN);
+        println!("# {group}, run {}: calibration {ms:.0} ms", self.run);
+        self.calibrated(group, ms);
+    }
+
+    /// Keeps a calibration of `ms` before `group` for its figures and the report.
+    fn calibrated(&mut self, group: &str, ms: f64) {
+        self.calibration_ms = Some(ms);
+        self.calibrations.push((self.run, group.to_string(), ms));
     }
 
     /// Records how a scenario group ended; a failure is printed and kept for the report.
@@ -483,6 +539,28 @@ impl Report {
             m.mode,
             runs(m.runs)
         );
+        if !self.calibrations.is_empty() {
+            let all: Vec<f64> = self.calibrations.iter().map(|c| c.2).collect();
+            let fastest = all.iter().copied().fold(f64::INFINITY, f64::min);
+            let slow: Vec<String> = self
+                .calibrations
+                .iter()
+                .filter(|c| c.2 > SLOW_SPELL * fastest)
+                .map(|c| format!("{} run {} ({:.0} ms)", c.1, c.0, c.2))
+                .collect();
+            let _ = writeln!(
+                s,
+                "- **Machine speed:** a fixed single-threaded JSON workload, timed before each scenario group (`calibration_ms` in the JSON records), took {:.0} ms at the median ({:.0} - {:.0}). {}",
+                median(&all),
+                fastest,
+                all.iter().copied().fold(0.0, f64::max),
+                if slow.is_empty() {
+                    "No group started in a slow spell (over 1.2× the fastest).".to_string()
+                } else {
+                    format!("Started in a slow spell (over 1.2× the fastest): {}.", slow.join(", "))
+                }
+            );
+        }
         let _ =
             writeln!(s, "- **Floors** are measured in the same run; the ratio is the figure over its floor, per run, then the median.\n");
         s.push_str("| scenario | median | spread | floor, same run | ratio | target |\n|---|---|---|---|---|---|\n");
@@ -640,6 +718,25 @@ mod tests {
         assert!(md.contains("| creates | 12,000/s | 1 run | - | - | ≥ 3,000/s: **met** |"), "{md}");
         assert!(md.contains("| scheduling decision p99 | 450 µs | Karmada"), "{md}");
         assert!(md.contains("| a lost cluster detected, defaults | not run"), "{md}");
+    }
+
+    #[test]
+    fn the_machine_speed_goes_into_the_records_and_slow_spells_are_named() {
+        let mut r = Report::new(meta());
+        r.calibrated("sim", 250.0);
+        r.add(Row::new("sim_create", "raw create", 0.5, "ms", Better::Lower), json!({"scenario": "sim_create"}));
+        r.run = 2;
+        r.calibrated("sim", 340.0);
+        r.add(Row::new("sim_create", "raw create", 0.7, "ms", Better::Lower), json!({"scenario": "sim_create"}));
+        assert_eq!(r.json[1]["calibration_ms"], 250.0);
+        assert_eq!(r.json[2]["calibration_ms"], 340.0);
+        let md = r.markdown(&[], "");
+        assert!(
+            md.contains("took 295 ms at the median (250 - 340). Started in a slow spell (over 1.2× the fastest): sim run 2 (340 ms)."),
+            "{md}"
+        );
+        r.calibrations.pop();
+        assert!(r.markdown(&[], "").contains("No group started in a slow spell"));
     }
 
     #[test]
