@@ -229,8 +229,8 @@ async fn run(
         }
     };
     // A filtered watch reads only what its selectors look at from each change, and
-    // from the value it had before: parsing both whole for every watcher of a busy
-    // kind cost more than everything else the watch does.
+    // from the value it had before: parsing both whole, for every watcher of a busy
+    // kind, was about half of what the watches cost.
     let filtered = opts.labels.is_some() || opts.fields.is_some();
     let looked_at = Paths::of(opts.labels.iter().map(|_| "metadata.labels").chain(opts.fields.iter().flat_map(|f| f.fields())));
     let matches = |doc: &Doc| match &opts.fields {
