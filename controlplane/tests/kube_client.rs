@@ -629,6 +629,52 @@ async fn writes_that_change_nothing_keep_the_resource_version_and_send_no_event(
     srv.shutdown().await.unwrap();
 }
 
+/// A label-selector watch sees an object come into its selection as ADDED, change
+/// inside it as MODIFIED and leave it as DELETED, and nothing of an object outside it,
+/// as kube-apiserver's watch cache sends them. A field selector combined with it
+/// narrows the same way.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_label_selector_watch_follows_objects_into_and_out_of_its_selection() {
+    let dir = tempfile::tempdir().unwrap();
+    let srv = start(dir.path()).await;
+    let cms: Api<ConfigMap> = Api::namespaced(root_client(&srv).await, "default");
+    let rv = cms.list(&ListParams::default()).await.unwrap().metadata.resource_version.unwrap();
+    let mut labelled = cms.watch(&WatchParams::default().labels("app=web"), &rv).await.unwrap().boxed();
+    let mut named = cms.watch(&WatchParams::default().labels("app=web").fields("metadata.name=b"), &rv).await.unwrap().boxed();
+
+    let label = |name: &'static str, value: Value| {
+        let cms = cms.clone();
+        async move { cms.patch(name, &PatchParams::default(), &Patch::Merge(json!({"metadata": {"labels": {"app": value}}}))).await.unwrap() }
+    };
+    cms.create(&PostParams::default(), &configmap("a", &[("app", "db")], &[])).await.unwrap();
+    cms.create(&PostParams::default(), &configmap("b", &[], &[])).await.unwrap();
+    label("a", json!("web")).await;
+    cms.patch("a", &PatchParams::default(), &Patch::Merge(json!({"data": {"k": "v"}}))).await.unwrap();
+    label("b", json!("web")).await;
+    label("a", Value::Null).await;
+    cms.delete("a", &DeleteParams::default()).await.unwrap();
+    cms.delete("b", &DeleteParams::default()).await.unwrap();
+
+    let next = async |events: &mut futures::stream::BoxStream<'static, kube::Result<WatchEvent<ConfigMap>>>| match tokio::time::timeout(
+        DEADLINE,
+        events.next(),
+    )
+    .await
+    {
+        Ok(Some(Ok(WatchEvent::Added(cm)))) => format!("ADDED {}", cm.name_any()),
+        Ok(Some(Ok(WatchEvent::Modified(cm)))) => format!("MODIFIED {} {:?}", cm.name_any(), data_of(&cm, "k")),
+        Ok(Some(Ok(WatchEvent::Deleted(cm)))) => format!("DELETED {}", cm.name_any()),
+        other => format!("{other:?}"),
+    };
+    let mut seen = Vec::new();
+    for _ in 0..5 {
+        seen.push(next(&mut labelled).await);
+    }
+    assert_eq!(seen, ["ADDED a", "MODIFIED a Some(\"v\")", "ADDED b", "DELETED a", "DELETED b"]);
+    assert_eq!([next(&mut named).await, next(&mut named).await], ["ADDED b".to_string(), "DELETED b".to_string()]);
+    srv.shutdown().await.unwrap();
+}
+
 /// A server-side apply that creates its object stores it once: a watcher from before
 /// sees one ADDED event with the object as the apply answered it, whose managedFields
 /// hold only the apply's entry.

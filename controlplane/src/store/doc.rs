@@ -114,172 +114,23 @@ impl Doc {
     }
 }
 
-/// The parts of a document that a reader wants, by field path: a filtered watch
-/// needs `metadata.labels` and its field selector's paths, not the whole tree.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Paths {
-    /// The whole value.
-    All,
-    /// Only these members of an object, each with the part of it wanted.
-    Members(std::collections::BTreeMap<String, Paths>),
-}
-
-impl Paths {
-    /// The parts named by dotted paths such as `metadata.labels` or `spec.nodeName`.
-    /// No path at all wants nothing.
-    pub fn of<'a>(paths: impl IntoIterator<Item = &'a str>) -> Self {
-        let mut root = Paths::Members(Default::default());
-        for path in paths {
-            let mut at = &mut root;
-            for seg in path.split('.') {
-                at = match at {
-                    // Wanted whole already: a deeper path adds nothing.
-                    Paths::All => break,
-                    Paths::Members(m) => m.entry(seg.to_string()).or_insert_with(|| Paths::Members(Default::default())),
-                };
-            }
-            *at = Paths::All;
-        }
-        root
-    }
-}
-
-impl Doc {
-    /// The document with only the parts `paths` wants, read from the text without
-    /// building the rest of the tree: what a filtered watch's selectors look at, at a
-    /// fraction of the cost of [`Doc::value`] for a large object.
-    pub fn partial(&self, paths: &Paths) -> Value {
-        let mut de = serde_json::Deserializer::from_str(&self.raw);
-        serde::de::DeserializeSeed::deserialize(Keep(paths), &mut de).ok().flatten().unwrap_or(Value::Null)
-    }
-}
-
-/// Reads a value, keeping what its [`Paths`] want: `None` when nothing of it is wanted.
-struct Keep<'a>(&'a Paths);
-
-impl<'de> serde::de::DeserializeSeed<'de> for Keep<'_> {
-    type Value = Option<Value>;
-
-    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
-        match self.0 {
-            Paths::All => serde::Deserialize::deserialize(d).map(Some),
-            Paths::Members(wanted) => d.deserialize_any(KeepMembers(wanted)),
-        }
-    }
-}
-
-struct KeepMembers<'a>(&'a std::collections::BTreeMap<String, Paths>);
-
-/// Looks a member's name up among the wanted ones without copying it.
-struct WantedKey<'a>(&'a std::collections::BTreeMap<String, Paths>);
-
-impl<'de, 'a> serde::de::DeserializeSeed<'de> for WantedKey<'a> {
-    type Value = Option<(&'a String, &'a Paths)>;
-
-    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
-        d.deserialize_str(self)
-    }
-}
-
-impl<'de, 'a> serde::de::Visitor<'de> for WantedKey<'a> {
-    type Value = Option<(&'a String, &'a Paths)>;
-
-    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("a member name")
-    }
-
-    fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Self::Value, E> {
-        Ok(self.0.get_key_value(v))
-    }
-}
-
-impl<'de> serde::de::Visitor<'de> for KeepMembers<'_> {
-    type Value = Option<Value>;
-
-    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("any JSON value")
-    }
-
-    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
-        let mut out = serde_json::Map::new();
-        while let Some(key) = map.next_key_seed(WantedKey(self.0))? {
-            match key {
-                Some((name, paths)) => {
-                    if let Some(v) = map.next_value_seed(Keep(paths))? {
-                        out.insert(name.clone(), v);
-                    }
-                }
-                None => {
-                    map.next_value::<serde::de::IgnoredAny>()?;
-                }
-            }
-        }
-        Ok(Some(Value::Object(out)))
-    }
-
-    // Where members are wanted, anything but an object has none of them.
-    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
-        while seq.next_element::<serde::de::IgnoredAny>()?.is_some() {}
-        Ok(None)
-    }
-
-    fn visit_bool<E>(self, _: bool) -> Result<Self::Value, E> {
-        Ok(None)
-    }
-
-    fn visit_i64<E>(self, _: i64) -> Result<Self::Value, E> {
-        Ok(None)
-    }
-
-    fn visit_u64<E>(self, _: u64) -> Result<Self::Value, E> {
-        Ok(None)
-    }
-
-    fn visit_f64<E>(self, _: f64) -> Result<Self::Value, E> {
-        Ok(None)
-    }
-
-    fn visit_str<E>(self, _: &str) -> Result<Self::Value, E> {
-        Ok(None)
-    }
-
-    fn visit_unit<E>(self) -> Result<Self::Value, E> {
-        Ok(None)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use serde_json::json;
 
     #[test]
-    fn a_partial_read_keeps_the_wanted_paths_and_nothing_else() {
+    fn labels_are_read_from_the_text_once_and_kept() {
         let v = json!({
             "kind": "Pod",
-            "metadata": {"name": "p", "labels": {"app": "web", "tier": "1"}, "managedFields": [{"manager": "x"}], "uid": "u"},
-            "spec": {"nodeName": "n1", "containers": [{"name": "c"}], "priority": 3},
-            "status": {"phase": "Running", "conditions": [{"type": "Ready"}]}
+            "metadata": {"name": "p", "labels": {"app": "web", "tier": "1"}, "managedFields": [{"manager": "x"}]},
+            "spec": {"nodeName": "n1"}
         });
         let d = Doc::from_raw(v.to_string()).unwrap();
-        let paths = Paths::of(["metadata.labels", "spec.nodeName", "status.phase", "spec.priority"]);
-        assert_eq!(
-            d.partial(&paths),
-            json!({"metadata": {"labels": {"app": "web", "tier": "1"}}, "spec": {"nodeName": "n1", "priority": 3}, "status": {"phase": "Running"}})
-        );
-        // A path into something that is not an object, or absent, keeps nothing there.
-        assert_eq!(d.partial(&Paths::of(["spec.containers.name", "spec.missing.x"])), json!({"spec": {}}));
-        assert_eq!(d.partial(&Paths::of(["metadata", "metadata.labels.app"])), json!({"metadata": v["metadata"]}));
-        assert_eq!(d.partial(&Paths::of([])), json!({}));
         assert_eq!(Value::Object(d.labels().clone()), v["metadata"]["labels"]);
         assert!(std::ptr::eq(d.labels(), d.labels()), "the labels are read once and kept");
         for odd in [json!({"metadata": {"labels": null}}), json!({"metadata": {"labels": 3}}), json!({"kind": "x"})] {
             assert!(Doc::from_raw(odd.to_string()).unwrap().labels().is_empty(), "{odd}");
-        }
-        // Selectors read the partial document exactly as they read the whole one.
-        for p in ["metadata.name", "metadata.labels", "spec.nodeName", "status.phase", "spec.none"] {
-            let partial = d.partial(&Paths::of([p]));
-            assert_eq!(crate::kinds::field_value(&partial, p), crate::kinds::field_value(&v, p), "{p}");
         }
     }
 

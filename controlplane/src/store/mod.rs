@@ -20,7 +20,7 @@ use std::sync::Arc;
 use futures::future::BoxFuture;
 use serde_json::Value;
 
-pub use doc::{Doc, DocMeta, OwnerUid, Paths};
+pub use doc::{Doc, DocMeta, OwnerUid};
 pub use sqlite::SqliteStore;
 pub use window::{Event, EventType, WatchStream, WindowLimits, EVENT_WINDOW};
 
