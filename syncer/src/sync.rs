@@ -141,7 +141,7 @@ pub struct Syncer {
 /// the copy would change. A status update of either (three or more of the copy's per
 /// rollout, and the aggregator's of the upstream one) changes none of it, so its check
 /// costs no conversion of either object to JSON.
-#[derive(Debug, PartialEq)]
+#[derive(Debug)]
 struct Covered {
     share: i32,
     upstream: Version,
@@ -150,7 +150,7 @@ struct Covered {
 
 /// An object's uid, generation (which any spec edit bumps), labels and annotations
 /// (which bump none).
-#[derive(Debug, PartialEq)]
+#[derive(Debug)]
 struct Version {
     uid: Option<String>,
     generation: Option<i64>,

@@ -192,9 +192,8 @@ pub struct Report {
     failures: Vec<String>,
     /// The run being measured, from 1.
     pub run: usize,
-    /// The machine's speed before the scenario being measured ([`calibrate`]), ms.
-    calibration_ms: Option<f64>,
-    /// Every calibration: (run, scenario group, ms).
+    /// Every calibration ([`calibrate`]): (run, scenario group, ms). The last is the
+    /// one of the scenario being measured.
     calibrations: Vec<(usize, String, f64)>,
 }
 
@@ -350,7 +349,6 @@ impl Report {
             timelines: vec![],
             failures: vec![],
             run: 1,
-            calibration_ms: None,
             calibrations: vec![],
         }
     }
@@ -359,7 +357,7 @@ impl Report {
     pub fn add(&mut self, row: Row, mut json: Value) {
         if let Some(o) = json.as_object_mut() {
             o.insert("run".into(), json!(self.run));
-            if let Some(ms) = self.calibration_ms {
+            if let Some(&(.., ms)) = self.calibrations.last() {
                 o.insert("calibration_ms".into(), json!(ms));
             }
         }
@@ -377,7 +375,6 @@ impl Report {
 
     /// Keeps a calibration of `ms` before `group` for its figures and the report.
     fn calibrated(&mut self, group: &str, ms: f64) {
-        self.calibration_ms = Some(ms);
         self.calibrations.push((self.run, group.to_string(), ms));
     }
 
