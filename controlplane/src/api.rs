@@ -429,12 +429,14 @@ impl Api {
         let old = &*current.value;
         self.fill_identity(scope, &mut obj, Some(name))?;
         let mut obj = if sub == Sub::Status {
-            // A status write changes only status; everything else comes from storage.
-            let mut merged = old.clone();
-            merged["status"] = obj.as_object_mut().and_then(|o| o.remove("status")).unwrap_or(Value::Null);
-            if merged["status"].is_null() {
-                merged.as_object_mut().map(|o| o.remove("status"));
+            // A status write changes only status; everything else comes from storage
+            // (copied field by field: the stored status would only be thrown away).
+            let mut merged: Map<String, Value> =
+                old.as_object().into_iter().flatten().filter(|(k, _)| *k != "status").map(|(k, v)| (k.clone(), v.clone())).collect();
+            if let Some(status) = obj.as_object_mut().and_then(|o| o.remove("status")).filter(|s| !s.is_null()) {
+                merged.insert("status".into(), status);
             }
+            let mut merged = Value::Object(merged);
             // The workload controllers' status strategies reset only spec and labels,
             // so a status write may carry annotations: the deployment controller sets
             // deployment.kubernetes.io/revision that way, without bumping generation.
@@ -449,10 +451,10 @@ impl Api {
         };
         obj = self.admit(scope, name, obj, Some(old), sub, opts, &mut warnings)?;
         {
-            let old_meta = objmeta::meta(old).cloned().unwrap_or_default();
+            let old_meta = objmeta::meta(old);
             let m = objmeta::meta_mut(&mut obj);
             for f in ["uid", "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds", "generation"] {
-                match old_meta.get(f) {
+                match old_meta.and_then(|o| o.get(f)) {
                     Some(v) => m.insert(f.into(), v.clone()),
                     None => m.remove(f),
                 };
@@ -1077,8 +1079,11 @@ impl Api {
             }
             Behavior::Custom(def) => {
                 crate::crd::schema::apply_defaults(&mut obj, &def.schema);
-                causes
-                    .extend(crate::crd::schema::validate(&obj, &def.schema).into_iter().map(|c| Cause::new(c.reason, &c.field, c.message)));
+                causes.extend(
+                    crate::crd::schema::validate_update(&obj, old, &def.schema)
+                        .into_iter()
+                        .map(|c| Cause::new(c.reason, &c.field, c.message)),
+                );
             }
         }
         if !causes.is_empty() {
@@ -1112,13 +1117,12 @@ fn bump_generation(rt: &ResourceType, old: &Value, new: &mut Value) {
         Some(b) => b.generation_changed(old, new),
         // A custom resource's generation moves on any change outside metadata and status.
         None => {
-            let strip = |v: &Value| {
-                let mut m = v.as_object().cloned().unwrap_or_default();
-                m.remove("metadata");
-                m.remove("status");
-                m
-            };
-            Some(strip(old) != strip(new))
+            fn rest(v: &Value) -> Vec<(&String, &Value)> {
+                let mut fields: Vec<_> = v.as_object().into_iter().flatten().filter(|(k, _)| *k != "metadata" && *k != "status").collect();
+                fields.sort_unstable_by_key(|(k, _)| *k);
+                fields
+            }
+            Some(rest(old) != rest(new))
         }
     };
     if changed == Some(true) {
@@ -1131,24 +1135,39 @@ fn bump_generation(rt: &ResourceType, old: &Value, new: &mut Value) {
 /// entries, which the field manager stamps on every write. (kube-apiserver does not even
 /// restamp them when a manager's fields are unchanged, so such a write is a no-op there.)
 fn same_but_for_times(old: &Value, new: &Value) -> bool {
-    fn strip(v: &Value) -> Value {
-        let mut v = v.clone();
-        if let Some(m) = v.get_mut("metadata").and_then(Value::as_object_mut) {
-            m.remove("resourceVersion");
-            if let Some(entries) = m.get_mut("managedFields").and_then(Value::as_array_mut) {
-                for e in entries.iter_mut().filter_map(Value::as_object_mut) {
-                    e.remove("time");
-                }
-            }
-        }
-        v
+    /// Whether two maps hold the same entries, but for the keys `skip` ignores and
+    /// for values that `same` finds equal.
+    fn same_map(
+        a: &Map<String, Value>,
+        b: &Map<String, Value>,
+        skip: &dyn Fn(&str) -> bool,
+        same: &dyn Fn(&str, &Value, &Value) -> bool,
+    ) -> bool {
+        let count = |m: &Map<String, Value>| m.keys().filter(|k| !skip(k)).count();
+        count(a) == count(b) && a.iter().filter(|(k, _)| !skip(k)).all(|(k, v)| b.get(k).is_some_and(|w| same(k, v, w)))
     }
-    // Cheap rejection first: most writes change something outside metadata.
-    let outside_meta_equal = match (old.as_object(), new.as_object()) {
-        (Some(o), Some(n)) => o.len() == n.len() && o.iter().all(|(k, v)| k == "metadata" || n.get(k) == Some(v)),
-        _ => false,
+    let no_time = |k: &str| k == "time";
+    let entries_same = |a: &Value, b: &Value| match (a.as_array(), b.as_array()) {
+        (Some(a), Some(b)) => {
+            a.len() == b.len()
+                && a.iter().zip(b).all(|(x, y)| match (x.as_object(), y.as_object()) {
+                    (Some(x), Some(y)) => same_map(x, y, &no_time, &|_, v, w| v == w),
+                    _ => x == y,
+                })
+        }
+        _ => a == b,
     };
-    outside_meta_equal && strip(old) == strip(new)
+    let meta_same = |a: Option<&Value>, b: Option<&Value>| match (a.and_then(Value::as_object), b.and_then(Value::as_object)) {
+        (Some(a), Some(b)) => {
+            same_map(a, b, &|k| k == "resourceVersion", &|k, v, w| if k == "managedFields" { entries_same(v, w) } else { v == w })
+        }
+        _ => a == b,
+    };
+    match (old.as_object(), new.as_object()) {
+        // Everything outside metadata first: most writes change something there.
+        (Some(o), Some(n)) => same_map(o, n, &|k| k == "metadata", &|_, v, w| v == w) && meta_same(o.get("metadata"), n.get("metadata")),
+        _ => false,
+    }
 }
 
 /// ObjectMeta fields a custom resource may carry; everything else in metadata is pruned.
@@ -1525,6 +1544,30 @@ impl From<StoreError> for ApiError {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_write_is_the_same_when_only_its_resource_version_and_managed_times_differ() {
+        let obj = |rv: &str, time: &str, replicas: i64, labels: Value| {
+            json!({
+                "metadata": {"name": "a", "resourceVersion": rv, "labels": labels,
+                    "managedFields": [{"manager": "m", "time": time, "fieldsV1": {"f:spec": {}}}]},
+                "spec": {"replicas": replicas},
+            })
+        };
+        let old = obj("1", "2026-01-01T00:00:00Z", 1, json!({"x": "1"}));
+        assert!(same_but_for_times(&old, &obj("7", "2026-01-02T00:00:00Z", 1, json!({"x": "1"}))));
+        assert!(!same_but_for_times(&old, &obj("1", "2026-01-01T00:00:00Z", 2, json!({"x": "1"}))), "spec differs");
+        assert!(!same_but_for_times(&old, &obj("1", "2026-01-01T00:00:00Z", 1, json!({"x": "2"}))), "labels differ");
+        let mut other_manager = old.clone();
+        other_manager["metadata"]["managedFields"][0]["manager"] = json!("n");
+        assert!(!same_but_for_times(&old, &other_manager), "a managedFields entry differs beyond its time");
+        let mut extra = old.clone();
+        extra["status"] = json!({});
+        assert!(!same_but_for_times(&old, &extra) && !same_but_for_times(&extra, &old), "a field only on one side");
+        let mut no_meta = old.clone();
+        no_meta.as_object_mut().unwrap().remove("metadata");
+        assert!(!same_but_for_times(&old, &no_meta) && same_but_for_times(&no_meta, &no_meta.clone()));
+    }
 
     #[test]
     fn the_workspace_annotation_is_spliced_into_the_stored_text() {

@@ -928,7 +928,7 @@ impl Checker {
                 invalid(&mut self.out, dp.clone(), &fmt_value(d), "must not have unknown fields");
             }
             let mut v = Validator::new(dp);
-            v.node(d, s, "", 0, is_root);
+            v.node(d, None, s, "", 0, is_root);
             self.out.append(&mut v.out);
         }
         if let Some(items) = items_of(s) {
@@ -1198,8 +1198,20 @@ fn default_node(x: &mut Value, s: &Value, depth: usize) {
 /// `metadata` at the root is skipped except for restrictions on its `name`
 /// and `generateName`. Fields are value paths such as `spec.items[0].name`.
 pub fn validate(obj: &Value, schema: &Value) -> Vec<Cause> {
+    validate_update(obj, None, schema)
+}
+
+/// Validates an update of `old` to `obj`, ratcheting as kube-apiserver does for custom
+/// resources (CRDValidationRatcheting, on by default since 1.30): a value that is
+/// unchanged from the value it correlates with in `old` is not validated again, so a
+/// schema tightened after an object was stored does not block writes that leave its
+/// invalid fields alone. Object properties correlate by name, the items of a
+/// list-type map by their keys and of a list-type set by value; the items of other
+/// lists do not correlate (only the list as a whole). With `old` None (a create) it is
+/// [`validate`].
+pub fn validate_update(obj: &Value, old: Option<&Value>, schema: &Value) -> Vec<Cause> {
     let mut v = Validator::new(String::new());
-    v.node(obj, schema, "", 0, true);
+    v.node(obj, old, schema, "", 0, true);
     v.out
 }
 
@@ -1219,12 +1231,14 @@ impl Validator {
     /// Runs a node into a separate list, for the logical junctors.
     fn sub(&mut self, x: &Value, s: &Value, path: &str, depth: usize, root: bool) -> Vec<Cause> {
         let saved = std::mem::take(&mut self.out);
-        self.node(x, s, path, depth, root);
+        self.node(x, None, s, path, depth, root);
         std::mem::replace(&mut self.out, saved)
     }
 
-    fn node(&mut self, x: &Value, s: &Value, path: &str, depth: usize, root: bool) {
-        if !s.is_object() {
+    /// Validates `x` against `s`; `old` is the value it correlates with in the object
+    /// being updated, if any.
+    fn node(&mut self, x: &Value, old: Option<&Value>, s: &Value, path: &str, depth: usize, root: bool) {
+        if !s.is_object() || old == Some(x) {
             return;
         }
         if depth > MAX_DEPTH {
@@ -1261,12 +1275,12 @@ impl Validator {
         match x {
             Value::String(st) => self.check_string(st, s, path),
             Value::Number(n) => self.check_number(n, s, path),
-            Value::Array(a) => self.check_array(a, s, path, depth),
+            Value::Array(a) => self.check_array(a, old.and_then(Value::as_array), s, path, depth),
             _ => {}
         }
         self.check_enum(x, s, path);
         if let Value::Object(m) = x {
-            self.check_object(m, s, path, depth, root);
+            self.check_object(m, old.and_then(Value::as_object), s, path, depth, root);
             if !root && flag(s, EMBEDDED) {
                 self.check_embedded(m, path);
             }
@@ -1448,10 +1462,19 @@ impl Validator {
         }
     }
 
-    fn check_array(&mut self, a: &[Value], s: &Value, path: &str, depth: usize) {
+    fn check_array(&mut self, a: &[Value], old: Option<&Vec<Value>>, s: &Value, path: &str, depth: usize) {
         if let Some(items) = items_of(s) {
+            let old = old.map(Vec::as_slice).unwrap_or_default();
+            let keys: Vec<&str> = array_of(s, LIST_MAP_KEYS).iter().filter_map(Value::as_str).collect();
+            let correlated = |v: &Value| match str_of(s, LIST_TYPE) {
+                Some("set") => old.iter().find(|o| *o == v),
+                Some("map") if v.is_object() && !keys.is_empty() => {
+                    old.iter().find(|o| o.is_object() && keys.iter().all(|k| o.get(*k) == v.get(*k)))
+                }
+                _ => None,
+            };
             for (i, v) in a.iter().enumerate() {
-                self.node(v, items, &indexed(path, i), depth + 1, false);
+                self.node(v, correlated(v), items, &indexed(path, i), depth + 1, false);
             }
         }
         let len = a.len() as u64;
@@ -1541,7 +1564,8 @@ impl Validator {
         not_supported(&mut self.out, join_field(&self.base, path), &fmt_value(x), &listed);
     }
 
-    fn check_object(&mut self, m: &Map<String, Value>, s: &Value, path: &str, depth: usize, root: bool) {
+    fn check_object(&mut self, m: &Map<String, Value>, old: Option<&Map<String, Value>>, s: &Value, path: &str, depth: usize, root: bool) {
+        let was = |k: &str| old.and_then(|o| o.get(k));
         let count = m.len() as u64;
         if let Some(min) = count_of(s, "minProperties") {
             if count < min {
@@ -1572,7 +1596,7 @@ impl Validator {
                     if root && k == "metadata" {
                         continue;
                     }
-                    self.node(v, a, &child(path, k), depth + 1, false);
+                    self.node(v, was(k), a, &child(path, k), depth + 1, false);
                 }
             }
             _ => {}
@@ -1584,7 +1608,7 @@ impl Validator {
                     self.check_root_metadata(v, ps, depth);
                     continue;
                 }
-                self.node(v, ps, &child(path, k), depth + 1, false);
+                self.node(v, was(k), ps, &child(path, k), depth + 1, false);
             }
         }
         for r in array_of(s, "required").iter().filter_map(Value::as_str) {
@@ -1600,7 +1624,7 @@ impl Validator {
         let Some(props) = props_of(ms) else { return };
         for k in ["name", "generateName"] {
             if let (Some(v), Some(ks)) = (md.get(k), props.get(k)) {
-                self.node(v, ks, &child("metadata", k), depth + 2, false);
+                self.node(v, None, ks, &child("metadata", k), depth + 2, false);
             }
         }
     }
@@ -1778,6 +1802,41 @@ mod tests {
     use serde_json::json;
 
     const PREFIX: &str = "spec.versions[0].schema.openAPIV3Schema";
+
+    #[test]
+    fn an_update_validates_only_what_changed_from_the_value_it_correlates_with() {
+        let short = json!({"type": "string", "maxLength": 3});
+        let schema = json!({"type": "object", "properties": {
+            "name": short,
+            "other": {"type": "string"},
+            "entries": {"type": "array", "x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["k"],
+                "items": {"type": "object", "required": ["k"], "properties": {"k": {"type": "string"}, "v": short}}},
+            "tags": {"type": "array", "x-kubernetes-list-type": "set", "items": short},
+            "plain": {"type": "array", "items": short},
+        }});
+        // Stored before the schema was tightened: every value is too long.
+        let old = json!({"name": "toolong", "other": "a",
+            "entries": [{"k": "a", "v": "toolong"}], "tags": ["toolong"], "plain": ["toolong"]});
+        let fields = |new: &Value| -> Vec<String> {
+            let mut f: Vec<String> = validate_update(new, Some(&old), &schema).into_iter().map(|c| c.field).collect();
+            f.sort();
+            f
+        };
+        let mut new = old.clone();
+        new["other"] = json!("b");
+        assert_eq!(fields(&new), Vec::<String>::new(), "only a valid field changed");
+        assert_eq!(validate(&new, &schema).len(), 4, "a create is validated whole");
+        new["name"] = json!("stilltoolong");
+        new["entries"] = json!([{"k": "b", "v": "new-and-long"}, {"k": "a", "v": "toolong"}]);
+        new["tags"] = json!(["toolong", "longer-still"]);
+        new["plain"] = json!(["toolong", "ok"]);
+        assert_eq!(
+            fields(&new),
+            ["entries[0].v", "name", "plain[0]", "tags[1]"],
+            "the changed values, and the items of a list that do not correlate"
+        );
+        assert_eq!(fields(&old), Vec::<String>::new(), "an unchanged object");
+    }
 
     fn placement_schema() -> Value {
         json!({
