@@ -232,11 +232,7 @@ impl ServerProc {
     }
 
     pub(crate) fn cpu_secs(&self) -> f64 {
-        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.child.id())).unwrap_or_default();
-        let fields: Vec<&str> = stat.rsplit(')').next().unwrap_or_default().split_whitespace().collect();
-        let ticks: f64 = fields.get(11).and_then(|u| u.parse::<f64>().ok()).unwrap_or(0.0)
-            + fields.get(12).and_then(|s| s.parse::<f64>().ok()).unwrap_or(0.0);
-        ticks / clock_ticks_per_sec()
+        process_cpu_secs(self.child.id())
     }
 
     async fn client(&self, context: &str, path_override: Option<&str>) -> anyhow::Result<kube::Client> {
@@ -303,6 +299,15 @@ where
             }
         }
     })
+}
+
+/// CPU seconds (user + system) that process `pid` has used, from `/proc/<pid>/stat`.
+pub(crate) fn process_cpu_secs(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let fields: Vec<&str> = stat.rsplit(')').next().unwrap_or_default().split_whitespace().collect();
+    let ticks: f64 = fields.get(11).and_then(|u| u.parse::<f64>().ok()).unwrap_or(0.0)
+        + fields.get(12).and_then(|s| s.parse::<f64>().ok()).unwrap_or(0.0);
+    ticks / clock_ticks_per_sec()
 }
 
 /// Polls `done` every `every` until it holds; after `timeout`, fails with `what()`,
