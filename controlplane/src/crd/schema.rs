@@ -1464,17 +1464,22 @@ impl Validator {
 
     fn check_array(&mut self, a: &[Value], old: Option<&Vec<Value>>, s: &Value, path: &str, depth: usize) {
         if let Some(items) = items_of(s) {
-            let old = old.map(Vec::as_slice).unwrap_or_default();
+            // The old items by what correlates them, indexed once: a long list would
+            // otherwise cost a scan of the old list per item.
             let keys: Vec<&str> = array_of(s, LIST_MAP_KEYS).iter().filter_map(Value::as_str).collect();
-            let correlated = |v: &Value| match str_of(s, LIST_TYPE) {
-                Some("set") => old.iter().find(|o| *o == v),
-                Some("map") if v.is_object() && !keys.is_empty() => {
-                    old.iter().find(|o| o.is_object() && keys.iter().all(|k| o.get(*k) == v.get(*k)))
+            let correlation = |v: &Value| -> Option<String> {
+                match str_of(s, LIST_TYPE) {
+                    Some("set") => Some(canonical(v)),
+                    Some("map") if v.is_object() && !keys.is_empty() => {
+                        Some(canonical(&Value::Array(keys.iter().map(|k| v.get(*k).cloned().unwrap_or(Value::Null)).collect())))
+                    }
+                    _ => None,
                 }
-                _ => None,
             };
+            let old: HashMap<String, &Value> = old.into_iter().flatten().filter_map(|o| Some((correlation(o)?, o))).collect();
             for (i, v) in a.iter().enumerate() {
-                self.node(v, correlated(v), items, &indexed(path, i), depth + 1, false);
+                let was = if old.is_empty() { None } else { correlation(v).and_then(|c| old.get(&c).copied()) };
+                self.node(v, was, items, &indexed(path, i), depth + 1, false);
             }
         }
         let len = a.len() as u64;
