@@ -90,7 +90,8 @@ fn quantile(before: &[(f64, f64)], after: &[(f64, f64)], q: f64) -> (f64, f64) {
     (f64::NAN, total)
 }
 
-/// Write requests the API server has answered, by `verb resource`, from its
+/// Write requests the API server has answered, by `verb resource` (and the code when
+/// it is not a success), from its
 /// `flotilla_apiserver_requests_total` counter.
 fn writes(metrics: &str) -> HashMap<String, f64> {
     let mut out = HashMap::new();
@@ -100,7 +101,12 @@ fn writes(metrics: &str) -> HashMap<String, f64> {
             |k: &str| labels.split(',').find_map(|kv| kv.strip_prefix(&format!("{k}=\""))).map(|v| v.trim_end_matches('"').to_string());
         let (Some(verb), Some(resource)) = (label("verb"), label("resource")) else { continue };
         if matches!(verb.as_str(), "create" | "update" | "patch" | "delete") {
-            *out.entry(format!("{verb} {resource}")).or_default() += n.trim().parse::<f64>().unwrap_or(0.0);
+            // Refused writes cost a round trip too, and say the cache was behind.
+            let key = match label("code").filter(|c| !c.starts_with('2')) {
+                Some(code) => format!("{verb} {resource} ({code})"),
+                None => format!("{verb} {resource}"),
+            };
+            *out.entry(key).or_default() += n.trim().parse::<f64>().unwrap_or(0.0);
         }
     }
     out
@@ -476,5 +482,23 @@ mod tests {
         assert!((p99 - 0.00198).abs() < 1e-9, "{p99}");
         let text = "x_bucket{le=\"0.001\"} 3\nx_bucket{le=\"+Inf\"} 4\nx_count 4\n";
         assert_eq!(histogram(text, "x"), vec![(0.001, 3.0), (f64::INFINITY, 4.0)]);
+    }
+
+    #[test]
+    fn writes_are_counted_per_deployment_with_refusals_apart_and_reads_left_out() {
+        let line = |verb: &str, code: &str, n: u32| {
+            format!("flotilla_apiserver_requests_total{{verb=\"{verb}\",resource=\"deployments\",code=\"{code}\"}} {n}\n")
+        };
+        let before = [line("create", "201", 10), line("patch", "200", 4), line("patch", "409", 0), line("get", "200", 7)].concat();
+        let after = [line("create", "201", 30), line("patch", "200", 44), line("patch", "409", 5), line("get", "200", 900)].concat();
+        let per = per_deployment(&before, &after, 20);
+        assert_eq!(
+            per,
+            vec![
+                ("patch deployments".to_string(), 2.0),
+                ("create deployments".to_string(), 1.0),
+                ("patch deployments (409)".to_string(), 0.25)
+            ]
+        );
     }
 }
