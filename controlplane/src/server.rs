@@ -172,6 +172,7 @@ pub async fn start(config: ServerConfig, prometheus: prometheus::Registry) -> an
     std::fs::create_dir_all(&config.data_dir).with_context(|| format!("creating data dir {}", config.data_dir.display()))?;
     let lock = lock_data_dir(&config.data_dir)?;
     let store = SqliteStore::open_with_window(&config.data_dir.join("store.db"), config.event_window).context("opening the store")?;
+    store.register_metrics(&prometheus).context("registering the store's metrics")?;
     let store: Arc<dyn Store> = store;
     let profile = if config.single_cluster { Profile::PhysicalCluster } else { Profile::ControlPlane };
     let registry = Arc::new(Registry::new(profile));

@@ -18,6 +18,7 @@ use std::sync::{mpsc, Arc, RwLock};
 
 use futures::future::BoxFuture;
 use futures::FutureExt;
+use prometheus::{Histogram, HistogramOpts, IntCounter};
 use rusqlite::{params, Connection};
 use serde_json::Value;
 use tokio::sync::oneshot;
@@ -47,6 +48,38 @@ impl Stored {
 
 type Index = BTreeMap<String, Stored>;
 
+/// How the writer's commits go: how often it commits, how many writes share a commit
+/// (group commit at work, or not), and how long a commit with its fsync takes, which
+/// is the floor under every write's latency.
+#[derive(Clone)]
+struct CommitMetrics {
+    duration: Histogram,
+    writes: Histogram,
+    failures: IntCounter,
+}
+
+impl CommitMetrics {
+    fn new() -> Self {
+        let histogram = |name: &str, help: &str, buckets: Vec<f64>| {
+            Histogram::with_opts(HistogramOpts::new(name, help).buckets(buckets)).expect("a valid histogram")
+        };
+        CommitMetrics {
+            duration: histogram(
+                "flotilla_store_commit_duration_seconds",
+                "Time to write and fsync one batch of writes",
+                vec![0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0],
+            ),
+            writes: histogram(
+                "flotilla_store_commit_writes",
+                "Writes committed together in one transaction",
+                vec![1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0],
+            ),
+            failures: IntCounter::new("flotilla_store_commit_failures_total", "Batches whose commit failed and was rolled back")
+                .expect("a valid counter"),
+        }
+    }
+}
+
 struct Request {
     op: WriteOp,
     reply: oneshot::Sender<Result<Entry, StoreError>>,
@@ -56,6 +89,7 @@ struct Request {
 pub struct SqliteStore {
     index: Arc<RwLock<Index>>,
     rev: Arc<AtomicU64>,
+    metrics: CommitMetrics,
     window: Arc<Window>,
     tx: mpsc::Sender<Request>,
 }
@@ -117,12 +151,20 @@ impl SqliteStore {
         let rev = Arc::new(AtomicU64::new(max_rev));
         let window = Window::new(max_rev, limits);
         let (tx, rx) = mpsc::channel();
-        let writer = Writer { conn, index: index.clone(), rev: rev.clone(), window: window.clone() };
+        let metrics = CommitMetrics::new();
+        let writer = Writer { conn, index: index.clone(), rev: rev.clone(), window: window.clone(), metrics: metrics.clone() };
         std::thread::Builder::new()
             .name("store-writer".into())
             .spawn(move || writer.run(rx))
             .map_err(|e| StoreError::Backend(format!("spawning the writer thread: {e}")))?;
-        Ok(Arc::new(Self { index, rev, window, tx }))
+        Ok(Arc::new(Self { index, rev, window, tx, metrics }))
+    }
+
+    /// Registers the commit metrics (`flotilla_store_commit_*`) with `registry`.
+    pub fn register_metrics(&self, registry: &prometheus::Registry) -> prometheus::Result<()> {
+        registry.register(Box::new(self.metrics.duration.clone()))?;
+        registry.register(Box::new(self.metrics.writes.clone()))?;
+        registry.register(Box::new(self.metrics.failures.clone()))
     }
 
     fn read(&self) -> std::sync::RwLockReadGuard<'_, Index> {
@@ -233,6 +275,7 @@ struct Writer {
     index: Arc<RwLock<Index>>,
     rev: Arc<AtomicU64>,
     window: Arc<Window>,
+    metrics: CommitMetrics,
 }
 
 /// The outcome of one request inside a batch, before the batch commits.
@@ -256,6 +299,8 @@ impl Writer {
     }
 
     fn commit_batch(&mut self, batch: Vec<Request>) {
+        let started = std::time::Instant::now();
+        let writes = batch.len();
         let base = self.rev.load(Ordering::Acquire);
         let mut next = base;
         // Changes made earlier in this batch, which later requests must see.
@@ -300,15 +345,18 @@ impl Writer {
                 }
             }
             if next != base {
-                txn.execute(
+                txn.prepare_cached(
                     "INSERT INTO meta (name, value) VALUES ('revision', ?1) ON CONFLICT(name) DO UPDATE SET value = excluded.value",
-                    params![next as i64],
-                )?;
+                )?
+                .execute(params![next as i64])?;
             }
             txn.commit()
         })();
+        self.metrics.duration.observe(started.elapsed().as_secs_f64());
+        self.metrics.writes.observe(writes as f64);
 
         if let Err(e) = outcome {
+            self.metrics.failures.inc();
             tracing::error!(error = %e, "store commit failed; the batch was rolled back");
             let msg = format!("the write could not be committed: {e}");
             for s in staged {
@@ -416,6 +464,31 @@ mod tests {
         assert_eq!(s.revision(), 6, "a delete of the newest key must not roll the revision back");
         let d = s.write(WriteOp::Create { key: "k/d".into(), value: obj("d") }).await.unwrap();
         assert_eq!(d.rev, 7);
+    }
+
+    #[tokio::test]
+    async fn commits_are_measured_per_batch_and_concurrent_writes_share_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = SqliteStore::open(&dir.path().join("store.db")).unwrap();
+        let registry = prometheus::Registry::new();
+        s.register_metrics(&registry).unwrap();
+        s.write(WriteOp::Create { key: "k/a".into(), value: obj("a") }).await.unwrap();
+        // A refused write is still part of a commit (its batch's transaction runs).
+        assert!(s.write(WriteOp::Create { key: "k/a".into(), value: obj("a") }).await.is_err());
+        let many = (0..64).map(|i| s.write(WriteOp::Create { key: format!("k/m{i}"), value: obj("m") }));
+        for r in futures::future::join_all(many).await {
+            r.unwrap();
+        }
+        let families = registry.gather();
+        let histogram = |name: &str| {
+            let f = families.iter().find(|f| f.name() == name).unwrap_or_else(|| panic!("{name} is not registered"));
+            let h = f.get_metric()[0].get_histogram();
+            (h.get_sample_count(), h.get_sample_sum())
+        };
+        let (commits, writes) = histogram("flotilla_store_commit_writes");
+        assert_eq!(writes, 66.0, "every write is counted in the batch it committed with");
+        assert!((3..66).contains(&commits), "64 writes queued at once share commits: {commits} commits");
+        assert_eq!(histogram("flotilla_store_commit_duration_seconds").0, commits);
     }
 
     #[tokio::test]

@@ -676,6 +676,7 @@ async fn scheduler_assign_rows(bin: &Path, s: &Sizes, report: &mut Report) -> an
                "floor_create_p50_ms": f.floor_create_ms.0, "floor_create_p99_ms": f.floor_create_ms.1,
                "false_not_ready": f.false_not_ready, "events_dropped": f.events_dropped,
                "writes_per_deployment": f.writes_per_deployment.iter().map(|(k, n)| (k.clone(), json!(n))).collect::<serde_json::Map<_, _>>(),
+               "store_commits": f.commits.0, "store_writes_per_commit": f.commits.1, "store_commit_p99_ms": f.commits.2,
                "control_plane_rss_mib": f.control_plane_rss_mib, "control_plane_cpu_secs": f.control_plane_cpu_secs}),
     );
     Ok(())

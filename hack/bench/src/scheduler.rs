@@ -117,6 +117,19 @@ fn counter(metrics: &str, name: &str) -> f64 {
     metrics.lines().find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok()).unwrap_or(0.0)
 }
 
+/// The store's commits between two readings of `/metrics`: how many, the mean writes
+/// per commit, and the p99 of a commit's duration in ms.
+fn commit_figures(before: &str, after: &str) -> (f64, f64, f64) {
+    let sum = |m: &str| counter(m, "flotilla_store_commit_writes_sum");
+    let (p99, commits) = quantile(
+        &histogram(before, "flotilla_store_commit_duration_seconds"),
+        &histogram(after, "flotilla_store_commit_duration_seconds"),
+        0.99,
+    );
+    let per_commit = if commits > 0.0 { (sum(after) - sum(before)) / commits } else { f64::NAN };
+    (commits, per_commit, p99 * 1e3)
+}
+
 /// The API writes between two readings of `/metrics`, per Deployment, most first.
 fn per_deployment(before: &str, after: &str, deployments: usize) -> Vec<(String, f64)> {
     let (w0, w1) = (writes(before), writes(after));
@@ -177,6 +190,9 @@ pub struct AssignFigures {
     pub writes_per_deployment: Vec<(String, f64)>,
     /// Events the scheduler dropped because its queue was full.
     pub events_dropped: f64,
+    /// The store's commits during the run: how many, the writes that shared one on
+    /// average, and a commit's p99 with its fsync, ms.
+    pub commits: (f64, f64, f64),
     pub control_plane_rss_mib: f64,
     pub control_plane_cpu_secs: f64,
 }
@@ -260,6 +276,7 @@ pub async fn assign(bin: &Path, clusters: usize, deployments: usize) -> anyhow::
     let after = histogram(&metrics_after, metric);
     let writes_per_deployment = per_deployment(&metrics_before, &metrics_after, deployments);
     let events_dropped = counter(&metrics_after, "flotilla_scheduler_events_dropped_total");
+    let commits = commit_figures(&metrics_before, &metrics_after);
     watch.abort();
     let labelled = labelled.lock().unwrap().clone();
     let last = labelled.values().max().copied().unwrap_or(start);
@@ -280,6 +297,7 @@ pub async fn assign(bin: &Path, clusters: usize, deployments: usize) -> anyhow::
         false_not_ready,
         writes_per_deployment,
         events_dropped,
+        commits,
         control_plane_rss_mib: cp.settled_rss_mib().await,
         control_plane_cpu_secs: cp.cpu_secs(),
     };
