@@ -999,10 +999,23 @@ impl Api {
             Behavior::Builtin(b) => {
                 // A status write takes everything but status (and some metadata) from
                 // storage, where it was decoded when written, so the spec (most of a
-                // pod) skips the typed round trip. `old` is None only on create.
+                // pod) skips the typed round trip. So does a spec or a status that an
+                // update leaves as stored (a label patch, a finalizer's removal): the
+                // stored one goes back in, in its typed key order. `old` is None only
+                // on create.
                 let mut obj = obj;
+                let unchanged = |key: &str, obj: &Value| old.and_then(|o| o.get(key)).filter(|stored| obj.get(key) == Some(*stored));
                 let stored_spec = match (sub, old) {
                     (Sub::Status, Some(_)) => obj.as_object_mut().and_then(|o| o.remove("spec")),
+                    (Sub::Main, Some(_)) => unchanged("spec", &obj).cloned().inspect(|_| {
+                        obj.as_object_mut().map(|o| o.remove("spec"));
+                    }),
+                    _ => None,
+                };
+                let stored_status = match sub {
+                    Sub::Main => unchanged("status", &obj).cloned().inspect(|_| {
+                        obj.as_object_mut().map(|o| o.remove("status"));
+                    }),
                     _ => None,
                 };
                 // managedFields sent back as they are stored (as every read-modify-write
@@ -1021,6 +1034,9 @@ impl Api {
                 if let (Some(spec), Some(o)) = (stored_spec, v.as_object_mut()) {
                     let at = o.keys().position(|k| k == "status").unwrap_or(o.len());
                     o.shift_insert(at, "spec".into(), spec);
+                }
+                if let (Some(status), Some(o)) = (stored_status, v.as_object_mut()) {
+                    o.insert("status".into(), status);
                 }
                 if let (Some(list), Some(m)) = (managed_fields, v.pointer_mut("/metadata").and_then(Value::as_object_mut)) {
                     let at = m.keys().position(|k| k.as_str() > "managedFields").unwrap_or(m.len());
