@@ -1004,19 +1004,15 @@ impl Api {
                 // stored one goes back in, in its typed key order. `old` is None only
                 // on create.
                 let mut obj = obj;
-                let unchanged = |key: &str, obj: &Value| old.and_then(|o| o.get(key)).filter(|stored| obj.get(key) == Some(*stored));
-                let stored_spec = match (sub, old) {
-                    (Sub::Status, Some(_)) => obj.as_object_mut().and_then(|o| o.remove("spec")),
-                    (Sub::Main, Some(_)) => unchanged("spec", &obj).cloned().inspect(|_| {
-                        obj.as_object_mut().map(|o| o.remove("spec"));
-                    }),
-                    _ => None,
+                let mut take_stored = |key: &str| {
+                    let stored = old?.get(key).filter(|stored| obj.get(key) == Some(*stored))?;
+                    obj.as_object_mut()?.remove(key);
+                    Some(stored.clone())
                 };
-                let stored_status = match sub {
-                    Sub::Main => unchanged("status", &obj).cloned().inspect(|_| {
-                        obj.as_object_mut().map(|o| o.remove("status"));
-                    }),
-                    _ => None,
+                let (stored_spec, stored_status) = match (sub, old) {
+                    (Sub::Status, Some(_)) => (obj.as_object_mut().and_then(|o| o.remove("spec")), None),
+                    (Sub::Main, Some(_)) => (take_stored("spec"), take_stored("status")),
+                    _ => (None, None),
                 };
                 // managedFields sent back as they are stored (as every read-modify-write
                 // does) were decoded when stored, too.
