@@ -15,9 +15,14 @@ const DEADLINE: Duration = Duration::from_secs(30);
 
 /// A control plane with workspace `demo` and the simulated cluster `east` registered.
 fn fleet() -> (Flotilla, SimCluster) {
+    fleet_of(EAST)
+}
+
+/// [`fleet`], with `east` defined by `def`.
+fn fleet_of(def: &str) -> (Flotilla, SimCluster) {
     // These tests play the scheduler's part: they write the assignment themselves.
     let f = Flotilla::start_with(&["--no-scheduler"]);
-    let east = SimCluster::start(EAST);
+    let east = SimCluster::start(def);
     let o = f.flotilla(&["cluster", "register", "east", "--kubeconfig", east.kubeconfig().to_str().unwrap()]);
     assert!(o.ok, "register: {o:?}");
     let o = f.flotilla(&["workspace", "create", "demo"]);
@@ -117,6 +122,38 @@ fn an_assigned_deployment_runs_downstream_and_rolls_out_upstream() {
         }
     });
     assert!(st.len() > "7700m/8 1 ".len(), "a heartbeat time: {st}");
+}
+
+#[test]
+fn a_burst_of_rollouts_spends_the_progress_budget_and_every_one_still_finishes() {
+    // Pods take 3 s to start, so each copy's entry is held past its PROGRESS_HOLD of
+    // 1 s with a step to report (observed, nothing ready yet), all within about a
+    // second: more reports than the budget of 10 at once and 10 a second.
+    const SLOW_EAST: &str = "name: east\nnodes:\n  - {count: 2, cpu: \"8\", memory: 16Gi, pods: 110}\nstartupDelay: 3s\n";
+    const N: usize = 60;
+    let (f, _east) = fleet_of(SLOW_EAST);
+    let manifest: Vec<String> = (0..N).map(|i| assigned(&format!("burst-{i:02}"), 1, 1, "nginx:1.27")).collect();
+    f.apply(&["--context", "demo", "-n", "default"], &manifest.join("---\n"));
+    // What a rollout ends on is never put off: every entry reaches 1/1.
+    wait_until(
+        "every WorkloadPlacement reporting its copy available",
+        Duration::from_secs(90),
+        || f.k(&["--context", "demo", "get", "wp", "--no-headers"]),
+        |t| t.lines().filter(|l| l.contains("east=1/1")).count() == N,
+    );
+    let o = f.kubectl(&["--context", "demo", "wait", "--for=condition=Available", "deploy", "--all", "--timeout=30s"]);
+    assert!(o.ok, "{o:?}");
+    let metrics = f.k(&["--context", "root", "get", "--raw", "/metrics"]);
+    let deferred: f64 = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix(r#"flotilla_syncer_progress_reports_deferred_total{cluster="east"} "#))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0.0);
+    assert!(
+        deferred > 0.0,
+        "{N} copies rolling out at once put off no progress report:\n{}",
+        metrics.lines().filter(|l| l.starts_with("flotilla_syncer")).collect::<Vec<_>>().join("\n")
+    );
 }
 
 #[test]

@@ -15,6 +15,7 @@
 #![warn(missing_docs)]
 
 pub mod aggregate;
+pub mod budget;
 pub mod cache;
 pub mod capacity;
 pub mod clients;

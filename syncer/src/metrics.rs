@@ -11,6 +11,7 @@ use prometheus::{HistogramOpts, HistogramVec, IntCounterVec, Opts, Registry};
 struct Metrics {
     duration: HistogramVec,
     errors: IntCounterVec,
+    deferred: IntCounterVec,
 }
 
 /// From one cached write to a slow cluster's timeout.
@@ -34,12 +35,21 @@ static METRICS: LazyLock<Metrics> = LazyLock::new(|| Metrics {
         &["cluster", "side"],
     )
     .expect("the syncer's counter definition is valid"),
+    deferred: IntCounterVec::new(
+        Opts::new(
+            "flotilla_syncer_progress_reports_deferred_total",
+            "Progress reports of copies still rolling out put off because the cluster's syncer had used its budget of them, by cluster",
+        ),
+        &["cluster"],
+    )
+    .expect("the syncer's counter definition is valid"),
 });
 
 /// Exposes the syncers' metrics on `registry`.
 pub fn register(registry: &Registry) -> prometheus::Result<()> {
     registry.register(Box::new(METRICS.duration.clone()))?;
-    registry.register(Box::new(METRICS.errors.clone()))
+    registry.register(Box::new(METRICS.errors.clone()))?;
+    registry.register(Box::new(METRICS.deferred.clone()))
 }
 
 /// Records one sync of an object with `cluster`. `failed_side` is the error's
@@ -52,6 +62,11 @@ pub(crate) fn observe(cluster: &str, took: Duration, failed_side: Option<&str>) 
     }
 }
 
+/// Counts a progress report of `cluster` put off for want of budget.
+pub(crate) fn progress_deferred(cluster: &str) {
+    METRICS.deferred.with_label_values(&[cluster]).inc();
+}
+
 /// Drops the series of a cluster whose syncer stopped for good.
 pub(crate) fn forget(cluster: &str) {
     for result in ["ok", "error"] {
@@ -60,6 +75,7 @@ pub(crate) fn forget(cluster: &str) {
     for side in ["upstream", "downstream", "conflict"] {
         let _ = METRICS.errors.remove_label_values(&[cluster, side]);
     }
+    let _ = METRICS.deferred.remove_label_values(&[cluster]);
 }
 
 #[cfg(test)]
@@ -73,9 +89,11 @@ mod tests {
         register(&registry).unwrap();
         observe("metrics-test", Duration::from_millis(3), None);
         observe("metrics-test", Duration::from_millis(40), Some("downstream"));
+        progress_deferred("metrics-test");
         let text = prometheus::TextEncoder::new().encode_to_string(&registry.gather()).unwrap();
         assert!(text.contains(r#"flotilla_syncer_sync_errors_total{cluster="metrics-test",side="downstream"} 1"#), "{text}");
         assert!(text.contains(r#"flotilla_syncer_sync_duration_seconds_count{cluster="metrics-test",result="ok"} 1"#), "{text}");
+        assert!(text.contains(r#"flotilla_syncer_progress_reports_deferred_total{cluster="metrics-test"} 1"#), "{text}");
         forget("metrics-test");
         let text = prometheus::TextEncoder::new().encode_to_string(&registry.gather()).unwrap();
         assert!(!text.contains("metrics-test"), "{text}");

@@ -12,7 +12,8 @@
 //!   reverted, and a resync of unchanged objects writes nothing); for a Deployment,
 //!   report the copy's status in this cluster's WorkloadPlacement entry, once the
 //!   cluster has observed the copy's generation (or after [`OBSERVE_GRACE`]), and
-//!   while it rolls out at most once per [`PROGRESS_HOLD`];
+//!   while it rolls out at most once per [`PROGRESS_HOLD`], and for all copies at most
+//!   [`PROGRESS_REPORTS_PER_SECOND`] reports a second;
 //! - a Deployment being deleted upstream: delete the copy, then release the finalizer;
 //! - no longer assigned, or a copy with no upstream object (left behind while this
 //!   cluster was away): release the finalizer if it is still there, then remove this
@@ -83,6 +84,12 @@ const OBSERVE_GRACE: Duration = Duration::from_secs(5);
 /// and so `kubectl rollout status` finishing, is never held; only the progress lines
 /// before it may lag by up to this much.
 const PROGRESS_HOLD: Duration = Duration::from_secs(1);
+/// How many progress reports (entries of copies still rolling out) a syncer writes a
+/// second, at most, and how many at once after a quiet spell ([`crate::budget`]). A
+/// report whose hold is over waits one more [`PROGRESS_HOLD`] for a token; what a
+/// rollout ends on never waits.
+const PROGRESS_REPORTS_PER_SECOND: u32 = 10;
+const PROGRESS_REPORTS_BURST: u32 = 10;
 /// The reason of the `Synced` condition in a cluster's entry when the cluster refuses
 /// or cannot be reached.
 pub const REASON_DOWNSTREAM_ERROR: &str = "DownstreamError";
@@ -128,6 +135,8 @@ pub struct Syncer {
     placements: Arc<Cache<WorkloadPlacement>>,
     /// Changed entries held back (see [`Syncer::hold`]), and since when.
     held: dashmap::DashMap<Key, std::time::Instant>,
+    /// Tokens for progress reports, shared by every held key.
+    progress: crate::budget::Budget,
     /// Per Deployment, the versions last found covered (see [`Syncer::covers`]).
     covered: dashmap::DashMap<Key, Covered>,
     /// Whether the cluster answers; see [`Syncer::wait_for_cluster`].
@@ -266,6 +275,7 @@ impl Syncer {
                 secrets,
                 placements,
                 held: Default::default(),
+                progress: crate::budget::Budget::new(PROGRESS_REPORTS_PER_SECOND, PROGRESS_REPORTS_BURST),
                 covered: Default::default(),
                 reach,
                 parked: Default::default(),
@@ -491,8 +501,9 @@ impl Syncer {
 
     /// How much longer the changed `entry` of `key` waits before it is written: up to
     /// [`OBSERVE_GRACE`] while the cluster has not observed the copy, then up to
-    /// [`PROGRESS_HOLD`] from the first change held while the copy rolls out. `None`
-    /// when it is to be written now, or has nothing new to say.
+    /// [`PROGRESS_HOLD`] from the first change held while the copy rolls out, and past
+    /// that until the syncer's progress budget has a token. `None` when it is to be
+    /// written now (a finished rollout always is), or has nothing new to say.
     fn hold(&self, key: &Key, wp: &WorkloadPlacement, entry: &ClusterSyncStatus, share: i32) -> Option<Duration> {
         let target = &self.settings.sync_target;
         let current = wp.status.as_ref().and_then(|s| s.clusters.iter().find(|c| &c.name == target));
@@ -503,11 +514,15 @@ impl Syncer {
         let limit = if entry.observed { PROGRESS_HOLD } else { OBSERVE_GRACE };
         let since = *self.held.entry(key.clone()).or_insert_with(std::time::Instant::now);
         let left = limit.saturating_sub(since.elapsed());
-        if left.is_zero() {
-            self.held.remove(key);
-            return None;
+        if !left.is_zero() {
+            return Some(left);
         }
-        Some(left)
+        if !self.progress.take() {
+            crate::metrics::progress_deferred(target);
+            return Some(PROGRESS_HOLD);
+        }
+        self.held.remove(key);
+        None
     }
 
     /// Writes this cluster's entry of the WorkloadPlacement status, if it changed. The

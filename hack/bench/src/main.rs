@@ -720,6 +720,7 @@ async fn failover_rows(bin: &Path, s: &Sizes, interval: Duration, grace: Duratio
                "move_to_available_p50_s": f.move_to_available_s.0, "move_to_available_p99_s": f.move_to_available_s.1,
                "false_not_ready": f.false_not_ready,
                "writes_per_deployment": f.writes_per_deployment.iter().map(|(k, n)| (k.clone(), json!(n))).collect::<serde_json::Map<_, _>>(),
+               "progress_reports_deferred": f.progress_reports_deferred,
                "cpu_secs": f.cpu_secs.iter().map(|(k, n)| (k.clone(), json!(n))).collect::<serde_json::Map<_, _>>()}),
     );
     report.add(

@@ -112,6 +112,11 @@ fn writes(metrics: &str) -> HashMap<String, f64> {
     out
 }
 
+/// A labelled counter in `/metrics`, summed over its series (0 when absent).
+fn counter_total(metrics: &str, name: &str) -> f64 {
+    metrics.lines().filter_map(|l| l.strip_prefix(name)?.strip_prefix('{')?.split_once("} ")?.1.trim().parse::<f64>().ok()).sum()
+}
+
 /// The value of an unlabelled counter in `/metrics` (0 when absent).
 fn counter(metrics: &str, name: &str) -> f64 {
     metrics.lines().find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok()).unwrap_or(0.0)
@@ -328,6 +333,9 @@ pub struct FailoverFigures {
     pub false_not_ready: usize,
     /// API writes from the kill to the last Deployment Available, per Deployment.
     pub writes_per_deployment: Vec<(String, f64)>,
+    /// Progress reports the syncers put off for want of budget in that time, all
+    /// clusters together.
+    pub progress_reports_deferred: f64,
     /// CPU seconds each process used from the kill to the last Deployment Available:
     /// the control plane (API server, scheduler, syncers, aggregator), each spare, and
     /// the harness itself (its watch of the WorkloadPlacements).
@@ -458,6 +466,8 @@ pub async fn failover(bin: &Path, deployments: usize, interval: Duration, grace:
     watch.abort();
     readiness.abort();
     let writes_per_deployment = per_deployment(&metrics_before, &metrics_after, deployments);
+    let deferred = |m: &str| counter_total(m, "flotilla_syncer_progress_reports_deferred_total");
+    let progress_reports_deferred = deferred(&metrics_after) - deferred(&metrics_before);
     let since = |t: Instant| t.saturating_duration_since(killed).as_secs_f64();
     let detected = not_ready.lock().unwrap().get(LOST).copied();
     let false_not_ready = not_ready.lock().unwrap().keys().filter(|c| *c != LOST).count();
@@ -481,6 +491,7 @@ pub async fn failover(bin: &Path, deployments: usize, interval: Duration, grace:
         move_to_available_s: summarize(lag),
         false_not_ready,
         writes_per_deployment,
+        progress_reports_deferred,
         cpu_secs,
     })
 }
@@ -518,5 +529,12 @@ mod tests {
                 ("patch deployments (409)".to_string(), 0.25)
             ]
         );
+    }
+
+    #[test]
+    fn a_labelled_counter_is_summed_over_its_series_and_no_other() {
+        let m = "# HELP x_total x\nx_total{cluster=\"a\"} 3\nx_total{cluster=\"b\"} 4.5\nx_total_other{cluster=\"a\"} 100\nx_totals 9\n";
+        assert_eq!(counter_total(m, "x_total"), 7.5);
+        assert_eq!(counter_total(m, "y_total"), 0.0);
     }
 }
