@@ -972,9 +972,11 @@ impl Api {
             .lookup(&scope.workspace, "", "v1", "namespaces")
             .ok_or_else(|| ApiError::internal("namespaces are not registered"))?;
         let key = ns_rt.key(&scope.workspace, "", &scope.namespace);
-        match self.store.get(&key) {
+        // Every create of a namespaced object asks; the metadata is read from the
+        // stored text, without building the namespace's tree.
+        match self.store.get_doc(&key).map(|doc| doc.meta()) {
             None => Err(ApiError::not_found(ObjRef { group: "", resource: "namespaces", name: &scope.namespace })),
-            Some(ns) if meta_str(&ns.value, "deletionTimestamp").is_some() => Err(ApiError::forbidden(format!(
+            Some(ns) if ns.deletion_timestamp.is_some() => Err(ApiError::forbidden(format!(
                 "{} \"{}\" is forbidden: unable to create new content in namespace {} because it is being terminated",
                 scope.rt.plural, "", scope.namespace
             ))),
