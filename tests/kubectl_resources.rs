@@ -5,7 +5,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{wait_for, Flotilla};
+use common::{wait_for, wait_until, Flotilla};
 
 const DEPLOY_V1: &str = r#"
 apiVersion: apps/v1
@@ -161,6 +161,27 @@ fn get_watch_sees_a_change() {
     });
     let _ = child.kill();
     let _ = child.wait();
+}
+
+#[test]
+fn an_object_that_leaves_a_watched_selector_is_deleted_in_its_last_matching_state() {
+    let f = Flotilla::start();
+    f.apply(&[], "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: tiered, labels: {tier: web}}\ndata: {v: \"1\"}\n");
+    let out = f.dir.path().join("watch.out");
+    let template = r#"jsonpath={.type} {.object.metadata.labels.tier} {.object.data.v} {.object.metadata.resourceVersion}{"\n"}"#;
+    let mut child = f.kubectl_background(&["get", "cm", "-l", "tier=web", "-w", "--output-watch-events", "-o", template], &out);
+    let seen = || std::fs::read_to_string(&out).unwrap_or_default();
+    wait_until("the watch to print the initial state", Duration::from_secs(10), seen, |s| s.lines().any(|l| l.starts_with("ADDED web 1 ")));
+    // One patch takes it out of the selector and changes its data.
+    f.k(&["patch", "cm", "tiered", "--type=merge", "-p", r#"{"metadata":{"labels":{"tier":"api"}},"data":{"v":"2"}}"#]);
+    let rv = f.k(&["get", "cm", "tiered", "-o", "jsonpath={.metadata.resourceVersion}"]);
+    // As the apiserver's watch cache sends it: the object before the change, with
+    // the change's resourceVersion.
+    wait_until("the watch to print the DELETED event", Duration::from_secs(10), seen, |s| s.lines().any(|l| l.starts_with("DELETED")));
+    let _ = child.kill();
+    let _ = child.wait();
+    let printed = seen();
+    assert!(printed.lines().any(|l| l == format!("DELETED web 1 {rv}")), "expected `DELETED web 1 {rv}`:\n{printed}");
 }
 
 #[test]

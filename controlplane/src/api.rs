@@ -1426,6 +1426,47 @@ pub fn with_metadata(raw: &str, workspace: Option<&str>, omit_managed_fields: bo
     has_metadata.then_some(out)
 }
 
+/// A stored document's text with `metadata.resourceVersion` set to `rv`, everything
+/// else copied as text. `None` when the text is not a JSON object with an object
+/// `metadata`.
+pub fn with_resource_version(raw: &str, rv: &str) -> Option<String> {
+    // A field's key, after a comma unless it is the first.
+    let key = |out: &mut String, first: bool, key: &str| -> Option<()> {
+        if !first {
+            out.push(',');
+        }
+        out.push_str(&serde_json::to_string(key).ok()?);
+        out.push(':');
+        Some(())
+    };
+    let fields: RawFields<'_> = serde_json::from_str(raw).ok()?;
+    let rv = serde_json::to_string(rv).ok()?;
+    let mut out = String::with_capacity(raw.len() + 16);
+    let mut has_metadata = false;
+    out.push('{');
+    for (i, (name, value)) in fields.0.iter().enumerate() {
+        key(&mut out, i == 0, name)?;
+        if name != "metadata" {
+            out.push_str(value.get());
+            continue;
+        }
+        has_metadata = true;
+        let meta: RawFields<'_> = serde_json::from_str(value.get()).ok()?;
+        out.push('{');
+        for (j, (k, v)) in meta.0.iter().enumerate() {
+            key(&mut out, j == 0, k)?;
+            out.push_str(if k == "resourceVersion" { &rv } else { v.get() });
+        }
+        if !meta.0.iter().any(|(k, _)| k == "resourceVersion") {
+            key(&mut out, meta.0.is_empty(), "resourceVersion")?;
+            out.push_str(&rv);
+        }
+        out.push('}');
+    }
+    out.push('}');
+    has_metadata.then_some(out)
+}
+
 /// An object's fields in order, each value left as text.
 struct RawFields<'a>(Vec<(String, &'a serde_json::value::RawValue)>);
 
@@ -1558,6 +1599,22 @@ impl From<StoreError> for ApiError {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_resource_version_is_set_in_the_text_and_nothing_else_changes() {
+        let raw = r#"{"kind":"ConfigMap","metadata":{"name":"a","resourceVersion":"7","labels":{"x":"1"}},"data":{"v":"1"}}"#;
+        assert_eq!(
+            with_resource_version(raw, "12").as_deref(),
+            Some(r#"{"kind":"ConfigMap","metadata":{"name":"a","resourceVersion":"12","labels":{"x":"1"}},"data":{"v":"1"}}"#)
+        );
+        assert_eq!(
+            with_resource_version(r#"{"metadata":{"name":"a"}}"#, "3").as_deref(),
+            Some(r#"{"metadata":{"name":"a","resourceVersion":"3"}}"#)
+        );
+        assert_eq!(with_resource_version(r#"{"metadata":{}}"#, "3").as_deref(), Some(r#"{"metadata":{"resourceVersion":"3"}}"#));
+        assert_eq!(with_resource_version(r#"{"kind":"x"}"#, "3"), None);
+        assert_eq!(with_resource_version("[1]", "3"), None);
+    }
 
     #[test]
     fn a_write_is_the_same_when_only_its_resource_version_and_managed_times_differ() {

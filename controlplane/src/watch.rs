@@ -2,9 +2,10 @@
 //!
 //! Covers resuming from a resourceVersion, synthetic ADDED events for the current
 //! state, `sendInitialEvents` with its closing bookmark, periodic bookmarks, selector
-//! transitions (an object that stops matching is sent as DELETED, as the watch cache
-//! does), Table events for `kubectl get -w`, and 410 Expired delivered as an ERROR
-//! event on a 200 response, which is what makes kube-runtime relist.
+//! transitions (an object that stops matching is sent as DELETED, in its state before
+//! the change, as the watch cache does), Table events for `kubectl get -w`, and 410
+//! Expired delivered as an ERROR event on a 200 response, which is what makes
+//! kube-runtime relist.
 
 use std::collections::VecDeque;
 use std::sync::{Arc, LazyLock, Mutex, PoisonError};
@@ -15,7 +16,7 @@ use serde_json::{json, Value};
 use tokio::sync::mpsc;
 use tracing::Instrument;
 
-use crate::api::{present, selected, with_metadata, Api, ListOptions, Scope};
+use crate::api::{present, selected, with_metadata, with_resource_version, Api, ListOptions, Scope};
 use crate::kinds::Builtin;
 use crate::registry::split_key;
 use crate::selector::{FieldSelector, LabelSelector};
@@ -61,6 +62,37 @@ fn rendered(ev: &Event, workspace: Option<&str>, omit: bool) -> Option<Arc<str>>
     }
     recent.push_back((ev.doc.clone(), wildcard, omit, text.clone()));
     Some(text)
+}
+
+/// Recent changes that took objects out of some watcher's selector: the change's
+/// document, and what such a watcher is sent instead (see [`left_selector`]).
+type LeftRing = VecDeque<(Arc<Doc>, Arc<Doc>)>;
+
+static LEFT: LazyLock<Mutex<LeftRing>> = LazyLock::new(|| Mutex::new(VecDeque::with_capacity(RENDERED_KEPT)));
+
+/// The DELETED event for a watcher whose selector the object of `ev` (a MODIFIED
+/// change) no longer matches: the object as it was before the change, which is the
+/// last state that watcher saw, stamped with the change's resourceVersion so that a
+/// client resuming from it misses nothing. This is what the apiserver's watch cache
+/// sends. One change leaves the selectors of several watchers alike; the first builds
+/// the event's document and the others share it.
+fn left_selector(ev: &Event) -> Option<Event> {
+    let prev = ev.prev_doc.as_ref()?;
+    let known =
+        LEFT.lock().unwrap_or_else(PoisonError::into_inner).iter().rev().find(|(d, _)| Arc::ptr_eq(d, &ev.doc)).map(|(_, l)| l.clone());
+    let doc = match known {
+        Some(doc) => doc,
+        None => {
+            let doc = Doc::from_raw(with_resource_version(prev.raw(), &ev.rev.to_string())?).ok()?;
+            let mut recent = LEFT.lock().unwrap_or_else(PoisonError::into_inner);
+            if recent.len() >= RENDERED_KEPT {
+                recent.pop_front();
+            }
+            recent.push_back((ev.doc.clone(), doc.clone()));
+            doc
+        }
+    };
+    Some(Event { rev: ev.rev, key: ev.key.clone(), kind: EventType::Deleted, doc, prev_doc: None })
 }
 
 /// Watch parameters.
@@ -262,7 +294,8 @@ async fn run(
                     (EventType::Deleted, true, _) => "DELETED",
                     _ => continue,
                 };
-                if !out.event(kind, &ev, ws).await { return; }
+                let left = (ev.kind == EventType::Modified && !now_matches).then(|| left_selector(&ev)).flatten();
+                if !out.event(kind, left.as_ref().unwrap_or(&ev), ws).await { return; }
             }
         }
     }
@@ -280,6 +313,29 @@ mod tests {
             doc: Doc::from_raw(raw.into()).unwrap(),
             prev_doc: None,
         }
+    }
+
+    #[test]
+    fn an_object_leaving_a_selector_is_sent_as_it_was_with_the_changes_revision() {
+        let mut ev =
+            change(r#"{"kind":"ConfigMap","metadata":{"name":"c","resourceVersion":"7","labels":{"tier":"api"}},"data":{"v":"2"}}"#);
+        ev.rev = 7;
+        ev.prev_doc = Some(
+            Doc::from_raw(
+                r#"{"kind":"ConfigMap","metadata":{"name":"c","resourceVersion":"5","labels":{"tier":"web"}},"data":{"v":"1"}}"#.into(),
+            )
+            .unwrap(),
+        );
+        let left = left_selector(&ev).unwrap();
+        assert_eq!(left.kind, EventType::Deleted);
+        assert_eq!((left.rev, left.key.as_str()), (7, ev.key.as_str()));
+        assert_eq!(
+            *left.object(),
+            serde_json::json!({"kind": "ConfigMap", "metadata": {"name": "c", "resourceVersion": "7", "labels": {"tier": "web"}}, "data": {"v": "1"}})
+        );
+        assert!(Arc::ptr_eq(&left.doc, &left_selector(&ev).unwrap().doc), "the next watcher shares the document");
+        ev.prev_doc = None;
+        assert!(left_selector(&ev).is_none(), "a change with no previous state has nothing to send");
     }
 
     #[test]
