@@ -1373,11 +1373,6 @@ pub fn present(scope: &Scope, workspace: &str, stored: &Value) -> Value {
 /// text instead of a deep copy and a full serialization. `None` when the text is not a
 /// JSON object with an object `metadata` (never for stored objects).
 pub fn with_metadata(raw: &str, workspace: Option<&str>, omit_managed_fields: bool) -> Option<String> {
-    let write_key = |out: &mut String, key: &str| -> Option<()> {
-        out.push_str(&serde_json::to_string(key).ok()?);
-        out.push(':');
-        Some(())
-    };
     let fields: RawFields<'_> = serde_json::from_str(raw).ok()?;
     let mut out = String::with_capacity(raw.len() + CLUSTER_ANNOTATION.len() + 64);
     let mut has_metadata = false;
@@ -1386,7 +1381,7 @@ pub fn with_metadata(raw: &str, workspace: Option<&str>, omit_managed_fields: bo
         if i > 0 {
             out.push(',');
         }
-        write_key(&mut out, key)?;
+        push_key(&mut out, key)?;
         if key != "metadata" {
             out.push_str(value.get());
             continue;
@@ -1408,7 +1403,7 @@ pub fn with_metadata(raw: &str, workspace: Option<&str>, omit_managed_fields: bo
                 out.push(',');
             }
             first = false;
-            write_key(&mut out, k)?;
+            push_key(&mut out, k)?;
             out.push_str(v.get());
         }
         if let Some(ws) = workspace {
@@ -1417,7 +1412,7 @@ pub fn with_metadata(raw: &str, workspace: Option<&str>, omit_managed_fields: bo
             if !first {
                 out.push(',');
             }
-            write_key(&mut out, "annotations")?;
+            push_key(&mut out, "annotations")?;
             out.push_str(&serde_json::to_string(&annotations).ok()?);
         }
         out.push('}');
@@ -1435,9 +1430,7 @@ pub fn with_resource_version(raw: &str, rv: &str) -> Option<String> {
         if !first {
             out.push(',');
         }
-        out.push_str(&serde_json::to_string(key).ok()?);
-        out.push(':');
-        Some(())
+        push_key(out, key)
     };
     let fields: RawFields<'_> = serde_json::from_str(raw).ok()?;
     let rv = serde_json::to_string(rv).ok()?;
@@ -1465,6 +1458,13 @@ pub fn with_resource_version(raw: &str, rv: &str) -> Option<String> {
     }
     out.push('}');
     has_metadata.then_some(out)
+}
+
+/// Appends `"key":` to a JSON text being written.
+fn push_key(out: &mut String, key: &str) -> Option<()> {
+    out.push_str(&serde_json::to_string(key).ok()?);
+    out.push(':');
+    Some(())
 }
 
 /// An object's fields in order, each value left as text.

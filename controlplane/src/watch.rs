@@ -286,15 +286,14 @@ async fn run(
                 let ws = split_key(&ev.key).map(|(w, _, _)| w).unwrap_or_default();
                 let now_matches = matches(&ev.doc);
                 let was_matching = ev.prev_doc.as_deref().is_some_and(matches);
-                let kind = match (ev.kind, was_matching, now_matches) {
-                    (EventType::Added, _, true) => "ADDED",
-                    (EventType::Modified, true, true) => "MODIFIED",
-                    (EventType::Modified, false, true) => "ADDED",
-                    (EventType::Modified, true, false) => "DELETED",
-                    (EventType::Deleted, true, _) => "DELETED",
+                let (kind, left) = match (ev.kind, was_matching, now_matches) {
+                    (EventType::Added, _, true) => ("ADDED", None),
+                    (EventType::Modified, true, true) => ("MODIFIED", None),
+                    (EventType::Modified, false, true) => ("ADDED", None),
+                    (EventType::Modified, true, false) => ("DELETED", left_selector(&ev)),
+                    (EventType::Deleted, true, _) => ("DELETED", None),
                     _ => continue,
                 };
-                let left = (ev.kind == EventType::Modified && !now_matches).then(|| left_selector(&ev)).flatten();
                 if !out.event(kind, left.as_ref().unwrap_or(&ev), ws).await { return; }
             }
         }
