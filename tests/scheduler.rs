@@ -253,6 +253,68 @@ fn with_no_room_after_a_loss_the_workload_stays_until_a_cluster_registers() {
 }
 
 #[test]
+fn a_deregistered_cluster_with_nowhere_to_go_lets_go_of_its_workloads() {
+    let east = sim("east", 4);
+    let f = fleet(&[], &[(&east, &[])]);
+    let ns = ["--context", "demo", "-n", "default"];
+    f.apply(&ns, &deployment("web", 2, "100m"));
+    assert_eq!(wait_assignment(&f, "web", |a| !a.is_empty()), "east=2");
+    rollout(&f, "web");
+
+    let o = f.flotilla(&["cluster", "deregister", "east"]);
+    assert!(o.ok, "{o:?}");
+    let why = wait_until("FailedScheduling after the deregistration", DEADLINE, || events(&f, "FailedScheduling"), |e| e.contains("web: "));
+    let dropped = "web: 0/0 clusters fit: no clusters are registered; dropped east=2 (deregistered)";
+    assert_eq!(why.trim(), dropped);
+    assert_eq!(wait_assignment(&f, "web", str::is_empty), "", "no assignment to a cluster that is gone");
+    let meta = f.k(&["--context", "demo", "get", "deploy", "web", "-o", "jsonpath={.metadata.labels} {.metadata.finalizers}"]);
+    assert!(!meta.contains("east"), "neither the label nor the finalizer of east is left: {meta}");
+    // The Deployment no longer claims replicas that nobody manages.
+    let status = wait_until(
+        "the Deployment saying nothing runs",
+        DEADLINE,
+        || {
+            f.k(&[
+                "--context",
+                "demo",
+                "get",
+                "deploy",
+                "web",
+                "-o",
+                r#"jsonpath={.status.availableReplicas} {.status.conditions[?(@.type=="Available")].message}"#,
+            ])
+        },
+        |s| s.starts_with("0 "),
+    );
+    assert!(status.contains("no cluster is assigned"), "{status}");
+    assert_eq!(events(&f, "FailedScheduling").trim(), dropped, "one Event for the one change");
+    // And it can be deleted: no finalizer of a cluster that is gone holds it.
+    let o = f.kubectl(&["--context", "demo", "delete", "deploy", "web", "--timeout=30s"]);
+    assert!(o.ok, "delete: {o:?}\n{}", common::tail(&f.log()));
+}
+
+#[test]
+fn a_workload_deleted_while_its_cluster_is_lost_goes_once_the_cluster_is_deregistered() {
+    let mut east = sim("east", 4);
+    let f = fleet(&FAST, &[(&east, &[])]);
+    f.apply(&["--context", "demo", "-n", "default"], &deployment("web", 1, "100m"));
+    assert_eq!(wait_assignment(&f, "web", |a| !a.is_empty()), "east=1");
+    rollout(&f, "web");
+
+    east.kill9();
+    wait_until("FailedScheduling after the loss", DEADLINE, || events(&f, "FailedScheduling"), |e| e.contains("web: "));
+    let o = f.kubectl(&["--context", "demo", "delete", "deploy", "web", "--wait=false"]);
+    assert!(o.ok, "{o:?}");
+    // The lost cluster's syncer cannot remove its copy, so the deletion waits for it.
+    let fins = || f.k(&["--context", "demo", "get", "deploy", "web", "--ignore-not-found", "-o", "jsonpath={.metadata.finalizers}"]);
+    assert!(fins().contains("syncer-east"), "the deletion waits on east: {}", fins());
+    let o = f.flotilla(&["cluster", "deregister", "east"]);
+    assert!(o.ok, "{o:?}");
+    let o = f.kubectl(&["--context", "demo", "wait", "--for=delete", "deploy/web", "--timeout=30s"]);
+    assert!(o.ok, "the Deployment is gone once east is deregistered: {o:?}\n{}", common::tail(&f.log()));
+}
+
+#[test]
 fn cordon_takes_no_new_work_and_drain_moves_it_all() {
     let east = sim("east", 8);
     let west = sim("west", 4);

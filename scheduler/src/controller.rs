@@ -471,9 +471,10 @@ impl Scheduler {
     async fn decide_and_write(&self, key: &ObjKey, started: std::time::Instant) -> Result<(Outcome, Next), anyhow::Error> {
         let Some(d) = self.deployments.get(key) else { return Ok((Outcome::Skipped, self.forget(key).await?)) };
         if d.metadata.deletion_timestamp.is_some() {
-            // The syncers clean up; the assignment stays until the object is gone.
+            // The syncers clean up; the assignment stays until the object is gone. Only
+            // the finalizers of clusters no longer registered are the scheduler's to drop.
             self.waiting.remove(key);
-            return Ok((Outcome::Skipped, Next::Done));
+            return Ok((Outcome::Skipped, self.release_deregistered(key, &d).await?));
         }
         let wp = self.placements.get(key);
         let current: Vec<Share> = match &wp {
@@ -604,8 +605,10 @@ impl Scheduler {
         Ok(Next::Done)
     }
 
-    /// Nothing fits (or the Placement cannot be found): the workload keeps whatever
-    /// assignment it has, and says why.
+    /// Nothing fits (or the Placement cannot be found): the workload keeps the
+    /// assignment it has on registered clusters, and says why. A deregistered cluster
+    /// is dropped from it, label and finalizer too: no syncer is left to act on them,
+    /// and its finalizer would hold a deletion of the workload for ever.
     async fn fail(
         &self,
         key: &ObjKey,
@@ -616,16 +619,45 @@ impl Scheduler {
         why: String,
     ) -> Result<Next, anyhow::Error> {
         self.waiting.insert(key.clone());
-        let message = if current.is_empty() { why } else { format!("{why}; it stays on {} until a cluster fits", shares_text(current)) };
-        let Some(wp) = self.write_assignment(key, d, wp, rule, current).await? else { return Ok(Next::After(Duration::ZERO)) };
+        let (kept, gone): (Vec<Share>, Vec<Share>) = current.iter().cloned().partition(|s| self.book.knows(&s.cluster));
+        let message = if kept.is_empty() { why } else { format!("{why}; it stays on {} until a cluster fits", shares_text(&kept)) };
+        let Some(wp) = self.write_assignment(key, d, wp, rule, &kept).await? else { return Ok(Next::After(Duration::ZERO)) };
         let before =
             wp.status.as_ref().and_then(|s| s.conditions.iter().find(|c| c.type_ == CONDITION_SCHEDULED)).map(|c| c.message.clone());
         if !self.set_scheduled(key, &wp, false, REASON_UNSCHEDULABLE, &message).await? {
             return Ok(Next::After(Duration::ZERO));
         }
         if before.as_deref() != Some(message.as_str()) {
-            tracing::info!(reason = %message, "no fit");
-            self.recorder.deployment(key, d, events::Type::Warning, "FailedScheduling", message);
+            // Dropped clusters are named in the Event only: the condition's message
+            // must read the same on the next pass, which finds them gone.
+            let note = if gone.is_empty() { message } else { format!("{message}; dropped {} (deregistered)", shares_text(&gone)) };
+            tracing::info!(reason = %note, "no fit");
+            self.recorder.deployment(key, d, events::Type::Warning, "FailedScheduling", note);
+        }
+        Ok(Next::Done)
+    }
+
+    /// A workload being deleted waits for the syncers of its clusters to remove their
+    /// copies; the finalizers of clusters that are no longer registered are removed
+    /// here, since no syncer is left to do it.
+    async fn release_deregistered(&self, key: &ObjKey, d: &Deployment) -> Result<Next, anyhow::Error> {
+        let gone: Vec<String> = d
+            .metadata
+            .finalizers
+            .iter()
+            .flatten()
+            .filter(|f| f.strip_prefix(SYNCER_FINALIZER_PREFIX).is_some_and(|c| !self.book.knows(c)))
+            .cloned()
+            .collect();
+        if gone.is_empty() {
+            return Ok(Next::Done);
+        }
+        let api: Api<Deployment> = Api::namespaced(clients::workspace(&self.base, &key.workspace), &key.namespace);
+        let patch = json!({"metadata": {"$deleteFromPrimitiveList/finalizers": gone}});
+        match api.patch(&key.name, &PatchParams::default(), &Patch::Strategic(patch)).await {
+            Ok(_) => tracing::info!(finalizers = ?gone, "removed the finalizers of deregistered clusters from a workload being deleted"),
+            Err(e) if is_not_found(&e) => {}
+            Err(e) => return Err(anyhow::anyhow!("removing deregistered clusters' finalizers from {key}: {e}")),
         }
         Ok(Next::Done)
     }
@@ -674,6 +706,9 @@ impl Scheduler {
                     wp.clone()
                 } else {
                     let mut patch = json!({"spec": spec});
+                    // An empty list is left out of the encoding; the patch must still
+                    // empty the stored one.
+                    patch["spec"]["clusters"] = json!(spec.clusters);
                     if let Some(l) = labels {
                         patch["metadata"] = json!({"labels": l});
                     }

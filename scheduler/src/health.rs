@@ -205,6 +205,11 @@ impl Book {
         self.clusters.get(name).map_or(0, |o| o.beats)
     }
 
+    /// Whether a SyncTarget of this name is registered.
+    pub fn knows(&self, name: &str) -> bool {
+        self.clusters.contains_key(name)
+    }
+
     /// A copy of one cluster's record.
     pub fn get(&self, name: &str) -> Option<Observed> {
         self.clusters.get(name).map(|o| o.clone())

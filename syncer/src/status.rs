@@ -225,7 +225,10 @@ fn derive(status: &mut WorkloadPlacementStatus, wp: &WorkloadPlacement, generati
 /// them. `None` when there is nothing to report yet (no cluster assigned).
 pub fn aggregate(deployment: &Deployment, wp: &WorkloadPlacement, now: &Time) -> Option<DeploymentStatus> {
     let assigned = &wp.spec.clusters;
-    if assigned.is_empty() {
+    // A workload never placed has no status yet. One that ran and is now on no cluster
+    // (its only cluster was deregistered and nothing else fits) says that nothing runs.
+    let unassigned = assigned.is_empty();
+    if unassigned && deployment.status.is_none() {
         return None;
     }
     let generation = deployment.metadata.generation.unwrap_or(0);
@@ -235,7 +238,8 @@ pub fn aggregate(deployment: &Deployment, wp: &WorkloadPlacement, now: &Time) ->
     let sum = |f: fn(&ClusterSyncStatus) -> i32| entries.iter().map(|e| f(e)).sum::<i32>();
     let (replicas, updated, ready, available) =
         (sum(|e| e.replicas), sum(|e| e.updated_replicas), sum(|e| e.ready_replicas), sum(|e| e.available_replicas));
-    let all_synced = entries.len() == assigned.len() && entries.iter().all(|e| e.synced_generation >= generation && e.observed);
+    let all_synced =
+        !unassigned && entries.len() == assigned.len() && entries.iter().all(|e| e.synced_generation >= generation && e.observed);
     // Never move backwards: a cluster still catching up keeps the last value.
     let observed_generation = if all_synced { generation } else { current.observed_generation.unwrap_or(0) };
     let desired = deployment.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1);
@@ -251,7 +255,9 @@ pub fn aggregate(deployment: &Deployment, wp: &WorkloadPlacement, now: &Time) ->
     let avail = cluster_cond("Available");
     let not_available: Vec<Cow<str>> =
         avail.iter().filter(|(_, c)| !c.is_some_and(|c| c.status == "True")).map(|(n, c)| unavailable_name(n, *c)).collect();
-    let available_cond = if not_available.is_empty() {
+    let available_cond = if unassigned {
+        ("False", "MinimumReplicasUnavailable", "no cluster is assigned; the WorkloadPlacement's Scheduled condition says why".to_string())
+    } else if not_available.is_empty() {
         ("True", "MinimumReplicasAvailable", "Deployment has minimum availability on every assigned cluster.".to_string())
     } else {
         ("False", "MinimumReplicasUnavailable", format!("Deployment does not have minimum availability on: {}", not_available.join(", ")))
@@ -260,7 +266,9 @@ pub fn aggregate(deployment: &Deployment, wp: &WorkloadPlacement, now: &Time) ->
     let stalled: Vec<&str> =
         progressing.iter().filter(|(_, c)| c.is_some_and(|c| c.reason == "ProgressDeadlineExceeded")).map(|(n, _)| *n).collect();
     let complete = all_synced && progressing.iter().all(|(_, c)| c.is_some_and(|c| c.reason == "NewReplicaSetAvailable"));
-    let progressing_cond = if !stalled.is_empty() {
+    let progressing_cond = if unassigned {
+        ("True", "ReplicaSetUpdated", "waiting for a cluster to be assigned".to_string())
+    } else if !stalled.is_empty() {
         ("False", "ProgressDeadlineExceeded", format!("the rollout exceeded its progress deadline on: {}", stalled.join(", ")))
     } else if complete {
         ("True", "NewReplicaSetAvailable", "the rollout is complete on every assigned cluster".to_string())
@@ -485,5 +493,23 @@ mod tests {
         assert!(conds.iter().all(|c| c.status == "True"), "{conds:?}");
         assert_eq!(conds.iter().find(|c| c.type_ == "Progressing").unwrap().reason.as_deref(), Some("NewReplicaSetAvailable"));
         assert_eq!(aggregate(&d, &wp(&[]), &t(0)), None, "nothing assigned, nothing to say");
+    }
+
+    #[test]
+    fn a_workload_that_ran_and_is_on_no_cluster_now_says_nothing_runs() {
+        let mut p = wp(&[("east", 2)]);
+        p.status = Some(report(&p, "east", Some(cluster_entry("east", &copy(1, 1, 1, 2, true), t(0))), 1, &t(0)));
+        let mut d = upstream(1, 2);
+        d.status = aggregate(&d, &p, &t(0));
+        assert_eq!(d.status.as_ref().and_then(|s| s.available_replicas), Some(2));
+        // east is deregistered and nothing else fits: the scheduler empties the assignment.
+        p.spec.clusters.clear();
+        let st = aggregate(&d, &p, &t(5)).expect("a status that says nothing runs");
+        assert_eq!((st.replicas, st.ready_replicas, st.available_replicas, st.unavailable_replicas), (Some(0), Some(0), Some(0), Some(2)));
+        assert_eq!(st.observed_generation, Some(1), "the observed generation never moves back");
+        let conds = st.conditions.unwrap();
+        let avail = conds.iter().find(|c| c.type_ == "Available").unwrap();
+        assert_eq!((avail.status.as_str(), avail.last_transition_time.as_ref()), ("False", Some(&t(5))));
+        assert!(avail.message.as_deref().unwrap().contains("no cluster is assigned"), "{avail:?}");
     }
 }
