@@ -203,9 +203,13 @@ impl Api {
     }
 
     /// GET one object.
-    pub fn get(&self, scope: &Scope, name: &str) -> Result<Value, ApiError> {
+    pub fn get(&self, scope: &Scope, name: &str) -> Result<Presented, ApiError> {
+        if shown_as_stored(scope) {
+            let doc = self.store.get_doc(&scope.key(name)).ok_or_else(|| ApiError::not_found(scope.obj(name)))?;
+            return Ok(Presented::raw(doc));
+        }
         let e = self.entry(scope, name)?;
-        Ok(present(scope, &scope.workspace, &e.value))
+        Ok(Presented::Changed(present(scope, &scope.workspace, &e.value)))
     }
 
     /// The stored object and its revision, without presentation.
@@ -239,11 +243,7 @@ impl Api {
         }
         let limit = opts.limit.filter(|l| *l > 0);
         // Nothing to filter or change: pass the stored documents through unparsed.
-        let passthrough = list_rv.is_none()
-            && opts.labels.is_none()
-            && opts.fields.is_none()
-            && !scope.wildcard()
-            && scope.rt.builtin() != Some(Builtin::EventV1);
+        let passthrough = list_rv.is_none() && opts.labels.is_none() && opts.fields.is_none() && shown_as_stored(scope);
         if passthrough {
             let (docs, rev) = self.store.list_docs(&prefix);
             let mut items = Vec::new();
@@ -280,7 +280,7 @@ impl Api {
                 break;
             }
             let ws = crate::registry::split_key(&key).map(|(w, _, _)| w).unwrap_or_default();
-            items.push(present_shared(scope, ws, &entry.value));
+            items.push(present_shared(scope, ws, &entry));
             last_key = Some(key);
         }
         Ok((items, list_rv, cont))
@@ -379,7 +379,7 @@ impl Api {
             .write(WriteOp::Create { key: scope.key(&name), value: obj })
             .await
             .map_err(|e| ApiError::from_store(e, scope.obj(&name)))?;
-        Ok(Written { object: present_shared(scope, &scope.workspace, &stored.value), created: true, warnings })
+        Ok(Written { object: present_shared(scope, &scope.workspace, &stored), created: true, warnings })
     }
 
     /// UPDATE (PUT) of the object or its status.
@@ -505,7 +505,7 @@ impl Api {
         // bytes (storage/etcd3/store.go). Controllers that re-apply their desired
         // state on every event rely on this to settle instead of waking each other.
         if same_but_for_times(old, &obj) {
-            return Ok(Written { object: Presented::Changed(present(scope, &scope.workspace, old)), created: false, warnings });
+            return Ok(Written { object: present_shared(scope, &scope.workspace, current), created: false, warnings });
         }
         // An object that is being deleted goes away once its last finalizer is removed.
         let deleting = objmeta::meta_str(old, "deletionTimestamp").is_some();
@@ -523,7 +523,7 @@ impl Api {
             .write(WriteOp::Update { key: scope.key(name), value: obj, expected: current.rev })
             .await
             .map_err(|e| ApiError::from_store(e, scope.obj(name)))?;
-        Ok(Written { object: present_shared(scope, &scope.workspace, &stored.value), created: false, warnings })
+        Ok(Written { object: present_shared(scope, &scope.workspace, &stored), created: false, warnings })
     }
 
     /// The `pods/binding` subresource: assigns an unbound pod to a node. `spec.nodeName`,
@@ -1346,11 +1346,21 @@ impl Presented {
 }
 
 /// [`present`] without copying when the stored value is shown as it is.
-pub fn present_shared(scope: &Scope, workspace: &str, stored: &Arc<Value>) -> Presented {
-    if scope.wildcard() || matches!(scope.rt.builtin(), Some(Builtin::EventV1)) {
-        Presented::Changed(present(scope, workspace, stored))
-    } else {
-        Presented::Stored(stored.clone())
+/// Whether objects are shown to this scope exactly as stored: not in the wildcard
+/// view (which adds the workspace annotation), and not as events.k8s.io Events.
+fn shown_as_stored(scope: &Scope) -> bool {
+    !scope.wildcard() && scope.rt.builtin() != Some(Builtin::EventV1)
+}
+
+pub fn present_shared(scope: &Scope, workspace: &str, stored: &Entry) -> Presented {
+    if !shown_as_stored(scope) {
+        return Presented::Changed(present(scope, workspace, &stored.value));
+    }
+    match &stored.doc {
+        // Shown as stored: the response copies the stored text, and whoever looks
+        // inside finds the value already parsed.
+        Some(doc) => Presented::Raw(doc.clone(), Arc::new(std::sync::OnceLock::from(stored.value.clone()))),
+        None => Presented::Stored(stored.value.clone()),
     }
 }
 

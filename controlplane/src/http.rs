@@ -51,18 +51,23 @@ pub fn router(state: Arc<AppState>) -> axum::Router {
 }
 
 fn json_response(code: u16, body: &impl serde::Serialize) -> Response {
-    object_response(code, body, false)
+    body_response(code, serde_json::to_vec(body).unwrap_or_default())
 }
 
 /// One object, without its managedFields when the client asked so (see
 /// [`placement_api::MANAGED_FIELDS_HEADER`]).
-fn object_response(code: u16, object: &impl serde::Serialize, omit_managed_fields: bool) -> Response {
-    let mut body = serde_json::to_vec(object).unwrap_or_default();
-    if omit_managed_fields {
-        if let Some(slim) = std::str::from_utf8(&body).ok().and_then(|text| crate::api::with_metadata(text, None, true)) {
-            body = slim.into_bytes();
-        }
-    }
+fn object_response(code: u16, object: &api::Presented, omit_managed_fields: bool) -> Response {
+    // A stored document goes out as its stored text, with its managedFields cut out in
+    // one pass over that text if asked: no tree is built or serialized.
+    let text = match object {
+        api::Presented::Raw(doc, _) => std::borrow::Cow::Borrowed(doc.raw()),
+        other => std::borrow::Cow::Owned(serde_json::to_string(other).unwrap_or_default()),
+    };
+    let slim = if omit_managed_fields { crate::api::with_metadata(&text, None, true) } else { None };
+    body_response(code, slim.unwrap_or_else(|| text.into_owned()).into_bytes())
+}
+
+fn body_response(code: u16, body: Vec<u8>) -> Response {
     let mut resp = Response::new(Body::from(body));
     *resp.status_mut() = StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     resp.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));

@@ -34,6 +34,10 @@ pub struct Entry {
     pub rev: Revision,
     /// The object, with `metadata.resourceVersion` already set to `rev`.
     pub value: Arc<Value>,
+    /// The same object as the store keeps it, serialized, when the store has it at hand
+    /// (a read, or a write's new value), so that a response copies the text instead of
+    /// serializing `value` again.
+    pub doc: Option<Arc<Doc>>,
 }
 
 /// A write request. The store stamps `metadata.resourceVersion` on the value it stores.

@@ -42,7 +42,7 @@ struct Stored {
 
 impl Stored {
     fn entry(&self) -> Entry {
-        Entry { rev: self.rev, value: self.doc.value() }
+        Entry { rev: self.rev, value: self.doc.value(), doc: Some(self.doc.clone()) }
     }
 }
 
@@ -255,6 +255,7 @@ impl Store for SqliteStore {
             let before = ev.prev().map(|p| Entry {
                 rev: p.pointer("/metadata/resourceVersion").and_then(|v| v.as_str()).and_then(|v| v.parse().ok()).unwrap_or(0),
                 value: p,
+                doc: None,
             });
             view.insert(ev.key.clone(), before);
         }
@@ -396,7 +397,7 @@ fn stage(op: WriteOp, current: Option<Stored>, rev: Revision) -> Result<(Entry, 
             }
             let value = Arc::new(stamp(value, rev));
             let event = Event { rev, key, kind: EventType::Added, doc: Doc::new(&value), prev_doc: None };
-            Ok((Entry { rev, value }, event))
+            Ok((Entry { rev, value, doc: Some(event.doc.clone()) }, event))
         }
         WriteOp::Update { key, value, expected } => {
             let cur = current.ok_or_else(|| StoreError::NotFound(key.clone()))?;
@@ -405,7 +406,7 @@ fn stage(op: WriteOp, current: Option<Stored>, rev: Revision) -> Result<(Entry, 
             }
             let value = Arc::new(stamp(value, rev));
             let event = Event { rev, key, kind: EventType::Modified, doc: Doc::new(&value), prev_doc: Some(cur.doc) };
-            Ok((Entry { rev, value }, event))
+            Ok((Entry { rev, value, doc: Some(event.doc.clone()) }, event))
         }
         WriteOp::Delete { key, expected } => {
             let cur = current.ok_or_else(|| StoreError::NotFound(key.clone()))?;
@@ -417,7 +418,7 @@ fn stage(op: WriteOp, current: Option<Stored>, rev: Revision) -> Result<(Entry, 
             // The DELETED event carries the deletion revision, as etcd-backed watches do.
             let value = Arc::new(stamp((*cur.doc.value()).clone(), rev));
             let event = Event { rev, key, kind: EventType::Deleted, doc: Doc::new(&value), prev_doc: Some(cur.doc) };
-            Ok((Entry { rev, value }, event))
+            Ok((Entry { rev, value, doc: Some(event.doc.clone()) }, event))
         }
     }
 }
