@@ -183,6 +183,9 @@ pub struct AssignFigures {
     pub all_assigned_s: f64,
     /// From the first create sent to the last create acknowledged, s.
     pub creates_done_s: f64,
+    /// The same creates on a control plane with no scheduler, first sent to last
+    /// acknowledged, s: the floor.
+    pub creates_without_scheduler_s: f64,
     /// Each Deployment, create sent to labelled, ms (p50, p99, max), and every sample.
     pub assigned_ms: (f64, f64, f64),
     pub assigned_samples: Vec<f64>,
@@ -249,20 +252,7 @@ pub async fn assign(bin: &Path, clusters: usize, deployments: usize) -> anyhow::
     let before = histogram(&metrics_before, metric);
 
     let start = Instant::now();
-    let sent: Vec<(String, Instant, f64)> = futures::stream::iter(0..deployments)
-        .map(|i| {
-            let api = upstream.clone();
-            async move {
-                let name = format!("d{i:05}");
-                let d = bench_deployment(&name, 1)?;
-                let t = Instant::now();
-                api.create(&PostParams::default(), &d).await?;
-                anyhow::Ok((name, t, t.elapsed().as_secs_f64() * 1e3))
-            }
-        })
-        .buffer_unordered(16)
-        .try_collect()
-        .await?;
+    let sent = create_all(&upstream, deployments).await?;
     let creates_done_s = start.elapsed().as_secs_f64();
     wait_until(
         Duration::from_secs(300),
@@ -296,6 +286,7 @@ pub async fn assign(bin: &Path, clusters: usize, deployments: usize) -> anyhow::
         decision_us: (p50 * 1e6, p99 * 1e6, n),
         all_assigned_s: last.duration_since(start).as_secs_f64(),
         creates_done_s,
+        creates_without_scheduler_s: f64::NAN,
         assigned_ms: summarize(assigned.clone()),
         assigned_samples: assigned,
         floor_create_ms: summarize(sent.iter().map(|(_, _, ms)| *ms).collect()),
@@ -308,7 +299,41 @@ pub async fn assign(bin: &Path, clusters: usize, deployments: usize) -> anyhow::
     };
     beating.abort();
     readiness.abort();
-    Ok(figures)
+    drop(cp);
+    Ok(AssignFigures { creates_without_scheduler_s: creates_without_scheduler(bin, deployments).await?, ..figures })
+}
+
+/// Creates `d00000`.. one-replica Deployments, 16 requests in flight; each one's name,
+/// when it was sent, and its round trip in ms.
+async fn create_all(api: &Api<Deployment>, deployments: usize) -> anyhow::Result<Vec<(String, Instant, f64)>> {
+    futures::stream::iter(0..deployments)
+        .map(|i| {
+            let api = api.clone();
+            async move {
+                let name = format!("d{i:05}");
+                let d = bench_deployment(&name, 1)?;
+                let t = Instant::now();
+                api.create(&PostParams::default(), &d).await?;
+                anyhow::Ok((name, t, t.elapsed().as_secs_f64() * 1e3))
+            }
+        })
+        .buffer_unordered(16)
+        .try_collect()
+        .await
+}
+
+/// The floor under the assign figure: the same creates by the same clients on a fresh
+/// control plane with no scheduler (and so nothing to place), in s.
+async fn creates_without_scheduler(bin: &Path, deployments: usize) -> anyhow::Result<f64> {
+    let cp = ServerProc::start_without_scheduler(bin)?;
+    let data_dir = cp.kubeconfig.parent().unwrap().to_path_buf();
+    flotilla_cli(bin, &data_dir, &["workspace", "create", "bench"])?;
+    let upstream: Api<Deployment> = Api::namespaced(cp.client("bench", None).await?, "default");
+    // As in `assign`, which starts its watch here.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let start = Instant::now();
+    create_all(&upstream, deployments).await?;
+    Ok(start.elapsed().as_secs_f64())
 }
 
 pub struct FailoverFigures {
