@@ -1345,13 +1345,13 @@ impl Presented {
     }
 }
 
-/// [`present`] without copying when the stored value is shown as it is.
 /// Whether objects are shown to this scope exactly as stored: not in the wildcard
 /// view (which adds the workspace annotation), and not as events.k8s.io Events.
 fn shown_as_stored(scope: &Scope) -> bool {
     !scope.wildcard() && scope.rt.builtin() != Some(Builtin::EventV1)
 }
 
+/// [`present`] without copying when the stored value is shown as it is.
 pub fn present_shared(scope: &Scope, workspace: &str, stored: &Entry) -> Presented {
     if !shown_as_stored(scope) {
         return Presented::Changed(present(scope, workspace, &stored.value));
