@@ -288,6 +288,13 @@ fn a_deregistered_cluster_with_nowhere_to_go_lets_go_of_its_workloads() {
     );
     assert!(status.contains("no cluster is assigned"), "{status}");
     assert_eq!(events(&f, "FailedScheduling").trim(), dropped, "one Event for the one change");
+    // Nor does its WorkloadPlacement keep the report of a cluster that is gone.
+    wait_until(
+        "east's status entry removed",
+        DEADLINE,
+        || f.k(&["--context", "demo", "get", "wp", "web", "-o", "jsonpath={.status.clusters[*].name}"]),
+        str::is_empty,
+    );
     // And it can be deleted: no finalizer of a cluster that is gone holds it.
     let o = f.kubectl(&["--context", "demo", "delete", "deploy", "web", "--timeout=30s"]);
     assert!(o.ok, "delete: {o:?}\n{}", common::tail(&f.log()));

@@ -14,7 +14,7 @@ use std::time::Duration;
 use futures::{FutureExt, StreamExt};
 
 use k8s_openapi::api::apps::v1::Deployment;
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::runtime::watcher;
 use kube::runtime::WatchStreamExt;
 use kube::Client;
@@ -23,7 +23,7 @@ use serde_json::json;
 use tokio::sync::mpsc;
 use tracing::Instrument;
 
-use crate::error::{is_not_found, upstream, Error};
+use crate::error::{is_conflict, is_not_found, upstream, Error};
 use crate::key::{Key, Kind};
 use crate::queue::{self, Next};
 use crate::{cache, clients, status};
@@ -58,9 +58,12 @@ pub async fn run(base: Client, resync: Duration) {
             "deployments",
         );
         let lost = Arc::new(RwLock::new(BTreeSet::new()));
+        // Shared as an Arc: every key's pass reads it.
+        let registered: Arc<RwLock<Option<Arc<BTreeSet<String>>>>> = Arc::default();
         let _health = crate::AbortOnDrop(tokio::spawn(watch_lost(
             clients::workspace(&base, placement_api::ROOT_WORKSPACE),
             lost.clone(),
+            registered.clone(),
             placements.clone(),
             tx.clone(),
         )));
@@ -80,9 +83,16 @@ pub async fn run(base: Client, resync: Duration) {
             let (wp, d) = (placements.get(&key), deployments.get(&key));
             let base = base.clone();
             let lost = lost.read().unwrap_or_else(|e| e.into_inner()).clone();
+            let registered = registered.read().unwrap_or_else(|e| e.into_inner()).clone();
             let span = tracing::info_span!("aggregate", object = %key);
             async move {
                 let (Some(wp), Some(d)) = (wp, d) else { return Ok::<_, Error>(Next::Done) };
+                // The entry of a cluster that was deregistered while the workload had
+                // nowhere else to go has no syncer left to remove it.
+                let orphaned = registered.as_ref().map(|r| orphaned_entries(&wp, r)).unwrap_or_default();
+                if !orphaned.is_empty() {
+                    return remove_entries(&base, &key, &wp, &orphaned).await;
+                }
                 // Lost clusters' reports are not counted (see `status::without_lost`).
                 let view = status::without_lost(&wp, &lost);
                 let client = clients::workspace(&base, &key.workspace);
@@ -127,6 +137,7 @@ pub async fn run(base: Client, resync: Duration) {
 async fn watch_lost(
     root: Client,
     lost: Arc<RwLock<BTreeSet<String>>>,
+    registered: Arc<RwLock<Option<Arc<BTreeSet<String>>>>>,
     placements: Arc<cache::Cache<WorkloadPlacement>>,
     tx: mpsc::UnboundedSender<Key>,
 ) {
@@ -136,6 +147,20 @@ async fn watch_lost(
         if store.wait_until_ready().now_or_never().is_none() {
             continue;
         }
+        // Deregistered clusters: the workloads with an entry for one are looked at
+        // again, so that an entry no syncer will remove is removed here.
+        let names: BTreeSet<String> = store.state().iter().filter_map(|t| t.metadata.name.clone()).collect();
+        let gone: BTreeSet<String> = {
+            let mut held = registered.write().unwrap_or_else(|e| e.into_inner());
+            if held.as_deref() == Some(&names) {
+                BTreeSet::new()
+            } else {
+                let gone = held.as_ref().map(|h| h.difference(&names).cloned().collect()).unwrap_or_default();
+                *held = Some(Arc::new(names));
+                gone
+            }
+        };
+        queue_with_entry_on(&placements, &gone, false, &tx);
         let now: BTreeSet<String> = store
             .state()
             .iter()
@@ -176,6 +201,36 @@ async fn watch_lost(
     }
 }
 
+/// The status entries of clusters that are neither assigned nor registered.
+fn orphaned_entries(wp: &WorkloadPlacement, registered: &BTreeSet<String>) -> Vec<String> {
+    wp.status
+        .iter()
+        .flat_map(|s| &s.clusters)
+        .filter(|c| !registered.contains(&c.name) && !wp.spec.clusters.iter().any(|a| a.name == c.name))
+        .map(|c| c.name.clone())
+        .collect()
+}
+
+/// Removes `names`' entries from the status, as a syncer removes its own: a replace
+/// guarded by the resourceVersion it was computed from. Its watch event brings the
+/// workload back to be summed.
+async fn remove_entries(base: &Client, key: &Key, wp: &WorkloadPlacement, names: &[String]) -> Result<Next, Error> {
+    let mut next = wp.clone();
+    let mut status = wp.status.clone().unwrap_or_default();
+    status.clusters.retain(|c| !names.contains(&c.name));
+    next.status = Some(status);
+    let api: Api<WorkloadPlacement> = Api::namespaced(clients::workspace(base, &key.workspace), &key.namespace);
+    match api.replace_status(&key.name, &PostParams::default(), &next).await {
+        Ok(_) => {
+            tracing::info!(clusters = ?names, "removed the status entries of deregistered clusters");
+            Ok(Next::Done)
+        }
+        Err(e) if is_conflict(&e) => Ok(Next::After(Duration::from_millis(50))),
+        Err(e) if is_not_found(&e) => Ok(Next::Done),
+        Err(e) => Err(upstream(format!("removing deregistered clusters' entries from WorkloadPlacement {key}"))(e)),
+    }
+}
+
 /// How long after a cluster is lost its stranded workloads are summed again.
 const LOST_REQUEUE_PAUSE: Duration = Duration::from_secs(5);
 
@@ -198,5 +253,31 @@ fn queue_with_entry_on(
         if hit {
             let _ = tx.send(key);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use placement_api::{ClusterAssignment, ClusterSyncStatus, WorkloadPlacementSpec, WorkloadPlacementStatus};
+
+    #[test]
+    fn only_entries_of_clusters_neither_assigned_nor_registered_are_orphaned() {
+        let mut wp = WorkloadPlacement::new(
+            "web",
+            WorkloadPlacementSpec { clusters: vec![ClusterAssignment { name: "west".into(), replicas: 1 }], ..Default::default() },
+        );
+        let entry = |name: &str| ClusterSyncStatus { name: name.into(), ..Default::default() };
+        // east: registered, unassigned (its syncer removes it); west: assigned;
+        // gone: deregistered; also-gone: deregistered but still assigned (the
+        // scheduler drops it first, and the entry then).
+        wp.spec.clusters.push(ClusterAssignment { name: "also-gone".into(), replicas: 1 });
+        wp.status = Some(WorkloadPlacementStatus {
+            clusters: vec![entry("also-gone"), entry("east"), entry("gone"), entry("west")],
+            ..Default::default()
+        });
+        let registered: BTreeSet<String> = ["east", "west"].map(String::from).into();
+        assert_eq!(orphaned_entries(&wp, &registered), vec!["gone".to_string()]);
+        assert!(orphaned_entries(&wp, &["east", "west", "gone"].map(String::from).into()).is_empty());
     }
 }
