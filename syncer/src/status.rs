@@ -222,7 +222,7 @@ fn derive(status: &mut WorkloadPlacementStatus, wp: &WorkloadPlacement, generati
 /// The upstream Deployment's status: the sums over the assigned clusters' reports, and
 /// `observedGeneration` moved to the current generation only once every assigned
 /// cluster has synced and observed it, so `kubectl rollout status` waits for all of
-/// them. `None` when there is nothing to report yet (no cluster assigned).
+/// them. `None` when there is nothing to report yet (never assigned a cluster).
 pub fn aggregate(deployment: &Deployment, wp: &WorkloadPlacement, now: &Time) -> Option<DeploymentStatus> {
     let assigned = &wp.spec.clusters;
     // A workload never placed has no status yet. One that ran and is now on no cluster
