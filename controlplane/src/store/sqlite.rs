@@ -111,14 +111,14 @@ impl SqliteStore {
         // One process owns a store. Holding the file lock for the connection's life
         // saves a lock and unlock per commit and lets SQLite keep its page cache across
         // commits; a second server started on the same data dir fails here, below.
-        // The page cache (64 MiB at most, filled only as pages are read) keeps the
-        // B-tree and the overflow pages of the large values that a replace frees off
-        // the read() path.
+        // The page cache stays at SQLite's default (2 MiB): every commit ends with a
+        // truncate of the cache that can walk its whole hash table, so a larger cache
+        // costs the writer more on each commit than the reads it saves (64 MiB took
+        // about a quarter more of the writer thread's CPU; docs/benchmarks.md).
         conn.execute_batch(
             "PRAGMA locking_mode=EXCLUSIVE;
              PRAGMA journal_mode=WAL;
              PRAGMA synchronous=FULL;
-             PRAGMA cache_size=-65536;
              CREATE TABLE IF NOT EXISTS kv (key TEXT PRIMARY KEY, rev INTEGER NOT NULL, value BLOB NOT NULL);
              CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value INTEGER NOT NULL);",
         )
