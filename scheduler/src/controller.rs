@@ -14,7 +14,8 @@
 //! Placement; its namespace's labels and annotations; a change of a cluster's
 //! readiness, cordon, drain or labels (only the workloads on that cluster, and those
 //! waiting for room); and growth of a cluster's free room (only those waiting). A
-//! heartbeat that changes none of that wakes nothing.
+//! heartbeat that changes none of that wakes nothing, and neither do the watch events
+//! of the scheduler's own writes (see [`OwnWrites`]).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
@@ -145,6 +146,81 @@ struct Scheduler {
     deciding: Mutex<()>,
     recorder: Recorder,
     metrics: Metrics,
+    own: Arc<OwnWrites>,
+}
+
+/// What the scheduler is writing, or last wrote, to each workload: the clusters it
+/// labels the workload for, and its WorkloadPlacement's spec and assignment labels.
+/// The watch events of those writes would otherwise queue the workload again, to
+/// decide anew from its own decision and write nothing (10,000 Deployments took about
+/// 18,000 decisions). A write is noted before it is sent, so that its event is known
+/// even when it arrives before the response, and forgotten when its event is seen. A
+/// change made by anyone else, or one that does not match, queues the workload as
+/// before.
+#[derive(Default)]
+struct OwnWrites {
+    labels: DashMap<ObjKey, BTreeSet<String>>,
+    placements: DashMap<ObjKey, (WorkloadPlacementSpec, BTreeSet<String>)>,
+}
+
+impl OwnWrites {
+    /// Whether the change of a workload is only the assignment labels the scheduler
+    /// last wrote to it.
+    fn labelled_it(&self, c: &store::Change<Deployment>) -> bool {
+        let (Some(old), Some(new)) = (&c.old, &c.new) else { return false };
+        let rest = |d: &Deployment| {
+            let m = &d.metadata;
+            (m.generation, other_labels(m.labels.as_ref()), without_cluster(m.annotations.as_ref()), m.deletion_timestamp.clone())
+        };
+        rest(old) == rest(new) && self.labels.remove_if(&c.key, |_, want| *want == labelled(new)).is_some()
+    }
+
+    /// Whether the change of a WorkloadPlacement is only the spec and assignment
+    /// labels the scheduler last wrote to it.
+    fn placed_it(&self, c: &store::Change<WorkloadPlacement>) -> bool {
+        let Some(new) = &c.new else { return false };
+        let others_kept =
+            other_labels(c.old.as_ref().and_then(|o| o.metadata.labels.as_ref())) == other_labels(new.metadata.labels.as_ref());
+        others_kept
+            && self
+                .placements
+                .remove_if(&c.key, |_, (spec, want)| *spec == new.spec && *want == assigned_labels(new.metadata.labels.as_ref()))
+                .is_some()
+    }
+
+    fn forget(&self, key: &ObjKey) {
+        self.labels.remove(key);
+        self.placements.remove(key);
+    }
+}
+
+/// The clusters that `labels` assign an object to.
+fn assigned_labels(labels: Option<&BTreeMap<String, String>>) -> BTreeSet<String> {
+    labels
+        .into_iter()
+        .flatten()
+        .filter(|(_, v)| *v == SYNC_STATE_SYNC)
+        .filter_map(|(k, _)| sync_target_of_label(k).map(str::to_string))
+        .collect()
+}
+
+/// The labels other than the assignment labels.
+fn other_labels(labels: Option<&BTreeMap<String, String>>) -> BTreeMap<String, String> {
+    labels
+        .into_iter()
+        .flatten()
+        .filter(|(k, v)| !(*v == SYNC_STATE_SYNC && sync_target_of_label(k).is_some()))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect()
+}
+
+/// The annotations without the workspace annotation a wildcard watch adds.
+fn without_cluster(annotations: Option<&BTreeMap<String, String>>) -> Option<BTreeMap<String, String>> {
+    annotations.map(|a| {
+        let mut a = a.clone();
+        a.remove(placement_api::CLUSTER_ANNOTATION);
+        a
+    })
 }
 
 /// What one reconcile came to, for the metrics.
@@ -213,25 +289,18 @@ pub async fn run(base: Client, options: Options) {
                 }
             }
         });
-        let t = tx.clone();
+        let own = Arc::new(OwnWrites::default());
+        let (t, o) = (tx.clone(), own.clone());
         let deployments = store::spawn(Api::<Deployment>::all(wildcard.clone()), config(), Workspace::Annotated, "deployments", move |c| {
             let meta = |d: &Arc<Deployment>| {
                 let m = &d.metadata;
-                (
-                    m.generation,
-                    m.labels.clone(),
-                    m.annotations.clone().map(|mut a| {
-                        a.remove(placement_api::CLUSTER_ANNOTATION);
-                        a
-                    }),
-                    m.deletion_timestamp.clone(),
-                )
+                (m.generation, m.labels.clone(), without_cluster(m.annotations.as_ref()), m.deletion_timestamp.clone())
             };
-            if c.old.as_ref().map(meta) != c.new.as_ref().map(meta) {
+            if c.old.as_ref().map(meta) != c.new.as_ref().map(meta) && !o.labelled_it(&c) {
                 send(&t, Trigger::Workload(c.key));
             }
         });
-        let (b, a, t) = (book.clone(), assumed.clone(), tx.clone());
+        let (b, a, t, o) = (book.clone(), assumed.clone(), tx.clone(), own.clone());
         let placements =
             store::spawn(Api::<WorkloadPlacement>::all(wildcard.clone()), config(), Workspace::Annotated, "workloadplacements", move |c| {
                 if let Some(wp) = &c.new {
@@ -240,7 +309,7 @@ pub async fn run(base: Client, options: Options) {
                     }
                 }
                 let mine = |wp: &Arc<WorkloadPlacement>| (wp.spec.clone(), wp.metadata.labels.clone());
-                if c.old.as_ref().map(mine) != c.new.as_ref().map(mine) {
+                if c.old.as_ref().map(mine) != c.new.as_ref().map(mine) && !o.placed_it(&c) {
                     send(&t, Trigger::Workload(c.key));
                 }
             });
@@ -286,6 +355,7 @@ pub async fn run(base: Client, options: Options) {
             waiting: DashSet::new(),
             deciding: Mutex::new(()),
             metrics: options.metrics.clone(),
+            own,
         });
         let (keys_tx, keys) = mpsc::unbounded_channel::<ObjKey>();
 
@@ -333,13 +403,7 @@ pub async fn run(base: Client, options: Options) {
 
 /// The clusters a workload is labelled for.
 fn labelled(d: &Deployment) -> BTreeSet<String> {
-    d.metadata
-        .labels
-        .iter()
-        .flatten()
-        .filter(|(_, v)| *v == SYNC_STATE_SYNC)
-        .filter_map(|(k, _)| sync_target_of_label(k).map(str::to_string))
-        .collect()
+    assigned_labels(d.metadata.labels.as_ref())
 }
 
 fn shares_text(shares: &[Share]) -> String {
@@ -683,14 +747,20 @@ impl Scheduler {
         };
         let written = match wp {
             None => {
+                self.own.placements.insert(key.clone(), (spec.clone(), want.clone()));
                 let mut new = WorkloadPlacement::new(&key.name, spec);
                 new.metadata.namespace = Some(key.namespace.clone());
                 new.metadata.labels =
                     Some(want.iter().map(|c| (sync_state_label(c), SYNC_STATE_SYNC.to_string())).collect::<BTreeMap<_, _>>());
                 match wps.create(&PostParams::default(), &new).await {
                     Ok(w) => w,
-                    Err(e) if matches!(&e, kube::Error::Api(s) if s.code == 409) => return Ok(None),
-                    Err(e) => return Err(anyhow::anyhow!("creating WorkloadPlacement {key}: {e}")),
+                    Err(e) => {
+                        self.own.placements.remove(key);
+                        match e {
+                            kube::Error::Api(s) if s.code == 409 => return Ok(None),
+                            e => return Err(anyhow::anyhow!("creating WorkloadPlacement {key}: {e}")),
+                        }
+                    }
                 }
             }
             Some(wp) => {
@@ -712,20 +782,35 @@ impl Scheduler {
                     if let Some(l) = labels {
                         patch["metadata"] = json!({"labels": l});
                     }
+                    self.own.placements.insert(key.clone(), (spec.clone(), want.clone()));
                     match wps.patch(&key.name, &PatchParams::default(), &Patch::Merge(patch)).await {
                         Ok(w) => w,
-                        Err(e) if is_not_found(&e) => return Ok(None),
-                        Err(e) => return Err(anyhow::anyhow!("updating WorkloadPlacement {key}: {e}")),
+                        Err(e) => {
+                            self.own.placements.remove(key);
+                            if is_not_found(&e) {
+                                return Ok(None);
+                            }
+                            return Err(anyhow::anyhow!("updating WorkloadPlacement {key}: {e}"));
+                        }
                     }
                 }
             }
         };
         if let Some(patch) = workload_patch(d, &want) {
             let deployments: Api<Deployment> = Api::namespaced(client, &key.namespace);
+            // A patch of the finalizers alone changes nothing the watch looks at.
+            if labelled(d) != want {
+                self.own.labels.insert(key.clone(), want.clone());
+            }
             match deployments.patch(&key.name, &PatchParams::default(), &Patch::Strategic(patch)).await {
                 Ok(_) => {}
-                Err(e) if is_not_found(&e) => return Ok(None),
-                Err(e) => return Err(anyhow::anyhow!("labelling Deployment {key}: {e}")),
+                Err(e) => {
+                    self.own.labels.remove(key);
+                    if is_not_found(&e) {
+                        return Ok(None);
+                    }
+                    return Err(anyhow::anyhow!("labelling Deployment {key}: {e}"));
+                }
             }
         }
         Ok(Some(written))
@@ -770,6 +855,7 @@ impl Scheduler {
     /// The workload is gone: so is its WorkloadPlacement, and what was assumed for it.
     async fn forget(&self, key: &ObjKey) -> Result<Next, anyhow::Error> {
         self.waiting.remove(key);
+        self.own.forget(key);
         let Some(wp) = self.placements.get(key) else { return Ok(Next::Done) };
         for c in &wp.spec.clusters {
             self.assumed.forget(key, &c.name);
@@ -829,5 +915,52 @@ mod tests {
             workload_patch(&stale, &want(&["east"])),
             Some(json!({"metadata": {"$deleteFromPrimitiveList/finalizers": [syncer_finalizer("gone")]}}))
         );
+    }
+
+    fn change<K>(old: Option<K>, new: Option<K>) -> store::Change<K> {
+        store::Change { key: ObjKey::new("ws", "default", "web"), old: old.map(Arc::new), new: new.map(Arc::new) }
+    }
+
+    #[test]
+    fn only_the_labels_the_scheduler_wrote_are_passed_over_and_only_once() {
+        let own = OwnWrites::default();
+        let key = ObjKey::new("ws", "default", "web");
+        let (before, after) = (workload(&[], &[]), workload(&["east"], &[]));
+        // Nothing noted: every change counts.
+        assert!(!own.labelled_it(&change(Some(before.clone()), Some(after.clone()))));
+        own.labels.insert(key.clone(), want(&["east"]));
+        // Someone else's labels, or another change along with ours, count.
+        assert!(!own.labelled_it(&change(Some(before.clone()), Some(workload(&["west"], &[])))));
+        let mut with_more = after.clone();
+        with_more.metadata.labels.get_or_insert_default().insert("team".into(), "a".into());
+        assert!(!own.labelled_it(&change(Some(before.clone()), Some(with_more))));
+        let mut respecified = after.clone();
+        respecified.metadata.generation = Some(2);
+        assert!(!own.labelled_it(&change(Some(before.clone()), Some(respecified))));
+        // The scheduler's own write is passed over once; the same change again counts.
+        assert!(own.labelled_it(&change(Some(before.clone()), Some(after.clone()))));
+        assert!(!own.labelled_it(&change(Some(before), Some(after))));
+    }
+
+    #[test]
+    fn only_the_assignment_the_scheduler_wrote_is_passed_over() {
+        let own = OwnWrites::default();
+        let key = ObjKey::new("ws", "default", "web");
+        let spec = |clusters: &[&str]| WorkloadPlacementSpec {
+            workload: WorkloadRef { api_version: "apps/v1".into(), kind: "Deployment".into(), name: "web".into() },
+            placement: "default".into(),
+            clusters: clusters.iter().map(|c| ClusterAssignment { name: c.to_string(), replicas: 1 }).collect(),
+        };
+        let placed = |clusters: &[&str]| {
+            let mut wp = WorkloadPlacement::new("web", spec(clusters));
+            wp.metadata.labels = Some(clusters.iter().map(|c| (sync_state_label(c), SYNC_STATE_SYNC.to_string())).collect());
+            wp
+        };
+        own.placements.insert(key.clone(), (spec(&["east"]), want(&["east"])));
+        assert!(!own.placed_it(&change(None, Some(placed(&["west"])))));
+        assert!(own.placed_it(&change(None, Some(placed(&["east"])))));
+        // A deletion is never the scheduler's write.
+        own.placements.insert(key, (spec(&["east"]), want(&["east"])));
+        assert!(!own.placed_it(&change(Some(placed(&["east"])), None)));
     }
 }
