@@ -38,15 +38,6 @@ fn purge_freed_memory_at_once() {
 /// restart on the same data dir is the same cluster, with its workloads.
 pub async fn run(data_dir: &Path, args: SimClusterArgs) -> anyhow::Result<()> {
     purge_freed_memory_at_once();
-    // Without transparent huge pages: the allocator's partly used 2 MiB pages count in
-    // full towards RSS, and a simulated cluster is meant to be cheap to run many of.
-    // With 100 nodes and 5,000 running pods its steady RSS fell from 363-396 MiB to
-    // 203-232 MiB in three runs of four, idle from 41 to 25-30 MiB, and rollouts were
-    // no slower (docs/benchmarks.md). The control plane keeps them.
-    #[cfg(target_os = "linux")]
-    if let Err(e) = nix::sys::prctl::set_thp_disable(true) {
-        tracing::debug!(error = %e, "cannot turn transparent huge pages off; RSS may be higher");
-    }
     let defs = test_clusters::config::load(&args.config)?;
     let def = match (&args.name, defs.len()) {
         (Some(name), _) => defs.iter().find(|d| &d.name == name).cloned().with_context(|| {
