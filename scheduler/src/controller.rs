@@ -764,14 +764,7 @@ impl Scheduler {
                 }
             }
             Some(wp) => {
-                let have: BTreeSet<String> = wp
-                    .metadata
-                    .labels
-                    .iter()
-                    .flatten()
-                    .filter_map(|(k, v)| (v == SYNC_STATE_SYNC).then(|| sync_target_of_label(k)).flatten().map(str::to_string))
-                    .collect();
-                let labels = label_patch(&have, &want);
+                let labels = label_patch(&assigned_labels(wp.metadata.labels.as_ref()), &want);
                 if wp.spec == spec && labels.is_none() {
                     wp.clone()
                 } else {
