@@ -199,15 +199,3 @@ fn a_file_with_several_clusters_needs_a_name() {
     let _ = child.wait();
     assert_eq!(String::from_utf8_lossy(&nodes.stdout).trim(), "node/eu-worker");
 }
-
-#[test]
-fn the_cluster_process_returns_freed_memory_at_once() {
-    // sim-cluster starts itself again with MIMALLOC_PURGE_DELAY=0 (same pid), so that a
-    // quiet cluster does not keep what a burst of pods freed.
-    let c = SimCluster::start(EAST);
-    let pid_file = c.dir.path().join("clusters").join(&c.name).join("pid");
-    let pid = std::fs::read_to_string(&pid_file).unwrap_or_else(|e| panic!("{}: {e}", pid_file.display()));
-    let environ = std::fs::read(format!("/proc/{}/environ", pid.trim())).expect("the cluster's environment");
-    let vars: Vec<String> = environ.split(|b| *b == 0).map(|v| String::from_utf8_lossy(v).into_owned()).collect();
-    assert!(vars.iter().any(|v| v == "MIMALLOC_PURGE_DELAY=0"), "the cluster runs without MIMALLOC_PURGE_DELAY=0: {vars:?}");
-}

@@ -9,35 +9,9 @@ use test_clusters::sim::Simulator;
 
 use crate::cli::SimClusterArgs;
 
-/// mimalloc's option for how long freed memory waits before it goes back to the OS.
-const PURGE_DELAY_ENV: &str = "MIMALLOC_PURGE_DELAY";
-
-/// Makes this process return freed memory to the OS at once, by starting itself again
-/// with `MIMALLOC_PURGE_DELAY=0` (mimalloc reads its options when the process starts;
-/// the pid stays the same). With the default delay, memory freed after a burst of pods
-/// stayed counted: one run of 100 nodes and 5,000 running pods held 396 MiB once
-/// settled, and 208 MiB with the delay at 0 (docs/benchmarks.md). A value already in
-/// the environment is kept, so an operator can choose another.
-fn purge_freed_memory_at_once() {
-    use std::os::unix::process::CommandExt;
-    if std::env::var_os(PURGE_DELAY_ENV).is_some() {
-        return;
-    }
-    let Ok(exe) = std::env::current_exe() else { return };
-    let mut argv = std::env::args_os();
-    let mut cmd = std::process::Command::new(exe);
-    if let Some(arg0) = argv.next() {
-        cmd.arg0(arg0);
-    }
-    // Only returns if the exec failed; the cluster then runs with the default delay.
-    let e = cmd.args(argv).env(PURGE_DELAY_ENV, "0").exec();
-    tracing::debug!(error = %e, "cannot restart with {PURGE_DELAY_ENV}=0; freed memory goes back to the OS later");
-}
-
 /// Runs until Ctrl-C or SIGTERM. State lives in `<data-dir>/clusters/<name>/`, so a
 /// restart on the same data dir is the same cluster, with its workloads.
 pub async fn run(data_dir: &Path, args: SimClusterArgs) -> anyhow::Result<()> {
-    purge_freed_memory_at_once();
     let defs = test_clusters::config::load(&args.config)?;
     let def = match (&args.name, defs.len()) {
         (Some(name), _) => defs.iter().find(|d| &d.name == name).cloned().with_context(|| {
