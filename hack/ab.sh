@@ -18,7 +18,9 @@ for bin in "$before" "$after"; do
   [ -x "$bin" ] || { echo "hack/ab.sh: $bin is not an executable; build it first (cargo build --release -p flotilla) and copy it aside" >&2; exit 2; }
 done
 cd "$(dirname "$0")/.."
-cargo build --release -p flotilla-bench
+# The same packages as hack/bench.sh builds, so that neither script rebuilds what the
+# other just built (a different package set unifies features differently).
+cargo build --release -p flotilla -p flotilla-bench
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 one() { # label pair binary
