@@ -82,6 +82,10 @@ const HEALTH_TICK: Duration = Duration::from_millis(250);
 /// How long after a grace period ends the health loop looks: `Book` counts a heartbeat
 /// exactly as old as the grace as within it.
 const PAST_GRACE: Duration = Duration::from_millis(1);
+/// How often the scheduler tells its book of clusters that it runs
+/// ([`health::Book::alive`]), so that a stall of its own (a stopped process, starved
+/// async workers) is told from clusters that stopped beating.
+const OBSERVER_TICK: Duration = Duration::from_millis(250);
 
 /// The field manager under which the scheduler server-side applies the `Scheduled`
 /// condition of a WorkloadPlacement. Its other writes (the assignment, the labels) are
@@ -267,12 +271,29 @@ pub async fn run(base: Client, options: Options) {
         let config = watcher::Config::default;
 
         let _leading = Leading::new(&options.metrics);
+        // The observer's own pulse. It starts before the caches list, which may take
+        // long, and awaits nothing but its timer: a gap in it is this process not
+        // running, never a slow request.
+        let (b, m) = (book.clone(), options.metrics.clone());
+        let _observer = syncer::AbortOnDrop(tokio::spawn(async move {
+            let mut tick = tokio::time::interval(OBSERVER_TICK);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tick.tick().await;
+                if let Some(r) = b.alive(tokio::time::Instant::now()) {
+                    renewed(&m, b.grace(), &r);
+                }
+            }
+        }));
         let (b, a, t, m) = (book.clone(), assumed.clone(), tx.clone(), options.metrics.clone());
         let targets = store::spawn(Api::<SyncTarget>::all(root), config(), Workspace::Fixed(ROOT_WORKSPACE), "synctargets", move |c| {
             let name = c.key.name.clone();
             match c.new {
                 Some(st) => {
                     let seen = b.observe(st);
+                    if let Some(r) = &seen.renewal {
+                        renewed(&m, b.grace(), r);
+                    }
                     if seen.beat {
                         a.beat(&name, b.beats(&name));
                     }
@@ -401,6 +422,20 @@ pub async fn run(base: Client, options: Options) {
     .await
 }
 
+/// Counts and logs a renewal of every cluster's grace.
+fn renewed(metrics: &Metrics, grace: Duration, r: &health::Renewal) {
+    metrics.observation_gap(r.cause);
+    tracing::warn!(
+        cause = r.cause.label(),
+        gap = ?r.lasted,
+        renewed = r.clusters.len(),
+        "grace renewed for all clusters: {}, so it could not observe heartbeats; every cluster that was Ready gets a fresh {}s grace from now",
+        r.cause.text(r.lasted),
+        grace.as_secs(),
+    );
+    tracing::debug!(clusters = ?r.clusters, "the clusters whose grace was renewed");
+}
+
 /// The clusters a workload is labelled for.
 fn labelled(d: &Deployment) -> BTreeSet<String> {
     assigned_labels(d.metadata.labels.as_ref())
@@ -485,7 +520,23 @@ impl Scheduler {
                 _ = tick.tick() => {}
                 _ = tokio::time::sleep_until(expiry.unwrap_or_else(|| tokio::time::Instant::now() + HEALTH_TICK)), if expiry.is_some() => {}
             }
-            for name in self.book.tick() {
+            let tick = self.book.tick();
+            if let Some(r) = &tick.renewal {
+                renewed(&self.metrics, self.book.grace(), r);
+            }
+            match tick.hold {
+                Some(health::Hold::Began(silent)) => tracing::warn!(
+                    silent = ?silent,
+                    "no new heartbeat of any cluster for {silent:.1?}: the API or the watch may be stalled; no cluster is declared lost on missed heartbeats until one arrives, or for at most {}s",
+                    self.book.grace().as_secs()
+                ),
+                Some(health::Hold::Ended(silent)) => tracing::warn!(
+                    silent = ?silent,
+                    "no new heartbeat of any cluster for {silent:.1?}, longer than the grace: clusters are judged again"
+                ),
+                None => {}
+            }
+            for name in tick.changed {
                 let ready = self.book.get(&name).is_some_and(|o| o.signature.ready);
                 tracing::info!(cluster = %name, ready, "cluster health changed");
                 send(&tx, Trigger::Cluster(name));

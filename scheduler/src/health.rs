@@ -2,17 +2,61 @@
 //!
 //! A cluster is Ready while its syncer's heartbeat is younger than the grace period.
 //! Age is measured on this process's monotonic clock from the moment a *new*
-//! `lastSyncerHeartbeatTime` was observed, the way the Kubernetes node lifecycle
-//! controller measures node heartbeats: clock skew between a pull-mode syncer and the
-//! scheduler cannot fake or hide a heartbeat, and a single failed request never
-//! changes anything. Only heartbeats decide.
+//! `lastSyncerHeartbeatTime` was observed, never from the wall-clock time the heartbeat
+//! carries, the way the Kubernetes node lifecycle controller measures node heartbeats
+//! (its `probeTimestamp` is the controller's own `now()` when it saw the change):
+//! clock skew between a pull-mode syncer and the scheduler cannot fake or hide a
+//! heartbeat, and a single failed request never changes anything. Only heartbeats
+//! decide.
 //!
 //! When the scheduler starts, a cluster whose stored condition says Ready gets one
 //! full grace period to show a heartbeat, so that a scheduler restart causes no false
 //! NotReady; a cluster stored as not Ready stays so until it beats again.
+//!
+//! # When the scheduler could not observe
+//!
+//! The absence of a heartbeat says something about a cluster only while the scheduler
+//! was able to see heartbeats arrive. The monotonic clock keeps running while this
+//! process is stopped (SIGSTOP, a paused VM) or its async workers are starved by other
+//! work, and heartbeats that could not land meanwhile (a saturated or restarting API)
+//! look exactly like heartbeats that were never sent. Acting on that age at once moved
+//! workloads off healthy clusters. So (DESIGN.md: "When the control plane itself could
+//! not observe heartbeats ..., every cluster gets a fresh grace period from when
+//! observation resumes"):
+//!
+//! - **The scheduler's own stall** ([`Gap::Stalled`]). A task that does nothing else
+//!   calls [`Book::alive`] every 250 ms, and every judgement checks it too. A gap of
+//!   more than a quarter of the grace (at least 1 s) since the scheduler was last seen
+//!   running means it was not running: every cluster whose grace had not run out when
+//!   it stopped gets a fresh grace from the moment it runs again. The check comes
+//!   before any judgement, so no cluster is judged on the stale clock first, whichever
+//!   task runs first after the stall. The ticker awaits nothing but its timer, so a
+//!   slow API request of the health loop is not mistaken for a stall.
+//! - **Silence of the whole fleet** ([`Gap::Silent`]). Clusters fail one by one; when
+//!   no new heartbeat of *any* cluster has arrived for more than half the grace, it is
+//!   more likely that heartbeats cannot reach the scheduler (the API is saturated, the
+//!   watch is down, the control plane restarts) than that every cluster failed at
+//!   once. While that lasts, and two clusters or more were Ready, the clock that
+//!   judges clusters stands still, for at most one grace after the last heartbeat
+//!   seen: without that, the cluster whose last beat happened to be seen first would
+//!   be declared lost a moment before the others and its workloads moved to them (a
+//!   lone cluster has nowhere to move its workloads to, so it is not held). When a heartbeat arrives again, every cluster
+//!   that was Ready when the silence began gets a fresh grace from then (those
+//!   declared lost during a silence longer than the grace too, as Kubernetes resets
+//!   every node's probe time when it leaves full disruption). A silence that outlasts
+//!   the grace is taken for what it looks like: every cluster is declared lost at
+//!   once, so nothing moves (there is nowhere to move to), and a fleet that really
+//!   died entirely is reported no later than one grace after its last heartbeat. A
+//!   disconnected, lagging or relisting watch of SyncTargets needs no signal of its
+//!   own: it shows as exactly this silence.
+//!
+//! A renewal can postpone the detection of a cluster that really died during the
+//! impairment by up to one grace after observation resumes; that is the price of not
+//! moving workloads on no evidence. Outside such gaps nothing changes: a lost cluster
+//! is declared once its grace has passed while other clusters' heartbeats were seen.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use dashmap::DashMap;
@@ -47,6 +91,11 @@ pub struct Observed {
     /// When a new heartbeat was last seen (None: none since this process started
     /// and the stored state says not Ready, or there never was one).
     beat_seen_at: Option<Instant>,
+    /// Where its current grace period started: when a new heartbeat was last seen, or
+    /// later, when the grace was renewed after the scheduler could not observe (see
+    /// the module's doc). Readiness is judged from this; `beat_seen_at` stays the true
+    /// age of the heartbeat, for the metrics.
+    fresh_from: Option<Instant>,
     /// New heartbeats seen so far.
     pub beats: u64,
     /// Free room from the heartbeat.
@@ -65,8 +114,60 @@ impl Observed {
     }
 }
 
+/// Why the scheduler could not observe heartbeats for a while.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Gap {
+    /// The scheduler itself did not run: its process was stopped, or starved of CPU.
+    Stalled,
+    /// No new heartbeat of any cluster reached it: the API or the watch was stalled,
+    /// saturated or restarting.
+    Silent,
+}
+
+impl Gap {
+    /// The metric label.
+    pub fn label(self) -> &'static str {
+        match self {
+            Gap::Stalled => "Stalled",
+            Gap::Silent => "Silent",
+        }
+    }
+
+    /// Why, for the log.
+    pub fn text(self, lasted: Duration) -> String {
+        match self {
+            Gap::Stalled => format!("the scheduler did not run for {lasted:.1?} (its process was stopped, or starved of CPU)"),
+            Gap::Silent => format!(
+                "no new heartbeat of any cluster reached the scheduler for {lasted:.1?} (the API or its watch was stalled, saturated or restarting)"
+            ),
+        }
+    }
+}
+
+/// Every cluster's grace renewed after a gap in observation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Renewal {
+    /// Why the scheduler could not observe.
+    pub cause: Gap,
+    /// For how long.
+    pub lasted: Duration,
+    /// The clusters that got a fresh grace, by name (the cluster whose heartbeat ended
+    /// a silence is not counted: it has its own).
+    pub clusters: Vec<String>,
+}
+
+/// A silence of the whole fleet starting or ending to hold the judgement.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Hold {
+    /// No heartbeat of any cluster for this long: missed heartbeats are not counted
+    /// against anyone for now.
+    Began(Duration),
+    /// The silence has outlasted the grace: clusters are judged again.
+    Ended(Duration),
+}
+
 /// What an observation changed.
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct Observation {
     /// A new heartbeat.
     pub beat: bool,
@@ -74,13 +175,52 @@ pub struct Observation {
     pub room_grew: bool,
     /// The signature changed (or the cluster is new or gone).
     pub signature_changed: bool,
+    /// Observation had been impaired, and every cluster got a fresh grace first.
+    pub renewal: Option<Renewal>,
+}
+
+/// What a re-evaluation against the clock found.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Tick {
+    /// The clusters whose signature changed.
+    pub changed: Vec<String>,
+    /// Observation had been impaired, and every cluster got a fresh grace first.
+    pub renewal: Option<Renewal>,
+    /// A silence of the whole fleet began or ended holding the judgement.
+    pub hold: Option<Hold>,
+}
+
+/// The scheduler's evidence that it can observe heartbeats.
+#[derive(Debug, Default)]
+struct Sight {
+    /// When the scheduler was last seen running: [`Book::alive`], or a judgement.
+    alive_at: Option<Instant>,
+    /// When a heartbeat last reached it: a new heartbeat of any cluster, a stored
+    /// Ready trusted at start-up, or a renewal.
+    sighted_at: Option<Instant>,
+    /// The latest time clusters have been judged at. It never goes back, so that a
+    /// cluster once judged lost is not brought back by the clock standing still.
+    judged_to: Option<Instant>,
+    /// The silence whose hold began, by when it began.
+    held: Option<Instant>,
+    /// A start or end of a hold not yet reported by [`Book::tick`].
+    hold: Option<Hold>,
 }
 
 /// The scheduler's book of clusters.
 pub struct Book {
     clusters: DashMap<String, Observed>,
     grace: Duration,
+    /// A longer gap between two signs of life of the scheduler is a stall.
+    stall_after: Duration,
+    /// A longer time without a new heartbeat of any cluster is a silence.
+    silent_after: Duration,
+    sight: Mutex<Sight>,
 }
+
+/// The shortest gap taken for a stall of the scheduler: four periods of its ticker
+/// (250 ms), so that ordinary scheduling delays under load never count.
+const MIN_STALL: Duration = Duration::from_secs(1);
 
 fn condition_status(t: &SyncTarget, type_: &str) -> Option<String> {
     t.status.as_ref()?.conditions.iter().find(|c| c.type_ == type_).map(|c| c.status.clone())
@@ -116,7 +256,16 @@ pub fn draining(t: &SyncTarget, now: jiff::Timestamp) -> bool {
 impl Book {
     /// An empty book with the given heartbeat grace.
     pub fn new(grace: Duration) -> Self {
-        Book { clusters: DashMap::new(), grace }
+        Book {
+            clusters: DashMap::new(),
+            grace,
+            // A stall shorter than this leaves a healthy cluster's next heartbeat
+            // (due every quarter of the grace by default) time to land in the grace.
+            stall_after: (grace / 4).max(MIN_STALL),
+            // Two default heartbeat intervals of every cluster at once.
+            silent_after: grace / 2,
+            sight: Mutex::new(Sight::default()),
+        }
     }
 
     /// The heartbeat grace.
@@ -124,13 +273,105 @@ impl Book {
         self.grace
     }
 
-    fn ready_at(&self, seen: Option<Instant>, now: Instant) -> bool {
-        seen.is_some_and(|s| now.saturating_duration_since(s) <= self.grace)
+    fn sight(&self) -> std::sync::MutexGuard<'_, Sight> {
+        self.sight.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    fn signature(&self, t: &SyncTarget, seen: Option<Instant>, now: Instant) -> Signature {
+    /// Says that the scheduler runs at `now`. Call it often (every 250 ms) from a
+    /// task that awaits nothing else; after a stall it renews every cluster's grace,
+    /// and says so.
+    pub fn alive(&self, now: Instant) -> Option<Renewal> {
+        let mut sight = self.sight();
+        self.check_stall(&mut sight, now)
+    }
+
+    fn check_stall(&self, sight: &mut Sight, now: Instant) -> Option<Renewal> {
+        let last = sight.alive_at;
+        sight.alive_at = Some(last.map_or(now, |l| l.max(now)));
+        let lasted = now.saturating_duration_since(last?);
+        if lasted <= self.stall_after {
+            return None;
+        }
+        let clusters = self.renew(last?, now, None);
+        if clusters.is_empty() {
+            return None;
+        }
+        sight.sighted_at = Some(now);
+        Some(Renewal { cause: Gap::Stalled, lasted, clusters })
+    }
+
+    /// Starts a fresh grace at `now` for every cluster whose grace had not run out at
+    /// `since`, when observation was lost; returns their names but `except`'s.
+    fn renew(&self, since: Instant, now: Instant, except: Option<&str>) -> Vec<String> {
+        let mut renewed = Vec::new();
+        for mut o in self.clusters.iter_mut() {
+            if o.fresh_from.is_some_and(|f| f + self.grace >= since && f < now) {
+                o.fresh_from = Some(now);
+                if except != Some(o.key().as_str()) {
+                    renewed.push(o.key().clone());
+                }
+            }
+        }
+        renewed.sort();
+        renewed
+    }
+
+    /// The time clusters are judged at, at `now`, after any renewal that must come
+    /// first. `beat` names the cluster whose new heartbeat is being taken in.
+    fn judge(&self, now: Instant, beat: Option<&str>) -> (Instant, Option<Renewal>) {
+        let mut sight = self.sight();
+        let mut renewal = self.check_stall(&mut sight, now);
+        if let Some(name) = beat {
+            let silence = sight.sighted_at.map(|s| (s, now.saturating_duration_since(s)));
+            if let (Some((since, lasted)), None) = (silence, &renewal) {
+                if lasted > self.silent_after {
+                    let clusters = self.renew(since, now, Some(name));
+                    if !clusters.is_empty() {
+                        renewal = Some(Renewal { cause: Gap::Silent, lasted, clusters });
+                    }
+                }
+            }
+            sight.sighted_at = Some(now);
+        }
+        let at = match sight.sighted_at {
+            Some(s) => {
+                let silent = now.saturating_duration_since(s);
+                if silent > self.grace {
+                    if sight.held.take().is_some() {
+                        sight.hold = Some(Hold::Ended(silent));
+                    }
+                    now
+                } else if silent > self.silent_after && self.ready_at_least_two(s) {
+                    if sight.held != Some(s) {
+                        sight.held = Some(s);
+                        sight.hold = Some(Hold::Began(silent));
+                    }
+                    s
+                } else {
+                    sight.held = None;
+                    now
+                }
+            }
+            None => now,
+        };
+        let at = sight.judged_to.map_or(at, |j| j.max(at));
+        sight.judged_to = Some(at);
+        (at, renewal)
+    }
+
+    /// Whether two clusters or more were Ready at `at`. With fewer, the loss of one
+    /// cannot move workloads to another, and there is nothing to hold.
+    fn ready_at_least_two(&self, at: Instant) -> bool {
+        self.clusters.iter().filter(|o| o.fresh_from.is_some_and(|f| f + self.grace >= at)).nth(1).is_some()
+    }
+
+    fn ready_at(&self, fresh_from: Option<Instant>, at: Instant) -> bool {
+        fresh_from.is_some_and(|s| at.saturating_duration_since(s) <= self.grace)
+    }
+
+    fn signature(&self, t: &SyncTarget, fresh_from: Option<Instant>, at: Instant) -> Signature {
         Signature {
-            ready: self.ready_at(seen, now) && capacity_known(t),
+            ready: self.ready_at(fresh_from, at) && capacity_known(t),
             cordoned: t.spec.unschedulable,
             draining: draining(t, jiff::Timestamp::now()),
             labels: Arc::new(t.metadata.labels.clone().unwrap_or_default()),
@@ -139,15 +380,30 @@ impl Book {
 
     /// Takes in a SyncTarget from the watch.
     pub fn observe(&self, t: Arc<SyncTarget>) -> Observation {
+        self.observe_at(t, Instant::now())
+    }
+
+    /// Takes in a SyncTarget from the watch, seen at `now`.
+    pub fn observe_at(&self, t: Arc<SyncTarget>, now: Instant) -> Observation {
         let Some(name) = t.metadata.name.clone() else { return Observation::default() };
-        let now = Instant::now();
         let beat = t.status.as_ref().and_then(|s| s.last_syncer_heartbeat_time.clone());
         let (available, headroom) = room_of(&t);
-        let mut out = Observation::default();
+        let known = self.clusters.get(&name).map(|o| o.beat.clone());
+        // First sight: trust a stored Ready for one grace period.
+        let trusted = beat.is_some() && condition_status(&t, CONDITION_READY).as_deref() != Some("False");
+        let new_beat = match &known {
+            Some(last) => beat.is_some() && beat != *last,
+            None => trusted,
+        };
+        // Before anything is judged: the guard above is dropped, as `judge` may renew
+        // every cluster.
+        let (at, renewal) = self.judge(now, new_beat.then_some(name.as_str()));
+        let mut out = Observation { renewal, ..Observation::default() };
         match self.clusters.get_mut(&name) {
             Some(mut o) => {
-                if beat.is_some() && beat != o.beat {
+                if new_beat {
                     o.beat_seen_at = Some(now);
+                    o.fresh_from = Some(now);
                     o.beats += 1;
                     out.beat = true;
                 }
@@ -157,17 +413,18 @@ impl Book {
                     || available.pods > o.available.pods;
                 o.available = available;
                 o.headroom = headroom;
-                let sig = self.signature(&t, o.beat_seen_at, now);
+                let sig = self.signature(&t, o.fresh_from, at);
                 out.signature_changed = sig != o.signature;
                 o.signature = sig;
                 o.target = t;
             }
             None => {
-                // First sight: trust a stored Ready for one grace period.
-                let seen = (beat.is_some() && condition_status(&t, CONDITION_READY).as_deref() != Some("False")).then_some(now);
-                let signature = self.signature(&t, seen, now);
-                self.clusters.insert(name, Observed { target: t, beat, beat_seen_at: seen, beats: 0, available, headroom, signature });
-                out = Observation { beat: false, room_grew: true, signature_changed: true };
+                let seen = trusted.then_some(now);
+                let signature = self.signature(&t, seen, at);
+                let o = Observed { target: t, beat, beat_seen_at: seen, fresh_from: seen, beats: 0, available, headroom, signature };
+                self.clusters.insert(name, o);
+                out.room_grew = true;
+                out.signature_changed = true;
             }
         }
         out
@@ -178,26 +435,41 @@ impl Book {
         self.clusters.remove(name);
     }
 
-    /// Re-evaluates every cluster against the clock; returns the clusters whose
-    /// signature changed (a heartbeat aged past the grace, an `evictAfter` passed).
-    pub fn tick(&self) -> Vec<String> {
-        let now = Instant::now();
+    /// Re-evaluates every cluster against the clock: the clusters whose signature
+    /// changed (a heartbeat aged past the grace, an `evictAfter` passed).
+    pub fn tick(&self) -> Tick {
+        self.tick_at(Instant::now())
+    }
+
+    /// [`Book::tick`] at `now`.
+    pub fn tick_at(&self, now: Instant) -> Tick {
+        let (at, renewal) = self.judge(now, None);
+        let hold = self.sight().hold.take();
         let mut changed = Vec::new();
         for mut o in self.clusters.iter_mut() {
-            let sig = self.signature(&o.target, o.beat_seen_at, now);
+            let sig = self.signature(&o.target, o.fresh_from, at);
             if sig != o.signature {
                 o.signature = sig;
                 changed.push(o.key().clone());
             }
         }
-        changed
+        changed.sort();
+        Tick { changed, renewal, hold }
     }
 
     /// The first moment a cluster now Ready has gone a whole grace period without a
     /// new heartbeat, so that the health loop can look exactly then rather than at its
-    /// next tick. `None` when no cluster is Ready on a heartbeat.
+    /// next tick. `None` when no cluster is Ready on a heartbeat. When that moment has
+    /// passed and the cluster is still Ready, the fleet is silent and the judgement
+    /// held: then it is when the hold ends.
     pub fn next_expiry(&self) -> Option<Instant> {
-        self.clusters.iter().filter(|o| o.signature.ready).filter_map(|o| o.beat_seen_at).min().map(|seen| seen + self.grace)
+        let first = self.clusters.iter().filter(|o| o.signature.ready).filter_map(|o| o.fresh_from).min()? + self.grace;
+        let now = Instant::now();
+        if first > now {
+            return Some(first);
+        }
+        let held_until = self.sight().sighted_at? + self.grace;
+        (held_until > now).then_some(held_until)
     }
 
     /// How many new heartbeats of `name` have been seen (0 for an unknown cluster).
@@ -329,54 +601,88 @@ mod tests {
         Arc::new(t)
     }
 
+    const GRACE: Duration = Duration::from_secs(8);
+
+    /// Lets `d` pass on the paused clock with the scheduler running: its ticker says
+    /// so every 250 ms, as the controller's does, and finds no stall.
+    async fn run_for(book: &Book, d: Duration) {
+        let end = Instant::now() + d;
+        while Instant::now() < end {
+            tokio::time::advance(Duration::from_millis(250).min(end.saturating_duration_since(Instant::now()))).await;
+            assert_eq!(book.alive(Instant::now()), None, "no stall while the ticker runs");
+        }
+    }
+
+    /// Lets `d` pass with the scheduler not running at all (SIGSTOP, starved workers).
+    async fn stopped_for(d: Duration) {
+        tokio::time::advance(d).await;
+    }
+
+    fn secs(s: f64) -> Duration {
+        Duration::from_secs_f64(s)
+    }
+
+    fn ready(book: &Book, name: &str) -> bool {
+        book.get(name).is_some_and(|o| o.signature.ready)
+    }
+
+    /// A new heartbeat of `name` (its time, in seconds, only has to differ from the
+    /// last one), which must change nothing else.
+    fn beat(book: &Book, name: &str, at: i64) -> Observation {
+        let o = book.observe(target(name, Some(at), Some("True")));
+        assert!(o.beat, "{name}: {o:?}");
+        o
+    }
+
     #[tokio::test(start_paused = true)]
     async fn a_cluster_goes_not_ready_after_the_grace_and_back_on_the_next_beat() {
-        let book = Book::new(Duration::from_secs(8));
+        let book = Book::new(GRACE);
         let first = book.observe(target("east", Some(100), Some("True")));
         assert!(first.signature_changed);
-        assert!(book.get("east").unwrap().signature.ready, "a stored Ready cluster gets one grace period");
-        tokio::time::advance(Duration::from_secs(7)).await;
-        assert!(book.tick().is_empty());
+        assert!(ready(&book, "east"), "a stored Ready cluster gets one grace period");
+        run_for(&book, secs(7.0)).await;
+        assert_eq!(book.tick(), Tick::default(), "a lone cluster's silence holds nothing: no other could take its workloads");
         // The same heartbeat again (another writer touched the object): not a beat.
         assert!(!book.observe(target("east", Some(100), Some("True"))).beat);
-        assert_eq!(book.next_expiry(), Some(Instant::now() + Duration::from_secs(1)), "the grace ends 8 s after the beat was seen");
-        tokio::time::advance(Duration::from_secs(1)).await;
-        assert!(book.tick().is_empty(), "a heartbeat exactly as old as the grace is still within it");
-        tokio::time::advance(Duration::from_millis(1)).await;
-        assert_eq!(book.tick(), vec!["east".to_string()]);
-        assert!(!book.get("east").unwrap().signature.ready);
+        assert_eq!(book.next_expiry(), Some(Instant::now() + secs(1.0)), "the grace ends 8 s after the beat was seen");
+        run_for(&book, secs(1.0)).await;
+        assert!(book.tick().changed.is_empty(), "a heartbeat exactly as old as the grace is still within it");
+        run_for(&book, Duration::from_millis(1)).await;
+        assert_eq!(book.tick().changed, vec!["east".to_string()]);
+        assert!(!ready(&book, "east"));
         assert_eq!(book.next_expiry(), None, "a cluster that is not Ready has no grace to run out");
         let back = book.observe(target("east", Some(120), Some("False")));
         assert!(back.beat && back.signature_changed);
-        assert!(book.get("east").unwrap().signature.ready);
+        assert_eq!(back.renewal, None, "the cluster's own heartbeat is no renewal of the others'");
+        assert!(ready(&book, "east"));
     }
 
     #[tokio::test(start_paused = true)]
     async fn a_cluster_stored_not_ready_or_without_heartbeat_waits_for_a_new_beat() {
-        let book = Book::new(Duration::from_secs(8));
+        let book = Book::new(GRACE);
         book.observe(target("down", Some(100), Some("False")));
         book.observe(target("new", None, None));
-        assert!(!book.get("down").unwrap().signature.ready);
-        assert!(!book.get("new").unwrap().signature.ready);
+        assert!(!ready(&book, "down"));
+        assert!(!ready(&book, "new"));
         assert!(book.observe(target("new", Some(5), None)).signature_changed);
-        assert!(book.get("new").unwrap().signature.ready);
+        assert!(ready(&book, "new"));
     }
 
     #[tokio::test(start_paused = true)]
     async fn heartbeats_that_change_nothing_wake_nothing() {
-        let book = Book::new(Duration::from_secs(8));
+        let book = Book::new(GRACE);
         book.observe(target("east", Some(1), Some("True")));
         for s in 2..10 {
-            tokio::time::advance(Duration::from_secs(2)).await;
+            run_for(&book, secs(2.0)).await;
             let o = book.observe(target("east", Some(s), Some("True")));
-            assert!(o.beat && !o.signature_changed && !o.room_grew, "beat {s}: {o:?}");
-            assert!(book.tick().is_empty());
+            assert!(o.beat && !o.signature_changed && !o.room_grew && o.renewal.is_none(), "beat {s}: {o:?}");
+            assert_eq!(book.tick(), Tick::default());
         }
     }
 
     #[tokio::test(start_paused = true)]
     async fn the_conditions_are_written_only_when_they_change() {
-        let book = Book::new(Duration::from_secs(8));
+        let book = Book::new(GRACE);
         book.observe(target("east", Some(1), None));
         let now = Time(jiff::Timestamp::from_second(1000).unwrap());
         let (conds, schedulable) = desired_status(&book.get("east").unwrap(), book.grace(), &now).expect("missing conditions are written");
@@ -387,11 +693,212 @@ mod tests {
         t.status.as_mut().unwrap().schedulable = Some(schedulable);
         book.observe(Arc::new(t));
         assert_eq!(desired_status(&book.get("east").unwrap(), book.grace(), &now), None);
-        tokio::time::advance(Duration::from_secs(9)).await;
+        run_for(&book, secs(9.0)).await;
         book.tick();
         let (conds, _) = desired_status(&book.get("east").unwrap(), book.grace(), &now).unwrap();
         let ready = conds.iter().find(|c| c.type_ == CONDITION_READY).unwrap();
         assert_eq!((ready.status.as_str(), ready.reason.as_str()), ("False", "HeartbeatMissed"));
         assert!(ready.message.contains("more than 8s"), "{}", ready.message);
+    }
+
+    /// east and west beating every 2 s, a second apart, for `beats` rounds: at the
+    /// end west has just beaten, and east a second before.
+    async fn two_beating(book: &Book, beats: i64) {
+        book.observe(target("east", Some(0), Some("True")));
+        book.observe(target("west", Some(0), Some("True")));
+        for s in 1..=beats {
+            run_for(book, secs(1.0)).await;
+            beat(book, "east", s);
+            run_for(book, secs(1.0)).await;
+            beat(book, "west", s);
+            assert_eq!(book.tick(), Tick::default());
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_lost_cluster_is_declared_on_time_while_the_others_beat() {
+        let book = Book::new(GRACE);
+        two_beating(&book, 3).await;
+        // east stops; west goes on. Nothing is renewed, nothing held: east is lost one
+        // grace after its last heartbeat was seen, to the tick.
+        let mut lost = None;
+        for s in 4..=8 {
+            for _ in 0..8 {
+                run_for(&book, Duration::from_millis(250)).await;
+                let t = book.tick();
+                assert_eq!((t.renewal, t.hold), (None, None));
+                if t.changed == ["east"] {
+                    lost.get_or_insert(Instant::now());
+                }
+            }
+            assert!(beat(&book, "west", s).renewal.is_none());
+        }
+        let east_seen = book.get("east").unwrap().beat_seen_at.unwrap();
+        let lost = lost.expect("east is declared lost");
+        assert!(lost > east_seen + GRACE && lost <= east_seen + GRACE + secs(0.25), "lost {:?} after its last beat", lost - east_seen);
+        assert!(!ready(&book, "east") && ready(&book, "west"));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_stalled_scheduler_renews_every_grace_before_judging_anyone() {
+        let book = Book::new(GRACE);
+        two_beating(&book, 3).await;
+        // The process is stopped for 20 s: far past every grace on the monotonic clock.
+        stopped_for(secs(20.0)).await;
+        let resumed = Instant::now();
+        let t = book.tick();
+        let renewal = t.renewal.expect("the stall is noticed before anything is judged");
+        assert_eq!((renewal.cause, renewal.lasted, renewal.clusters), (Gap::Stalled, secs(20.0), vec!["east".into(), "west".into()]));
+        assert!(t.changed.is_empty(), "nobody is declared lost on what could not be observed");
+        assert!(ready(&book, "east") && ready(&book, "west"));
+        assert_eq!(book.alive(Instant::now()), None, "one stall is renewed once");
+        // west beats again; east really died meanwhile: it is lost one grace after the
+        // scheduler resumed, not before, and not much after.
+        let mut lost = None;
+        for s in 10..16 {
+            for _ in 0..8 {
+                run_for(&book, Duration::from_millis(250)).await;
+                if book.tick().changed == ["east"] {
+                    lost.get_or_insert(Instant::now());
+                }
+            }
+            beat(&book, "west", s);
+        }
+        let lost = lost.expect("a cluster dead during the stall is still lost");
+        assert!(lost > resumed + GRACE && lost <= resumed + GRACE + secs(0.25), "lost {:?} after the resume", lost - resumed);
+        assert!(ready(&book, "west"));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn after_a_stall_the_first_heartbeat_or_the_ticker_renews_before_judging() {
+        for first in ["heartbeat", "ticker"] {
+            let book = Book::new(GRACE);
+            two_beating(&book, 3).await;
+            stopped_for(secs(12.0)).await;
+            let renewal = match first {
+                // The watch's backlog is taken in before the health loop runs.
+                "heartbeat" => {
+                    let o = beat(&book, "west", 100);
+                    assert!(!o.signature_changed, "{first}: {o:?}");
+                    o.renewal
+                }
+                _ => book.alive(Instant::now()),
+            };
+            let renewal = renewal.unwrap_or_else(|| panic!("{first}: the stall renews every grace"));
+            assert_eq!((renewal.cause, renewal.clusters.len()), (Gap::Stalled, 2), "{first}");
+            assert!(book.tick().changed.is_empty(), "{first}: east is not judged on the stopped clock");
+            assert!(ready(&book, "east"), "{first}");
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_short_stall_or_a_slow_ticker_renews_nothing() {
+        let book = Book::new(GRACE);
+        two_beating(&book, 1).await;
+        // A quarter of the grace (2 s) without a sign of life is still ordinary delay.
+        stopped_for(secs(2.0)).await;
+        assert_eq!(book.alive(Instant::now()), None);
+        assert_eq!(book.tick().renewal, None);
+        // The floor: with a 2 s grace, a 0.9 s gap is no stall either.
+        let short = Book::new(secs(2.0));
+        short.observe(target("east", Some(0), Some("True")));
+        stopped_for(secs(0.9)).await;
+        assert_eq!(short.tick().renewal, None);
+        stopped_for(secs(1.1)).await;
+        assert_eq!(short.tick().renewal.map(|r| r.cause), Some(Gap::Stalled));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_silent_fleet_holds_the_judgement_and_every_grace_is_renewed_when_heartbeats_return() {
+        let book = Book::new(GRACE);
+        two_beating(&book, 3).await;
+        let west_seen = Instant::now();
+        // The scheduler runs, but no heartbeat reaches it (the API is saturated). east
+        // was seen last a second before west: on its own clock its grace ends first.
+        let mut holds = Vec::new();
+        for _ in 0..30 {
+            run_for(&book, Duration::from_millis(250)).await;
+            let t = book.tick();
+            assert!(t.changed.is_empty(), "nobody is lost while every cluster is silent: {t:?}");
+            holds.extend(t.hold);
+        }
+        assert_eq!(holds, vec![Hold::Began(secs(4.25))], "the hold begins past half the grace");
+        assert!(ready(&book, "east") && ready(&book, "west"), "east is 8.5 s past its last heartbeat, and held");
+        assert!(book.next_expiry().is_some_and(|e| e == west_seen + GRACE), "the health loop looks again when the hold ends");
+        // Heartbeats land again: every cluster Ready when the silence began gets a
+        // fresh grace from now, not just the one that beat.
+        let back = Instant::now();
+        let o = beat(&book, "west", 100);
+        let renewal = o.renewal.expect("the end of a silence renews every grace");
+        assert_eq!((renewal.cause, renewal.lasted, renewal.clusters), (Gap::Silent, secs(7.5), vec!["east".to_string()]));
+        assert!(book.tick().changed.is_empty());
+        // east's own heartbeat comes a moment later; had it died, it would be lost a
+        // grace after the resume, while west beats.
+        run_for(&book, secs(0.5)).await;
+        let o = beat(&book, "east", 100);
+        assert!(o.renewal.is_none() && !o.signature_changed, "{o:?}");
+        assert!(book.get("east").unwrap().fresh_from.is_some_and(|f| f > back));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_silence_longer_than_the_grace_declares_every_cluster_lost_at_once() {
+        let book = Book::new(GRACE);
+        two_beating(&book, 3).await;
+        let west_seen = Instant::now();
+        let mut changes = Vec::new();
+        for _ in 0..48 {
+            run_for(&book, Duration::from_millis(250)).await;
+            let t = book.tick();
+            if !t.changed.is_empty() || t.hold.is_some() {
+                changes.push((Instant::now() - west_seen, t.changed, t.hold));
+            }
+        }
+        assert_eq!(
+            changes,
+            vec![
+                (secs(4.25), vec![], Some(Hold::Began(secs(4.25)))),
+                (secs(8.25), vec!["east".to_string(), "west".to_string()], Some(Hold::Ended(secs(8.25)))),
+            ],
+            "both go together, one grace after the last heartbeat seen, so nothing can move from one to the other"
+        );
+        // Heartbeats come back (the API, not the clusters, was down): west's brings
+        // east back too, for one grace, so east's workloads do not move to west in
+        // the moment between the two.
+        let o = beat(&book, "west", 100);
+        assert_eq!(o.renewal.map(|r| (r.cause, r.clusters)), Some((Gap::Silent, vec!["east".to_string()])));
+        assert_eq!(book.tick().changed, vec!["east".to_string()]);
+        assert!(ready(&book, "east") && ready(&book, "west"));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_cluster_lost_before_a_silence_stays_lost() {
+        let book = Book::new(GRACE);
+        two_beating(&book, 1).await;
+        // east stops; west beats every 2 s until east's grace is over, then falls
+        // silent too, just after its last heartbeat.
+        for s in 2..=5 {
+            run_for(&book, secs(2.0)).await;
+            beat(&book, "west", s);
+        }
+        run_for(&book, secs(0.25)).await;
+        assert_eq!(book.tick().changed, vec!["east".to_string()], "east is lost while west beats");
+        run_for(&book, secs(6.0)).await;
+        let t = book.tick();
+        assert!(t.changed.is_empty(), "the held clock does not go back to bring east back: {t:?}");
+        assert!(!ready(&book, "east") && ready(&book, "west"));
+        // And when west beats again, east, lost before the silence, gets no grace.
+        assert_eq!(beat(&book, "west", 100).renewal, None);
+        assert!(!ready(&book, "east"));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn at_start_up_the_trusted_grace_is_not_a_stall() {
+        let book = Book::new(GRACE);
+        // The caches take long to list: no judgement, no ticker yet.
+        stopped_for(secs(30.0)).await;
+        let o = book.observe(target("east", Some(1), Some("True")));
+        assert_eq!(o.renewal, None);
+        assert_eq!(book.alive(Instant::now()), None);
+        assert!(ready(&book, "east"));
     }
 }

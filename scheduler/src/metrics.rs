@@ -1,5 +1,5 @@
 //! The scheduler's Prometheus metrics, under `flotilla_scheduler_`. Labels are
-//! bounded: results and reasons are fixed sets, and `cluster` takes the names of
+//! bounded: results, reasons and causes are fixed sets, and `cluster` takes the names of
 //! registered SyncTargets only (a deregistered cluster's series are removed).
 
 use std::fmt;
@@ -9,6 +9,7 @@ use prometheus::{Gauge, GaugeVec};
 use prometheus::{Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, Opts, Registry};
 
 use crate::core::{NoFit, Reason, Resource};
+use crate::health::Gap;
 
 /// Scheduler metrics. Cloning shares the same series.
 #[derive(Clone)]
@@ -36,6 +37,10 @@ pub struct Metrics {
     pub leader: Gauge,
     /// Events dropped because too many were waiting to be written.
     pub events_dropped: IntCounter,
+    /// Times every cluster's grace was renewed because the scheduler could not observe
+    /// heartbeats, by why: `Stalled` (it did not run) or `Silent` (no heartbeat of any
+    /// cluster reached it).
+    pub observation_gaps: IntCounterVec,
 }
 
 impl fmt::Debug for Metrics {
@@ -61,7 +66,7 @@ const RECONCILE_BUCKETS: [f64; 13] = [0.000_5, 0.001, 0.002_5, 0.005, 0.01, 0.02
 
 impl Metrics {
     fn build() -> prometheus::Result<Self> {
-        Ok(Metrics {
+        let m = Metrics {
             decision: Histogram::with_opts(
                 HistogramOpts::new(
                     "flotilla_scheduler_decision_duration_seconds",
@@ -103,7 +108,20 @@ impl Metrics {
                 "flotilla_scheduler_events_dropped_total",
                 "Events dropped because too many were waiting to be written",
             )?,
-        })
+            observation_gaps: IntCounterVec::new(
+                Opts::new(
+                    "flotilla_scheduler_observation_gaps_total",
+                    "Times every cluster's grace was renewed because the scheduler could not observe heartbeats, by cause: Stalled, Silent",
+                ),
+                &["cause"],
+            )?,
+        };
+        // Both causes are shown from the start, at 0, so that an alert on an increase
+        // fires on the first gap.
+        for cause in [Gap::Stalled, Gap::Silent] {
+            m.observation_gaps.with_label_values(&[cause.label()]);
+        }
+        Ok(m)
     }
 
     /// Creates the metrics and registers them with `registry`.
@@ -119,6 +137,7 @@ impl Metrics {
         registry.register(Box::new(m.cluster_ready.clone()))?;
         registry.register(Box::new(m.leader.clone()))?;
         registry.register(Box::new(m.events_dropped.clone()))?;
+        registry.register(Box::new(m.observation_gaps.clone()))?;
         Ok(m)
     }
 
@@ -153,6 +172,11 @@ impl Metrics {
             }
         }
         self.cluster_ready.with_label_values(&[name]).set(if ready { 1.0 } else { 0.0 });
+    }
+
+    /// Counts a renewal of every cluster's grace after a gap in observation.
+    pub fn observation_gap(&self, cause: Gap) {
+        self.observation_gaps.with_label_values(&[cause.label()]).inc();
     }
 
     /// Drops a deregistered cluster's series.
@@ -215,5 +239,22 @@ mod tests {
         m.forget_cluster("east");
         m.forget_cluster("west");
         assert!(names(&r).is_empty(), "{:?}", names(&r));
+    }
+
+    #[test]
+    fn observation_gaps_are_counted_by_cause_from_zero() {
+        let r = Registry::new();
+        let m = Metrics::new(&r).unwrap();
+        let gaps = |r: &Registry| -> Vec<(String, u64)> {
+            r.gather()
+                .iter()
+                .filter(|f| f.name() == "flotilla_scheduler_observation_gaps_total")
+                .flat_map(|f| f.get_metric().iter().map(|s| (s.get_label()[0].value().to_string(), s.get_counter().get_value() as u64)))
+                .collect()
+        };
+        assert_eq!(gaps(&r), vec![("Silent".into(), 0), ("Stalled".into(), 0)]);
+        m.observation_gap(Gap::Stalled);
+        m.observation_gap(Gap::Stalled);
+        assert_eq!(gaps(&r), vec![("Silent".into(), 0), ("Stalled".into(), 2)]);
     }
 }
