@@ -122,3 +122,8 @@ impl Drop for Killed {
         let _ = self.0.wait();
     }
 }
+
+/// The process id of the control plane (`flotilla start`), to stop and continue it.
+pub fn pid(f: &Flotilla) -> u32 {
+    f.child.as_ref().expect("the control plane is running").id()
+}
