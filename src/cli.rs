@@ -74,6 +74,10 @@ pub enum Command {
     Drill(DrillArgs),
     /// Print the Flotilla CRDs as YAML, to install them on another Kubernetes API server.
     Crds,
+    /// Print a token that may read `/metrics` and nothing else, for a Prometheus scrape
+    /// config. It needs the admin kubeconfig, and lasts as long as the data dir's
+    /// token-signing key.
+    MetricsToken,
     /// Print a shell completion script: `source <(flotilla completion bash)`.
     Completion {
         /// The shell to complete for.

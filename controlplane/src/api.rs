@@ -47,13 +47,23 @@ impl FieldValidation {
     }
 }
 
-/// A last check on an update, given the stored object and the one about to be
-/// stored (after admission): how a scoped principal is kept to the changes it may make.
+/// The last check on every write, given the stored object and the one about to be
+/// stored after admission (`None` where there is none: a create has no stored object,
+/// a delete none to store). It is how [`crate::authz`] keeps a scoped principal to the
+/// objects and changes it may touch; every write of this engine passes it, through
+/// [`WriteGuard::check`], before it is stored or a dry run answers.
 #[derive(Clone)]
 pub struct WriteGuard(pub Arc<GuardFn>);
 
 /// The check of a [`WriteGuard`]: (stored, about to be stored) → allowed or the refusal.
-pub type GuardFn = dyn Fn(&Value, &Value) -> Result<(), ApiError> + Send + Sync;
+pub type GuardFn = dyn Fn(Option<&Value>, Option<&Value>) -> Result<(), ApiError> + Send + Sync;
+
+impl WriteGuard {
+    /// Applies the guard, if there is one (`None` is the control plane's own controllers).
+    pub fn check(guard: Option<&WriteGuard>, old: Option<&Value>, new: Option<&Value>) -> Result<(), ApiError> {
+        guard.map_or(Ok(()), |g| (g.0)(old, new))
+    }
+}
 
 impl std::fmt::Debug for WriteGuard {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -70,7 +80,7 @@ pub struct WriteOptions {
     pub validation: FieldValidation,
     /// `dryRun=All`: run admission, write nothing.
     pub dry_run: bool,
-    /// Checked on every update before it is stored (creates are refused earlier).
+    /// Checked on every write before it is stored ([`WriteGuard`]).
     pub guard: Option<WriteGuard>,
 }
 
@@ -111,6 +121,25 @@ pub enum Sub {
     Binding,
 }
 
+impl PatchKind {
+    fn name(self) -> &'static str {
+        match self {
+            PatchKind::Json => "JSON",
+            PatchKind::Merge => "merge",
+            PatchKind::Strategic => "strategic merge",
+            PatchKind::Apply { .. } => "apply",
+        }
+    }
+}
+
+/// Decodes a patch body of the given kind (YAML for apply, JSON otherwise).
+pub fn decode_patch(kind: PatchKind, body: &[u8]) -> Result<Value, ApiError> {
+    match kind {
+        PatchKind::Apply { .. } => crate::decode::yaml_or_json(body),
+        _ => crate::decode::json(body, "patch"),
+    }
+}
+
 impl Sub {
     fn name(self) -> Option<&'static str> {
         match self {
@@ -132,6 +161,8 @@ pub struct DeleteOptions {
     pub resource_version: Option<String>,
     /// `dryRun=All`.
     pub dry_run: bool,
+    /// Checked before the object is deleted or marked for deletion ([`WriteGuard`]).
+    pub guard: Option<WriteGuard>,
 }
 
 /// List options.
@@ -145,6 +176,8 @@ pub struct ListOptions {
     pub limit: Option<usize>,
     /// `continue`.
     pub continue_token: Option<String>,
+    /// `resourceVersionMatch=Exact`: the state at this revision.
+    pub exact: Option<Revision>,
 }
 
 /// Where a request points: a type, a workspace (or `*`), and a namespace.
@@ -241,6 +274,16 @@ impl Api {
             start = Some(t.start);
             list_rv = Some(t.rv);
         }
+        if let Some(rv) = opts.exact {
+            if list_rv.is_some() {
+                return Err(ApiError::bad_request("specifying resource version is not allowed when using continue"));
+            }
+            let current = self.store.revision();
+            if rv > current {
+                return Err(ApiError::too_large_resource_version(rv, current));
+            }
+            list_rv = Some(rv);
+        }
         let limit = opts.limit.filter(|l| *l > 0);
         // Nothing to filter or change: pass the stored documents through unparsed.
         let passthrough = list_rv.is_none() && opts.labels.is_none() && opts.fields.is_none() && shown_as_stored(scope);
@@ -261,8 +304,9 @@ impl Api {
         // Every page of one list is served from the snapshot of the first page.
         let (entries, list_rv) = match list_rv {
             Some(rv) => (
-                self.store.list_at(&prefix, start.as_deref(), rv).map_err(|_| {
-                    ApiError::expired("The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter.")
+                self.store.list_at(&prefix, start.as_deref(), rv).map_err(|_| match opts.exact {
+                    Some(rv) => ApiError::expired(format!("too old resource version: {rv} ({})", self.store.revision())),
+                    None => ApiError::expired("The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter."),
                 })?,
                 rv,
             ),
@@ -286,7 +330,9 @@ impl Api {
         Ok((items, list_rv, cont))
     }
 
-    fn check_field_selector(&self, scope: &Scope, fields: Option<&FieldSelector>) -> Result<(), ApiError> {
+    /// Refuses a field selector on a field the type does not index (400), as
+    /// kube-apiserver does for lists and watches alike.
+    pub fn check_field_selector(&self, scope: &Scope, fields: Option<&FieldSelector>) -> Result<(), ApiError> {
         let Some(fs) = fields else { return Ok(()) };
         let extra = scope.rt.builtin().map(Builtin::selectable_fields).unwrap_or_default();
         for f in fs.fields() {
@@ -371,6 +417,7 @@ impl Api {
                 None,
             ),
         }
+        WriteGuard::check(opts.guard.as_ref(), None, Some(&obj))?;
         if opts.dry_run {
             return Ok(Written { object: Presented::Changed(present(scope, &scope.workspace, &obj)), created: true, warnings });
         }
@@ -494,9 +541,7 @@ impl Api {
                 sub.name(),
             ),
         }
-        if let Some(guard) = &opts.guard {
-            (guard.0)(old, &obj)?;
-        }
+        WriteGuard::check(opts.guard.as_ref(), Some(old), Some(&obj))?;
         if opts.dry_run {
             return Ok(Written { object: Presented::Changed(present(scope, &scope.workspace, &obj)), created: false, warnings });
         }
@@ -619,6 +664,19 @@ impl Api {
         sub: Sub,
         opts: &WriteOptions,
     ) -> Result<Written, ApiError> {
+        self.patch_doc(scope, name, kind, decode_patch(kind, body)?, sub, opts).await
+    }
+
+    /// PATCH with the patch already decoded ([`decode_patch`]).
+    pub async fn patch_doc(
+        &self,
+        scope: &Scope,
+        name: &str,
+        kind: PatchKind,
+        patch_doc: Value,
+        sub: Sub,
+        opts: &WriteOptions,
+    ) -> Result<Written, ApiError> {
         if scope.wildcard() {
             return Err(ApiError::method_not_allowed("writes are not allowed through the wildcard workspace; use /clusters/<workspace>"));
         }
@@ -628,10 +686,11 @@ impl Api {
                 &["application/json-patch+json", "application/merge-patch+json", "application/apply-patch+yaml"],
             ));
         }
-        let patch_doc: Value = match kind {
-            PatchKind::Apply { .. } => parse_yaml_or_json(body)?,
-            _ => serde_json::from_slice(body).map_err(|e| ApiError::bad_request(format!("error decoding patch: {e}")))?,
-        };
+        // A merge patch is an object (RFC 7386 allows any value, but kube-apiserver's
+        // library refuses anything else as a bad patch), and so is an apply configuration.
+        if matches!(kind, PatchKind::Merge | PatchKind::Strategic | PatchKind::Apply { .. }) && !patch_doc.is_object() {
+            return Err(ApiError::bad_request(format!("invalid {} patch: the patch must be a JSON object", kind.name())));
+        }
         if let PatchKind::Apply { .. } = kind {
             if opts.field_manager.is_empty() {
                 return Err(ApiError::bad_request("PATCH of type apply requires the fieldManager query parameter"));
@@ -666,6 +725,15 @@ impl Api {
                     full
                 }
             };
+            // The patched document must still be an object of the type (a JSON patch can
+            // replace the root with anything).
+            if !patched.is_object() {
+                return Err(ApiError::invalid(
+                    &scope.rt.kind,
+                    scope.obj(name),
+                    vec![Cause::new("FieldValueInvalid", "patch", "Invalid value: the patched document is not an object")],
+                ));
+            }
             // A resourceVersion inside the patch is a precondition.
             let requested_rv = meta_str(&patched, "resourceVersion").map(String::from);
             let mut patched = patched;
@@ -701,10 +769,23 @@ impl Api {
         sub: Sub,
         opts: &WriteOptions,
     ) -> Result<Value, ApiError> {
-        if applied.get("apiVersion").and_then(Value::as_str).is_none() || applied.get("kind").and_then(Value::as_str).is_none() {
+        let (Some(version), Some(kind)) = (applied.get("apiVersion").and_then(Value::as_str), applied.get("kind").and_then(Value::as_str))
+        else {
             return Err(ApiError::bad_request("apiVersion and kind are required in an apply configuration"));
-        }
+        };
         let api_version = scope.rt.api_version();
+        // An apply configuration is for the object the URL names, and nothing else
+        // (kube-apiserver's applyPatcher refuses another kind; the name check is
+        // its update's).
+        if version != api_version || kind != scope.rt.kind {
+            return Err(ApiError::bad_request(format!(
+                "Incorrect version specified in apply patch. Specified patch version: {version}, Kind={kind}, expected: {api_version}, Kind={}",
+                scope.rt.kind
+            )));
+        }
+        if let Some(n) = meta_str(applied, "name").filter(|n| *n != name) {
+            return Err(ApiError::bad_request(format!("the name of the object ({n}) does not match the name on the URL ({name})")));
+        }
         patch::apply::apply(
             live,
             applied,
@@ -771,6 +852,7 @@ impl Api {
                 ));
             }
         }
+        WriteGuard::check(opts.guard.as_ref(), Some(obj), None)?;
         let mut finalizers = objmeta::finalizers(obj);
         // Foreground and Orphan are carried out by the garbage collector through these
         // finalizers, as in Kubernetes; Background needs none.
@@ -864,27 +946,20 @@ impl Api {
 
     /// PUT or PATCH of the scale subresource: the new Scale's `spec.replicas` is
     /// written to the object, with the object's own resourceVersion as precondition.
-    pub async fn write_scale(&self, scope: &Scope, name: &str, scale_body: ScaleWrite<'_>, opts: &WriteOptions) -> Result<Value, ApiError> {
+    pub async fn write_scale(&self, scope: &Scope, name: &str, scale_body: ScaleWrite, opts: &WriteOptions) -> Result<Value, ApiError> {
         let paths = scope.rt.scale.clone().ok_or_else(|| ApiError::no_route("scale"))?;
         let current = self.entry(scope, name)?;
         let old_scale = scale_of(scope, &current.value)?;
         let new_scale = match scale_body {
             ScaleWrite::Replace(v) => v,
-            ScaleWrite::Patch(kind, body) => {
-                let doc: Value = serde_json::from_slice(body).map_err(|e| ApiError::bad_request(format!("error decoding patch: {e}")))?;
-                match kind {
-                    PatchKind::Json => json_patch_apply(&old_scale, &doc, "Scale", scope.obj(name))?,
-                    PatchKind::Apply { .. } => {
-                        let mut v = old_scale.clone();
-                        json_patch::merge(&mut v, &doc);
-                        v
-                    }
-                    _ => {
-                        let mut v = old_scale.clone();
-                        json_patch::merge(&mut v, &doc);
-                        v
-                    }
+            ScaleWrite::Patch(PatchKind::Json, doc) => json_patch_apply(&old_scale, &doc, "Scale", scope.obj(name))?,
+            ScaleWrite::Patch(kind, doc) => {
+                if !doc.is_object() {
+                    return Err(ApiError::bad_request(format!("invalid {} patch: the patch must be a JSON object", kind.name())));
                 }
+                let mut v = old_scale.clone();
+                json_patch::merge(&mut v, &doc);
+                v
             }
         };
         if let Some(rv) = meta_str(&new_scale, "resourceVersion").filter(|rv| !rv.is_empty()) {
@@ -892,7 +967,17 @@ impl Api {
                 return Err(ApiError::conflict(scope.obj(name)));
             }
         }
-        let replicas = new_scale.pointer("/spec/replicas").and_then(Value::as_i64).unwrap_or(0);
+        // spec.replicas is an int32: anything else fails to decode, as in
+        // kube-apiserver (400), and is never read as 0. Absent is 0, as Go decodes it.
+        let replicas = match new_scale.pointer("/spec/replicas") {
+            None | Some(Value::Null) => 0,
+            Some(v) => v.as_i64().and_then(|r| i32::try_from(r).ok()).map(i64::from).ok_or_else(|| {
+                ApiError::bad_request(format!(
+                    "Scale in version \"{}\" cannot be handled as a Scale: spec.replicas: {v} is not an int32",
+                    scope.rt.version
+                ))
+            })?,
+        };
         if replicas < 0 {
             return Err(ApiError::invalid(
                 "Scale",
@@ -924,7 +1009,7 @@ impl Api {
             _ => obj["apiVersion"] = json!(api_version),
         }
         match obj.get("kind").and_then(Value::as_str) {
-            Some(k) if k != scope.rt.kind && k != "Scale" => {
+            Some(k) if k != scope.rt.kind => {
                 return Err(ApiError::bad_request(format!(
                     "the kind in the data ({k}) does not match the expected kind ({})",
                     scope.rt.kind
@@ -1112,11 +1197,11 @@ impl Api {
 }
 
 /// The body of a scale write.
-pub enum ScaleWrite<'a> {
+pub enum ScaleWrite {
     /// PUT with a full Scale.
     Replace(Value),
-    /// PATCH of the Scale.
-    Patch(PatchKind, &'a [u8]),
+    /// PATCH of the Scale, decoded ([`decode_patch`]).
+    Patch(PatchKind, Value),
 }
 
 fn has_generation(rt: &ResourceType) -> bool {
@@ -1554,8 +1639,17 @@ fn set_json_path(obj: &mut Value, path: &str, value: Value) {
 
 /// Applies an RFC 6902 patch. A `test` of `null` against a missing path passes:
 /// kube-runtime's finalizer helper sends exactly that for an object with no finalizers.
+/// The most operations a JSON patch may hold (kube-apiserver's maxJSONPatchOperations).
+const MAX_JSON_PATCH_OPERATIONS: usize = 10_000;
+
 pub fn json_patch_apply(doc: &Value, patch_doc: &Value, kind: &str, obj: ObjRef<'_>) -> Result<Value, ApiError> {
     let ops = patch_doc.as_array().ok_or_else(|| ApiError::bad_request("a JSON patch must be a list of operations"))?;
+    if ops.len() > MAX_JSON_PATCH_OPERATIONS {
+        return Err(ApiError::too_large_because(format!(
+            "The allowed maximum operations in a JSON patch is {MAX_JSON_PATCH_OPERATIONS}, got {}",
+            ops.len()
+        )));
+    }
     let kept: Vec<Value> = ops
         .iter()
         .filter(|op| {
@@ -1565,26 +1659,35 @@ pub fn json_patch_apply(doc: &Value, patch_doc: &Value, kind: &str, obj: ObjRef<
         })
         .cloned()
         .collect();
-    let p: json_patch::Patch =
-        serde_json::from_value(Value::Array(kept)).map_err(|e| ApiError::bad_request(format!("invalid JSON patch: {e}")))?;
+    // Applied one op at a time, each against the document the ops before it made; the
+    // result is dropped on any error, so the patch still applies whole or not at all.
     let mut out = doc.clone();
-    json_patch::patch(&mut out, &p).map_err(|e| {
-        ApiError::invalid(
-            kind,
-            obj,
-            vec![Cause::new("FieldValueInvalid", "patch", format!("Invalid value: the patch could not be applied: {e}"))],
-        )
-    })?;
+    for op in kept {
+        let op = lenient_replace(&out, op);
+        let op: json_patch::PatchOperation =
+            serde_json::from_value(op).map_err(|e| ApiError::bad_request(format!("invalid JSON patch: {e}")))?;
+        json_patch::patch(&mut out, std::slice::from_ref(&op)).map_err(|e| {
+            ApiError::invalid(
+                kind,
+                obj.clone(),
+                vec![Cause::new("FieldValueInvalid", "patch", format!("Invalid value: the patch could not be applied: {e}"))],
+            )
+        })?;
+    }
     Ok(out)
 }
 
-/// Parses a body that may be YAML or JSON (JSON is YAML).
-pub fn parse_yaml_or_json(body: &[u8]) -> Result<Value, ApiError> {
-    if let Ok(v) = serde_json::from_slice::<Value>(body) {
-        return Ok(v);
+/// kube-apiserver's JSON patch library lets `replace` set a key that is absent from an
+/// object that exists (evanphx/json-patch v4), where RFC 6902 refuses it; clients rely
+/// on that. Such an op is applied as `add`.
+fn lenient_replace(doc: &Value, mut op: Value) -> Value {
+    let is_replace = op.get("op").and_then(Value::as_str) == Some("replace");
+    let Some(path) = op.get("path").and_then(Value::as_str).filter(|_| is_replace) else { return op };
+    let Some((parent, _)) = path.rsplit_once('/') else { return op };
+    if doc.pointer(path).is_none() && doc.pointer(parent).is_some_and(Value::is_object) {
+        op["op"] = Value::from("add");
     }
-    let v: Value = serde_yaml::from_slice(body).map_err(|e| ApiError::bad_request(format!("error decoding YAML: {e}")))?;
-    Ok(v)
+    op
 }
 
 fn encode_continue(t: &ContinueToken) -> String {

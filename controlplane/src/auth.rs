@@ -9,6 +9,9 @@
 //! A syncer's token is `fst1.<synctarget>.<mac>`, bound the same way to its
 //! SyncTarget's uid. What it may do is narrower than any workspace: its own
 //! SyncTarget, and the objects assigned to its cluster ([`crate::syncer_scope`]).
+//!
+//! A metrics token (`fmt1.metrics.<mac>`) reads `/metrics` and nothing else. What each
+//! principal may do is decided in one place, [`crate::authz`].
 
 use std::path::Path;
 
@@ -27,6 +30,8 @@ pub enum Principal {
     Workspace(String),
     /// A pull-mode syncer: its own SyncTarget and the objects assigned to its cluster.
     SyncTarget(String),
+    /// A metrics scraper: `/metrics` and nothing else.
+    Metrics,
 }
 
 /// What a scoped token is bound to: its uid is looked up to check the token.
@@ -45,6 +50,7 @@ impl Principal {
             Principal::Admin => "flotilla-admin".into(),
             Principal::Workspace(ws) => format!("flotilla:workspace:{ws}"),
             Principal::SyncTarget(t) => format!("flotilla:syncer:{t}"),
+            Principal::Metrics => "flotilla:metrics".into(),
         }
     }
 }
@@ -105,12 +111,24 @@ impl Auth {
         format!("fst1.{sync_target}.{}", self.mac(&format!("synctarget:{sync_target}"), uid))
     }
 
+    /// The token that reads `/metrics` and nothing else: `fmt1.metrics.<mac>`. It is
+    /// bound to the signing key alone, so it lasts until the key is replaced.
+    pub fn metrics_token(&self) -> String {
+        format!("fmt1.metrics.{}", self.mac("metrics:", ""))
+    }
+
     /// Authenticates an `Authorization` header. `uid_of` resolves the uid of the
     /// Workspace or SyncTarget a scoped token names.
     pub fn authenticate(&self, header: Option<&str>, uid_of: impl Fn(Scoped, &str) -> Option<String>) -> Result<Principal, ApiError> {
         let token = header.and_then(|h| h.strip_prefix("Bearer ")).map(str::trim).ok_or_else(ApiError::unauthorized)?;
         if constant_time_eq(token.as_bytes(), self.admin.as_bytes()) {
             return Ok(Principal::Admin);
+        }
+        if token.starts_with("fmt1.") {
+            return match constant_time_eq(token.as_bytes(), self.metrics_token().as_bytes()) {
+                true => Ok(Principal::Metrics),
+                false => Err(ApiError::unauthorized()),
+            };
         }
         let mut parts = token.splitn(3, '.');
         let (kind, name, mac) = (parts.next(), parts.next().unwrap_or_default(), parts.next().unwrap_or_default());
@@ -133,20 +151,6 @@ impl Auth {
     }
 }
 
-/// Authorizes a principal for a workspace (`*` is the wildcard).
-pub fn authorize(p: &Principal, workspace: &str) -> Result<(), ApiError> {
-    match p {
-        Principal::Admin => Ok(()),
-        Principal::Workspace(ws) if ws == workspace => Ok(()),
-        Principal::Workspace(_) => Err(ApiError::forbidden(format!(
-            "User \"{}\" cannot access workspace \"{workspace}\": its token is scoped to another workspace; use the context named after the workspace",
-            p.user()
-        ))),
-        // Every request of a syncer is held to its own objects by crate::syncer_scope.
-        Principal::SyncTarget(_) => Ok(()),
-    }
-}
-
 fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
@@ -163,8 +167,6 @@ mod tests {
         let header = format!("Bearer {tok}");
         let p = auth.authenticate(Some(&header), |_, _| Some("uid-1".into())).unwrap();
         assert_eq!(p, Principal::Workspace("team-a".into()));
-        assert!(authorize(&p, "team-a").is_ok());
-        assert_eq!(authorize(&p, "team-b").unwrap_err().code, 403);
         // Recreated workspace (new uid): the old token no longer works.
         assert_eq!(auth.authenticate(Some(&header), |_, _| Some("uid-2".into())).unwrap_err().code, 401);
         assert_eq!(auth.authenticate(None, |_, _| None).unwrap_err().code, 401);
@@ -176,6 +178,9 @@ mod tests {
         assert_eq!(p, Principal::SyncTarget("team-a".into()));
         let forged = header.replace("fws1", "fst1");
         assert_eq!(auth.authenticate(Some(&forged), |_, _| Some("uid-1".into())).unwrap_err().code, 401);
+        let metrics = format!("Bearer {}", auth.metrics_token());
+        assert_eq!(auth.authenticate(Some(&metrics), |_, _| None).unwrap(), Principal::Metrics);
+        assert_eq!(auth.authenticate(Some(&format!("{metrics}0")), |_, _| None).unwrap_err().code, 401);
         // The same data dir gives the same admin token.
         assert_eq!(Auth::load_or_create(dir.path()).unwrap().admin_token(), auth.admin_token());
     }

@@ -134,6 +134,10 @@ impl ApiError {
             ),
         )
     }
+    /// 413 with its own message.
+    pub fn too_large_because(message: impl Into<String>) -> Self {
+        Self::new(413, "RequestEntityTooLarge", message)
+    }
     /// 415 with a message that already says what to send instead.
     pub fn unsupported_media_type_because(message: String) -> Self {
         Self::new(415, "UnsupportedMediaType", message)
@@ -151,6 +155,10 @@ impl ApiError {
     /// 500 InternalError.
     pub fn internal(message: impl Into<String>) -> Self {
         Self::new(500, "InternalError", message)
+    }
+    /// 504 Timeout: a list asked for a revision this server has not reached.
+    pub fn too_large_resource_version(asked: u64, current: u64) -> Self {
+        Self::new(504, "Timeout", format!("Too large resource version: {asked}, current: {current}"))
     }
     /// 503 ServiceUnavailable.
     pub fn unavailable(message: impl Into<String>) -> Self {

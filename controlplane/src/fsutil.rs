@@ -13,3 +13,76 @@ pub fn write_private(path: &Path, contents: &[u8]) -> std::io::Result<()> {
     f.sync_all()?;
     std::fs::rename(&tmp, path)
 }
+
+/// Creates the data dir readable only by its owner (0700), or tightens one that exists:
+/// it holds every Secret, the kubeconfigs of push-mode clusters among them, and the
+/// tokens. Whatever in it group or others may use loses those bits (files keep their
+/// owner's, directories become 0700). Returns what was tightened, for the log.
+pub fn secure_data_dir(dir: &Path) -> std::io::Result<Vec<std::path::PathBuf>> {
+    use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+    std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir)?;
+    let mut tightened = Vec::new();
+    let mut pending = vec![dir.to_path_buf()];
+    while let Some(path) = pending.pop() {
+        let meta = std::fs::symlink_metadata(&path)?;
+        if meta.file_type().is_symlink() {
+            continue;
+        }
+        let mode = meta.permissions().mode() & 0o7777;
+        if mode & 0o077 != 0 {
+            // The owner keeps what it had (a directory keeps rwx); group and others lose all.
+            let owner = if meta.is_dir() { 0o700 } else { mode & 0o700 };
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(owner))?;
+            tightened.push(path.clone());
+        }
+        if meta.is_dir() {
+            for entry in std::fs::read_dir(&path)? {
+                pending.push(entry?.path());
+            }
+        }
+    }
+    Ok(tightened)
+}
+
+/// Creates `path` empty and private (0600) if it does not exist. SQLite creates a
+/// database's `-wal` and `-shm` files with the database file's permissions, so a store
+/// created this way stays private whatever the process's umask.
+pub fn create_private(path: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::OpenOptionsExt;
+    match std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(path) {
+        Ok(_) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    fn mode(p: &Path) -> u32 {
+        std::fs::metadata(p).unwrap().permissions().mode() & 0o777
+    }
+
+    #[test]
+    fn a_data_dir_is_created_private_and_an_open_one_is_tightened() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("data");
+        assert!(secure_data_dir(&dir).unwrap().is_empty());
+        assert_eq!(mode(&dir), 0o700);
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+        std::fs::create_dir(dir.join("logs")).unwrap();
+        std::fs::write(dir.join("store.db"), b"x").unwrap();
+        std::fs::set_permissions(dir.join("store.db"), std::fs::Permissions::from_mode(0o644)).unwrap();
+        std::fs::write(dir.join("logs/east.log"), b"x").unwrap();
+        std::fs::set_permissions(dir.join("logs/east.log"), std::fs::Permissions::from_mode(0o664)).unwrap();
+        write_private(&dir.join("admin.token"), b"t").unwrap();
+        let mut tightened = secure_data_dir(&dir).unwrap();
+        tightened.sort();
+        assert_eq!(tightened, vec![dir.clone(), dir.join("logs"), dir.join("logs/east.log"), dir.join("store.db")]);
+        assert_eq!((mode(&dir), mode(&dir.join("store.db")), mode(&dir.join("logs/east.log"))), (0o700, 0o600, 0o600));
+        create_private(&dir.join("new.db")).unwrap();
+        assert_eq!(mode(&dir.join("new.db")), 0o600);
+    }
+}

@@ -13,12 +13,12 @@ use axum::response::{IntoResponse, Response};
 use serde_json::{json, Value};
 
 use crate::api::{self, Api, DeleteOptions, FieldValidation, ListOptions, PatchKind, ScaleWrite, Scope, Sub, WriteOptions};
-use crate::auth::{authorize, Auth, Principal, Scoped};
-use crate::error::{ApiError, ObjRef};
+use crate::auth::{Auth, Scoped};
+use crate::error::{ApiError, Cause, ObjRef};
 use crate::metrics::Metrics;
 use crate::selector::{FieldSelector, LabelSelector};
 use crate::watch::{self, WatchOptions};
-use crate::{discovery, openapi, syncer_scope};
+use crate::{authz, decode, discovery, openapi};
 
 /// Request bodies above this are refused with 413, as kube-apiserver's 3 MiB limit.
 pub const MAX_BODY: usize = 3 * 1024 * 1024;
@@ -99,7 +99,17 @@ async fn handle(State(state): State<Arc<AppState>>, req: Request) -> Response {
     let query: HashMap<String, String> = form_urlencoded::parse(req.uri().query().unwrap_or_default().as_bytes()).into_owned().collect();
     let (parts, body) = req.into_parts();
     let mut labels = ("other".to_string(), "other".to_string());
-    let resp = match route(&state, &method, &path, &query, &parts.headers, body, &mut labels).await {
+    // A panic in a handler is a bug; it answers 500 with a Status, and the worker and
+    // the connection live on.
+    let routed = std::panic::AssertUnwindSafe(route(&state, &method, &path, &query, &parts.headers, body, &mut labels));
+    let outcome = futures::FutureExt::catch_unwind(routed).await.unwrap_or_else(|panic| {
+        let what = panic.downcast_ref::<&str>().map(|s| s.to_string()).or_else(|| panic.downcast_ref::<String>().cloned());
+        tracing::error!(%method, %path, panic = what.as_deref().unwrap_or("?"), "a request handler panicked");
+        Err(ApiError::internal(format!(
+            "the server hit a bug while handling {method} {path} and refused the request; it is still serving. Please report it with the server's log"
+        )))
+    });
+    let resp = match outcome {
         Ok(r) => r,
         Err(e) => {
             if e.code >= 500 {
@@ -147,7 +157,8 @@ async fn route(
     labels: &mut (String, String),
 ) -> Result<Response, ApiError> {
     let (ws, rest) = split_workspace(path)?;
-    // Health and version need no credentials (kubectl get --raw /readyz sends none of the prefix).
+    // Health and version need no credentials (kubectl get --raw /readyz sends none of
+    // the prefix); `/version/` is the same document (kube-apiserver's route matches both).
     match rest.as_str() {
         "/healthz" | "/livez" | "/healthz/ping" | "/livez/ping" => return Ok(text(StatusCode::OK, "ok".into())),
         "/readyz" => {
@@ -157,13 +168,7 @@ async fn route(
                 text(StatusCode::SERVICE_UNAVAILABLE, "[-]startup failed: the server is still starting\nreadyz check failed".into())
             })
         }
-        "/version" => return Ok(json_response(200, &version_info())),
-        "/metrics" => {
-            use prometheus::Encoder;
-            let mut buf = Vec::new();
-            let _ = prometheus::TextEncoder::new().encode(&state.prometheus.gather(), &mut buf);
-            return Ok(text(StatusCode::OK, String::from_utf8_lossy(&buf).into_owned()));
-        }
+        "/version" | "/version/" => return Ok(json_response(200, &version_info())),
         _ => {}
     }
     let auth_header = headers.get(header::AUTHORIZATION).and_then(|h| h.to_str().ok());
@@ -171,18 +176,55 @@ async fn route(
         Scoped::Workspace => workspace_uid(&state.api, name),
         Scoped::SyncTarget => sync_target_uid(&state.api, name),
     })?;
-    authorize(&principal, &ws)?;
+    let segs: Vec<&str> = rest.trim_matches('/').split('/').filter(|s| !s.is_empty()).collect();
+    let target = match segs.as_slice() {
+        ["api", v, tail @ ..] if !tail.is_empty() => Some(ResourcePath::parse(&ws, "", v, tail, method, query)?),
+        ["apis", g, v, tail @ ..] if !tail.is_empty() => Some(ResourcePath::parse(&ws, g, v, tail, method, query)?),
+        _ => None,
+    };
+    // The one authorization point: every request below is decided here, before the
+    // workspace's existence is revealed and before any handler runs.
+    let (label_selector, field_selector) = (parse_labels(query)?, parse_fields(query)?);
+    let request = match &target {
+        Some(t) => authz::Request::Resource(t.attributes(label_selector.as_ref(), field_selector.as_ref())),
+        None => authz::Request::NonResource { workspace: &ws, path: &rest },
+    };
+    let decision = authz::authorize(&principal, &request)?;
     if state.single_cluster && ws != ROOT {
         return Err(ApiError::no_route(path));
     }
     if ws != ROOT && ws != "*" && workspace_uid(&state.api, &ws).is_none() {
         return Err(ApiError::not_found(ObjRef { group: placement_api::TENANCY_GROUP, resource: "workspaces", name: &ws }));
     }
-    let segs: Vec<&str> = rest.trim_matches('/').split('/').filter(|s| !s.is_empty()).collect();
+    if let Some(t) = target {
+        let selectors = (label_selector, field_selector);
+        return resource(state, &decision, method, &ws, &t, selectors, query, headers, body, labels).await;
+    }
     let types = || state.api.registry.types(&ws);
     let get_only =
         |m: &Method| if m == Method::GET { Ok(()) } else { Err(ApiError::method_not_allowed(format!("{m} is not supported on {path}"))) };
     match segs.as_slice() {
+        ["metrics"] => {
+            get_only(method)?;
+            use prometheus::Encoder;
+            let mut buf = Vec::new();
+            let _ = prometheus::TextEncoder::new().encode(&state.prometheus.gather(), &mut buf);
+            Ok(text(StatusCode::OK, String::from_utf8_lossy(&buf).into_owned()))
+        }
+        ["metrics", "token"] => {
+            if method != Method::POST {
+                return Err(ApiError::method_not_allowed("POST to /metrics/token to mint a metrics token"));
+            }
+            Ok(json_response(
+                201,
+                &json!({
+                    "apiVersion": format!("{}/{}", placement_api::TENANCY_GROUP, placement_api::VERSION),
+                    "kind": "MetricsToken",
+                    "metadata": {"name": "metrics"},
+                    "status": {"token": state.auth.metrics_token()},
+                }),
+            ))
+        }
         ["api"] => {
             get_only(method)?;
             Ok(json_response(200, &discovery::api_versions()))
@@ -208,9 +250,77 @@ async fn route(
             let docs = openapi::documents(&types());
             docs.get(&gv.join("/")).map(|d| json_response(200, d)).ok_or_else(|| ApiError::no_route(path))
         }
-        ["api", v, tail @ ..] => resource(state, &principal, method, &ws, "", v, tail, query, headers, body, labels).await,
-        ["apis", g, v, tail @ ..] => resource(state, &principal, method, &ws, g, v, tail, query, headers, body, labels).await,
         _ => Err(ApiError::no_route(path)),
+    }
+}
+
+/// A query parameter read as a boolean the way kube-apiserver converts query
+/// parameters: absent is false, `0` and `false` (any case) are false, and every other
+/// value, the empty one included, is true (apimachinery `Convert_Slice_string_To_bool`).
+/// Older clients write `watch=True` and `force=True`.
+pub fn query_bool(query: &HashMap<String, String>, key: &str) -> bool {
+    query.get(key).is_some_and(|v| v != "0" && !v.eq_ignore_ascii_case("false"))
+}
+
+/// A request for a resource, as its path and method say (apiserver's RequestInfo).
+struct ResourcePath<'a> {
+    workspace: &'a str,
+    group: &'a str,
+    version: &'a str,
+    namespace: &'a str,
+    plural: &'a str,
+    name: Option<&'a str>,
+    sub: Option<&'a str>,
+    verb: &'static str,
+}
+
+impl<'a> ResourcePath<'a> {
+    fn parse(
+        workspace: &'a str,
+        group: &'a str,
+        version: &'a str,
+        tail: &[&'a str],
+        method: &Method,
+        query: &HashMap<String, String>,
+    ) -> Result<Self, ApiError> {
+        let (namespace, parts): (&str, &[&str]) = match tail {
+            ["namespaces", ns, rest @ ..] if !rest.is_empty() && (rest.len() != 1 || !NAMESPACE_SUBRESOURCES.contains(&rest[0])) => {
+                (ns, rest)
+            }
+            other => ("", other),
+        };
+        let (plural, name, sub) = match parts {
+            [r] => (*r, None, None),
+            [r, n] => (*r, Some(*n), None),
+            [r, n, s] => (*r, Some(*n), Some(*s)),
+            _ => return Err(ApiError::no_route(&tail.join("/"))),
+        };
+        let verb = match (method.as_str(), name) {
+            ("GET", _) if query_bool(query, "watch") => "watch",
+            ("GET", Some(_)) => "get",
+            ("GET", None) => "list",
+            ("POST", _) => "create",
+            ("PUT", _) => "update",
+            ("PATCH", _) => "patch",
+            ("DELETE", Some(_)) => "delete",
+            ("DELETE", None) => "deletecollection",
+            _ => return Err(ApiError::method_not_allowed(format!("{method} is not supported"))),
+        };
+        Ok(Self { workspace, group, version, namespace, plural, name, sub, verb })
+    }
+
+    fn attributes<'s>(&'s self, labels: Option<&'s LabelSelector>, fields: Option<&'s FieldSelector>) -> authz::Attributes<'s> {
+        authz::Attributes {
+            workspace: self.workspace,
+            verb: self.verb,
+            group: self.group,
+            resource: self.plural,
+            namespace: self.namespace,
+            name: self.name,
+            subresource: self.sub,
+            labels,
+            fields,
+        }
     }
 }
 
@@ -233,43 +343,22 @@ const NAMESPACE_SUBRESOURCES: &[&str] = &["status", "finalize"];
 #[allow(clippy::too_many_arguments)]
 async fn resource(
     state: &Arc<AppState>,
-    principal: &Principal,
+    decision: &authz::Decision,
     method: &Method,
     ws: &str,
-    group: &str,
-    version: &str,
-    tail: &[&str],
+    target: &ResourcePath<'_>,
+    (label_selector, field_selector): (Option<LabelSelector>, Option<FieldSelector>),
     query: &HashMap<String, String>,
     headers: &HeaderMap,
     body: Body,
     labels: &mut (String, String),
 ) -> Result<Response, ApiError> {
-    let (namespace, parts): (&str, &[&str]) = match tail {
-        ["namespaces", ns, rest @ ..] if !rest.is_empty() && (rest.len() != 1 || !NAMESPACE_SUBRESOURCES.contains(&rest[0])) => (ns, rest),
-        other => ("", other),
-    };
-    let (plural, name, sub) = match parts {
-        [r] => (*r, None, None),
-        [r, n] => (*r, Some(*n), None),
-        [r, n, s] => (*r, Some(*n), Some(*s)),
-        _ => return Err(ApiError::no_route(&tail.join("/"))),
-    };
+    let ResourcePath { group, version, namespace, plural, name, sub, verb, .. } = *target;
     let rt = state
         .api
         .registry
         .lookup(ws, group, version, plural)
         .ok_or_else(|| ApiError::no_route(&format!("{}/{version}/{plural}", if group.is_empty() { "api" } else { group })))?;
-    let verb = match (method.as_str(), name, query.get("watch").map(String::as_str)) {
-        ("GET", _, Some("true" | "1")) => "watch",
-        ("GET", Some(_), _) => "get",
-        ("GET", None, _) => "list",
-        ("POST", _, _) => "create",
-        ("PUT", _, _) => "update",
-        ("PATCH", _, _) => "patch",
-        ("DELETE", Some(_), _) => "delete",
-        ("DELETE", None, _) => "deletecollection",
-        _ => return Err(ApiError::method_not_allowed(format!("{method} is not supported"))),
-    };
     *labels = (verb.to_string(), metric_resource(&rt));
     if !rt.namespaced && !namespace.is_empty() {
         return Err(ApiError::no_route(&format!("{plural} is cluster-scoped and cannot be addressed in a namespace")));
@@ -283,41 +372,21 @@ async fn resource(
     let omit_managed_fields =
         headers.get(placement_api::MANAGED_FIELDS_HEADER).is_some_and(|v| v.as_bytes() == placement_api::MANAGED_FIELDS_OMIT.as_bytes());
     let include_object = query.get("includeObject").map(String::as_str) == Some("Object");
-    // A syncer's token reaches only what its syncer needs (syncer_scope).
-    let syncer = match principal {
-        Principal::SyncTarget(t) => Some(t.as_str()),
-        _ => None,
-    };
-    let (label_selector, field_selector) = if syncer.is_some() { (parse_labels(query)?, parse_fields(query)?) } else { (None, None) };
-    let request = syncer_scope::Request {
-        workspace: ws,
-        verb,
-        group: &rt.group,
-        resource: &rt.plural,
-        namespace,
-        name,
-        subresource: sub,
-        labels: label_selector.as_ref(),
-        fields: field_selector.as_ref(),
-    };
+    let dry_run = dry_run(query, verb)?;
     let write_opts = || -> Result<WriteOptions, ApiError> {
-        let guard = syncer.map(|t| syncer_scope::update_guard(t, &request));
         Ok(WriteOptions {
-            field_manager: field_manager(query, headers),
+            field_manager: field_manager(query, headers, verb, patch_kind(headers, false).ok())?,
             validation: FieldValidation::parse(query.get("fieldValidation").map(String::as_str))?,
-            dry_run: query.get("dryRun").is_some_and(|d| d == "All"),
-            guard,
+            dry_run,
+            guard: decision.write.clone(),
         })
     };
-    // The one non-Kubernetes route: minting a workspace-scoped token (admin only).
+    // The one non-Kubernetes route: minting a scoped token (authz lets only the admin).
     if rt.group == placement_api::TENANCY_GROUP && rt.plural == "workspaces" && sub == Some("token") {
-        return workspace_token(state, principal, name.unwrap_or_default(), method);
+        return workspace_token(state, name.unwrap_or_default(), method);
     }
     if rt.group == placement_api::WORKLOAD_GROUP && rt.plural == "synctargets" && sub == Some("token") {
-        return sync_target_token(state, principal, name.unwrap_or_default(), method);
-    }
-    if let Some(t) = syncer {
-        syncer_scope::check_request(t, &request)?;
+        return sync_target_token(state, name.unwrap_or_default(), method);
     }
     match (verb, sub) {
         ("watch", None) => {
@@ -326,11 +395,11 @@ async fn resource(
             }
             let opts = WatchOptions {
                 resource_version: query.get("resourceVersion").cloned(),
-                bookmarks: query.get("allowWatchBookmarks").is_some_and(|b| b == "true"),
-                send_initial_events: query.get("sendInitialEvents").map(|v| v == "true"),
-                timeout: query.get("timeoutSeconds").and_then(|t| t.parse().ok()).map(Duration::from_secs),
-                labels: parse_labels(query)?,
-                fields: parse_fields(query)?,
+                bookmarks: query_bool(query, "allowWatchBookmarks"),
+                send_initial_events: query.contains_key("sendInitialEvents").then(|| query_bool(query, "sendInitialEvents")),
+                timeout: query_number::<u64>(query, "timeoutSeconds")?.map(Duration::from_secs),
+                labels: label_selector,
+                fields: field_selector,
                 table,
                 omit_managed_fields,
             };
@@ -345,6 +414,9 @@ async fn resource(
                     )],
                 ));
             }
+            // An unsupported field selector is refused before the stream starts, as
+            // kube-apiserver refuses it (400), not as an ERROR event after a 200.
+            state.api.check_field_selector(&scope, opts.fields.as_ref())?;
             let rx = watch::start(state.api.clone(), scope, opts, state.metrics.watchers.clone(), state.stopping.clone())?;
             let stream = tokio_stream::wrappers::ReceiverStream::new(rx);
             let body = Body::from_stream(futures::StreamExt::map(stream, Ok::<_, std::convert::Infallible>));
@@ -357,14 +429,12 @@ async fn resource(
             if query.contains_key("sendInitialEvents") {
                 return Err(ApiError::bad_request("sendInitialEvents is forbidden for list"));
             }
-            if query.contains_key("resourceVersionMatch") && !query.contains_key("resourceVersion") {
-                return Err(ApiError::bad_request("resourceVersionMatch is forbidden unless resourceVersion is provided"));
-            }
             let opts = ListOptions {
-                labels: parse_labels(query)?,
-                fields: parse_fields(query)?,
-                limit: query.get("limit").and_then(|l| l.parse().ok()),
+                labels: label_selector,
+                fields: field_selector,
+                limit: query_number::<i64>(query, "limit")?.and_then(|l| usize::try_from(l).ok()),
                 continue_token: query.get("continue").cloned(),
+                exact: list_revision(query)?,
             };
             if table {
                 let (items, rv, cont) = state.api.list_items(&scope, &opts)?;
@@ -375,9 +445,7 @@ async fn resource(
         }
         ("get", None) => {
             let obj = state.api.get(&scope, name.unwrap_or_default())?;
-            if let Some(t) = syncer {
-                syncer_scope::check_read(t, &request, &obj)?;
-            }
+            decision.check_read(&obj)?;
             if table {
                 let rv = obj.pointer("/metadata/resourceVersion").and_then(Value::as_str).unwrap_or_default().to_string();
                 Ok(json_response(200, &crate::table::table(&scope, &[obj], &rv, None, include_object, true)))
@@ -386,9 +454,14 @@ async fn resource(
             }
         }
         ("get", Some("status")) if rt.status => {
-            Ok(object_response(200, &state.api.get(&scope, name.unwrap_or_default())?, omit_managed_fields))
+            let obj = state.api.get(&scope, name.unwrap_or_default())?;
+            decision.check_read(&obj)?;
+            Ok(object_response(200, &obj, omit_managed_fields))
         }
-        ("get", Some("scale")) if rt.scale.is_some() => Ok(json_response(200, &state.api.get_scale(&scope, name.unwrap_or_default())?)),
+        ("get", Some("scale")) if rt.scale.is_some() => {
+            decision.check_read(&*state.api.get(&scope, name.unwrap_or_default())?)?;
+            Ok(json_response(200, &state.api.get_scale(&scope, name.unwrap_or_default())?))
+        }
         ("create", None) => {
             if name.is_some() {
                 return Err(ApiError::method_not_allowed("POST is not supported on a named object"));
@@ -411,29 +484,30 @@ async fn resource(
             ))
         }
         ("patch", s) => {
-            let force = query.get("force").is_some_and(|f| f == "true");
+            let force = query_bool(query, "force");
             let kind = patch_kind(headers, force)?;
             if force && !matches!(kind, PatchKind::Apply { .. }) {
                 return Err(ApiError::bad_request("force: Forbidden: may not be specified for non-apply patch"));
             }
             let bytes = read_body(body).await?;
+            let doc = decode::offload(move || api::decode_patch(kind, &bytes)).await??;
             if s == Some("scale") && rt.scale.is_some() {
                 return Ok(json_response(
                     200,
-                    &state.api.write_scale(&scope, name.unwrap_or_default(), ScaleWrite::Patch(kind, &bytes), &write_opts()?).await?,
+                    &state.api.write_scale(&scope, name.unwrap_or_default(), ScaleWrite::Patch(kind, doc), &write_opts()?).await?,
                 ));
             }
             let sub = subresource(&rt, s)?;
-            let w = state.api.patch(&scope, name.unwrap_or_default(), kind, &bytes, sub, &write_opts()?).await?;
+            let w = state.api.patch_doc(&scope, name.unwrap_or_default(), kind, doc, sub, &write_opts()?).await?;
             Ok(written(w, omit_managed_fields))
         }
         ("delete", None) => {
-            let opts = delete_options(query, body).await?;
+            let opts = DeleteOptions { guard: decision.write.clone(), ..delete_options(dry_run, query, body).await? };
             Ok(json_response(200, &state.api.delete(&scope, name.unwrap_or_default(), &opts).await?))
         }
         ("deletecollection", None) => {
-            let list = ListOptions { labels: parse_labels(query)?, fields: parse_fields(query)?, ..Default::default() };
-            let opts = delete_options(query, body).await?;
+            let list = ListOptions { labels: label_selector, fields: field_selector, ..Default::default() };
+            let opts = DeleteOptions { guard: decision.write.clone(), ..delete_options(dry_run, query, body).await? };
             Ok(json_response(200, &state.api.delete_collection(&scope, &list, &opts).await?))
         }
         ("create", Some("binding")) if rt.builtin() == Some(crate::kinds::Builtin::Pod) => {
@@ -481,20 +555,117 @@ fn wants_table(headers: &HeaderMap) -> bool {
         .any(|a| a.split(',').next().is_some_and(|first| first.contains("as=Table")))
 }
 
-fn field_manager(query: &HashMap<String, String>, headers: &HeaderMap) -> String {
+/// The longest `fieldManager` kube-apiserver accepts (apimachinery ValidateFieldManager).
+const FIELD_MANAGER_MAX: usize = 128;
+
+fn field_manager(query: &HashMap<String, String>, headers: &HeaderMap, verb: &str, patch: Option<PatchKind>) -> Result<String, ApiError> {
+    let options = options_kind(verb);
+    let invalid = |cause: Cause| ApiError::invalid(options, ObjRef { group: "meta.k8s.io", resource: "", name: "" }, vec![cause]);
     if let Some(m) = query.get("fieldManager").filter(|m| !m.is_empty()) {
-        return m.chars().take(128).collect();
+        if m.chars().count() > FIELD_MANAGER_MAX {
+            return Err(invalid(Cause::new(
+                "FieldValueTooLong",
+                "fieldManager",
+                format!("Too long: may not be more than {FIELD_MANAGER_MAX} bytes"),
+            )));
+        }
+        if m.chars().any(|c| c.is_control()) {
+            return Err(invalid(Cause::new(
+                "FieldValueInvalid",
+                "fieldManager",
+                format!("Invalid value: {m:?}: may not contain control characters"),
+            )));
+        }
+        return Ok(m.clone());
+    }
+    // An apply names its manager (apimachinery ValidatePatchOptions): the fields it sets
+    // are owned by that name, and a user agent is no stable owner.
+    if matches!(patch, Some(PatchKind::Apply { .. })) && verb == "patch" {
+        return Err(invalid(Cause::new("FieldValueRequired", "fieldManager", "Required value: is required for apply patch")));
     }
     // Without one, the apiserver names the manager after the client's user agent.
-    headers
+    Ok(headers
         .get(header::USER_AGENT)
         .and_then(|u| u.to_str().ok())
         .and_then(|u| u.split('/').next())
         .filter(|u| !u.is_empty())
         .unwrap_or("unknown")
         .chars()
-        .take(128)
-        .collect()
+        .take(FIELD_MANAGER_MAX)
+        .collect())
+}
+
+/// The options type of a verb, as kube-apiserver names it in its refusals.
+fn options_kind(verb: &str) -> &'static str {
+    match verb {
+        "create" => "CreateOptions",
+        "update" => "UpdateOptions",
+        "patch" => "PatchOptions",
+        "delete" | "deletecollection" => "DeleteOptions",
+        _ => "ListOptions",
+    }
+}
+
+/// `dryRun`: `All` is the only value there is (apimachinery ValidateDryRun). Any other
+/// is refused with 422, never ignored: ignoring it would write for real.
+fn dry_run(query: &HashMap<String, String>, verb: &str) -> Result<bool, ApiError> {
+    dry_run_values(query.get("dryRun").map(String::as_str), options_kind(verb))
+}
+
+fn dry_run_values<'a>(values: impl IntoIterator<Item = &'a str>, options: &str) -> Result<bool, ApiError> {
+    let mut any = false;
+    for v in values {
+        if v != "All" {
+            return Err(ApiError::invalid(
+                options,
+                ObjRef { group: "meta.k8s.io", resource: "", name: "" },
+                vec![Cause::new("FieldValueNotSupported", "dryRun", format!("Unsupported value: {v:?}: supported values: \"All\""))],
+            ));
+        }
+        any = true;
+    }
+    Ok(any)
+}
+
+/// A numeric query parameter; one that is not a number is a 400, as kube-apiserver's
+/// query decoding refuses it, never read as absent.
+fn query_number<T: std::str::FromStr>(query: &HashMap<String, String>, key: &str) -> Result<Option<T>, ApiError>
+where
+    T::Err: std::fmt::Display,
+{
+    query
+        .get(key)
+        .filter(|v| !v.is_empty())
+        .map(|v| v.parse::<T>().map_err(|e| ApiError::bad_request(format!("invalid value {v:?} for the query parameter {key}: {e}"))))
+        .transpose()
+}
+
+/// The revision a list is served at, from `resourceVersion` and `resourceVersionMatch`
+/// (apimachinery ValidateListOptions and the storage's list semantics):
+/// - no resourceVersion, or `0`: the latest state (`0` allows any state, and the
+///   latest is one);
+/// - `NotOlderThan`, or a resourceVersion with no match: the latest state, which is
+///   never older than any revision this server has issued;
+/// - `Exact`: the state at that revision, or 410 Expired once it has left the window.
+fn list_revision(query: &HashMap<String, String>) -> Result<Option<crate::store::Revision>, ApiError> {
+    let rv = query.get("resourceVersion").filter(|v| !v.is_empty());
+    let rv_match = query.get("resourceVersionMatch").filter(|v| !v.is_empty()).map(String::as_str);
+    let parsed = rv
+        .map(|v| {
+            v.parse::<crate::store::Revision>()
+                .map_err(|_| ApiError::bad_request(format!("invalid resource version: {v:?} is not a number")))
+        })
+        .transpose()?;
+    match (rv_match, parsed) {
+        (None, _) => Ok(None),
+        (Some(_), None) => Err(ApiError::bad_request("resourceVersionMatch is forbidden unless resourceVersion is provided")),
+        (Some("NotOlderThan"), Some(_)) => Ok(None),
+        (Some("Exact"), Some(0)) => Err(ApiError::bad_request("resourceVersionMatch \"Exact\" is forbidden for resourceVersion \"0\"")),
+        (Some("Exact"), Some(rv)) => Ok(Some(rv)),
+        (Some(other), Some(_)) => Err(ApiError::bad_request(format!(
+            "resourceVersionMatch: Unsupported value: {other:?}: supported values: \"Exact\", \"NotOlderThan\""
+        ))),
+    }
 }
 
 fn parse_labels(query: &HashMap<String, String>) -> Result<Option<LabelSelector>, ApiError> {
@@ -520,18 +691,21 @@ async fn read_body(body: Body) -> Result<bytes::Bytes, ApiError> {
 async fn read_object(headers: &HeaderMap, body: Body) -> Result<Value, ApiError> {
     let ct = headers.get(header::CONTENT_TYPE).and_then(|h| h.to_str().ok()).unwrap_or("application/json");
     let base = ct.split(';').next().unwrap_or_default().trim();
-    let bytes = read_body(body).await?;
-    match base {
-        "application/json" | "" | "*/*" => {
-            serde_json::from_slice(&bytes).map_err(|e| ApiError::bad_request(format!("error decoding JSON body: {e}")))
+    let decoder: fn(&[u8]) -> Result<Value, ApiError> = match base {
+        "application/json" | "" | "*/*" => |b| decode::json(b, "JSON body"),
+        "application/yaml" | "application/x-yaml" | "text/yaml" => decode::yaml_or_json,
+        crate::protobuf::CONTENT_TYPE => |b| {
+            crate::protobuf::decode(b).map_err(|e| match e {
+                crate::protobuf::ProtobufError::UnsupportedKind { .. } => ApiError::unsupported_media_type_because(e.to_string()),
+                other => ApiError::bad_request(other.to_string()),
+            })
+        },
+        other => {
+            return Err(ApiError::unsupported_media_type(other, &["application/json", "application/yaml", crate::protobuf::CONTENT_TYPE]))
         }
-        "application/yaml" | "application/x-yaml" | "text/yaml" => api::parse_yaml_or_json(&bytes),
-        crate::protobuf::CONTENT_TYPE => crate::protobuf::decode(&bytes).map_err(|e| match e {
-            crate::protobuf::ProtobufError::UnsupportedKind { .. } => ApiError::unsupported_media_type_because(e.to_string()),
-            other => ApiError::bad_request(other.to_string()),
-        }),
-        other => Err(ApiError::unsupported_media_type(other, &["application/json", "application/yaml", crate::protobuf::CONTENT_TYPE])),
-    }
+    };
+    let bytes = read_body(body).await?;
+    decode::offload(move || decoder(&bytes)).await?
 }
 
 fn patch_kind(headers: &HeaderMap, force: bool) -> Result<PatchKind, ApiError> {
@@ -553,7 +727,7 @@ fn patch_kind(headers: &HeaderMap, force: bool) -> Result<PatchKind, ApiError> {
     }
 }
 
-async fn delete_options(query: &HashMap<String, String>, body: Body) -> Result<DeleteOptions, ApiError> {
+async fn delete_options(dry_run: bool, query: &HashMap<String, String>, body: Body) -> Result<DeleteOptions, ApiError> {
     let bytes = read_body(body).await?;
     let doc: Value = if bytes.iter().all(u8::is_ascii_whitespace) {
         json!({})
@@ -565,51 +739,38 @@ async fn delete_options(query: &HashMap<String, String>, body: Body) -> Result<D
         propagation: query.get("propagationPolicy").cloned().or_else(|| s(&doc, "/propagationPolicy")),
         uid: s(&doc, "/preconditions/uid"),
         resource_version: s(&doc, "/preconditions/resourceVersion"),
-        dry_run: query.get("dryRun").is_some_and(|d| d == "All")
-            || doc.get("dryRun").and_then(Value::as_array).is_some_and(|a| a.iter().any(|d| d == "All")),
+        dry_run: dry_run
+            || dry_run_values(
+                doc.get("dryRun").and_then(Value::as_array).into_iter().flatten().map(|d| d.as_str().unwrap_or("")),
+                "DeleteOptions",
+            )?,
+        guard: None,
     })
 }
 
-fn workspace_token(state: &Arc<AppState>, principal: &Principal, name: &str, method: &Method) -> Result<Response, ApiError> {
+fn workspace_token(state: &Arc<AppState>, name: &str, method: &Method) -> Result<Response, ApiError> {
     let uid = workspace_uid(&state.api, name);
-    mint_token(
-        principal,
-        method,
-        ObjRef { group: placement_api::TENANCY_GROUP, resource: "workspaces", name },
-        "WorkspaceToken",
-        uid,
-        |uid| state.auth.workspace_token(name, uid),
-    )
+    mint_token(method, ObjRef { group: placement_api::TENANCY_GROUP, resource: "workspaces", name }, "WorkspaceToken", uid, |uid| {
+        state.auth.workspace_token(name, uid)
+    })
 }
 
-fn sync_target_token(state: &Arc<AppState>, principal: &Principal, name: &str, method: &Method) -> Result<Response, ApiError> {
+fn sync_target_token(state: &Arc<AppState>, name: &str, method: &Method) -> Result<Response, ApiError> {
     let uid = sync_target_uid(&state.api, name);
-    mint_token(
-        principal,
-        method,
-        ObjRef { group: placement_api::WORKLOAD_GROUP, resource: "synctargets", name },
-        "SyncTargetToken",
-        uid,
-        |uid| state.auth.sync_target_token(name, uid),
-    )
+    mint_token(method, ObjRef { group: placement_api::WORKLOAD_GROUP, resource: "synctargets", name }, "SyncTargetToken", uid, |uid| {
+        state.auth.sync_target_token(name, uid)
+    })
 }
 
-/// `POST .../<resource>/<name>/token`: the admin mints a token scoped to the object.
+/// `POST .../<resource>/<name>/token`: the admin mints a token scoped to the object
+/// ([`authz`] lets no one else here).
 fn mint_token(
-    principal: &Principal,
     method: &Method,
     obj: ObjRef<'_>,
     kind: &str,
     uid: Option<String>,
     token: impl Fn(&str) -> String,
 ) -> Result<Response, ApiError> {
-    if *principal != Principal::Admin {
-        return Err(ApiError::forbidden(format!(
-            "User \"{}\" cannot create {} tokens: only the admin can",
-            principal.user(),
-            obj.resource
-        )));
-    }
     if method != Method::POST {
         return Err(ApiError::method_not_allowed(format!("POST a {kind} request to mint a token")));
     }

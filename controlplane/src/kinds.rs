@@ -177,12 +177,12 @@ impl Builtin {
             Builtin::ServiceAccount => roundtrip::<core::ServiceAccount>("ServiceAccount", obj),
             Builtin::Event => roundtrip::<core::Event>("Event", obj),
             Builtin::EventV1 => roundtrip::<events::Event>("Event", obj),
-            Builtin::Deployment => roundtrip::<apps::Deployment>("Deployment", obj),
+            Builtin::Deployment => roundtrip::<apps::Deployment>("Deployment", obj).and_then(|d| quantities_parse("Deployment", d)),
             Builtin::Lease => roundtrip::<coord::Lease>("Lease", obj),
             Builtin::Crd => roundtrip::<ext::CustomResourceDefinition>("CustomResourceDefinition", obj),
             Builtin::Node => roundtrip::<core::Node>("Node", obj),
-            Builtin::Pod => roundtrip::<core::Pod>("Pod", obj),
-            Builtin::ReplicaSet => roundtrip::<apps::ReplicaSet>("ReplicaSet", obj),
+            Builtin::Pod => roundtrip::<core::Pod>("Pod", obj).and_then(|d| quantities_parse("Pod", d)),
+            Builtin::ReplicaSet => roundtrip::<apps::ReplicaSet>("ReplicaSet", obj).and_then(|d| quantities_parse("ReplicaSet", d)),
             Builtin::ClusterRole => roundtrip::<k8s_openapi::api::rbac::v1::ClusterRole>("ClusterRole", obj),
             Builtin::ClusterRoleBinding => roundtrip::<k8s_openapi::api::rbac::v1::ClusterRoleBinding>("ClusterRoleBinding", obj),
         }
@@ -245,6 +245,8 @@ impl Builtin {
             Builtin::Deployment | Builtin::ReplicaSet => validate_deployment(obj),
             Builtin::Pod => validate_containers(obj.pointer("/spec/containers"), "spec.containers"),
             Builtin::Crd => crate::crd::validate_crd(obj),
+            Builtin::ConfigMap => validate_config_map(obj),
+            Builtin::Secret => validate_secret(obj),
             _ => Vec::new(),
         }
     }
@@ -433,10 +435,145 @@ fn validate_containers(containers: Option<&Value>, path: &str) -> Vec<Cause> {
                 if c.get("image").and_then(Value::as_str).is_none_or(str::is_empty) {
                     causes.push(Cause::new("FieldValueRequired", &format!("{field}.image"), "Required value"));
                 }
+                causes.extend(validate_resources(c, &field));
             }
         }
     }
     causes
+}
+
+/// Every quantity in a pod template's resources parses: Kubernetes' decoder refuses a
+/// malformed quantity (400) before validation runs. The k8s-openapi type keeps it a string.
+fn quantities_parse(kind: &str, decoded: Decoded) -> Result<Decoded, String> {
+    let specs = [decoded.value.pointer("/spec/template/spec"), decoded.value.get("spec")];
+    for spec in specs.into_iter().flatten() {
+        for list in ["initContainers", "containers"] {
+            for c in spec.get(list).and_then(Value::as_array).into_iter().flatten() {
+                for (part, q) in container_quantities(c) {
+                    let text = q.as_str().unwrap_or_default();
+                    if let Err(e) = placement_api::quantity::parse(text) {
+                        return Err(format!(
+                            "{kind} in version \"v1\" cannot be handled as a {kind}: resources.{part}: quantity {text:?}: {e}"
+                        ));
+                    }
+                }
+            }
+        }
+    }
+    Ok(decoded)
+}
+
+/// `(requests[cpu], "500m")`-style pairs of a container's resources.
+fn container_quantities(c: &Value) -> impl Iterator<Item = (String, &Value)> {
+    ["requests", "limits"].into_iter().flat_map(move |part| {
+        c.pointer(&format!("/resources/{part}"))
+            .and_then(Value::as_object)
+            .into_iter()
+            .flatten()
+            .map(move |(name, q)| (format!("{part}[{name}]"), q))
+    })
+}
+
+/// Requests and limits are not negative, and no request exceeds its limit
+/// (kubernetes pkg/apis/core/validation ValidateResourceRequirements).
+fn validate_resources(c: &Value, field: &str) -> Vec<Cause> {
+    let mut causes = Vec::new();
+    let parsed = |v: &Value| v.as_str().and_then(|t| placement_api::quantity::parse(t).ok());
+    for (part, q) in container_quantities(c) {
+        if parsed(q).is_some_and(|p| p.is_negative()) {
+            let text = q.as_str().unwrap_or_default();
+            causes.push(Cause::new(
+                "FieldValueInvalid",
+                &format!("{field}.resources.{part}"),
+                format!("Invalid value: \"{text}\": must be greater than or equal to 0"),
+            ));
+        }
+    }
+    let limits = c.pointer("/resources/limits").and_then(Value::as_object);
+    for (name, request) in c.pointer("/resources/requests").and_then(Value::as_object).into_iter().flatten() {
+        let limit = limits.and_then(|l| l.get(name));
+        let (Some(r), Some(l)) = (parsed(request), limit.and_then(parsed)) else { continue };
+        if r.milli_value().zip(l.milli_value()).is_some_and(|(r, l)| r > l) {
+            causes.push(Cause::new(
+                "FieldValueInvalid",
+                &format!("{field}.resources.requests"),
+                format!(
+                    "Invalid value: \"{}\": must be less than or equal to {name} limit of {}",
+                    request.as_str().unwrap_or_default(),
+                    limit.and_then(Value::as_str).unwrap_or_default()
+                ),
+            ));
+        }
+    }
+    causes
+}
+
+/// The most data a ConfigMap or a Secret may hold (kubernetes pkg/apis/core MaxSecretSize).
+pub const MAX_DATA_SIZE: usize = 1024 * 1024;
+
+/// A ConfigMap or Secret key (kubernetes apimachinery IsConfigMapKey).
+fn config_key_causes(key: &str, field: &str) -> Option<Cause> {
+    let ok_chars = !key.is_empty() && key.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'));
+    let why = if key.len() > 253 {
+        "must be no more than 253 characters"
+    } else if !ok_chars {
+        "a valid config key must consist of alphanumeric characters, '-', '_' or '.' (e.g. 'key.name',  or 'KEY_NAME',  or 'key-name', regex used for validation is '[-._a-zA-Z0-9]+')"
+    } else if key == "." || key == ".." {
+        "must not be '.' or '..'"
+    } else if key.starts_with("..") {
+        "must not start with '..'"
+    } else {
+        return None;
+    };
+    Some(Cause::new("FieldValueInvalid", &format!("{field}[{key}]"), format!("Invalid value: \"{key}\": {why}")))
+}
+
+fn too_large(field: &str) -> Cause {
+    Cause::new("FieldValueTooLong", field, format!("Too long: may not be more than {MAX_DATA_SIZE} bytes"))
+}
+
+fn validate_config_map(obj: &Value) -> Vec<Cause> {
+    let mut causes = Vec::new();
+    let mut total = 0usize;
+    let data = obj.get("data").and_then(Value::as_object);
+    for (key, v) in data.into_iter().flatten() {
+        causes.extend(config_key_causes(key, "data"));
+        total += v.as_str().map_or(0, str::len);
+    }
+    for (key, v) in obj.get("binaryData").and_then(Value::as_object).into_iter().flatten() {
+        causes.extend(config_key_causes(key, "binaryData"));
+        if data.is_some_and(|d| d.contains_key(key)) {
+            causes.push(Cause::new(
+                "FieldValueInvalid",
+                &format!("data[{key}]"),
+                format!("Invalid value: \"{key}\": duplicate of key present in binaryData"),
+            ));
+        }
+        total += v.as_str().map_or(0, base64_len);
+    }
+    if total > MAX_DATA_SIZE {
+        causes.push(too_large(""));
+    }
+    causes
+}
+
+fn validate_secret(obj: &Value) -> Vec<Cause> {
+    let mut causes = Vec::new();
+    let mut total = 0usize;
+    for (key, v) in obj.get("data").and_then(Value::as_object).into_iter().flatten() {
+        causes.extend(config_key_causes(key, "data"));
+        total += v.as_str().map_or(0, base64_len);
+    }
+    if total > MAX_DATA_SIZE {
+        causes.push(too_large("data"));
+    }
+    causes
+}
+
+/// The decoded length of standard base64 text.
+fn base64_len(text: &str) -> usize {
+    let body = text.trim_end_matches('=');
+    body.len() * 3 / 4
 }
 
 /// A string rendering of the value at a dotted path, for field selectors.

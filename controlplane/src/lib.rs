@@ -8,8 +8,10 @@
 
 pub mod api;
 pub mod auth;
+pub mod authz;
 pub mod controllers;
 pub mod crd;
+pub mod decode;
 pub mod discovery;
 pub mod error;
 pub mod fsutil;

@@ -151,10 +151,34 @@ impl InProcess {
     }
 }
 
+/// Creates or tightens the data dir (0700, its files 0600: it holds every Secret),
+/// takes its lock, and creates the store's file private before SQLite opens it.
+fn open_data_dir(dir: &Path) -> anyhow::Result<File> {
+    let tightened = crate::fsutil::secure_data_dir(dir).with_context(|| format!("creating the data dir {}", dir.display()))?;
+    let paths: Vec<String> = tightened.iter().map(|p| p.display().to_string()).collect();
+    // Files in a private dir were never exposed (other users cannot enter it): those are
+    // tightened quietly. An open dir exposed everything in it, and is reported.
+    if tightened.first().is_some_and(|p| p == dir) {
+        tracing::warn!(
+            data_dir = %dir.display(),
+            tightened = %paths.join(", "),
+            "the data dir was readable by other local users; it is now 0700 and its files 0600"
+        );
+    } else if !tightened.is_empty() {
+        tracing::debug!(data_dir = %dir.display(), tightened = %paths.join(", "), "made files in the data dir private");
+    }
+    let lock = lock_data_dir(dir)?;
+    let store = dir.join("store.db");
+    crate::fsutil::create_private(&store).with_context(|| format!("creating {}", store.display()))?;
+    Ok(lock)
+}
+
 /// Takes the data dir's lock, so two servers never share one store.
 fn lock_data_dir(dir: &Path) -> anyhow::Result<File> {
     let path = dir.join("flotilla.lock");
-    let f = File::options().create(true).truncate(false).write(true).open(&path).with_context(|| format!("opening {}", path.display()))?;
+    let f = std::os::unix::fs::OpenOptionsExt::mode(File::options().create(true).truncate(false).write(true), 0o600)
+        .open(&path)
+        .with_context(|| format!("opening {}", path.display()))?;
     match f.try_lock() {
         Ok(()) => Ok(f),
         Err(std::fs::TryLockError::WouldBlock) => anyhow::bail!(
@@ -169,8 +193,7 @@ fn lock_data_dir(dir: &Path) -> anyhow::Result<File> {
 /// Opens the data dir, bootstraps, binds and starts serving.
 pub async fn start(config: ServerConfig, prometheus: prometheus::Registry) -> anyhow::Result<Server> {
     let _ = rustls::crypto::ring::default_provider().install_default();
-    std::fs::create_dir_all(&config.data_dir).with_context(|| format!("creating data dir {}", config.data_dir.display()))?;
-    let lock = lock_data_dir(&config.data_dir)?;
+    let lock = open_data_dir(&config.data_dir)?;
     let store = SqliteStore::open_with_window(&config.data_dir.join("store.db"), config.event_window).context("opening the store")?;
     store.register_metrics(&prometheus).context("registering the store's metrics")?;
     let store: Arc<dyn Store> = store;

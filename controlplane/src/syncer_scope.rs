@@ -14,6 +14,9 @@
 //!   finalizer on such a Deployment and nothing else; and replace its own entry of
 //!   such a WorkloadPlacement's `status.clusters` and nothing else.
 //!
+//! It never creates or deletes anything: [`check_write`] refuses both on the object,
+//! whichever verb or content type the request used.
+//!
 //! Everything else is refused with 403 Forbidden, worded as kube-apiserver's RBAC
 //! refusals are, plus the rule that refused it. Discovery stays open to every
 //! authenticated principal, as in Kubernetes.
@@ -23,31 +26,11 @@ use std::sync::Arc;
 use serde_json::Value;
 
 use crate::api::WriteGuard;
+use crate::authz::{Decision, ReadCheck};
 use crate::error::ApiError;
-use crate::selector::{FieldSelector, LabelSelector};
 
-/// A request, as far as the policy cares.
-#[derive(Debug, Clone, Copy)]
-pub struct Request<'a> {
-    /// The workspace in the path (`root`, `*`, or a workspace's name).
-    pub workspace: &'a str,
-    /// The Kubernetes verb: get, list, watch, create, update, patch, delete, deletecollection.
-    pub verb: &'a str,
-    /// API group ("" for the core group).
-    pub group: &'a str,
-    /// Resource (plural).
-    pub resource: &'a str,
-    /// Namespace ("" when none).
-    pub namespace: &'a str,
-    /// Object name, if the path names one.
-    pub name: Option<&'a str>,
-    /// Subresource, if any.
-    pub subresource: Option<&'a str>,
-    /// The parsed `labelSelector`.
-    pub labels: Option<&'a LabelSelector>,
-    /// The parsed `fieldSelector`.
-    pub fields: Option<&'a FieldSelector>,
-}
+/// The attributes of a request, as [`crate::authz`] parsed them.
+pub type Request<'a> = crate::authz::Attributes<'a>;
 
 const WORKLOAD_GROUP: &str = placement_api::WORKLOAD_GROUP;
 const SCHEDULING_GROUP: &str = placement_api::SCHEDULING_GROUP;
@@ -124,14 +107,16 @@ pub fn check_request(target: &str, r: &Request<'_>) -> Result<(), ApiError> {
     }
 }
 
-/// The guard that holds every update of this request to [`check_update`].
-pub fn update_guard(target: &str, r: &Request<'_>) -> WriteGuard {
-    let target = target.to_string();
+/// The object-level rules of an allowed request: reads are held to [`check_read`],
+/// and every write the resource engine would store to [`check_write`].
+pub fn object_rules(target: &str, r: &Request<'_>) -> Decision {
+    let target: Arc<str> = target.into();
     let owned: [String; 5] = [r.workspace, r.verb, r.group, r.resource, r.namespace].map(String::from);
     let (name, subresource) = (r.name.map(String::from), r.subresource.map(String::from));
-    WriteGuard(Arc::new(move |old: &Value, new: &Value| {
-        let [workspace, verb, group, resource, namespace] = &owned;
-        let r = Request {
+    let attrs = Arc::new((owned, name, subresource));
+    let with_request = move |f: &dyn Fn(&Request<'_>) -> Result<(), ApiError>| {
+        let ([workspace, verb, group, resource, namespace], name, subresource) = &*attrs;
+        f(&Request {
             workspace,
             verb,
             group,
@@ -141,9 +126,25 @@ pub fn update_guard(target: &str, r: &Request<'_>) -> WriteGuard {
             subresource: subresource.as_deref(),
             labels: None,
             fields: None,
-        };
-        check_update(&target, &r, old, new)
-    }))
+        })
+    };
+    let with_request = Arc::new(with_request);
+    let (t, w) = (target.clone(), with_request.clone());
+    Decision {
+        read: Some(ReadCheck::new(move |obj| w(&|r| check_read(&t, r, obj)))),
+        write: Some(WriteGuard(Arc::new(move |old, new| with_request(&|r| check_write(&target, r, old, new))))),
+    }
+}
+
+/// Whether the syncer of `target` may store `new` where `old` is stored (`None`:
+/// absent). A syncer never creates or deletes anything: the apply that would create
+/// a missing object, or a delete, is refused here whatever path it came by.
+pub fn check_write(target: &str, r: &Request<'_>, old: Option<&Value>, new: Option<&Value>) -> Result<(), ApiError> {
+    match (old, new) {
+        (Some(old), Some(new)) => check_update(target, r, old, new),
+        (None, _) => Err(forbidden(target, &Request { verb: "create", ..*r }, "a syncer never creates objects")),
+        (Some(_), None) => Err(forbidden(target, &Request { verb: "delete", ..*r }, "a syncer never deletes objects")),
+    }
 }
 
 fn assigned(target: &str, obj: &Value) -> bool {
@@ -254,6 +255,7 @@ pub fn check_update(target: &str, r: &Request<'_>, old: &Value, new: &Value) -> 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::selector::{FieldSelector, LabelSelector};
     use serde_json::json;
 
     fn req<'a>(workspace: &'a str, verb: &'a str, group: &'a str, resource: &'a str) -> Request<'a> {
@@ -330,6 +332,13 @@ mod tests {
         assert!(check_update("east", &r, &left, &d(json!({}), json!([]))).is_ok());
         let unrelated = d(json!({"state.workload.flotilla.io/west": "Sync"}), json!([]));
         assert_eq!(check_read("east", &get, &unrelated).unwrap_err().code, 403);
+        // A patch that would create (server-side apply of a missing name), or a delete,
+        // is refused on the object whatever the request looked like.
+        let e = check_write("east", &r, None, Some(&assigned)).unwrap_err();
+        assert_eq!(e.code, 403);
+        assert!(e.message.contains("cannot create resource"), "{}", e.message);
+        assert_eq!(check_write("east", &r, Some(&assigned), None).unwrap_err().code, 403);
+        assert!(check_write("east", &r, Some(&assigned), Some(&with_mine)).is_ok());
     }
 
     #[test]

@@ -44,7 +44,7 @@ pub fn load_or_create(dir: &Path, ca_name: &str, hosts: &[String]) -> anyhow::Re
         let ca_key = KeyPair::generate()?;
         let cert = params.self_signed(&ca_key)?;
         write_private(&key, ca_key.serialize_pem().as_bytes())?;
-        std::fs::write(&crt, cert.pem())?;
+        write_private(&crt, cert.pem().as_bytes())?;
         (cert.pem(), ca_key)
     };
     // The issuer is rebuilt from the same subject and key, which is all a signature needs.

@@ -40,7 +40,19 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             print!("{}", placement_api::crds_yaml());
             Ok(())
         }
+        Command::MetricsToken => metrics_token(&kubeconfig).await,
     }
+}
+
+/// Prints a token that reads `/metrics` and nothing else, minted by the control plane
+/// for the admin (docs/user-guide.md shows a Prometheus scrape config that uses it).
+async fn metrics_token(kubeconfig: &Path) -> anyhow::Result<()> {
+    let client = root_client(kubeconfig).await?;
+    let req = http::Request::post("/metrics/token").body(Vec::new())?;
+    let resp: serde_json::Value = client.request(req).await.context("minting a metrics token (it takes the admin kubeconfig)")?;
+    let token = resp.pointer("/status/token").and_then(serde_json::Value::as_str).context("the token response has no status.token")?;
+    println!("{token}");
+    Ok(())
 }
 
 /// Waits for Ctrl-C or SIGTERM.

@@ -1,0 +1,199 @@
+//! Authorization: the one place that decides what an authenticated principal may do.
+//!
+//! Every request passes [`authorize`] once, after authentication and before any
+//! handler runs, with its attributes as kube-apiserver's `RequestInfo` describes them
+//! (workspace, verb, group, resource, subresource, namespace, name). The decision may
+//! carry object-level rules, because some principals are held to individual objects
+//! and not only to paths (a syncer to the objects assigned to its cluster, as the
+//! NodeRestriction admission plugin holds a kubelet to its own node):
+//! - a [`ReadCheck`], applied to an object before it is returned;
+//! - a [`WriteGuard`], which the resource engine ([`crate::api`]) applies to every
+//!   write it is about to store (create, update, patch, apply, apply-create, delete,
+//!   every subresource), with the stored object and the one about to be stored.
+//!
+//! The rules:
+//! - the admin may do everything;
+//! - a workspace's token reaches only its own workspace, never `root`, the wildcard
+//!   view, `/metrics`, or the minting of tokens;
+//! - a metrics token reads `/metrics` and nothing else;
+//! - a syncer's token reaches what [`crate::syncer_scope`] allows.
+
+use std::sync::Arc;
+
+use serde_json::Value;
+
+use crate::api::WriteGuard;
+use crate::auth::Principal;
+use crate::error::ApiError;
+use crate::selector::{FieldSelector, LabelSelector};
+use crate::syncer_scope;
+
+/// The attributes of a request for a resource.
+#[derive(Debug, Clone, Copy)]
+pub struct Attributes<'a> {
+    /// The workspace in the path (`root`, `*`, or a workspace's name).
+    pub workspace: &'a str,
+    /// The Kubernetes verb: get, list, watch, create, update, patch, delete, deletecollection.
+    pub verb: &'a str,
+    /// API group ("" for the core group).
+    pub group: &'a str,
+    /// Resource (plural).
+    pub resource: &'a str,
+    /// Namespace ("" when none).
+    pub namespace: &'a str,
+    /// Object name, if the path names one.
+    pub name: Option<&'a str>,
+    /// Subresource, if any.
+    pub subresource: Option<&'a str>,
+    /// The parsed `labelSelector`.
+    pub labels: Option<&'a LabelSelector>,
+    /// The parsed `fieldSelector`.
+    pub fields: Option<&'a FieldSelector>,
+}
+
+/// What is asked for.
+#[derive(Debug, Clone, Copy)]
+pub enum Request<'a> {
+    /// A path that names no resource: discovery, OpenAPI, `/metrics`, `/metrics/token`.
+    NonResource {
+        /// The workspace in the path.
+        workspace: &'a str,
+        /// The path below the workspace prefix.
+        path: &'a str,
+    },
+    /// A resource, a collection or a subresource.
+    Resource(Attributes<'a>),
+}
+
+impl Request<'_> {
+    fn workspace(&self) -> &str {
+        match self {
+            Request::NonResource { workspace, .. } => workspace,
+            Request::Resource(a) => a.workspace,
+        }
+    }
+}
+
+/// The check of an object before a principal may read it.
+#[derive(Clone)]
+pub struct ReadCheck(Arc<ReadFn>);
+
+/// The check of a [`ReadCheck`]: the object → allowed or the refusal.
+pub type ReadFn = dyn Fn(&Value) -> Result<(), ApiError> + Send + Sync;
+
+impl ReadCheck {
+    /// A check from a function.
+    pub fn new(f: impl Fn(&Value) -> Result<(), ApiError> + Send + Sync + 'static) -> Self {
+        Self(Arc::new(f))
+    }
+
+    /// Applies the check.
+    pub fn check(&self, obj: &Value) -> Result<(), ApiError> {
+        (self.0)(obj)
+    }
+}
+
+/// An allowed request, with the object-level rules that come with it.
+#[derive(Default, Clone)]
+pub struct Decision {
+    /// Checked on every object the request would return.
+    pub read: Option<ReadCheck>,
+    /// Checked by the resource engine on every write the request would store.
+    pub write: Option<WriteGuard>,
+}
+
+impl Decision {
+    /// Allowed, with no object-level rule.
+    pub fn allow() -> Self {
+        Self::default()
+    }
+
+    /// Applies the read check, if any.
+    pub fn check_read(&self, obj: &Value) -> Result<(), ApiError> {
+        self.read.as_ref().map_or(Ok(()), |r| r.check(obj))
+    }
+}
+
+/// Subresources that mint credentials: only the admin may call them.
+fn mints_token(r: &Request<'_>) -> bool {
+    match r {
+        Request::Resource(a) => a.subresource == Some("token"),
+        Request::NonResource { path, .. } => *path == "/metrics/token",
+    }
+}
+
+fn is_metrics(r: &Request<'_>) -> bool {
+    matches!(r, Request::NonResource { path: "/metrics" | "/metrics/token", .. })
+}
+
+/// Decides whether `principal` may make `request`; see the module's rules.
+pub fn authorize(principal: &Principal, request: &Request<'_>) -> Result<Decision, ApiError> {
+    let user = principal.user();
+    let ws = request.workspace();
+    match principal {
+        Principal::Admin => Ok(Decision::allow()),
+        _ if mints_token(request) => {
+            Err(ApiError::forbidden(format!("User \"{user}\" cannot mint tokens: only the admin can; use the admin kubeconfig")))
+        }
+        Principal::Metrics if is_metrics(request) => Ok(Decision::allow()),
+        Principal::Metrics => {
+            Err(ApiError::forbidden(format!("User \"{user}\" may only read /metrics: a metrics token carries no other right")))
+        }
+        _ if is_metrics(request) => Err(ApiError::forbidden(format!(
+            "User \"{user}\" cannot read /metrics: use the admin token, or a metrics token (`flotilla metrics-token`)"
+        ))),
+        Principal::Workspace(own) if own == ws => Ok(Decision::allow()),
+        Principal::Workspace(_) => Err(ApiError::forbidden(format!(
+            "User \"{user}\" cannot access workspace \"{ws}\": its token is scoped to another workspace; use the context named after the workspace"
+        ))),
+        // Discovery stays open to every authenticated principal, as in Kubernetes.
+        Principal::SyncTarget(_) if matches!(request, Request::NonResource { .. }) => Ok(Decision::allow()),
+        Principal::SyncTarget(target) => {
+            let Request::Resource(attrs) = request else { unreachable!("non-resource requests are decided above") };
+            syncer_scope::check_request(target, attrs)?;
+            Ok(syncer_scope::object_rules(target, attrs))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn res<'a>(workspace: &'a str, verb: &'a str, resource: &'a str, sub: Option<&'a str>) -> Request<'a> {
+        Request::Resource(Attributes {
+            workspace,
+            verb,
+            group: "",
+            resource,
+            namespace: "",
+            name: Some("x"),
+            subresource: sub,
+            labels: None,
+            fields: None,
+        })
+    }
+
+    #[test]
+    fn a_workspace_token_reaches_its_workspace_only() {
+        let p = Principal::Workspace("team-a".into());
+        assert!(authorize(&p, &res("team-a", "create", "configmaps", None)).is_ok());
+        for other in ["team-b", "root", "*"] {
+            assert_eq!(authorize(&p, &res(other, "get", "configmaps", None)).err().map(|e| e.code), Some(403), "{other}");
+        }
+        assert_eq!(authorize(&p, &res("team-a", "create", "workspaces", Some("token"))).err().map(|e| e.code), Some(403));
+        let metrics = Request::NonResource { workspace: "team-a", path: "/metrics" };
+        assert_eq!(authorize(&p, &metrics).err().map(|e| e.code), Some(403));
+        assert!(authorize(&p, &Request::NonResource { workspace: "team-a", path: "/apis" }).is_ok());
+    }
+
+    #[test]
+    fn a_metrics_token_reads_metrics_only() {
+        let p = Principal::Metrics;
+        assert!(authorize(&p, &Request::NonResource { workspace: "root", path: "/metrics" }).is_ok());
+        assert_eq!(authorize(&p, &Request::NonResource { workspace: "root", path: "/metrics/token" }).err().map(|e| e.code), Some(403));
+        assert_eq!(authorize(&p, &Request::NonResource { workspace: "root", path: "/api" }).err().map(|e| e.code), Some(403));
+        assert_eq!(authorize(&p, &res("root", "get", "secrets", None)).err().map(|e| e.code), Some(403));
+        assert!(authorize(&Principal::Admin, &Request::NonResource { workspace: "root", path: "/metrics/token" }).is_ok());
+    }
+}
