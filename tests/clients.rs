@@ -114,11 +114,16 @@ impl Drop for Proc {
     }
 }
 
-/// Runs a client scenario `tests/clients/<script>` with the venv's python; it must exit 0.
+/// Runs a client scenario `tests/clients/<script>` with the venv's python (writing no
+/// `__pycache__` into the source tree); it must exit 0.
 /// A passing run prints its output too, so `--no-capture` shows what it checked.
 fn run_scenario(f: &Flotilla, venv_dir: &Path, script: &str, args: &[&str]) {
     let mut cmd = Command::new(venv_dir.join("bin/python"));
-    cmd.arg(repo().join("tests/clients").join(script)).args(args).env("PYTHONUNBUFFERED", "1").env_remove("KUBECONFIG");
+    cmd.arg(repo().join("tests/clients").join(script))
+        .args(args)
+        .env("PYTHONUNBUFFERED", "1")
+        .env("PYTHONDONTWRITEBYTECODE", "1")
+        .env_remove("KUBECONFIG");
     let mut p = Proc::spawn(cmd, f.data_dir().join(format!("{script}.log")));
     let status = p.wait(SCRIPT_TIMEOUT);
     let out = p.output();
@@ -240,7 +245,8 @@ fn kopf_operator_creates_updates_and_deletes() {
         .arg(repo().join("tests/clients/kopf_operator.py"))
         .current_dir(f.data_dir())
         .env("KUBECONFIG", &kubeconfig)
-        .env("PYTHONUNBUFFERED", "1");
+        .env("PYTHONUNBUFFERED", "1")
+        .env("PYTHONDONTWRITEBYTECODE", "1");
     let kopf = RefCell::new(Proc::spawn(cmd, f.data_dir().join("kopf.log")));
 
     // Every wait prints the operator's log when it times out, and stops at once if the
