@@ -345,3 +345,337 @@ async fn the_data_dir_and_its_files_are_private_and_an_open_one_is_tightened() {
     assert_eq!((mode(&dir), mode(&dir.join("store.db"))), (0o700, 0o600), "an open data dir is tightened on start");
     srv.shutdown().await.unwrap();
 }
+
+/// One request that must be refused, and how.
+struct Refusal {
+    what: &'static str,
+    method: &'static str,
+    path: String,
+    content_type: &'static str,
+    body: Vec<u8>,
+    code: u16,
+    /// A piece of the Status message.
+    says: &'static str,
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn invalid_requests_are_refused_as_kubernetes_refuses_them_and_nothing_is_written() {
+    let dir = tempfile::tempdir().unwrap();
+    let srv = start(dir.path()).await;
+    let http = Http::new(&srv).await;
+    let admin = srv.auth.admin_token().to_string();
+    let deployments = "/apis/apps/v1/namespaces/default/deployments";
+    let cms = "/api/v1/namespaces/default/configmaps";
+    let made = http.send_json(&admin, "POST", deployments, "application/json", &deployment("web", json!({"app": "web"}))).await;
+    assert_eq!(made.code, 201, "{made:?}");
+    let cm = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cfg"}, "data": {"k": "v"}});
+    assert_eq!(http.send_json(&admin, "POST", cms, "application/json", &cm).await.code, 201);
+    let rv_before = http.get(&admin, &format!("{cms}/cfg")).await.json()["metadata"]["resourceVersion"].clone();
+
+    let j = |v: Value| serde_json::to_vec(&v).unwrap();
+    let with_cpu = |name: &str, cpu: &str| {
+        let mut d = deployment(name, json!({}));
+        d["spec"]["template"]["spec"]["containers"][0]["resources"] = json!({"requests": {"cpu": cpu}});
+        j(d)
+    };
+    let r = |what, method, path: String, content_type, body, code, says| Refusal { what, method, path, content_type, body, code, says };
+    let web = format!("{deployments}/web");
+    let cases = vec![
+        r(
+            "a merge patch that is an array",
+            "PATCH",
+            web.clone(),
+            "application/merge-patch+json",
+            j(json!([1, 2])),
+            400,
+            "must be a JSON object",
+        ),
+        r(
+            "a merge patch that is a string",
+            "PATCH",
+            web.clone(),
+            "application/merge-patch+json",
+            j(json!("x")),
+            400,
+            "must be a JSON object",
+        ),
+        r(
+            "a JSON patch that replaces the object",
+            "PATCH",
+            web.clone(),
+            "application/json-patch+json",
+            j(json!([{"op": "replace", "path": "", "value": 7}])),
+            422,
+            "not an object",
+        ),
+        r(
+            "scale replicas that are a string",
+            "PATCH",
+            format!("{web}/scale"),
+            "application/merge-patch+json",
+            j(json!({"spec": {"replicas": "x"}})),
+            400,
+            "is not an int32",
+        ),
+        r(
+            "scale replicas of 1e100",
+            "PATCH",
+            format!("{web}/scale"),
+            "application/merge-patch+json",
+            b"{\"spec\":{\"replicas\":1e100}}".to_vec(),
+            400,
+            "is not an int32",
+        ),
+        r(
+            "dryRun=all",
+            "PATCH",
+            format!("{cms}/cfg?dryRun=all"),
+            "application/merge-patch+json",
+            j(json!({"data": {"k": "dry"}})),
+            422,
+            "supported values: \"All\"",
+        ),
+        r(
+            "dryRun=Maybe on create",
+            "POST",
+            format!("{cms}?dryRun=Maybe"),
+            "application/json",
+            j(json!({"metadata": {"name": "maybe"}})),
+            422,
+            "Unsupported value: \"Maybe\"",
+        ),
+        r(
+            "a 2 MiB ConfigMap",
+            "POST",
+            cms.to_string(),
+            "application/json",
+            j(json!({"metadata": {"name": "big"}, "data": {"k": "x".repeat(2 << 20)}})),
+            422,
+            "may not be more than 1048576 bytes",
+        ),
+        r(
+            "a 1.5 MiB ConfigMap",
+            "POST",
+            cms.to_string(),
+            "application/json",
+            j(json!({"metadata": {"name": "big"}, "data": {"k": "x".repeat(3 << 19)}})),
+            422,
+            "may not be more than 1048576 bytes",
+        ),
+        r(
+            "a data key with a slash",
+            "POST",
+            cms.to_string(),
+            "application/json",
+            j(json!({"metadata": {"name": "slash"}, "data": {"bad/key": "v"}})),
+            422,
+            "a valid config key",
+        ),
+        r("cpu: lots", "POST", deployments.to_string(), "application/json", with_cpu("lots", "lots"), 400, "quantity \"lots\""),
+        r(
+            "cpu: -1",
+            "POST",
+            deployments.to_string(),
+            "application/json",
+            with_cpu("minus", "-1"),
+            422,
+            "must be greater than or equal to 0",
+        ),
+        r(
+            "an apply for another kind",
+            "PATCH",
+            format!("{cms}/cfg?fieldManager=m"),
+            "application/apply-patch+yaml",
+            b"apiVersion: v1\nkind: Secret\nmetadata:\n  name: cfg\n".to_vec(),
+            400,
+            "Incorrect version specified in apply patch",
+        ),
+        r(
+            "an apply for another name",
+            "PATCH",
+            format!("{cms}/cfg?fieldManager=m"),
+            "application/apply-patch+yaml",
+            b"apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: other\n".to_vec(),
+            400,
+            "does not match the name on the URL",
+        ),
+        r(
+            "an apply creating another name",
+            "PATCH",
+            format!("{cms}/new?fieldManager=m"),
+            "application/apply-patch+yaml",
+            b"apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: other\n".to_vec(),
+            400,
+            "does not match the name on the URL",
+        ),
+        r(
+            "an apply without a fieldManager",
+            "PATCH",
+            format!("{cms}/cfg"),
+            "application/apply-patch+yaml",
+            b"apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: cfg\n".to_vec(),
+            422,
+            "fieldManager: Required value",
+        ),
+        r(
+            "a fieldManager over 128 characters",
+            "POST",
+            format!("{cms}?fieldManager={}", "m".repeat(129)),
+            "application/json",
+            j(json!({"metadata": {"name": "long"}})),
+            422,
+            "fieldManager: Too long",
+        ),
+        r("limit=abc", "GET", format!("{cms}?limit=abc"), "application/json", vec![], 400, "limit"),
+        r(
+            "a list at resourceVersion=abc",
+            "GET",
+            format!("{cms}?resourceVersion=abc"),
+            "application/json",
+            vec![],
+            400,
+            "invalid resource version",
+        ),
+        r(
+            "resourceVersionMatch=Sometimes",
+            "GET",
+            format!("{cms}?resourceVersion=1&resourceVersionMatch=Sometimes"),
+            "application/json",
+            vec![],
+            400,
+            "resourceVersionMatch",
+        ),
+        r(
+            "a watch on an unindexed field",
+            "GET",
+            format!("{cms}?watch=true&fieldSelector=data.k%3Dv"),
+            "application/json",
+            vec![],
+            400,
+            "not a known field selector",
+        ),
+        r(
+            "a YAML body nested 100,000 deep",
+            "POST",
+            cms.to_string(),
+            "application/yaml",
+            b"{a: ".repeat(100_000),
+            400,
+            "nested deeper than 128",
+        ),
+        r(
+            "an apply nested 100,000 deep",
+            "PATCH",
+            format!("{cms}/cfg?fieldManager=m"),
+            "application/apply-patch+yaml",
+            b"{\"a\":".repeat(100_000),
+            400,
+            "nested deeper than 128",
+        ),
+        r("a JSON body nested 100,000 deep", "POST", cms.to_string(), "application/json", b"[".repeat(100_000), 400, "recursion limit"),
+    ];
+    let mut wrong = Vec::new();
+    for c in &cases {
+        let a = http.call(Some(&admin), c.method, &c.path, c.content_type, c.body.clone()).await;
+        let status = a.json();
+        let is_status = status["kind"] == "Status" && status["code"] == c.code;
+        if a.code != c.code || !is_status || !status["message"].as_str().unwrap_or_default().contains(c.says) {
+            wrong.push(format!(
+                "{}: {} {} → {} {}",
+                c.what,
+                c.method,
+                &c.path[..c.path.len().min(120)],
+                a.code,
+                &a.body[..a.body.len().min(300)]
+            ));
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "{} of {} invalid requests were not refused as Kubernetes refuses them:\n{}",
+        wrong.len(),
+        cases.len(),
+        wrong.join("\n")
+    );
+
+    // Nothing was written: the ConfigMap and the Deployment are as they were, and no
+    // refused create left an object behind.
+    let cfg = http.get(&admin, &format!("{cms}/cfg")).await.json();
+    assert_eq!((cfg["metadata"]["resourceVersion"].clone(), cfg["data"]["k"].clone()), (rv_before, json!("v")));
+    assert_eq!(http.get(&admin, &format!("{web}/scale")).await.json()["spec"]["replicas"], 2);
+    let names: Vec<String> = http.get(&admin, cms).await.json()["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["metadata"]["name"].as_str().unwrap_or_default().to_string())
+        .collect();
+    assert_eq!(names, ["cfg"], "refused creates left objects behind");
+    let d = http.get(&admin, deployments).await.json();
+    assert_eq!(d["items"].as_array().map(Vec::len), Some(1), "refused Deployments left objects behind: {d}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn query_parameters_and_patches_read_as_kube_apiserver_reads_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let srv = start(dir.path()).await;
+    let http = Http::new(&srv).await;
+    let admin = srv.auth.admin_token().to_string();
+    let cms = "/api/v1/namespaces/default/configmaps";
+
+    // `/version/` is `/version` (kr8s and the Python client's VersionApi call it so).
+    let v = http.call(None, "GET", "/version/", "application/json", vec![]).await;
+    assert_eq!((v.code, v.json()["major"].clone()), (200, json!("1")), "{v:?}");
+
+    let cm = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cfg"}, "data": {"k": "v1"}});
+    let first = http.send_json(&admin, "POST", cms, "application/json", &cm).await;
+    let rv1 = first.json()["metadata"]["resourceVersion"].as_str().unwrap().to_string();
+    let second =
+        http.send_json(&admin, "PATCH", &format!("{cms}/cfg"), "application/merge-patch+json", &json!({"data": {"k": "v2"}})).await;
+    assert_eq!(second.code, 200, "{second:?}");
+
+    // A watch written `watch=True` (the Python client before 37) is a watch.
+    let watched = http.get(&admin, &format!("{cms}?watch=True&timeoutSeconds=1")).await;
+    let events: Vec<Value> = watched.body.lines().filter_map(|l| serde_json::from_str(l).ok()).collect();
+    assert!(
+        events.iter().any(|e| e["type"] == "ADDED" && e["object"]["metadata"]["name"] == "cfg"),
+        "watch=True must stream events: {watched:?}"
+    );
+    for off in ["false", "False", "0"] {
+        let listed = http.get(&admin, &format!("{cms}?watch={off}")).await;
+        assert_eq!(listed.json()["kind"], "ConfigMapList", "watch={off} is a list: {listed:?}");
+    }
+
+    // resourceVersionMatch=Exact lists the state at that revision.
+    let exact = http.get(&admin, &format!("{cms}?resourceVersion={rv1}&resourceVersionMatch=Exact")).await;
+    assert_eq!(exact.code, 200, "{exact:?}");
+    assert_eq!(exact.json()["items"][0]["data"]["k"], "v1", "{exact:?}");
+    assert_eq!(exact.json()["metadata"]["resourceVersion"], json!(rv1));
+    let latest = http.get(&admin, &format!("{cms}?resourceVersion={rv1}&resourceVersionMatch=NotOlderThan")).await;
+    assert_eq!(latest.json()["items"][0]["data"]["k"], "v2", "{latest:?}");
+
+    // A forced apply written `force=True` takes the field over.
+    let apply = |force: &str, value: &str| {
+        let body = format!("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: cfg\ndata:\n  k: {value}\n");
+        let path = format!("{cms}/cfg?fieldManager=other{force}");
+        let http = &http;
+        let admin = admin.clone();
+        async move { http.call(Some(&admin), "PATCH", &path, "application/apply-patch+yaml", body.into_bytes()).await }
+    };
+    let conflict = apply("", "v3").await;
+    assert_eq!(conflict.code, 409, "another manager owns data.k: {conflict:?}");
+    let forced = apply("&force=True", "v3").await;
+    assert_eq!((forced.code, forced.json()["data"]["k"].clone()), (200, json!("v3")), "{forced:?}");
+
+    // A JSON patch `replace` of an absent key sets it, as kube-apiserver's library does;
+    // one whose parent is absent is still refused.
+    let json_patch = "application/json-patch+json";
+    let replace = json!([{"op": "replace", "path": "/data/absent", "value": "set"}]);
+    let replaced = http.send_json(&admin, "PATCH", &format!("{cms}/cfg"), json_patch, &replace).await;
+    assert_eq!((replaced.code, replaced.json()["data"]["absent"].clone()), (200, json!("set")), "{replaced:?}");
+    let orphan = json!([{"op": "replace", "path": "/nothing/here", "value": "x"}]);
+    let orphan = http.send_json(&admin, "PATCH", &format!("{cms}/cfg"), json_patch, &orphan).await;
+    assert_eq!(orphan.code, 422, "{orphan:?}");
+
+    // The server is alive and well after all of it.
+    assert_eq!(http.get(&admin, "/api/v1/namespaces").await.code, 200);
+}
