@@ -16,7 +16,8 @@ fn scheduler_identity(data_dir: &Path) -> anyhow::Result<String> {
         Ok(id) if !id.trim().is_empty() => Ok(id.trim().to_string()),
         _ => {
             let id = format!("flotilla-start-{:016x}", rand::random::<u64>());
-            std::fs::write(&path, format!("{id}\n"))
+            // Private like everything in the data dir (controlplane::fsutil).
+            controlplane::fsutil::write_private(&path, format!("{id}\n").as_bytes())
                 .map_err(|e| anyhow::anyhow!("cannot write {}: {e}; check the data dir's permissions", path.display()))?;
             Ok(id)
         }
