@@ -1,4 +1,5 @@
-//! A reflector keyed by [`Key`], fed by a kube-runtime watcher.
+//! A reflector keyed by [`Key`] (or, for downstream copies, by [`Place`]), fed by a
+//! kube-runtime watcher.
 //!
 //! kube-runtime's own `reflector::Store` keys objects by namespace and name, which
 //! collide across workspaces in the wildcard view, so the syncer keeps its own map with
@@ -7,6 +8,12 @@
 //! relists on 410 Expired. A relist replaces the map only once it is complete, so a
 //! failed or partial list never makes objects look deleted.
 //!
+//! How an object is indexed and which upstream object its change queues are two
+//! functions. Every event updates or removes its entry, whatever the object says: a
+//! downstream copy is indexed by where it is ([`Place`]), which its cluster's users
+//! cannot change, not by the annotations they can. An event whose upstream object
+//! cannot be told (yet) still updates the entry; it only queues nothing.
+//!
 //! Objects are kept without `metadata.managedFields`: nothing here reads them, and as
 //! `FieldsV1` value trees they were the largest part of a cached object. An object
 //! written back from the cache (a status `PUT`) without them keeps the server's, as
@@ -14,6 +21,7 @@
 
 use std::collections::HashSet;
 use std::fmt::Debug;
+use std::hash::Hash;
 use std::sync::Arc;
 
 use dashmap::DashMap;
@@ -26,41 +34,43 @@ use serde::de::DeserializeOwned;
 use tokio::sync::{mpsc, watch};
 use tracing::Instrument;
 
+#[cfg(doc)]
+use crate::key::Place;
 use crate::key::{Key, Kind};
 
 /// How an object's key is found: upstream objects name their workspace in an
-/// annotation, downstream copies name their upstream object.
+/// annotation.
 pub type KeyOf = fn(Kind, &ObjectMeta) -> Option<Key>;
 
-/// The objects of one watch, by key.
-pub struct Cache<K> {
-    map: DashMap<Key, Arc<K>>,
+/// The objects of one watch, by index (`I`): a [`Key`] upstream, a [`Place`] downstream.
+pub struct Cache<K, I = Key> {
+    map: DashMap<I, Arc<K>>,
     synced: watch::Sender<bool>,
 }
 
-impl<K> Cache<K> {
-    /// The object under `key`.
-    pub fn get(&self, key: &Key) -> Option<Arc<K>> {
-        self.map.get(key).map(|e| e.value().clone())
+impl<K, I: Clone + Eq + Hash> Cache<K, I> {
+    /// The object under `index`.
+    pub fn get(&self, index: &I) -> Option<Arc<K>> {
+        self.map.get(index).map(|e| e.value().clone())
     }
 
-    /// Every key.
-    pub fn keys(&self) -> Vec<Key> {
+    /// Every index.
+    pub fn keys(&self) -> Vec<I> {
         self.map.iter().map(|e| e.key().clone()).collect()
     }
 
-    /// Every key with its object.
-    pub fn entries(&self) -> Vec<(Key, Arc<K>)> {
+    /// Every index with its object.
+    pub fn entries(&self) -> Vec<(I, Arc<K>)> {
         self.map.iter().map(|e| (e.key().clone(), e.value().clone())).collect()
     }
 
-    /// The objects whose keys pass `keep`, without copying any key.
-    pub fn values_where(&self, keep: impl Fn(&Key) -> bool) -> Vec<Arc<K>> {
+    /// The objects whose indexes pass `keep`, without copying any index.
+    pub fn values_where(&self, keep: impl Fn(&I) -> bool) -> Vec<Arc<K>> {
         self.map.iter().filter(|e| keep(e.key())).map(|e| e.value().clone()).collect()
     }
 
-    /// The keys that pass `keep`.
-    pub fn keys_where(&self, keep: impl Fn(&Key) -> bool) -> Vec<Key> {
+    /// The indexes that pass `keep`.
+    pub fn keys_where(&self, keep: impl Fn(&I) -> bool) -> Vec<I> {
         self.map.iter().filter(|e| keep(e.key())).map(|e| e.key().clone()).collect()
     }
 
@@ -92,9 +102,9 @@ impl<K> Cache<K> {
     }
 }
 
-/// Starts watching `api` with `config`; every key that changes (and every key of a
-/// relist) is sent on `changed`. The watch runs until the returned cache and every
-/// receiver are dropped, or the task is aborted.
+/// Starts watching `api` with `config`, indexing each object by its key; every key
+/// that changes (and every key of a relist) is sent on `changed`. The watch runs until
+/// the returned cache and every receiver are dropped, or the task is aborted.
 pub fn spawn<K>(
     api: Api<K>,
     config: watcher::Config,
@@ -106,53 +116,77 @@ pub fn spawn<K>(
 where
     K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
 {
-    let cache: Arc<Cache<K>> = Arc::new(Cache { map: DashMap::new(), synced: watch::channel(false).0 });
+    spawn_indexed(api, config, move |o: &K| key_of(kind, o.meta()), |k: &Key, _: &K| Some(k.clone()), changed, what)
+}
+
+/// Starts watching `api` with `config`. Each object is kept under `index` of it (an
+/// object without one is not kept), and each change to an entry, or its removal, sends
+/// `queue` of it on `changed`; `queue` gets the object as the event has it (for a
+/// removal, its last state). Every event updates the cache, whatever `queue` makes of it.
+pub fn spawn_indexed<K, I>(
+    api: Api<K>,
+    config: watcher::Config,
+    index: impl Fn(&K) -> Option<I> + Send + Sync + 'static,
+    queue: impl Fn(&I, &K) -> Option<Key> + Send + Sync + 'static,
+    changed: mpsc::UnboundedSender<Key>,
+    what: &'static str,
+) -> Arc<Cache<K, I>>
+where
+    K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+    I: Clone + Eq + Hash + Debug + Send + Sync + 'static,
+{
+    let cache: Arc<Cache<K, I>> = Arc::new(Cache { map: DashMap::new(), synced: watch::channel(false).0 });
     let weak = Arc::downgrade(&cache);
     let span = tracing::info_span!("watch", what);
     tokio::spawn(
         async move {
             let mut stream = watcher::watcher(api, config).default_backoff().modify(|o: &mut K| o.meta_mut().managed_fields = None).boxed();
-            let mut relist: Option<Vec<(Key, Arc<K>)>> = None;
+            let mut relist: Option<Vec<(I, Arc<K>)>> = None;
+            let send = |i: &I, o: &K| match queue(i, o) {
+                Some(k) => changed.send(k).is_ok(),
+                None => !changed.is_closed(),
+            };
             while let Some(ev) = stream.next().await {
                 let Some(cache) = weak.upgrade() else { return };
-                let key = |o: &K| key_of(kind, o.meta());
                 match ev {
                     Ok(Event::Init) => relist = Some(Vec::new()),
                     Ok(Event::InitApply(o)) => {
-                        if let (Some(list), Some(k)) = (relist.as_mut(), key(&o)) {
-                            list.push((k, Arc::new(o)));
+                        if let (Some(list), Some(i)) = (relist.as_mut(), index(&o)) {
+                            list.push((i, Arc::new(o)));
                         }
                     }
                     Ok(Event::InitDone) => {
                         let fresh = relist.take().unwrap_or_default();
-                        let seen: HashSet<Key> = fresh.iter().map(|(k, _)| k.clone()).collect();
-                        let gone: Vec<Key> = cache.map.iter().map(|e| e.key().clone()).filter(|k| !seen.contains(k)).collect();
-                        for k in &gone {
-                            cache.map.remove(k);
+                        let seen: HashSet<I> = fresh.iter().map(|(i, _)| i.clone()).collect();
+                        let gone: Vec<(I, Arc<K>)> =
+                            cache.map.iter().filter(|e| !seen.contains(e.key())).map(|e| (e.key().clone(), e.value().clone())).collect();
+                        for (i, _) in &gone {
+                            cache.map.remove(i);
                         }
-                        for (k, o) in fresh {
-                            cache.map.insert(k, o);
+                        for (i, o) in &fresh {
+                            cache.map.insert(i.clone(), o.clone());
                         }
                         cache.synced.send_replace(true);
                         tracing::debug!(objects = cache.map.len(), removed = gone.len(), "listed");
-                        for k in gone.into_iter().chain(seen) {
-                            if changed.send(k).is_err() {
+                        for (i, o) in gone.iter().chain(&fresh) {
+                            if !send(i, o) {
                                 return;
                             }
                         }
                     }
                     Ok(Event::Apply(o)) => {
-                        if let Some(k) = key(&o) {
-                            cache.map.insert(k.clone(), Arc::new(o));
-                            if changed.send(k).is_err() {
+                        if let Some(i) = index(&o) {
+                            let o = Arc::new(o);
+                            cache.map.insert(i.clone(), o.clone());
+                            if !send(&i, &o) {
                                 return;
                             }
                         }
                     }
                     Ok(Event::Delete(o)) => {
-                        if let Some(k) = key(&o) {
-                            cache.map.remove(&k);
-                            if changed.send(k).is_err() {
+                        if let Some(i) = index(&o) {
+                            cache.map.remove(&i);
+                            if !send(&i, &o) {
                                 return;
                             }
                         }

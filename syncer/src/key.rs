@@ -4,11 +4,18 @@
 //! hold objects with the same namespace and name. kube-runtime's `ObjectRef` knows only
 //! namespace and name, so everything here is keyed by [`Key`], which adds the workspace
 //! (the `kcp.io/cluster` annotation the wildcard view puts on every object).
+//!
+//! Downstream, a copy is found by where it is, its [`Place`]: its namespace (which
+//! names its upstream workspace and namespace, hashed; see [`Locators`]) and its name.
+//! Its annotations say the same, but a cluster's user may rewrite them, and a copy the
+//! syncer could no longer trace would be a copy whose drift nobody reverts.
 
 use std::fmt;
 
 use kube::api::ObjectMeta;
 use placement_api::{CLUSTER_ANNOTATION, UPSTREAM_ANNOTATION};
+
+use crate::naming::{Locators, NamespaceLocator};
 
 /// The kinds a syncer copies down.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -19,17 +26,21 @@ pub enum Kind {
     ConfigMap,
     /// A Secret a synced pod template references.
     Secret,
+    /// The downstream namespace of an upstream `{workspace, namespace}`; its key has
+    /// an empty name.
+    Namespace,
 }
 
 impl Kind {
-    /// Every kind, in the order a namespace's objects are pushed: what pods mount first.
+    /// Every kind of copy, in the order a namespace's objects are pushed: what pods
+    /// mount first.
     pub const ALL: [Kind; 3] = [Kind::ConfigMap, Kind::Secret, Kind::Deployment];
 
     /// `apiVersion`.
     pub fn api_version(self) -> &'static str {
         match self {
             Kind::Deployment => "apps/v1",
-            Kind::ConfigMap | Kind::Secret => "v1",
+            Kind::ConfigMap | Kind::Secret | Kind::Namespace => "v1",
         }
     }
 
@@ -39,16 +50,18 @@ impl Kind {
             Kind::Deployment => "Deployment",
             Kind::ConfigMap => "ConfigMap",
             Kind::Secret => "Secret",
+            Kind::Namespace => "Namespace",
         }
     }
 
     /// The resource, for dynamic API access.
     pub fn api_resource(self) -> kube::api::ApiResource {
-        use k8s_openapi::api::{apps::v1::Deployment, core::v1::ConfigMap, core::v1::Secret};
+        use k8s_openapi::api::{apps::v1::Deployment, core::v1::ConfigMap, core::v1::Namespace, core::v1::Secret};
         match self {
             Kind::Deployment => kube::api::ApiResource::erase::<Deployment>(&()),
             Kind::ConfigMap => kube::api::ApiResource::erase::<ConfigMap>(&()),
             Kind::Secret => kube::api::ApiResource::erase::<Secret>(&()),
+            Kind::Namespace => kube::api::ApiResource::erase::<Namespace>(&()),
         }
     }
 
@@ -58,6 +71,7 @@ impl Kind {
             Kind::Deployment => "deployment",
             Kind::ConfigMap => "configmap",
             Kind::Secret => "secret",
+            Kind::Namespace => "namespace",
         }
     }
 }
@@ -88,8 +102,30 @@ impl Key {
         Some(Self::new(kind, workspace, meta.namespace.as_deref()?, meta.name.as_deref()?))
     }
 
-    /// The key of the upstream object a downstream copy was made from, read from the
-    /// copy's `workload.flotilla.io/upstream` annotation.
+    /// The key of the downstream namespace of `{workspace, namespace}`.
+    pub fn namespace(workspace: &str, namespace: &str) -> Self {
+        Self::new(Kind::Namespace, workspace, namespace, "")
+    }
+
+    /// The upstream object the copy at `place` was made from. Where a copy is says
+    /// which object it is of: the namespace's locator, as the syncer knows it, and the
+    /// name. Its `workload.flotilla.io/upstream` annotation only teaches the locator of
+    /// a namespace not known yet, and only if the workspace and namespace it names hash
+    /// to that namespace and the name it names is the copy's: an annotation rewritten
+    /// downstream never makes a copy look like another object's. `None` when the
+    /// namespace is not known and the annotation does not say it.
+    pub fn of_copy_at(kind: Kind, place: &Place, meta: &ObjectMeta, locators: &Locators) -> Option<Self> {
+        if let Some(l) = locators.get(&place.namespace) {
+            return Some(Self::new(kind, &l.workspace, &l.namespace, &place.name));
+        }
+        let claim = Self::of_copy(kind, meta)?;
+        let believed =
+            claim.name == place.name && locators.learn_claim(&place.namespace, &NamespaceLocator::new(&claim.workspace, &claim.namespace));
+        believed.then_some(claim)
+    }
+
+    /// What a copy's `workload.flotilla.io/upstream` annotation says it was made from.
+    /// Only a claim: see [`Key::of_copy_at`].
     pub fn of_copy(kind: Kind, meta: &ObjectMeta) -> Option<Self> {
         let value = meta.annotations.as_ref()?.get(UPSTREAM_ANNOTATION)?;
         let mut parts = value.splitn(3, '/');
@@ -106,11 +142,41 @@ impl Key {
     pub fn with_kind(&self, kind: Kind) -> Self {
         Self { kind, ..self.clone() }
     }
+
+    /// Where its copy is (for a namespace key, the namespace itself has an empty name).
+    pub fn place(&self) -> Place {
+        Place { namespace: NamespaceLocator::new(&self.workspace, &self.namespace).downstream_namespace(), name: self.name.clone() }
+    }
 }
 
 impl fmt::Display for Key {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{} {}/{}/{}", self.kind.name(), self.workspace, self.namespace, self.name)
+        match self.kind {
+            Kind::Namespace => write!(f, "Namespace {}/{}", self.workspace, self.namespace),
+            _ => write!(f, "{} {}/{}/{}", self.kind.name(), self.workspace, self.namespace, self.name),
+        }
+    }
+}
+
+/// Where a downstream copy is: its namespace and name in the physical cluster.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Place {
+    /// The downstream namespace.
+    pub namespace: String,
+    /// The name.
+    pub name: String,
+}
+
+impl Place {
+    /// Where the object of `meta` is; `None` for an object outside any namespace.
+    pub fn of(meta: &ObjectMeta) -> Option<Self> {
+        Some(Self { namespace: meta.namespace.clone()?, name: meta.name.clone()? })
+    }
+}
+
+impl fmt::Display for Place {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.namespace, self.name)
     }
 }
 
@@ -141,5 +207,43 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(Key::of_copy(Kind::Deployment, &broken), None);
+    }
+
+    fn copy_meta(annotation: Option<&str>) -> ObjectMeta {
+        ObjectMeta {
+            annotations: annotation.map(|a| BTreeMap::from([(UPSTREAM_ANNOTATION.to_string(), a.to_string())])),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_copy_is_what_its_place_says_whatever_its_annotation_says() {
+        let web = Key::new(Kind::Deployment, "demo", "default", "web");
+        let place = web.place();
+        assert!(place.namespace.starts_with("flotilla-") && place.name == "web", "{place}");
+
+        // A namespace not known yet: an annotation that agrees with the place teaches it.
+        let locators = Locators::default();
+        for wrong in [None, Some("tampered"), Some("demo/default/api"), Some("demo/other/web"), Some("other/default/web")] {
+            assert_eq!(Key::of_copy_at(Kind::Deployment, &place, &copy_meta(wrong), &locators), None, "{wrong:?} is not believed");
+        }
+        assert_eq!(Key::of_copy_at(Kind::Deployment, &place, &copy_meta(Some("demo/default/web")), &locators), Some(web.clone()));
+
+        // Known now, the place alone says it, whatever the annotation says.
+        for annotation in [None, Some("tampered"), Some("demo/default/api"), Some("other/ns/x")] {
+            assert_eq!(Key::of_copy_at(Kind::Deployment, &place, &copy_meta(annotation), &locators), Some(web.clone()), "{annotation:?}");
+        }
+        let config = Place { namespace: place.namespace.clone(), name: "config".into() };
+        assert_eq!(
+            Key::of_copy_at(Kind::ConfigMap, &config, &copy_meta(None), &locators),
+            Some(Key::new(Kind::ConfigMap, "demo", "default", "config"))
+        );
+
+        // Learnt from the upstream side, with no annotation at all.
+        let fresh = Locators::default();
+        fresh.learn("demo", "default");
+        assert_eq!(Key::of_copy_at(Kind::Deployment, &place, &copy_meta(Some("x/y/z")), &fresh), Some(web));
+        assert_eq!(Key::namespace("demo", "default").to_string(), "Namespace demo/default");
+        assert_eq!(Key::namespace("demo", "default").place().namespace, place.namespace);
     }
 }

@@ -20,6 +20,7 @@ pub mod cache;
 pub mod capacity;
 pub mod clients;
 pub mod error;
+pub mod events;
 pub mod heartbeat;
 pub mod key;
 pub mod metrics;

@@ -3,7 +3,14 @@
 //! workspace and namespace name (kcp's longer names ran into the 63-character limit),
 //! stable across restarts, and annotated with the pair it holds so that it can always
 //! be traced back.
+//!
+//! That annotation is on an object of the physical cluster, which the cluster's users
+//! may edit; a hash cannot be read back. [`Locators`] is what a syncer knows of which
+//! pair each of its namespaces holds: learnt from the upstream objects it syncs, and
+//! from what downstream objects claim only when the claim hashes to the namespace's
+//! name.
 
+use dashmap::DashMap;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
@@ -53,9 +60,65 @@ impl NamespaceLocator {
     }
 }
 
+/// Which upstream `{workspace, namespace}` each downstream namespace holds, by the
+/// downstream namespace's name, as far as this syncer has seen.
+#[derive(Debug, Default)]
+pub struct Locators {
+    by_name: DashMap<String, NamespaceLocator>,
+}
+
+impl Locators {
+    /// Learns the downstream namespace of an upstream `{workspace, namespace}`, seen
+    /// upstream; returns its name.
+    pub fn learn(&self, workspace: &str, namespace: &str) -> String {
+        let locator = NamespaceLocator::new(workspace, namespace);
+        let name = locator.downstream_namespace();
+        if !self.by_name.contains_key(&name) {
+            self.by_name.insert(name.clone(), locator);
+        }
+        name
+    }
+
+    /// Learns `claimed` as the locator of the downstream namespace `name` if it is
+    /// that namespace's locator, which its hash tells; whether it is.
+    pub fn learn_claim(&self, name: &str, claimed: &NamespaceLocator) -> bool {
+        if self.by_name.contains_key(name) {
+            return self.by_name.get(name).is_some_and(|l| *l == *claimed);
+        }
+        let true_claim = claimed.downstream_namespace() == name;
+        if true_claim {
+            self.by_name.insert(name.to_string(), claimed.clone());
+        }
+        true_claim
+    }
+
+    /// The locator of the downstream namespace `name`, if known.
+    pub fn get(&self, name: &str) -> Option<NamespaceLocator> {
+        self.by_name.get(name).map(|l| l.clone())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_a_locator_that_hashes_to_the_name_is_learnt() {
+        let locators = Locators::default();
+        let shop = NamespaceLocator::new("demo", "shop");
+        let name = shop.downstream_namespace();
+        assert_eq!(locators.get(&name), None);
+        assert!(!locators.learn_claim(&name, &NamespaceLocator::new("demo", "other")), "a rewritten locator");
+        assert_eq!(locators.get(&name), None);
+        assert!(locators.learn_claim(&name, &shop));
+        assert_eq!(locators.get(&name), Some(shop.clone()));
+        assert!(!locators.learn_claim(&name, &NamespaceLocator::new("x", "y")));
+        assert_eq!(locators.get(&name), Some(shop));
+
+        let fresh = Locators::default();
+        assert_eq!(fresh.learn("demo", "shop"), name);
+        assert_eq!(fresh.get(&name), Some(NamespaceLocator::new("demo", "shop")));
+    }
 
     #[test]
     fn names_are_short_stable_and_distinct() {

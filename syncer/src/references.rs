@@ -206,6 +206,7 @@ pub async fn run(base: Client, resync: Duration) {
                             c.index.lock().unwrap_or_else(|e| e.into_inner()).update(&k, now)
                         }
                         Kind::ConfigMap | Kind::Secret => BTreeSet::from([k]),
+                        Kind::Namespace => BTreeSet::new(),
                     };
                     for o in touched {
                         if objects_tx.send(o).is_err() {
@@ -261,7 +262,7 @@ impl Controller {
                 Api::<ConfigMap>::namespaced(client, &key.namespace).patch(&key.name, &pp, &Patch::Merge(patch)).await.map(drop)
             }
             Kind::Secret => Api::<Secret>::namespaced(client, &key.namespace).patch(&key.name, &pp, &Patch::Merge(patch)).await.map(drop),
-            Kind::Deployment => Ok(()),
+            Kind::Deployment | Kind::Namespace => Ok(()),
         };
         match result {
             Ok(()) => tracing::debug!(clusters = ?targets, "labelled"),
@@ -277,7 +278,7 @@ impl Controller {
         let cached = match key.kind {
             Kind::ConfigMap => self.config_maps.get(key).map(|o| o.metadata.labels.clone()),
             Kind::Secret => self.secrets.get(key).map(|o| o.metadata.labels.clone()),
-            Kind::Deployment => None,
+            Kind::Deployment | Kind::Namespace => None,
         };
         if cached.is_some() {
             return Ok(cached);
@@ -290,7 +291,7 @@ impl Controller {
             Kind::Secret => {
                 Api::<Secret>::namespaced(client, &key.namespace).get_opt(&key.name).await.map(|o| o.map(|o| o.metadata.labels))
             }
-            Kind::Deployment => Ok(None),
+            Kind::Deployment | Kind::Namespace => Ok(None),
         };
         read.map_err(upstream(format!("reading {key}")))
     }

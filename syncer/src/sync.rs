@@ -27,6 +27,17 @@
 //! reaches the cluster again, and are then cleaned up at once. In a failover this
 //! leaves the lost cluster's syncer nothing to write.
 //!
+//! **Drift.** The copies' watch queues the upstream object on any edit of a copy, and
+//! the reconcile applies the copy again when it no longer says what it should. A copy
+//! is found by where it is ([`Place`]: the namespace, whose locator the syncer knows
+//! from the upstream side, and the name), never only by what its metadata says, which
+//! the cluster's users can rewrite: a copy whose `workload.flotilla.io/upstream`
+//! annotation or `workload.flotilla.io/sync-target` label was edited is still known,
+//! and put back. The same goes for a Flotilla namespace's label and locator, and a
+//! deleted copy is made again. Each revert is logged and recorded as a Warning Event
+//! `DriftReverted` on the copy, naming what was there and what was put back; a copy
+//! changed because its upstream object changed is an update, not drift.
+//!
 //! Nothing is deleted before both sides have been listed completely, so a cluster that
 //! comes back first learns what is assigned to it now and only then removes what is not
 //! (the fencing that keeps a returning cluster from running stale copies), and an
@@ -38,9 +49,9 @@ use std::time::Duration;
 
 use jiff::Timestamp;
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, ObjectReference, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, ObjectMeta, Time};
-use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
 use kube::runtime::watcher;
 use kube::{Client, Resource};
 use placement_api::{
@@ -53,9 +64,10 @@ use tracing::Instrument;
 
 use crate::cache::{self, Cache};
 use crate::error::{downstream, is_already_exists, is_conflict, is_forbidden, is_not_found, upstream, Error};
+use crate::events::{Recorder, REASON_DRIFT_REVERTED};
 use crate::heartbeat::Reachability;
-use crate::key::{Key, Kind};
-use crate::naming::NamespaceLocator;
+use crate::key::{Key, Kind, Place};
+use crate::naming::{Locators, NamespaceLocator};
 use crate::queue::{self, Next};
 use crate::{clients, status, transform};
 
@@ -103,10 +115,60 @@ pub struct Settings {
     pub resync: Duration,
 }
 
-/// One kind's two sides: what is assigned upstream, and the copies downstream.
+/// How many differences a drift report names at most.
+const DRIFT_LINES: usize = 8;
+
+/// One kind's two sides: what is assigned upstream, by key, and the copies downstream,
+/// by where they are.
 struct Side<K> {
+    kind: Kind,
     upstream: Arc<Cache<K>>,
-    copies: Arc<Cache<K>>,
+    copies: Arc<Cache<K, Place>>,
+}
+
+impl<K: Resource<DynamicType = ()> + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + Sync + 'static> Side<K> {
+    /// Watches the objects of `kind` upstream (through the wildcard view client, with
+    /// the first config: what is assigned) and downstream (with the second: this
+    /// syncer's copies). The upstream objects teach `locators` their downstream
+    /// namespaces, and a copy's changes queue the upstream object its place says it
+    /// is of.
+    fn spawn(
+        kind: Kind,
+        (clients, configs): ([&Client; 2], [&watcher::Config; 2]),
+        locators: &Arc<Locators>,
+        tx: &mpsc::UnboundedSender<Key>,
+        what: [&'static str; 2],
+    ) -> Self {
+        let learning = locators.clone();
+        let up = cache::spawn_indexed(
+            Api::all(clients[0].clone()),
+            configs[0].clone(),
+            move |o: &K| {
+                let key = Key::upstream(kind, o.meta())?;
+                learning.learn(&key.workspace, &key.namespace);
+                Some(key)
+            },
+            |k: &Key, _: &K| Some(k.clone()),
+            tx.clone(),
+            what[0],
+        );
+        let locators = locators.clone();
+        let down = cache::spawn_indexed(
+            Api::all(clients[1].clone()),
+            configs[1].clone(),
+            |o: &K| Place::of(o.meta()),
+            move |place: &Place, o: &K| {
+                let key = Key::of_copy_at(kind, place, o.meta(), &locators);
+                if key.is_none() {
+                    tracing::warn!(copy = %place, kind = kind.name(), "cannot tell which upstream object this copy is of: its namespace is not one this syncer knows, and neither its annotation nor its namespace's locator says");
+                }
+                key
+            },
+            tx.clone(),
+            what[1],
+        );
+        Side { kind, upstream: up, copies: down }
+    }
 }
 
 impl<K> Side<K> {
@@ -114,9 +176,35 @@ impl<K> Side<K> {
         self.upstream.synced() && self.copies.synced()
     }
 
-    fn keys(&self) -> impl Iterator<Item = Key> {
-        self.upstream.keys().into_iter().chain(self.copies.keys())
+    /// The keys of the upstream objects, and of the copies whose namespace is known.
+    fn keys<'a>(&'a self, locators: &'a Locators) -> impl Iterator<Item = Key> + 'a {
+        let copies = self
+            .copies
+            .keys()
+            .into_iter()
+            .filter_map(move |p| locators.get(&p.namespace).map(|l| Key::new(self.kind, &l.workspace, &l.namespace, &p.name)));
+        self.upstream.keys().into_iter().chain(copies)
     }
+
+    /// The copy of `key`.
+    fn copy(&self, key: &Key) -> Option<Arc<K>> {
+        self.copies.get(&key.place())
+    }
+
+    /// Whether an assigned object of the upstream namespace of `ns` (a namespace key)
+    /// has a copy.
+    fn any_copy_in(&self, ns: &Key) -> bool {
+        let assigned = self.upstream.keys_where(|k| k.workspace == ns.workspace && k.namespace == ns.namespace);
+        assigned.iter().any(|k| self.copies.get(&k.place()).is_some())
+    }
+}
+
+/// How a copy drifted from what it last said as it should.
+enum Drift {
+    /// It says something else: what, one line each ([`transform::drift`]).
+    Changed(Vec<String>),
+    /// It is gone from the syncer's view: deleted, or its sync-target label changed.
+    Gone,
 }
 
 /// One cluster's syncer.
@@ -132,6 +220,10 @@ pub struct Syncer {
     deployments: Side<Deployment>,
     config_maps: Side<ConfigMap>,
     secrets: Side<Secret>,
+    /// This syncer's namespaces downstream (labelled with its SyncTarget), by name.
+    namespaces: Arc<Cache<Namespace, String>>,
+    /// Which upstream namespace each downstream one holds.
+    locators: Arc<Locators>,
     placements: Arc<Cache<WorkloadPlacement>>,
     /// Changed entries held back (see [`Syncer::hold`]), and since when.
     held: dashmap::DashMap<Key, std::time::Instant>,
@@ -139,6 +231,11 @@ pub struct Syncer {
     progress: crate::budget::Budget,
     /// Per Deployment, the versions last found covered (see [`Syncer::covers`]).
     covered: dashmap::DashMap<Key, Covered>,
+    /// Per ConfigMap and Secret, the upstream resourceVersion its copy was last found
+    /// to cover: a copy that no longer covers the same version drifted.
+    referenced_covered: dashmap::DashMap<Key, Option<String>>,
+    /// Events on the copies (drift reverted).
+    recorder: Recorder,
     /// Whether the cluster answers; see [`Syncer::wait_for_cluster`].
     reach: Reachability,
     /// Keys whose cleanup waits for the cluster to answer again.
@@ -150,7 +247,7 @@ pub struct Syncer {
 /// the copy would change. A status update of either (three or more of the copy's per
 /// rollout, and the aggregator's of the upstream one) changes none of it, so its check
 /// costs no conversion of either object to JSON.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 struct Covered {
     share: i32,
     upstream: Version,
@@ -159,7 +256,7 @@ struct Covered {
 
 /// An object's uid, generation (which any spec edit bumps), labels and annotations
 /// (which bump none).
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 struct Version {
     uid: Option<String>,
     generation: Option<i64>,
@@ -213,54 +310,28 @@ impl Syncer {
             let assigned = watcher::Config::default().labels(&format!("{}={SYNC_STATE_SYNC}", sync_state_label(target)));
             let mine = watcher::Config::default().labels(&format!("{SYNC_TARGET_LABEL}={target}"));
             let wildcard = clients::workspace(&upstream, "*");
-            let (up, down) = (&assigned, &mine);
-            let deployments = Side {
-                upstream: cache::spawn(
-                    Api::all(wildcard.clone()),
-                    up.clone(),
-                    Kind::Deployment,
-                    Key::upstream,
-                    tx.clone(),
-                    "upstream deployments",
-                ),
-                copies: cache::spawn(
-                    Api::all(downstream.clone()),
-                    down.clone(),
-                    Kind::Deployment,
-                    Key::of_copy,
-                    tx.clone(),
-                    "downstream deployments",
-                ),
-            };
-            let config_maps = Side {
-                upstream: cache::spawn(
-                    Api::all(wildcard.clone()),
-                    up.clone(),
-                    Kind::ConfigMap,
-                    Key::upstream,
-                    tx.clone(),
-                    "upstream configmaps",
-                ),
-                copies: cache::spawn(
-                    Api::all(downstream.clone()),
-                    down.clone(),
-                    Kind::ConfigMap,
-                    Key::of_copy,
-                    tx.clone(),
-                    "downstream configmaps",
-                ),
-            };
-            let secrets = Side {
-                upstream: cache::spawn(Api::all(wildcard.clone()), up.clone(), Kind::Secret, Key::upstream, tx.clone(), "upstream secrets"),
-                copies: cache::spawn(
-                    Api::all(downstream.clone()),
-                    down.clone(),
-                    Kind::Secret,
-                    Key::of_copy,
-                    tx.clone(),
-                    "downstream secrets",
-                ),
-            };
+            let locators = Arc::new(Locators::default());
+            let sides = ([&wildcard, &downstream], [&assigned, &mine]);
+            let deployments = Side::spawn(Kind::Deployment, sides, &locators, &tx, ["upstream deployments", "downstream deployments"]);
+            let config_maps = Side::spawn(Kind::ConfigMap, sides, &locators, &tx, ["upstream configmaps", "downstream configmaps"]);
+            let secrets = Side::spawn(Kind::Secret, sides, &locators, &tx, ["upstream secrets", "downstream secrets"]);
+            // A namespace's changes queue its key; a true locator on it teaches it.
+            let learning = locators.clone();
+            let namespaces = cache::spawn_indexed(
+                Api::<Namespace>::all(downstream.clone()),
+                mine.clone(),
+                |n: &Namespace| n.metadata.name.clone(),
+                move |name: &String, n: &Namespace| {
+                    if let Some(claim) = n.metadata.annotations.as_ref().and_then(|a| a.get(NAMESPACE_LOCATOR_ANNOTATION)) {
+                        if let Some(claim) = NamespaceLocator::from_annotation(claim) {
+                            learning.learn_claim(name, &claim);
+                        }
+                    }
+                    learning.get(name).map(|l| Key::namespace(&l.workspace, &l.namespace))
+                },
+                tx.clone(),
+                "downstream namespaces",
+            );
             // A WorkloadPlacement has its workload's name: its changes queue the workload.
             let placements =
                 cache::spawn(Api::all(wildcard), assigned, Kind::Deployment, Key::upstream, tx.clone(), "upstream workloadplacements");
@@ -269,14 +340,18 @@ impl Syncer {
                 status_manager: status_field_manager(target),
                 settings: settings.clone(),
                 upstream,
+                recorder: Recorder::new(downstream.clone(), format!("{FIELD_MANAGER}-{target}")),
                 downstream,
                 deployments,
                 config_maps,
                 secrets,
+                namespaces,
+                locators,
                 placements,
                 held: Default::default(),
                 progress: crate::budget::Budget::new(PROGRESS_REPORTS_PER_SECOND, PROGRESS_REPORTS_BURST),
                 covered: Default::default(),
+                referenced_covered: Default::default(),
                 reach,
                 parked: Default::default(),
             });
@@ -341,12 +416,17 @@ impl Syncer {
 
     /// Whether every watch, on both sides, has listed completely.
     fn synced(&self) -> bool {
-        self.deployments.synced() && self.config_maps.synced() && self.secrets.synced() && self.placements.synced()
+        self.deployments.synced()
+            && self.config_maps.synced()
+            && self.secrets.synced()
+            && self.placements.synced()
+            && self.namespaces.synced()
     }
 
     /// Every key this syncer knows of, on either side.
-    fn keys(&self) -> impl Iterator<Item = Key> {
-        self.deployments.keys().chain(self.config_maps.keys()).chain(self.secrets.keys())
+    fn keys(&self) -> impl Iterator<Item = Key> + '_ {
+        let l = &self.locators;
+        self.deployments.keys(l).chain(self.config_maps.keys(l)).chain(self.secrets.keys(l))
     }
 
     fn upstream_api<K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>>(&self, key: &Key) -> Api<K> {
@@ -363,15 +443,17 @@ impl Syncer {
             Kind::Deployment => self.deployments.upstream.get(key).map(|o| to_value(&*o)),
             Kind::ConfigMap => self.config_maps.upstream.get(key).map(|o| to_value(&*o)),
             Kind::Secret => self.secrets.upstream.get(key).map(|o| to_value(&*o)),
+            Kind::Namespace => None,
         }
     }
 
     /// The downstream copy of `key`, as JSON.
     fn copy_value(&self, key: &Key) -> Option<Value> {
         match key.kind {
-            Kind::Deployment => self.deployments.copies.get(key).map(|o| to_value(&*o)),
-            Kind::ConfigMap => self.config_maps.copies.get(key).map(|o| to_value(&*o)),
-            Kind::Secret => self.secrets.copies.get(key).map(|o| to_value(&*o)),
+            Kind::Deployment => self.deployments.copy(key).map(|o| to_value(&*o)),
+            Kind::ConfigMap => self.config_maps.copy(key).map(|o| to_value(&*o)),
+            Kind::Secret => self.secrets.copy(key).map(|o| to_value(&*o)),
+            Kind::Namespace => self.namespaces.get(&key.place().namespace).map(|o| to_value(&*o)),
         }
     }
 
@@ -380,11 +462,74 @@ impl Syncer {
         match key.kind {
             Kind::Deployment => self.reconcile_workload(key).await,
             Kind::ConfigMap | Kind::Secret => self.reconcile_referenced(key).await,
+            Kind::Namespace => self.reconcile_namespace(key).await,
         }
     }
 
+    /// A Flotilla namespace that holds copies of assigned objects keeps its label and
+    /// locator: applied again when someone changed them (or took the label, which takes
+    /// it out of this syncer's watch). Any other is the cleanup's and the sweep's; a
+    /// deleted one is made again by its copies' applies.
+    async fn reconcile_namespace(&self, key: &Key) -> Result<Next, Error> {
+        if !self.synced() {
+            return Ok(Next::After(WAIT_FOR_PEER));
+        }
+        let name = key.place().namespace;
+        let holds_copies = self.deployments.any_copy_in(key) || self.config_maps.any_copy_in(key) || self.secrets.any_copy_in(key);
+        if !holds_copies {
+            return Ok(Next::Done);
+        }
+        let desired = transform::downstream_namespace_object(key, &self.settings.sync_target);
+        let drift = match self.copy_value(key) {
+            Some(ns) if deleting(&ns) || transform::covers(&ns, &desired) => return Ok(Next::Done),
+            Some(ns) => Drift::Changed(transform::drift(&ns, &desired, false)),
+            None => Drift::Gone,
+        };
+        let ssa = PatchParams::apply(FIELD_MANAGER).force();
+        let applied = match Api::<Namespace>::all(self.downstream.clone()).patch(&name, &ssa, &Patch::Apply(&desired)).await {
+            Ok(ns) => ns,
+            // Created by a copy's apply just now; look again.
+            Err(e) if is_already_exists(&e) => return Ok(Next::After(Duration::ZERO)),
+            Err(e) => return Err(downstream(format!("applying namespace {name}"))(e)),
+        };
+        let involved = ObjectReference {
+            api_version: Some("v1".into()),
+            kind: Some("Namespace".into()),
+            name: Some(name.clone()),
+            uid: applied.metadata.uid.clone(),
+            resource_version: applied.metadata.resource_version.clone(),
+            ..Default::default()
+        };
+        self.report_drift(key, &name, involved, drift);
+        Ok(Next::Done)
+    }
+
+    /// Logs a reverted drift, and records it as an Event on the object, in `namespace`
+    /// (the copy's, or the Flotilla namespace itself).
+    fn report_drift(&self, key: &Key, namespace: &str, involved: ObjectReference, drift: Drift) {
+        let object = format!("{} {}", key.kind.name(), involved.name.as_deref().unwrap_or_default());
+        let what = match drift {
+            Drift::Changed(lines) => {
+                let more = lines.len().saturating_sub(DRIFT_LINES);
+                let mut what = lines.into_iter().take(DRIFT_LINES).collect::<Vec<_>>().join("; ");
+                if more > 0 {
+                    what.push_str(&format!("; and {more} more"));
+                }
+                what
+            }
+            Drift::Gone => format!("it was deleted, or lost its label {SYNC_TARGET_LABEL}={}; made it again", self.settings.sync_target),
+        };
+        tracing::warn!(namespace, object, upstream = %key, reverted = %what, "reverted drift downstream");
+        let message = format!("put back what workspace {} says ({key}): {what}", key.workspace);
+        let mut involved = involved;
+        if key.kind != Kind::Namespace {
+            involved.namespace = Some(namespace.to_string());
+        }
+        self.recorder.warn(namespace, involved, REASON_DRIFT_REVERTED, message);
+    }
+
     async fn reconcile_workload(&self, key: &Key) -> Result<Next, Error> {
-        let copy = self.deployments.copies.get(key);
+        let copy = self.deployments.copy(key);
         let upstream = self.deployments.upstream.get(key);
         if upstream.as_ref().is_none_or(|d| d.metadata.deletion_timestamp.is_some()) {
             self.held.remove(key);
@@ -409,13 +554,29 @@ impl Syncer {
         match self.upstream_value(key) {
             Some(obj) if !deleting(&obj) => {
                 let desired = transform::downstream_object(&obj, key, &self.settings.sync_target, None);
-                if !copy.as_ref().is_some_and(|c| transform::covers(c, &desired)) {
-                    self.apply_copy(key, desired).await?;
+                let version = obj.pointer("/metadata/resourceVersion").and_then(Value::as_str).map(str::to_string);
+                if copy.as_ref().is_some_and(|c| transform::covers(c, &desired)) {
+                    self.referenced_covered.insert(key.clone(), version);
+                    return Ok(Next::Done);
+                }
+                // What the copy covered last is what it should say now: it drifted.
+                // Otherwise, what it should say changed: an update.
+                let same_desired = self.referenced_covered.get(key).map(|v| *v == version);
+                let drift = match (copy, same_desired) {
+                    (Some(c), Some(true)) => Some(Drift::Changed(transform::drift(&c, &desired, key.kind == Kind::Secret))),
+                    (None, Some(_)) => Some(Drift::Gone),
+                    _ => None,
+                };
+                let applied = self.apply_copy(key, desired).await?;
+                self.referenced_covered.insert(key.clone(), version);
+                if let Some(drift) = drift {
+                    self.report_copy_drift(key, &applied, drift);
                 }
                 Ok(Next::Done)
             }
             _ if !self.synced() => Ok(Next::After(WAIT_FOR_PEER)),
             _ => {
+                self.referenced_covered.remove(key);
                 if let Some(next) = self.wait_for_cluster(key) {
                     return Ok(next);
                 }
@@ -466,11 +627,32 @@ impl Syncer {
                 Err(e) => return Err(upstream(format!("adding finalizer to {key}"))(e)),
             }
         }
+        // Whether the copy last covered what it should say now: if it does not any
+        // more, it drifted; if what it should say changed, it is an update.
+        let mark = self.covered.get(key).map(|m| m.clone());
+        let same_desired = mark.as_ref().map(|m| m.share == share && m.upstream.is_of(&d.metadata));
         let current = match copy.filter(|c| self.covers(key, d, share, c)) {
             Some(c) => c.clone(),
             None => {
                 let desired = transform::downstream_object(&to_value(d), key, target, Some(share));
-                let applied = self.apply_copy(key, desired).await?;
+                let drift = match (copy, same_desired) {
+                    (Some(c), Some(true)) => Some(Drift::Changed(transform::drift(&to_value(c), &desired, false))),
+                    (None, Some(_)) => Some(Drift::Gone),
+                    _ => None,
+                };
+                self.covered.remove(key);
+                // A failed write is retried with the mark it had, so the retry still
+                // knows the drift for what it is.
+                let restore = |e| {
+                    if let Some(m) = mark.clone() {
+                        self.covered.insert(key.clone(), m);
+                    }
+                    e
+                };
+                let applied = self.apply_copy(key, desired).await.map_err(restore)?;
+                if let Some(drift) = drift {
+                    self.report_copy_drift(key, &applied, drift);
+                }
                 applied.try_parse::<Deployment>().unwrap_or_default()
             }
         };
@@ -480,6 +662,21 @@ impl Syncer {
             return Ok(Next::After(left));
         }
         self.report(key, &wp, Some(entry)).await
+    }
+
+    /// Reports the drift of the copy of `key`, now `applied` again.
+    fn report_copy_drift(&self, key: &Key, applied: &DynamicObject, drift: Drift) {
+        let m = &applied.metadata;
+        let involved = ObjectReference {
+            api_version: Some(key.kind.api_version().into()),
+            kind: Some(key.kind.name().into()),
+            name: Some(key.name.clone()),
+            uid: m.uid.clone(),
+            resource_version: m.resource_version.clone(),
+            ..Default::default()
+        };
+        let namespace = m.namespace.clone().unwrap_or_else(|| transform::downstream_namespace(key));
+        self.report_drift(key, &namespace, involved, drift);
     }
 
     /// Whether `copy` already says everything the syncer would write for `upstream`
@@ -707,20 +904,13 @@ impl Syncer {
         if !self.synced() {
             return Ok(());
         }
-        let lp = ListParams::default().labels(&format!("{SYNC_TARGET_LABEL}={}", self.settings.sync_target));
-        let namespaces = Api::<Namespace>::all(self.downstream.clone()).list(&lp).await.map_err(downstream("listing namespaces"))?;
         let in_use: HashSet<String> = self.keys().map(|k| transform::downstream_namespace(&k)).collect();
-        for ns in namespaces {
-            let ours = ns
-                .metadata
-                .annotations
-                .as_ref()
-                .and_then(|a| a.get(NAMESPACE_LOCATOR_ANNOTATION))
-                .and_then(|l| NamespaceLocator::from_annotation(l))
-                .is_some();
-            let name = ns.metadata.name.unwrap_or_default();
-            if ours && ns.metadata.deletion_timestamp.is_none() && !in_use.contains(&name) {
-                self.delete_namespace(&name).await?;
+        // Ours: a namespace whose locator the syncer knows (a locator rewritten
+        // downstream is not believed, and such a namespace is left alone).
+        let unused = self.namespaces.values_where(|name| self.locators.get(name).is_some() && !in_use.contains(name));
+        for ns in unused {
+            if ns.metadata.deletion_timestamp.is_none() {
+                self.delete_namespace(ns.metadata.name.as_deref().unwrap_or_default()).await?;
             }
         }
         Ok(())

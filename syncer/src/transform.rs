@@ -85,6 +85,62 @@ pub fn covers(actual: &Value, desired: &Value) -> bool {
     }
 }
 
+/// Where `actual` does not cover `desired` ([`covers`]), one line each, as what was
+/// there and what the syncer puts back: `spec.replicas was 5, reverted to 2`. With
+/// `secret`, values under `data` and `stringData` are not shown.
+pub fn drift(actual: &Value, desired: &Value, secret: bool) -> Vec<String> {
+    let mut out = Vec::new();
+    walk(actual, desired, &mut String::new(), secret, &mut out);
+    out
+}
+
+fn walk(actual: &Value, desired: &Value, path: &mut String, secret: bool, out: &mut Vec<String>) {
+    let hidden = |path: &str| secret && (path.starts_with("data") || path.starts_with("stringData"));
+    match (actual, desired) {
+        (Value::Object(a), Value::Object(d)) => {
+            for (k, dv) in d {
+                let len = path.len();
+                if k.contains(['.', '/']) {
+                    path.push_str(&format!("[{}]", json!(k)));
+                } else {
+                    if !path.is_empty() {
+                        path.push('.');
+                    }
+                    path.push_str(k);
+                }
+                match a.get(k) {
+                    None if dv.is_null() => {}
+                    None if hidden(path) => out.push(format!("{path} was removed, reverted")),
+                    None => out.push(format!("{path} was removed, reverted to {}", shown(dv))),
+                    Some(av) => walk(av, dv, path, secret, out),
+                }
+                path.truncate(len);
+            }
+        }
+        (Value::Array(a), Value::Array(d)) if a.len() == d.len() => {
+            for (i, (av, dv)) in a.iter().zip(d).enumerate() {
+                let len = path.len();
+                path.push_str(&format!("[{i}]"));
+                walk(av, dv, path, secret, out);
+                path.truncate(len);
+            }
+        }
+        (Value::Array(a), Value::Array(d)) => out.push(format!("{path} had {} items, reverted to {}", a.len(), d.len())),
+        (a, d) if a == d => {}
+        _ if hidden(path) => out.push(format!("{path} was changed, reverted")),
+        (a, d) => out.push(format!("{path} was {}, reverted to {}", shown(a), shown(d))),
+    }
+}
+
+/// A value in a drift line: compact JSON, cut at 80 characters.
+fn shown(v: &Value) -> String {
+    let s = v.to_string();
+    match s.char_indices().nth(80) {
+        Some((i, _)) => format!("{}...", &s[..i]),
+        None => s,
+    }
+}
+
 /// The server-side-apply body of a downstream namespace for `key`'s upstream namespace.
 pub fn downstream_namespace_object(key: &Key, sync_target: &str) -> Value {
     let locator = NamespaceLocator::new(&key.workspace, &key.namespace);
@@ -161,7 +217,7 @@ impl References {
         match kind {
             Kind::ConfigMap => self.config_maps.contains(name),
             Kind::Secret => self.secrets.contains(name),
-            Kind::Deployment => false,
+            Kind::Deployment | Kind::Namespace => false,
         }
     }
 }
@@ -233,6 +289,41 @@ mod tests {
         assert!(!covers(&longer, &json!({"a": [1]})));
         longer["a"] = json!([{"name": "c", "image": "x", "imagePullPolicy": "Always"}]);
         assert!(covers(&longer, &json!({"a": [{"name": "c", "image": "x"}]})));
+    }
+
+    #[test]
+    fn drift_says_what_was_there_and_what_goes_back() {
+        let key = Key::new(Kind::Deployment, "demo", "default", "web");
+        let desired = downstream_object(&upstream(), &key, "east", Some(2));
+        let mut actual = desired.clone();
+        actual["metadata"]["uid"] = json!("d1");
+        assert!(drift(&actual, &desired, false).is_empty(), "what the server adds is no drift");
+        actual["spec"]["replicas"] = json!(5);
+        actual["metadata"]["annotations"][UPSTREAM_ANNOTATION] = json!("tampered");
+        actual["metadata"]["labels"].as_object_mut().unwrap().remove("app");
+        actual["spec"]["selector"]["matchLabels"] = json!({"app": "web", "extra": "x"});
+        actual["spec"]["template"]["metadata"]["labels"] = json!([1, 2]);
+        assert_eq!(
+            drift(&actual, &desired, false),
+            [
+                "metadata.labels.app was removed, reverted to \"web\"",
+                "metadata.annotations[\"workload.flotilla.io/upstream\"] was \"tampered\", reverted to \"demo/default/web\"",
+                "spec.replicas was 5, reverted to 2",
+                "spec.template.metadata.labels was [1,2], reverted to {\"app\":\"web\"}",
+            ]
+        );
+        // Lists: by length, then item by item.
+        assert_eq!(drift(&json!({"a": [1, 2]}), &json!({"a": [1]}), false), ["a had 2 items, reverted to 1"]);
+        assert_eq!(drift(&json!({"a": [{"b": 1}]}), &json!({"a": [{"b": 2}]}), false), ["a[0].b was 1, reverted to 2"]);
+        // A Secret's values are never shown, and long values are cut.
+        let secret = json!({"data": {"password": "czNjcmV0", "gone": "eA=="}, "type": "Opaque"});
+        let changed = json!({"data": {"password": "cHduZWQ="}, "type": "x"});
+        assert_eq!(
+            drift(&changed, &secret, true),
+            ["data.password was changed, reverted", "data.gone was removed, reverted", "type was \"x\", reverted to \"Opaque\""]
+        );
+        let long = drift(&json!({"a": "x".repeat(200)}), &json!({"a": "y"}), false);
+        assert!(long[0].len() < 120 && long[0].contains("..."), "{long:?}");
     }
 
     #[test]
