@@ -172,6 +172,12 @@ impl ApiError {
             StoreError::NotFound(_) => Self::not_found(obj),
             StoreError::Conflict { .. } => Self::conflict(obj),
             StoreError::Expired { requested, oldest } => Self::expired(format!("too old resource version: {requested} ({oldest})")),
+            StoreError::TooLarge { size, .. } => Self::too_large_because(format!(
+                "Request entity too large: {} \"{}\" would be {size} bytes when stored; an object may be at most {} bytes",
+                obj.resource,
+                obj.name,
+                crate::store::MAX_OBJECT_BYTES
+            )),
             StoreError::Backend(msg) => Self::internal(format!("storage error while writing {}: {msg}", obj.name)),
         }
     }

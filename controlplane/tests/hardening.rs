@@ -378,6 +378,8 @@ async fn invalid_requests_are_refused_as_kubernetes_refuses_them_and_nothing_is_
         d["spec"]["template"]["spec"]["containers"][0]["resources"] = json!({"requests": {"cpu": cpu}});
         j(d)
     };
+    let labels: serde_json::Map<String, Value> = (0..100_000).map(|i| (format!("l{i}"), json!("v"))).collect();
+    let labelled = j(json!({"metadata": {"name": "labelled", "labels": labels}}));
     let r = |what, method, path: String, content_type, body, code, says| Refusal { what, method, path, content_type, body, code, says };
     let web = format!("{deployments}/web");
     let cases = vec![
@@ -462,6 +464,7 @@ async fn invalid_requests_are_refused_as_kubernetes_refuses_them_and_nothing_is_
             422,
             "may not be more than 1048576 bytes",
         ),
+        r("100,000 labels", "POST", cms.to_string(), "application/json", labelled, 413, "an object may be at most 1572864 bytes"),
         r(
             "a data key with a slash",
             "POST",

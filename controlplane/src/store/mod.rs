@@ -60,6 +60,12 @@ impl WriteOp {
     }
 }
 
+/// The largest object, as stored, that a write may store: etcd's default request limit
+/// (`--max-request-bytes`, 1.5 MiB), which bounds every object kube-apiserver stores.
+/// It keeps one object from holding tens of megabytes of server memory as a parsed
+/// tree (100,000 labels did), whatever the limits on its parts allow.
+pub const MAX_OBJECT_BYTES: usize = 1536 * 1024;
+
 /// Why a store operation failed.
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum StoreError {
@@ -75,6 +81,9 @@ pub enum StoreError {
     /// The requested revision has left the event window.
     #[error("too old resource version: {requested} ({oldest})")]
     Expired { requested: Revision, oldest: Revision },
+    /// The object is larger than a stored object may be ([`MAX_OBJECT_BYTES`]).
+    #[error("key {key} would be {size} bytes when stored, over the limit of {MAX_OBJECT_BYTES}")]
+    TooLarge { key: String, size: usize },
     /// The write could not be made durable; nothing was changed.
     #[error("storage failure: {0}")]
     Backend(String),

@@ -396,7 +396,8 @@ fn stage(op: WriteOp, current: Option<Stored>, rev: Revision) -> Result<(Entry, 
                 return Err(StoreError::AlreadyExists(key));
             }
             let value = Arc::new(stamp(value, rev));
-            let event = Event { rev, key, kind: EventType::Added, doc: Doc::new(&value), prev_doc: None };
+            let doc = within_limit(&key, Doc::new(&value))?;
+            let event = Event { rev, key, kind: EventType::Added, doc, prev_doc: None };
             Ok((Entry { rev, value, doc: Some(event.doc.clone()) }, event))
         }
         WriteOp::Update { key, value, expected } => {
@@ -405,7 +406,8 @@ fn stage(op: WriteOp, current: Option<Stored>, rev: Revision) -> Result<(Entry, 
                 return Err(StoreError::Conflict { key, expected, actual: cur.rev });
             }
             let value = Arc::new(stamp(value, rev));
-            let event = Event { rev, key, kind: EventType::Modified, doc: Doc::new(&value), prev_doc: Some(cur.doc) };
+            let doc = within_limit(&key, Doc::new(&value))?;
+            let event = Event { rev, key, kind: EventType::Modified, doc, prev_doc: Some(cur.doc) };
             Ok((Entry { rev, value, doc: Some(event.doc.clone()) }, event))
         }
         WriteOp::Delete { key, expected } => {
@@ -420,6 +422,14 @@ fn stage(op: WriteOp, current: Option<Stored>, rev: Revision) -> Result<(Entry, 
             let event = Event { rev, key, kind: EventType::Deleted, doc: Doc::new(&value), prev_doc: Some(cur.doc) };
             Ok((Entry { rev, value, doc: Some(event.doc.clone()) }, event))
         }
+    }
+}
+
+/// The stored document, if it is within [`super::MAX_OBJECT_BYTES`].
+fn within_limit(key: &str, doc: Arc<Doc>) -> Result<Arc<Doc>, StoreError> {
+    match doc.raw().len() {
+        size if size > super::MAX_OBJECT_BYTES => Err(StoreError::TooLarge { key: key.to_string(), size }),
+        _ => Ok(doc),
     }
 }
 
