@@ -253,6 +253,25 @@ fn a_tampered_spec_is_reverted() {
     d.edit(&["scale", "deploy", "web", "--replicas=0"]);
     d.wait_copy("the scale reverted", "deploy/web", |c| replicas(c) == Some(2));
     d.wait_status_settled();
+
+    // What is added is taken out: server-side apply alone would leave it, as it
+    // belongs to another field manager.
+    let containers =
+        |c: Option<&Value>| c.and_then(|c| c["spec"]["template"]["spec"]["containers"].as_array().cloned()).unwrap_or_default();
+    d.edit(&["set", "env", "deploy/web", "INJECTED=1"]);
+    d.wait_copy("the added environment removed", "deploy/web", |c| {
+        let cs = containers(c);
+        cs.len() == 1 && cs[0].get("env").is_none() && cs[0]["envFrom"].as_array().is_some_and(|e| e.len() == 2)
+    });
+    d.wait_reported("web", &["spec.template.spec.containers[0].env was added, removed"]);
+    let sidecar = r#"[{"op": "add", "path": "/spec/template/spec/containers/-", "value": {"name": "sidecar", "image": "evil:1"}}]"#;
+    d.edit(&["patch", "deploy", "web", "--type=json", "-p", sidecar]);
+    d.wait_copy("the added container removed", "deploy/web", |c| {
+        let cs = containers(c);
+        cs.len() == 1 && cs[0]["name"] == "app" && cs[0]["image"] == "nginx:1.27"
+    });
+    d.wait_reported("web", &["spec.template.spec.containers[1] was added, removed"]);
+    d.wait_status_settled();
 }
 
 #[test]
@@ -277,6 +296,9 @@ fn tampered_config_maps_and_secrets_are_restored() {
         c.is_some_and(|c| c["data"]["greeting"] == "hello") && annotation(c, UPSTREAM) == Some("demo/default/web-config")
     });
     d.wait_reported("web-config", &["data.greeting"]);
+    d.edit(&["patch", "cm", "web-config", "--type=merge", "-p", r#"{"data":{"injected":"1"}}"#]);
+    d.wait_copy("the added key removed", "cm/web-config", |c| c.is_some_and(|c| c["data"] == serde_json::json!({"greeting": "hello"})));
+    d.wait_reported("web-config", &["data.injected was added, removed"]);
     d.edit(&["label", "secret", "web-secret", &format!("{TARGET}-")]);
     d.edit(&["patch", "secret", "web-secret", "--type=merge", "-p", r#"{"data":{"password":"cHduZWQ="}}"#]);
     d.wait_copy("the Secret restored", "secret/web-secret", |c| {
@@ -330,6 +352,9 @@ fn a_change_in_the_workspace_is_an_update_and_not_drift() {
         label(c, "tier") == Some("back") && c.is_some_and(|c| c["spec"]["template"]["spec"]["containers"][0]["image"] == "nginx:1.28")
     });
     d.wait_copy("the new data", "cm/web-config", |c| c.is_some_and(|c| c["data"] == serde_json::json!({"greeting": "hi", "more": "x"})));
+    // A key taken out upstream goes downstream too.
+    demo(&["patch", "cm", "web-config", "--type=json", "-p", r#"[{"op": "remove", "path": "/data/more"}]"#]);
+    d.wait_copy("the key removed", "cm/web-config", |c| c.is_some_and(|c| c["data"] == serde_json::json!({"greeting": "hi"})));
     rollout(&d.f, "web");
     d.wait_status_settled();
     d.assert_nothing_reported("changes made in the workspace");

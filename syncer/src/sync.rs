@@ -28,7 +28,8 @@
 //! leaves the lost cluster's syncer nothing to write.
 //!
 //! **Drift.** The copies' watch queues the upstream object on any edit of a copy, and
-//! the reconcile applies the copy again when it no longer says what it should. A copy
+//! the reconcile applies the copy again when it no longer says what it should, and
+//! removes what someone added to its spec or data (which an apply leaves). A copy
 //! is found by where it is ([`Place`]: the namespace, whose locator the syncer knows
 //! from the upstream side, and the name), never only by what its metadata says, which
 //! the cluster's users can rewrite: a copy whose `workload.flotilla.io/upstream`
@@ -555,22 +556,38 @@ impl Syncer {
             Some(obj) if !deleting(&obj) => {
                 let desired = transform::downstream_object(&obj, key, &self.settings.sync_target, None);
                 let version = obj.pointer("/metadata/resourceVersion").and_then(Value::as_str).map(str::to_string);
-                if copy.as_ref().is_some_and(|c| transform::covers(c, &desired)) {
-                    self.referenced_covered.insert(key.clone(), version);
-                    return Ok(Next::Done);
-                }
+                let covered = copy.as_ref().is_some_and(|c| transform::covers(c, &desired));
                 // What the copy covered last is what it should say now: it drifted.
                 // Otherwise, what it should say changed: an update.
                 let same_desired = self.referenced_covered.get(key).map(|v| *v == version);
-                let drift = match (copy, same_desired) {
-                    (Some(c), Some(true)) => Some(Drift::Changed(transform::drift(&c, &desired, key.kind == Kind::Secret))),
+                let mut drift = match (&copy, same_desired) {
+                    _ if covered => None,
+                    (Some(c), Some(true)) => Some(Drift::Changed(transform::drift(c, &desired, key.kind == Kind::Secret))),
                     (None, Some(_)) => Some(Drift::Gone),
                     _ => None,
                 };
-                let applied = self.apply_copy(key, desired).await?;
+                let (now, mut written) = match copy {
+                    Some(c) if covered => (c, None),
+                    _ => {
+                        let applied = self.apply_copy(key, desired.clone()).await?;
+                        (to_value(&applied), Some(applied))
+                    }
+                };
+                // Keys someone added to the data stay through an apply; they are taken
+                // out too. A copy's data has no defaults, so this is checked every time.
+                // It also takes out a key the workspace removed: a copy with one key
+                // more still covers what it should say, so no apply removed it.
+                if let Some((patched, lines)) = self.remove_extras(key, &now, &desired, &["data", "binaryData"]).await? {
+                    if same_desired == Some(true) && !lines.is_empty() {
+                        if let Drift::Changed(all) = drift.get_or_insert_with(|| Drift::Changed(Vec::new())) {
+                            all.extend(lines);
+                        }
+                    }
+                    written = Some(patched);
+                }
                 self.referenced_covered.insert(key.clone(), version);
-                if let Some(drift) = drift {
-                    self.report_copy_drift(key, &applied, drift);
+                if let (Some(drift), Some(written)) = (drift, &written) {
+                    self.report_copy_drift(key, written, drift);
                 }
                 Ok(Next::Done)
             }
@@ -631,11 +648,35 @@ impl Syncer {
         // more, it drifted; if what it should say changed, it is an update.
         let mark = self.covered.get(key).map(|m| m.clone());
         let same_desired = mark.as_ref().map(|m| m.share == share && m.upstream.is_of(&d.metadata));
-        let current = match copy.filter(|c| self.covers(key, d, share, c)) {
-            Some(c) => c.clone(),
-            None => {
-                let desired = transform::downstream_object(&to_value(d), key, target, Some(share));
-                let drift = match (copy, same_desired) {
+        let desired = || transform::downstream_object(&to_value(d), key, target, Some(share));
+        let current = match copy {
+            Some(c) if self.covers(key, d, share, c) => {
+                // The copy's spec changed (the syncer's own writes leave no mark to
+                // compare with), and still says all it should: someone added to it.
+                let added = same_desired == Some(true) && mark.as_ref().is_some_and(|m| m.copy.generation != c.metadata.generation);
+                match added {
+                    false => c.clone(),
+                    true => match self.remove_extras(key, &to_value(c), &desired(), &["spec"]).await {
+                        Ok(None) => c.clone(),
+                        Ok(Some((patched, lines))) => {
+                            if !lines.is_empty() {
+                                self.report_copy_drift(key, &patched, Drift::Changed(lines));
+                            }
+                            patched.try_parse::<Deployment>().unwrap_or_default()
+                        }
+                        Err(e) => {
+                            // Retried with the mark it had, so the retry sees the edit.
+                            if let Some(m) = mark {
+                                self.covered.insert(key.clone(), m);
+                            }
+                            return Err(e);
+                        }
+                    },
+                }
+            }
+            _ => {
+                let desired = desired();
+                let mut drift = match (copy, same_desired) {
                     (Some(c), Some(true)) => Some(Drift::Changed(transform::drift(&to_value(c), &desired, false))),
                     (None, Some(_)) => Some(Drift::Gone),
                     _ => None,
@@ -649,7 +690,16 @@ impl Syncer {
                     }
                     e
                 };
-                let applied = self.apply_copy(key, desired).await.map_err(restore)?;
+                let mut applied = self.apply_copy(key, desired.clone()).await.map_err(restore)?;
+                if let Some(Drift::Changed(lines)) = drift.as_mut() {
+                    // What someone added stays through an apply; it is taken out too.
+                    if let Some((patched, more)) =
+                        self.remove_extras(key, &to_value(&applied), &desired, &["spec"]).await.map_err(restore)?
+                    {
+                        lines.extend(more);
+                        applied = patched;
+                    }
+                }
                 if let Some(drift) = drift {
                     self.report_copy_drift(key, &applied, drift);
                 }
@@ -662,6 +712,38 @@ impl Syncer {
             return Ok(Next::After(left));
         }
         self.report(key, &wp, Some(entry)).await
+    }
+
+    /// Removes from the copy of `key`, as `actual`, what `desired` does not say under
+    /// the top-level fields `sections` ([`transform::extras`]), with one JSON patch:
+    /// server-side apply never removes fields another manager added. Returns the copy
+    /// as it is then, with a drift line for each field that is gone now (one the
+    /// cluster defaulted again was no drift); `None` when there is nothing to remove.
+    async fn remove_extras(
+        &self,
+        key: &Key,
+        actual: &Value,
+        desired: &Value,
+        sections: &[&str],
+    ) -> Result<Option<(DynamicObject, Vec<String>)>, Error> {
+        let extras = transform::extras(actual, desired, sections);
+        if extras.is_empty() {
+            return Ok(None);
+        }
+        let ns = transform::downstream_namespace(key);
+        let removing = || format!("removing what was added to {} {ns}/{}", key.kind.name(), key.name);
+        // Last first, so that removing an item of a list leaves the places of the
+        // items before it as they were.
+        let ops: Vec<Value> = extras.iter().rev().map(|e| json!({"op": "remove", "path": e.pointer})).collect();
+        let url = format!("{}/{}", DynamicObject::url_path(&key.kind.api_resource(), Some(&ns)), key.name);
+        let request = http::Request::patch(url)
+            .header(http::header::CONTENT_TYPE, "application/json-patch+json")
+            .body(serde_json::to_vec(&ops).unwrap_or_default())
+            .map_err(|e| downstream(removing())(kube::Error::HttpError(e)))?;
+        let patched: DynamicObject = self.downstream.request(request).await.map_err(downstream(removing()))?;
+        let left: HashSet<String> = transform::extras(&to_value(&patched), desired, sections).into_iter().map(|e| e.pointer).collect();
+        let lines = extras.into_iter().filter(|e| !left.contains(&e.pointer)).map(|e| format!("{} was added, removed", e.path)).collect();
+        Ok(Some((patched, lines)))
     }
 
     /// Reports the drift of the copy of `key`, now `applied` again.

@@ -132,6 +132,118 @@ fn walk(actual: &Value, desired: &Value, path: &mut String, secret: bool, out: &
     }
 }
 
+/// A field or list item of a copy that its desired state does not have, found by
+/// [`extras`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Extra {
+    /// Where it is, as a JSON pointer (for a JSON patch's `remove`).
+    pub pointer: String,
+    /// Where it is, as a drift line names it: `spec.template.spec.containers[0].env`.
+    pub path: String,
+}
+
+/// The keys that tell the items of a Kubernetes list map apart (containers and
+/// volumes by name, volume mounts by path, ...): the first one an item has.
+const ITEM_KEYS: [&str; 6] = ["name", "mountPath", "devicePath", "containerPort", "ip", "topologyKey"];
+
+fn item_key(v: &Value) -> Option<(&'static str, &Value)> {
+    ITEM_KEYS.iter().find_map(|k| v.get(k).map(|id| (*k, id)))
+}
+
+/// What `actual` has under the top-level fields `sections` that `desired` does not
+/// say: fields of objects, and items of lists whose items are told apart by a key
+/// (containers, env, volumes, ...; see `ITEM_KEYS`), which server-side apply leaves
+/// in place when another manager added them. Other lists are compared item by item
+/// when they are as long; an apply replaces them whole. In document order.
+///
+/// What a server defaults is in `desired` too when the control plane defaulted the
+/// upstream object the same way; removing a field the cluster defaults anyway changes
+/// nothing, as the cluster defaults it again.
+pub fn extras(actual: &Value, desired: &Value, sections: &[&str]) -> Vec<Extra> {
+    let mut out = Vec::new();
+    for section in sections {
+        let Some(a) = actual.get(section) else { continue };
+        let mut at = Path::default();
+        at.key(section);
+        match desired.get(section) {
+            None if !a.is_null() => out.push(at.extra()),
+            None => {}
+            Some(d) => extra_walk(a, d, &mut at, &mut out),
+        }
+    }
+    out
+}
+
+fn extra_walk(actual: &Value, desired: &Value, at: &mut Path, out: &mut Vec<Extra>) {
+    match (actual, desired) {
+        (Value::Object(a), Value::Object(d)) => {
+            for (k, av) in a {
+                at.key(k);
+                match d.get(k) {
+                    None if !av.is_null() => out.push(at.extra()),
+                    None => {}
+                    Some(dv) => extra_walk(av, dv, at, out),
+                }
+                at.pop();
+            }
+        }
+        (Value::Array(a), Value::Array(d)) => {
+            let keyed = |items: &[Value]| items.iter().all(|i| item_key(i).is_some());
+            if !a.is_empty() && keyed(a) && keyed(d) {
+                for (i, av) in a.iter().enumerate() {
+                    at.index(i);
+                    match d.iter().find(|dv| item_key(dv) == item_key(av)) {
+                        None => out.push(at.extra()),
+                        Some(dv) => extra_walk(av, dv, at, out),
+                    }
+                    at.pop();
+                }
+            } else if a.len() == d.len() {
+                for (i, (av, dv)) in a.iter().zip(d).enumerate() {
+                    at.index(i);
+                    extra_walk(av, dv, at, out);
+                    at.pop();
+                }
+            }
+        }
+        _ => {}
+    }
+}
+
+/// A place in a document, as a JSON pointer and as a drift line names it.
+#[derive(Default)]
+struct Path {
+    pointer: Vec<String>,
+    shown: Vec<String>,
+}
+
+impl Path {
+    fn key(&mut self, k: &str) {
+        self.pointer.push(format!("/{}", k.replace('~', "~0").replace('/', "~1")));
+        self.shown.push(if k.contains(['.', '/']) {
+            format!("[{}]", json!(k))
+        } else if self.shown.is_empty() {
+            k.to_string()
+        } else {
+            format!(".{k}")
+        });
+    }
+
+    fn index(&mut self, i: usize) {
+        self.pointer.push(format!("/{i}"));
+        self.shown.push(format!("[{i}]"));
+    }
+
+    fn pop(&mut self) {
+        self.pointer.pop();
+        self.shown.pop();
+    }
+
+    fn extra(&self) -> Extra {
+        Extra { pointer: self.pointer.concat(), path: self.shown.concat() }
+    }
+}
+
 /// A value in a drift line: compact JSON, cut at 80 characters.
 fn shown(v: &Value) -> String {
     let s = v.to_string();
@@ -324,6 +436,46 @@ mod tests {
         );
         let long = drift(&json!({"a": "x".repeat(200)}), &json!({"a": "y"}), false);
         assert!(long[0].len() < 120 && long[0].contains("..."), "{long:?}");
+    }
+
+    #[test]
+    fn extras_are_what_the_copy_has_and_should_not() {
+        let key = Key::new(Kind::Deployment, "demo", "default", "web");
+        let desired = downstream_object(&upstream(), &key, "east", Some(2));
+        let sections = ["spec"];
+        let mut actual = desired.clone();
+        actual["metadata"]["labels"]["added"] = json!("by someone");
+        actual["status"] = json!({"replicas": 2});
+        assert_eq!(extras(&actual, &desired, &sections), [], "only the sections asked for");
+        actual["spec"]["paused"] = json!(true);
+        actual["spec"]["template"]["metadata"]["annotations"] = json!({"a/b": "c"});
+        actual["spec"]["template"]["spec"] = json!({"containers": [
+            {"name": "sidecar", "image": "evil"},
+            {"name": "app", "image": "nginx", "env": [{"name": "FOO", "value": "bar"}]}
+        ]});
+        let mut want = desired.clone();
+        want["spec"]["template"]["spec"] = json!({"containers": [{"name": "app", "image": "nginx"}], "dnsPolicy": "ClusterFirst"});
+        let found = extras(&actual, &want, &sections);
+        let pointers: Vec<&str> = found.iter().map(|e| e.pointer.as_str()).collect();
+        assert_eq!(
+            pointers,
+            [
+                "/spec/template/metadata/annotations",
+                "/spec/template/spec/containers/0",
+                "/spec/template/spec/containers/1/env",
+                "/spec/paused",
+            ]
+        );
+        assert_eq!(found[2].path, "spec.template.spec.containers[1].env");
+        // Keys with a slash, and unkeyed lists of the same length, item by item.
+        let cm = json!({"data": {"a/b": "1", "c": "2"}, "binaryData": {"x": "eA=="}});
+        let found = extras(&cm, &json!({"data": {"c": "2"}}), &["data", "binaryData"]);
+        assert_eq!(
+            found.iter().map(|e| (e.pointer.as_str(), e.path.as_str())).collect::<Vec<_>>(),
+            [("/data/a~1b", "data[\"a/b\"]"), ("/binaryData", "binaryData")]
+        );
+        assert_eq!(extras(&json!({"s": [{"x": 1, "y": 2}]}), &json!({"s": [{"x": 1}]}), &["s"])[0].pointer, "/s/0/y");
+        assert_eq!(extras(&json!({"s": [1, 2]}), &json!({"s": [1]}), &["s"]), [], "an apply replaces an unkeyed list");
     }
 
     #[test]
