@@ -708,23 +708,30 @@ impl Api {
                     return Err(ApiError::not_found(scope.obj(name)));
                 }
             };
-            let old = to_external(scope, &current.value);
-            let mut applied_fields = None;
-            let patched = match kind {
-                PatchKind::Json => json_patch_apply(&old, &patch_doc, &scope.rt.kind, scope.obj(name))?,
-                PatchKind::Merge => {
-                    let mut v = old.into_owned();
-                    json_patch::merge(&mut v, &patch_doc);
-                    v
-                }
-                PatchKind::Strategic => patch::strategic::apply(&old, &patch_doc, scope.rt.patch_meta())
-                    .map_err(|e| ApiError::bad_request(format!("strategic merge patch: {e}")))?,
-                PatchKind::Apply { force } => {
-                    let full = self.server_side_apply(scope, name, Some(&old), &patch_doc, force, sub, opts)?;
-                    applied_fields = Some(full.pointer("/metadata/managedFields").cloned().unwrap_or(Value::Null));
-                    full
-                }
-            };
+            // Patching a large object runs off the async workers (decode::heavy).
+            let size = current.doc.as_ref().map_or(0, |d| d.raw().len());
+            let (patched, applied_fields) = crate::decode::heavy(size, || -> Result<(Value, Option<Value>), ApiError> {
+                let old = to_external(scope, &current.value);
+                Ok(match kind {
+                    PatchKind::Json => (json_patch_apply(&old, &patch_doc, &scope.rt.kind, scope.obj(name))?, None),
+                    PatchKind::Merge => {
+                        let mut v = old.into_owned();
+                        json_patch::merge(&mut v, &patch_doc);
+                        (v, None)
+                    }
+                    PatchKind::Strategic => (
+                        patch::strategic::apply(&old, &patch_doc, scope.rt.patch_meta())
+                            .map_err(|e| ApiError::bad_request(format!("strategic merge patch: {e}")))?,
+                        None,
+                    ),
+                    PatchKind::Apply { force } => {
+                        let full = self.server_side_apply(scope, name, Some(&old), &patch_doc, force, sub, opts)?;
+                        let fields = full.pointer("/metadata/managedFields").cloned().unwrap_or(Value::Null);
+                        (full, Some(fields))
+                    }
+                })
+            })
+            .await?;
             // The patched document must still be an object of the type (a JSON patch can
             // replace the root with anything).
             if !patched.is_object() {

@@ -8,9 +8,12 @@
 //!   tokens and the nesting of `{`/`[`. Block nesting needs indentation, so a body's
 //!   size already bounds it. The same object is thus accepted as JSON and as YAML.
 //!
-//! Decoding runs on the blocking pool through [`offload`], at most [`DECODERS`] at a
-//! time, so a burst of large bodies waits its turn there while GETs, watches and
-//! heartbeats keep the async workers.
+//! Work that grows with a large body or object runs off the async workers, at most
+//! [`DECODERS`] at a time, so a burst of large bodies waits its turn there while GETs,
+//! watches and heartbeats keep the async workers: decoding through [`offload`] (on the
+//! blocking pool), and applying a patch through [`heavy`] (the worker hands its other
+//! tasks to another thread while it computes). Small requests, nearly all of them, are
+//! handled inline: moving them would cost more than it spares.
 
 use serde_json::Value;
 use tokio::sync::Semaphore;
@@ -26,12 +29,33 @@ pub const MAX_DEPTH: usize = 128;
 /// on this semaphore, not on the async workers.
 pub const DECODERS: usize = 4;
 
+/// From this size on, a body or an object is decoded or patched off the async workers.
+/// serde_json decodes 64 KiB in well under a millisecond.
+pub const HEAVY_BYTES: usize = 64 * 1024;
+
 static PERMITS: Semaphore = Semaphore::const_new(DECODERS);
 
-/// Runs `f` on the blocking pool, at most [`DECODERS`] at a time.
-pub async fn offload<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> Result<T, ApiError> {
+/// Runs `f` over a body of `size` bytes: inline when it is small, else on the blocking
+/// pool, at most [`DECODERS`] at a time.
+pub async fn offload<T: Send + 'static>(size: usize, f: impl FnOnce() -> T + Send + 'static) -> Result<T, ApiError> {
+    if size < HEAVY_BYTES {
+        return Ok(f());
+    }
     let _permit = PERMITS.acquire().await.map_err(|_| ApiError::unavailable("the decoder pool is closed"))?;
     tokio::task::spawn_blocking(f).await.map_err(|e| ApiError::internal(format!("decoding the request body failed: {e}")))
+}
+
+/// Runs `f`, CPU work over `size` bytes that borrows the caller's data: inline when it
+/// is small, else with this async worker's other tasks handed to another thread
+/// (`block_in_place`), at most [`DECODERS`] at a time. A current-thread runtime (some
+/// tests) has no other thread to hand them to, and runs it inline.
+pub async fn heavy<T>(size: usize, f: impl FnOnce() -> T) -> T {
+    use tokio::runtime::{Handle, RuntimeFlavor};
+    if size < HEAVY_BYTES || Handle::current().runtime_flavor() != RuntimeFlavor::MultiThread {
+        return f();
+    }
+    let _permit = PERMITS.acquire().await;
+    tokio::task::block_in_place(f)
 }
 
 /// A JSON body.

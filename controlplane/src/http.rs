@@ -490,7 +490,7 @@ async fn resource(
                 return Err(ApiError::bad_request("force: Forbidden: may not be specified for non-apply patch"));
             }
             let bytes = read_body(body).await?;
-            let doc = decode::offload(move || api::decode_patch(kind, &bytes)).await??;
+            let doc = decode::offload(bytes.len(), move || api::decode_patch(kind, &bytes)).await??;
             if s == Some("scale") && rt.scale.is_some() {
                 return Ok(json_response(
                     200,
@@ -705,7 +705,7 @@ async fn read_object(headers: &HeaderMap, body: Body) -> Result<Value, ApiError>
         }
     };
     let bytes = read_body(body).await?;
-    decode::offload(move || decoder(&bytes)).await?
+    decode::offload(bytes.len(), move || decoder(&bytes)).await?
 }
 
 fn patch_kind(headers: &HeaderMap, force: bool) -> Result<PatchKind, ApiError> {
