@@ -328,6 +328,8 @@ fn pull_manifest(name: &str, image: &str, upstream: &str) -> anyhow::Result<Stri
         {"apiGroups": [""], "resources": ["configmaps", "secrets"], "verbs": ["get", "list", "watch", "create", "patch", "update", "delete"]},
         {"apiGroups": ["apps"], "resources": ["deployments"], "verbs": ["get", "list", "watch", "create", "patch", "update", "delete"]},
         {"apiGroups": [""], "resources": ["nodes", "pods"], "verbs": ["get", "list", "watch"]},
+        // The syncer reports a drift it reverted as an Event on the copy.
+        {"apiGroups": [""], "resources": ["events"], "verbs": ["create", "patch"]},
     ]);
     let docs = [
         json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}),
