@@ -31,8 +31,28 @@ fn without_huge_pages() {
     let _ = nix::sys::prctl::set_thp_disable(true);
 }
 
+/// Raises the soft limit on open files to the hard limit, as Go programs do at start
+/// (Go's os package, since 1.19). The soft limit of 1,024 that many systems still set
+/// protects programs that use select(2), which Flotilla does not; the server holds a
+/// file per connection, and at 1,024 it cannot accept its thousandth client. A refusal
+/// leaves the limit as it was and is not reported, for the reasons given at
+/// [`without_huge_pages`]; the server bounds the connections that have not sent a
+/// request anyway (controlplane/src/listener.rs).
+fn raise_open_files_limit() {
+    #[cfg(unix)]
+    {
+        use nix::sys::resource::{getrlimit, setrlimit, Resource};
+        if let Ok((soft, hard)) = getrlimit(Resource::RLIMIT_NOFILE) {
+            if soft < hard {
+                let _ = setrlimit(Resource::RLIMIT_NOFILE, hard, hard);
+            }
+        }
+    }
+}
+
 fn main() -> std::process::ExitCode {
     without_huge_pages();
+    raise_open_files_limit();
     // As a kubectl plugin, help and errors name the command the user typed.
     let cli = if cmd::is_kubectl_plugin() {
         let matches = <cli::Cli as clap::CommandFactory>::command().bin_name("kubectl flotilla").get_matches();
