@@ -19,6 +19,7 @@ pub mod http;
 pub mod jsonpath;
 pub mod kinds;
 pub mod kubeconfig;
+pub mod listener;
 pub mod metrics;
 pub mod objmeta;
 pub mod openapi;

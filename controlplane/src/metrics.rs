@@ -11,6 +11,12 @@ pub struct Metrics {
     pub request_total: IntCounterVec,
     /// Open watches.
     pub watchers: IntGauge,
+    /// Connections that have not sent a request yet (TLS handshake or first request
+    /// still to come): see [`crate::listener`].
+    pub connections_pending: IntGauge,
+    /// Connections the server closed before their first request, by reason (one of
+    /// [`crate::listener::REJECT_REASONS`]).
+    pub connections_rejected: IntCounterVec,
 }
 
 impl Metrics {
@@ -27,6 +33,20 @@ impl Metrics {
         registry.register(Box::new(requests.clone()))?;
         registry.register(Box::new(request_total.clone()))?;
         registry.register(Box::new(watchers.clone()))?;
-        Ok(Self { requests, request_total, watchers })
+        let connections_pending = IntGauge::new(
+            "flotilla_apiserver_connections_pending",
+            "Connections that have not sent a request yet: in the TLS handshake, or waiting for the first request",
+        )?;
+        let connections_rejected = IntCounterVec::new(
+            Opts::new("flotilla_apiserver_connections_rejected_total", "Connections closed by the server before their first request"),
+            &["reason"],
+        )?;
+        // Every reason is exported from the start, at 0.
+        for reason in crate::listener::REJECT_REASONS {
+            connections_rejected.with_label_values(&[reason]);
+        }
+        registry.register(Box::new(connections_pending.clone()))?;
+        registry.register(Box::new(connections_rejected.clone()))?;
+        Ok(Self { requests, request_total, watchers, connections_pending, connections_rejected })
     }
 }

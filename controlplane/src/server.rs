@@ -1,5 +1,6 @@
 //! Running the control plane: the data dir, TLS, tokens, bootstrap of the root
-//! workspace, the in-process controllers, and the HTTPS server with graceful shutdown.
+//! workspace, the in-process controllers, and the HTTPS server ([`listener`]) with
+//! graceful shutdown.
 
 use std::fs::File;
 use std::net::SocketAddr;
@@ -16,7 +17,7 @@ use crate::http::{self, AppState};
 use crate::metrics::Metrics;
 use crate::registry::{Profile, Registry};
 use crate::store::{SqliteStore, Store, WindowLimits};
-use crate::{controllers, kubeconfig, tls};
+use crate::{controllers, kubeconfig, listener, tls};
 
 /// How long in-flight requests get to finish on shutdown. Watches are cut at once
 /// (clients resume them); short requests finish well within this.
@@ -77,8 +78,7 @@ pub struct Server {
     /// Token authority.
     pub auth: Arc<Auth>,
     router: axum::Router,
-    handle: axum_server::Handle<SocketAddr>,
-    task: tokio::task::JoinHandle<std::io::Result<()>>,
+    serving: listener::Serving,
     controllers: tokio::task::JoinHandle<()>,
     stop: tokio::sync::watch::Sender<bool>,
     _lock: File,
@@ -101,8 +101,7 @@ impl Server {
         let _ = self.stop.send(true);
         self.controllers.abort();
         let _ = self.controllers.await;
-        self.handle.graceful_shutdown(Some(SHUTDOWN_GRACE));
-        self.task.await??;
+        self.serving.shutdown(SHUTDOWN_GRACE).await?;
         Ok(())
     }
 }
@@ -214,7 +213,7 @@ pub async fn start(config: ServerConfig, prometheus: prometheus::Registry) -> an
     let state = Arc::new(AppState {
         api: api.clone(),
         auth: auth.clone(),
-        metrics,
+        metrics: metrics.clone(),
         prometheus,
         ready: std::sync::atomic::AtomicBool::new(false),
         single_cluster: config.single_cluster,
@@ -222,18 +221,15 @@ pub async fn start(config: ServerConfig, prometheus: prometheus::Registry) -> an
     });
     let controllers = tokio::spawn(controllers::run(api.clone()));
 
-    let rustls_config = axum_server::tls_rustls::RustlsConfig::from_pem(tls.cert_pem.into_bytes(), tls.key_pem.into_bytes()).await?;
-    let handle = axum_server::Handle::new();
-    let app = http::router(state.clone());
-    let server = axum_server::from_tcp_rustls(listener, rustls_config)?.handle(handle.clone());
-    let router = app.clone();
-    let task = tokio::spawn(async move { server.serve(app.into_make_service()).await });
+    let router = http::router(state.clone());
+    let listener = tokio::net::TcpListener::from_std(listener)?;
+    let serving = listener::serve(listener, tls.server_config()?, router.clone(), listener::Limits::default(), metrics);
     let kubeconfig = config.kubeconfig.clone();
     let contexts = workspace_contexts(&api, &auth);
     kubeconfig::write_admin(&kubeconfig, &config.name, addr, &tls.ca_pem, auth.admin_token(), &contexts, config.single_cluster)?;
     state.ready.store(true, Ordering::Release);
     tracing::info!(%addr, data_dir = %config.data_dir.display(), "control plane serving");
-    Ok(Server { api, addr, kubeconfig, auth, router, handle, task, controllers, stop, _lock: lock })
+    Ok(Server { api, addr, kubeconfig, auth, router, serving, controllers, stop, _lock: lock })
 }
 
 /// (workspace, scoped token) for every workspace, for the kubeconfig.

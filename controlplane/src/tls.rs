@@ -5,6 +5,7 @@
 //! is reissued from that CA at every start, for the names the server is reached by.
 
 use std::path::Path;
+use std::sync::Arc;
 
 use rcgen::{BasicConstraints, CertificateParams, DistinguishedName, DnType, IsCa, Issuer, KeyPair, KeyUsagePurpose, SanType};
 
@@ -18,6 +19,24 @@ pub struct TlsMaterial {
     pub cert_pem: String,
     /// The serving key.
     pub key_pem: String,
+}
+
+impl TlsMaterial {
+    /// The server's TLS configuration: the serving certificate, no client certificates
+    /// (clients authenticate with bearer tokens), and HTTP/2 or HTTP/1.1 by ALPN,
+    /// HTTP/2 first, as kube-apiserver offers them.
+    pub fn server_config(&self) -> anyhow::Result<Arc<rustls::ServerConfig>> {
+        use rustls::pki_types::pem::PemObject;
+        use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+        let chain = CertificateDer::pem_slice_iter(self.cert_pem.as_bytes()).collect::<Result<Vec<_>, _>>()?;
+        let key = PrivateKeyDer::from_pem_slice(self.key_pem.as_bytes())?;
+        let mut config = rustls::ServerConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+            .with_safe_default_protocol_versions()?
+            .with_no_client_auth()
+            .with_single_cert(chain, key)?;
+        config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+        Ok(Arc::new(config))
+    }
 }
 
 fn ca_params(common_name: &str) -> Result<CertificateParams, rcgen::Error> {
