@@ -19,6 +19,7 @@ use kube::api::{Api, DynamicObject, PostParams, WatchEvent, WatchParams};
 use kube::core::{ApiResource, GroupVersionKind};
 use serde_json::json;
 
+mod hostile;
 mod plot;
 mod report;
 mod scale;
@@ -47,7 +48,7 @@ struct Args {
     publish: bool,
     /// Run one group of scenarios only: `syncer` is both `syncer-latency` and
     /// `syncer-steady`; `scheduler` is both `scheduler-assign` and `scheduler-failover`.
-    #[arg(long, value_parser = ["controlplane", "sim", "syncer", "syncer-latency", "syncer-steady", "scheduler", "scheduler-assign", "scheduler-failover", "scale"])]
+    #[arg(long, value_parser = ["controlplane", "sim", "syncer", "syncer-latency", "syncer-steady", "scheduler", "scheduler-assign", "scheduler-failover", "scale", "hostile-bodies"])]
     only: Option<String>,
 }
 
@@ -76,6 +77,7 @@ struct Sizes {
     /// Heartbeat (interval, grace) settings the failover runs at: the defaults first.
     failover_settings: Vec<(u64, u64)>,
     scale: scale::Sizes,
+    hostile: hostile::Sizes,
 }
 
 impl Sizes {
@@ -100,6 +102,7 @@ impl Sizes {
                 failover_deployments: 100,
                 failover_settings: vec![(2, 8)],
                 scale: scale::Sizes { workspaces: 20, deployments_per_workspace: 5, clusters: 4, window_secs: 10 },
+                hostile: hostile::Sizes { repeats: 2, floor_repeats: 20, gets: 200, heartbeats: 30, window_secs: 3, senders: 16, worst: 3 },
             }
         } else {
             Sizes {
@@ -121,6 +124,15 @@ impl Sizes {
                 failover_deployments: 1_000,
                 failover_settings: vec![(2, 8), (1, 4)],
                 scale: scale::Sizes { workspaces: 1_000, deployments_per_workspace: 10, clusters: 100, window_secs: 30 },
+                hostile: hostile::Sizes {
+                    repeats: 10,
+                    floor_repeats: 100,
+                    gets: 500,
+                    heartbeats: 100,
+                    window_secs: 20,
+                    senders: 16,
+                    worst: 3,
+                },
             }
         }
     }
@@ -377,6 +389,11 @@ async fn main() -> anyhow::Result<()> {
             report.calibrate("scale").await;
             let r = scale::rows(&args.flotilla, s.scale, &mut report).await;
             report.outcome("scale", r);
+        }
+        if selected("hostile-bodies") {
+            report.calibrate("hostile-bodies").await;
+            let r = hostile::rows(&args.flotilla, s.hostile, &mut report).await;
+            report.outcome("hostile-bodies", r);
         }
     }
     report.print_table();
