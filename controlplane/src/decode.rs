@@ -7,6 +7,13 @@
 //!   pending flow level at each token, so its cost grows with the product of the
 //!   tokens and the nesting of `{`/`[`. Block nesting needs indentation, so a body's
 //!   size already bounds it. The same object is thus accepted as JSON and as YAML.
+//! - **Expansion.** A YAML alias (`*a`) stands for a whole copy of its anchor's node,
+//!   so a few kilobytes of anchors, each a list of aliases to the one before, expand
+//!   to billions of values ("billion laughs"); serde_yaml bounds only the number of
+//!   alias jumps, not what they expand to. [`yaml_or_json`] builds the value itself and
+//!   stops once it has made [`MAX_YAML_NODES_PER_BYTE`] values per byte of the body
+//!   (plus [`YAML_NODE_ALLOWANCE`]): more than a document without aliases can hold, so
+//!   only aliasing is refused, and decoding stays linear in the body's size.
 //!
 //! Work that grows with a large body or object runs off the async workers, at most
 //! [`DECODERS`] at a time, so a burst of large bodies waits its turn there while GETs,
@@ -15,7 +22,11 @@
 //! tasks to another thread while it computes). Small requests, nearly all of them, are
 //! handled inline: moving them would cost more than it spares.
 
-use serde_json::Value;
+use std::cell::Cell;
+use std::fmt;
+
+use serde::de::{self, DeserializeSeed, MapAccess, SeqAccess, Visitor};
+use serde_json::{Map, Number, Value};
 use tokio::sync::Semaphore;
 
 use crate::error::ApiError;
@@ -24,6 +35,17 @@ use crate::error::ApiError;
 /// YAML too. No Kubernetes object comes near it (a CRD schema uses two levels per
 /// level of its own nesting).
 pub const MAX_DEPTH: usize = 128;
+
+/// How many values a YAML body may decode to per byte of its size. A document without
+/// aliases stays below it: each value needs a byte of its own (a character, a separator
+/// or an indicator), and the densest form found, lines of `- ?` (a list of maps with
+/// a null key and a null value), makes 3 values of 4 bytes (see
+/// `dense_documents_without_aliases_fit_the_budget`).
+pub const MAX_YAML_NODES_PER_BYTE: usize = 1;
+
+/// Values every YAML body may decode to whatever its size, so that a small manifest
+/// may still reuse an anchor a few times.
+pub const YAML_NODE_ALLOWANCE: usize = 4096;
 
 /// How many bodies are decoded at once. Each uses a core while it runs; the rest wait
 /// on this semaphore, not on the async workers.
@@ -75,7 +97,144 @@ pub fn yaml_or_json(body: &[u8]) -> Result<Value, ApiError> {
     if depth > MAX_DEPTH {
         return Err(ApiError::bad_request(format!("error decoding YAML: the document is nested deeper than {MAX_DEPTH} levels")));
     }
-    serde_yaml::from_slice(body).map_err(|e| ApiError::bad_request(format!("error decoding YAML: {e}")))
+    let budget = Cell::new(body.len().saturating_mul(MAX_YAML_NODES_PER_BYTE).saturating_add(YAML_NODE_ALLOWANCE));
+    Node(&budget)
+        .deserialize(serde_yaml::Deserializer::from_slice(body))
+        .map_err(|e| ApiError::bad_request(format!("error decoding YAML: {e}")))
+}
+
+/// Builds a [`Value`] as serde_json's own `Deserialize` does, spending one unit of a
+/// shared budget per value (map keys included) and failing once it is spent, so an
+/// aliased document stops expanding there.
+struct Node<'b>(&'b Cell<usize>);
+
+impl Node<'_> {
+    fn spend<E: de::Error>(&self) -> Result<(), E> {
+        match self.0.get().checked_sub(1) {
+            Some(left) => {
+                self.0.set(left);
+                Ok(())
+            }
+            None => Err(E::custom("the document expands to more values than it has bytes; its aliases repeat too much of it")),
+        }
+    }
+}
+
+impl<'de> DeserializeSeed<'de> for Node<'_> {
+    type Value = Value;
+
+    fn deserialize<D: de::Deserializer<'de>>(self, deserializer: D) -> Result<Value, D::Error> {
+        deserializer.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for Node<'_> {
+    type Value = Value;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("any valid JSON value")
+    }
+
+    fn visit_bool<E: de::Error>(self, v: bool) -> Result<Value, E> {
+        self.spend()?;
+        Ok(Value::Bool(v))
+    }
+
+    fn visit_i64<E: de::Error>(self, v: i64) -> Result<Value, E> {
+        self.spend()?;
+        Ok(Value::Number(v.into()))
+    }
+
+    fn visit_u64<E: de::Error>(self, v: u64) -> Result<Value, E> {
+        self.spend()?;
+        Ok(Value::Number(v.into()))
+    }
+
+    fn visit_i128<E: de::Error>(self, v: i128) -> Result<Value, E> {
+        self.spend()?;
+        <Number as de::Deserialize>::deserialize(de::value::I128Deserializer::<E>::new(v)).map(Value::Number)
+    }
+
+    fn visit_u128<E: de::Error>(self, v: u128) -> Result<Value, E> {
+        self.spend()?;
+        <Number as de::Deserialize>::deserialize(de::value::U128Deserializer::<E>::new(v)).map(Value::Number)
+    }
+
+    fn visit_f64<E: de::Error>(self, v: f64) -> Result<Value, E> {
+        self.spend()?;
+        Ok(Number::from_f64(v).map_or(Value::Null, Value::Number))
+    }
+
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<Value, E> {
+        self.spend()?;
+        Ok(Value::String(v.to_owned()))
+    }
+
+    fn visit_string<E: de::Error>(self, v: String) -> Result<Value, E> {
+        self.spend()?;
+        Ok(Value::String(v))
+    }
+
+    fn visit_none<E: de::Error>(self) -> Result<Value, E> {
+        self.spend()?;
+        Ok(Value::Null)
+    }
+
+    fn visit_some<D: de::Deserializer<'de>>(self, deserializer: D) -> Result<Value, D::Error> {
+        deserializer.deserialize_any(self)
+    }
+
+    fn visit_unit<E: de::Error>(self) -> Result<Value, E> {
+        self.spend()?;
+        Ok(Value::Null)
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
+        self.spend()?;
+        let mut items = Vec::new();
+        while let Some(item) = seq.next_element_seed(Node(self.0))? {
+            items.push(item);
+        }
+        Ok(Value::Array(items))
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
+        self.spend()?;
+        let mut object = Map::new();
+        while let Some(key) = map.next_key_seed(Key)? {
+            self.spend()?;
+            let value = map.next_value_seed(Node(self.0))?;
+            object.insert(key, value);
+        }
+        Ok(Value::Object(object))
+    }
+}
+
+/// A map key, which JSON requires to be a string (serde_json's `KeyClassifier`).
+struct Key;
+
+impl<'de> DeserializeSeed<'de> for Key {
+    type Value = String;
+
+    fn deserialize<D: de::Deserializer<'de>>(self, deserializer: D) -> Result<String, D::Error> {
+        deserializer.deserialize_str(self)
+    }
+}
+
+impl<'de> Visitor<'de> for Key {
+    type Value = String;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a string key")
+    }
+
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<String, E> {
+        Ok(v.to_owned())
+    }
+
+    fn visit_string<E: de::Error>(self, v: String) -> Result<String, E> {
+        Ok(v)
+    }
 }
 
 /// The deepest nesting of YAML flow collections (`{…}`, `[…]`) in `body`, in one pass:
@@ -141,5 +300,69 @@ mod tests {
         assert_eq!(yaml_or_json(b"{\"kind\": \"ConfigMap\"}").unwrap()["kind"], "ConfigMap");
         // YAML flow style that is not JSON still decodes.
         assert_eq!(yaml_or_json(b"{kind: ConfigMap}").unwrap()["kind"], "ConfigMap");
+    }
+
+    #[test]
+    fn aliases_that_expand_past_the_budget_are_refused() {
+        // "Billion laughs": nine levels of ten aliases each, 10^9 strings from 300 bytes.
+        let mut lol = String::from("a0: &a0 lol\n");
+        for i in 1..10 {
+            lol.push_str(&format!("a{i}: &a{i} [{}]\n", vec![format!("*a{}", i - 1); 10].join(",")));
+        }
+        let e = yaml_or_json(lol.as_bytes()).unwrap_err();
+        assert!(e.message.contains("expands to more values than it has bytes"), "{}", e.message);
+        // Found by tests/fuzz.rs: 40 KB that serde_yaml alone expands to 1.2 * 10^9 values.
+        let body = format!("a: &a [{}]\nb: &b [{}]\nc: [{}]\n", ["x"; 2000].join(","), ["*a"; 12_000].join(","), ["*b"; 50].join(","));
+        let start = std::time::Instant::now();
+        assert_eq!(yaml_or_json(body.as_bytes()).unwrap_err().code, 400);
+        assert!(start.elapsed() < std::time::Duration::from_secs(2), "{:?}", start.elapsed());
+        // Ordinary reuse of an anchor is fine.
+        let v = yaml_or_json(b"base: &b {image: nginx, ports: [80, 443]}\nweb: *b\napi: *b\n").unwrap();
+        assert_eq!(v["api"]["ports"][1], 443);
+    }
+
+    #[test]
+    fn dense_documents_without_aliases_fit_the_budget() {
+        let n = 16_000;
+        for body in [
+            "- ?\n".repeat(n),
+            "- a:\n".repeat(n),
+            "-\n".repeat(n),
+            "- -\n".repeat(n),
+            "- {}\n".repeat(n),
+            format!("[{}]", vec!["~"; n].join(",")),
+            format!("{{{}}}", (0..n).map(|i| format!("k{i}")).collect::<Vec<_>>().join(",")),
+            (0..n).map(|i| format!("? {i}\n")).collect(),
+        ] {
+            if let Err(e) = yaml_or_json(body.as_bytes()) {
+                panic!("{:?}...: {}", &body[..8], e.message);
+            }
+        }
+    }
+
+    /// The budgeted builder makes what serde_yaml's own `Value` deserialization makes.
+    #[test]
+    fn yaml_decodes_as_serde_yaml_does() {
+        let docs = [
+            "",
+            "~",
+            "a: 1\nb: -2\nc: 1.5\nd: true\ne: null\nf: \"x\"\ng: [1, {h: i}]\n",
+            "big: 18446744073709551616\nneg: -9223372036854775809\nhuge: 1e400\nnan: .nan\ninf: -.inf\n",
+            "1: a\ntrue: b\nnull: c\n~: d\n",
+            "? [a]\n: b\n",
+            "a: !!str 1\nb: !custom x\n",
+            "---\na: 1\n---\nb: 2\n",
+            "a: &x 1\nb: *x\n",
+            "a: *nope\n",
+            "- - - x\n",
+            "a: |\n  text\n  more\nb: >-\n  folded\n",
+            "{a: 1, a: 2}",
+            "\"\\u00e9\": 0x1f\n",
+        ];
+        for doc in docs {
+            let ours = yaml_or_json(doc.as_bytes()).map_err(|e| e.message);
+            let theirs = serde_yaml::from_slice::<Value>(doc.as_bytes()).map_err(|e| format!("error decoding YAML: {e}"));
+            assert_eq!(ours, theirs, "{doc:?}");
+        }
     }
 }
