@@ -335,11 +335,26 @@ fn match_expression(index: usize, expr: &Value) -> Result<Requirement, SelectorE
     new_requirement(&key, op, values).map_err(invalid)
 }
 
+/// How many errors about single values one requirement spells out. Kubernetes lists
+/// every bad value, each error repeating the key and the validation rule: a 64 KiB
+/// `in (...)` list made 10 MB of error text (and took over 100 ms) that way. Past this
+/// many the rest are only counted.
+const MAX_VALUE_ERRORS: usize = 32;
+
 /// Validates and builds a requirement the way `labels.NewRequirement` does, returning
 /// the aggregated field-error text on failure. `values` are reported in the order given
-/// and stored sorted and de-duplicated (they are a set).
+/// and stored sorted and de-duplicated (they are a set); at most [`MAX_VALUE_ERRORS`]
+/// bad values are described.
 fn new_requirement(key: &str, op: Operator, mut values: Vec<String>) -> Result<Requirement, String> {
     let mut errs = Vec::new();
+    // Errors about single values: described up to the limit, then counted.
+    let mut value_errors = 0usize;
+    let mut value_error = |errs: &mut Vec<String>, describe: &dyn Fn() -> String| {
+        if value_errors < MAX_VALUE_ERRORS {
+            errs.push(describe());
+        }
+        value_errors += 1;
+    };
     let key_errs = qualified_name_errors(key);
     if !key_errs.is_empty() {
         errs.push(invalid_field("key", &go_quote(key), &key_errs.join("; ")));
@@ -366,20 +381,20 @@ fn new_requirement(key: &str, op: Operator, mut values: Vec<String>) -> Result<R
             }
             for (i, v) in values.iter().enumerate() {
                 if v.parse::<i64>().is_err() {
-                    errs.push(invalid_field(
-                        &format!("values[{i}]"),
-                        &go_quote(v),
-                        "for 'Gt', 'Lt' operators, the value must be an integer",
-                    ));
+                    value_error(&mut errs, &|| {
+                        invalid_field(&format!("values[{i}]"), &go_quote(v), "for 'Gt', 'Lt' operators, the value must be an integer")
+                    });
                 }
             }
         }
     }
     for (i, v) in values.iter().enumerate() {
-        let value_errs = label_value_errors(v);
-        if !value_errs.is_empty() {
-            errs.push(invalid_field(&format!("values[{i}][{key}]"), &go_quote(v), &value_errs.join("; ")));
+        if !is_label_value(v) {
+            value_error(&mut errs, &|| invalid_field(&format!("values[{i}][{key}]"), &go_quote(v), &label_value_errors(v).join("; ")));
         }
+    }
+    if value_errors > MAX_VALUE_ERRORS {
+        errs.push(format!("and {} more invalid values", value_errors - MAX_VALUE_ERRORS));
     }
     if !errs.is_empty() {
         return Err(aggregate(errs));
@@ -745,6 +760,11 @@ fn qualified_name_errors(value: &str) -> Vec<String> {
     errs
 }
 
+/// Whether [`label_value_errors`] finds nothing, without describing anything.
+fn is_label_value(value: &str) -> bool {
+    value.len() <= LABEL_VALUE_MAX_LEN && (value.is_empty() || is_qualified_name_part(value))
+}
+
 /// The problems with a label value, as `validation.IsValidLabelValue` reports them.
 fn label_value_errors(value: &str) -> Vec<String> {
     let mut errs = Vec::new();
@@ -767,16 +787,13 @@ fn invalid_field(path: &str, bad_value: &str, detail: &str) -> String {
 /// Joins field errors the way `ErrorList.ToAggregate().Error()` does: duplicates
 /// dropped, a single error bare, several in brackets.
 fn aggregate(errs: Vec<String>) -> String {
-    let mut unique: Vec<String> = Vec::with_capacity(errs.len());
-    for e in errs {
-        if !unique.contains(&e) {
-            unique.push(e);
-        }
-    }
-    if unique.len() == 1 {
-        unique.pop().unwrap_or_default()
-    } else {
-        format!("[{}]", unique.join(", "))
+    // A set, not a scan of the list: one error per value of a long `in (...)` list
+    // made this quadratic (tests/fuzz.rs).
+    let mut seen = std::collections::HashSet::with_capacity(errs.len());
+    let unique: Vec<&str> = errs.iter().map(String::as_str).filter(|e| seen.insert(*e)).collect();
+    match unique.as_slice() {
+        [one] => (*one).to_owned(),
+        _ => format!("[{}]", unique.join(", ")),
     }
 }
 
@@ -1235,6 +1252,11 @@ mod tests {
         assert!(e.starts_with("unable to parse requirement: [values[0][a]: Invalid value: \"-b\""), "{e}");
         assert!(e.contains(", values[1][a]: Invalid value: \"_c\""), "{e}");
         assert!(e.ends_with(']'), "{e}");
+        // A long list of bad values is described up to a limit, then counted.
+        let many = format!("a in ({})", (0..1000).map(|i| format!("-{i}")).collect::<Vec<_>>().join(","));
+        let e = err(&many);
+        assert_eq!(e.matches("Invalid value").count(), MAX_VALUE_ERRORS, "{e}");
+        assert!(e.ends_with(&format!(", and {} more invalid values]", 1000 - MAX_VALUE_ERRORS)), "{e}");
     }
 
     #[test]
