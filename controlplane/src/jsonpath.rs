@@ -11,7 +11,14 @@
 //! Where client-go fails at evaluation time (an index out of range, a filter comparing a
 //! string with a number, a field that is missing in a filter) the column ends up empty
 //! either way; here those cases simply contribute no match, so evaluation never fails.
+//!
+//! Each step applies to every value the step before it selected, so recursive descents
+//! and wildcards multiply: `..*..*..*` over an object nested a hundred levels deep
+//! selects millions of values from a few kilobytes. Evaluation therefore counts the
+//! values it selects and visits, filters included, and an expression that needs more
+//! than [`MAX_EVAL_VALUES`] selects nothing, like the other failures above.
 
+use std::cell::Cell;
 use std::cmp::Ordering;
 use std::fmt;
 
@@ -20,6 +27,11 @@ use serde_json::{Number, Value};
 /// How deeply `[?(...)]` filters may nest inside each other. The parser recurses per
 /// level, so the bound keeps hostile expressions from exhausting the stack.
 const MAX_FILTER_NESTING: usize = 32;
+
+/// How many values one evaluation may select and visit in all, over every step and
+/// filter; past it the expression selects nothing. A printer column over an object of
+/// a few megabytes stays far below it unless its steps multiply.
+pub const MAX_EVAL_VALUES: usize = 100_000;
 
 /// Why an expression could not be parsed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -128,8 +140,16 @@ impl JsonPath {
 
     /// All values the expression selects in `v`, in document order. A path that does
     /// not exist yields nothing; a member that exists with value `null` yields `null`.
+    /// So does an expression whose evaluation would take more than [`MAX_EVAL_VALUES`]
+    /// values.
     pub fn eval<'a>(&self, v: &'a Value) -> Vec<&'a Value> {
-        eval_steps(&self.steps, vec![v])
+        let budget = Budget(Cell::new(Some(MAX_EVAL_VALUES)));
+        let out = eval_steps(&self.steps, vec![v], &budget);
+        if budget.spent() {
+            Vec::new()
+        } else {
+            out
+        }
     }
 
     /// The expression as it was given to [`JsonPath::parse`].
@@ -547,7 +567,23 @@ impl<'s> Parser<'s> {
 // Evaluation
 // ---------------------------------------------------------------------------
 
-fn eval_steps<'a>(steps: &[Step], start: Vec<&'a Value>) -> Vec<&'a Value> {
+/// What is left of an evaluation's [`MAX_EVAL_VALUES`]; `None` once it ran out.
+struct Budget(Cell<Option<usize>>);
+
+impl Budget {
+    /// Takes `n` values from the budget; false (for good) once it runs out.
+    fn spend(&self, n: usize) -> bool {
+        let left = self.0.get().and_then(|left| left.checked_sub(n));
+        self.0.set(left);
+        left.is_some()
+    }
+
+    fn spent(&self) -> bool {
+        self.0.get().is_none()
+    }
+}
+
+fn eval_steps<'a>(steps: &[Step], start: Vec<&'a Value>, budget: &Budget) -> Vec<&'a Value> {
     let mut current = start;
     for step in steps {
         if current.is_empty() {
@@ -555,14 +591,18 @@ fn eval_steps<'a>(steps: &[Step], start: Vec<&'a Value>) -> Vec<&'a Value> {
         }
         let mut next = Vec::new();
         for v in current {
-            apply(step, v, &mut next);
+            let before = next.len();
+            apply(step, v, &mut next, budget);
+            if !budget.spend(next.len() - before) {
+                return Vec::new();
+            }
         }
         current = next;
     }
     current
 }
 
-fn apply<'a>(step: &Step, v: &'a Value, out: &mut Vec<&'a Value>) {
+fn apply<'a>(step: &Step, v: &'a Value, out: &mut Vec<&'a Value>, budget: &Budget) {
     match step {
         Step::Field(name) => {
             if let Some(x) = v.as_object().and_then(|m| m.get(name)) {
@@ -574,7 +614,7 @@ fn apply<'a>(step: &Step, v: &'a Value, out: &mut Vec<&'a Value>) {
             Value::Array(a) => out.extend(a.iter()),
             _ => {}
         },
-        Step::Descendants => descendants(v, out),
+        Step::Descendants => descendants(v, out, budget),
         Step::Index(i) => {
             if let Value::Array(a) = v {
                 if let Some(x) = resolve_index(*i, a.len()).and_then(|i| a.get(i)) {
@@ -592,12 +632,20 @@ fn apply<'a>(step: &Step, v: &'a Value, out: &mut Vec<&'a Value>) {
         }
         Step::Union(alternatives) => {
             for alt in alternatives {
-                apply(alt, v, out);
+                apply(alt, v, out, budget);
             }
         }
         Step::Filter(filter) => {
             if let Value::Array(a) = v {
-                out.extend(a.iter().filter(|el| filter.accepts(el)));
+                for el in a {
+                    // Each element tested costs one, whatever the filter's own steps cost.
+                    if !budget.spend(1) {
+                        return;
+                    }
+                    if filter.accepts(el, budget) {
+                        out.push(el);
+                    }
+                }
             }
         }
     }
@@ -606,10 +654,14 @@ fn apply<'a>(step: &Step, v: &'a Value, out: &mut Vec<&'a Value>) {
 /// Pushes `v` and every non-empty object or array beneath it in document (pre-)order.
 /// Uses an explicit stack so that deeply nested documents cannot overflow the call
 /// stack. Scalars and empty containers are left out because no following step can
-/// select anything from them.
-fn descendants<'a>(v: &'a Value, out: &mut Vec<&'a Value>) {
+/// select anything from them. Each value visited costs one of the budget; the walk
+/// stops when it runs out.
+fn descendants<'a>(v: &'a Value, out: &mut Vec<&'a Value>, budget: &Budget) {
     let mut stack = vec![v];
     while let Some(x) = stack.pop() {
+        if !budget.spend(1) {
+            return;
+        }
         let children: Vec<&'a Value> = match x {
             Value::Object(m) if !m.is_empty() => m.values().collect(),
             Value::Array(a) if !a.is_empty() => a.iter().collect(),
@@ -647,11 +699,11 @@ fn slice_bounds(start: Option<i64>, end: Option<i64>, len: usize) -> (usize, usi
 }
 
 impl Filter {
-    fn accepts(&self, element: &Value) -> bool {
+    fn accepts(&self, element: &Value, budget: &Budget) -> bool {
         match self {
-            Filter::Exists(path) => !eval_steps(path, vec![element]).is_empty(),
+            Filter::Exists(path) => !eval_steps(path, vec![element], budget).is_empty(),
             Filter::Compare(left, op, right) => {
-                match (operand_value(left, element), operand_value(right, element)) {
+                match (operand_value(left, element, budget), operand_value(right, element, budget)) {
                     (Some(l), Some(r)) => compare(*op, l, r),
                     // A side that is missing (or yields several values) matches nothing.
                     _ => false,
@@ -661,10 +713,10 @@ impl Filter {
     }
 }
 
-fn operand_value<'v>(operand: &'v Operand, element: &'v Value) -> Option<&'v Value> {
+fn operand_value<'v>(operand: &'v Operand, element: &'v Value, budget: &Budget) -> Option<&'v Value> {
     match operand {
         Operand::Literal(v) => Some(v),
-        Operand::Path(path) => match eval_steps(path, vec![element]).as_slice() {
+        Operand::Path(path) => match eval_steps(path, vec![element], budget).as_slice() {
             [single] => Some(*single),
             _ => None,
         },
@@ -995,5 +1047,23 @@ mod tests {
         }
         // "[:]" is the whole array, like "[*]".
         assert_eq!(path(".spec.tags[:]").eval(&d).len(), 3);
+    }
+
+    #[test]
+    fn evaluation_that_multiplies_past_the_budget_selects_nothing() {
+        // Found by tests/fuzz.rs: each `..` multiplies what the steps before it selected,
+        // so over a value nested 120 levels deep this selects hundreds of millions.
+        let mut deep = json!("leaf");
+        for _ in 0..120 {
+            deep = json!([{ "a": deep }]);
+        }
+        let start = std::time::Instant::now();
+        assert!(path("..[*]..*..*..a").eval(&deep).is_empty());
+        assert!(path(".x[?(@..*..*..*)]").eval(&json!({ "x": [deep.clone(), deep.clone()] })).is_empty());
+        assert!(start.elapsed() < std::time::Duration::from_secs(2), "{:?}", start.elapsed());
+        // What stays within it is unchanged: one `..` over the same value.
+        assert_eq!(path("..a").eval(&deep).len(), 120);
+        let wide = json!({ "items": (0..MAX_EVAL_VALUES / 2).collect::<Vec<_>>() });
+        assert_eq!(path(".items[*]").eval(&wide).len(), MAX_EVAL_VALUES / 2);
     }
 }
