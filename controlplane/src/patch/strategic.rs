@@ -50,10 +50,11 @@
 //!
 //! Recursion follows the depth of the input; `serde_json`'s parser caps that at 128.
 
-use std::collections::HashSet;
+use std::collections::{BTreeSet, HashMap, HashSet};
 
 use serde_json::{Map, Value};
 
+use crate::patch::identity_text;
 use crate::patch::meta::{ListStrategy, PatchMeta};
 
 type Object = Map<String, Value>;
@@ -410,6 +411,8 @@ impl Merger<'_> {
         let mut live = original;
         let mut plain: Vec<(usize, &Object)> = Vec::new();
         let mut replace = false;
+        // The merge-key values of `$patch: delete` elements, removed in one pass below.
+        let mut deleted: HashSet<String> = HashSet::new();
         for (index, element) in patch.iter().enumerate() {
             let Value::Object(element) = element else {
                 return Err(StrategicPatchError::ElementNotObject { path: self.at(), what: "element", index });
@@ -420,8 +423,7 @@ impl Merger<'_> {
                     let Some(id) = element.get(key) else {
                         return Err(self.missing_key("element", index, key));
                     };
-                    // Every live element with that key goes, duplicates included.
-                    live.retain(|e| e.get(key) != Some(id));
+                    deleted.insert(identity_text(id));
                 }
                 // The list becomes the remaining patch elements; keep scanning so
                 // other `$patch` elements are still validated, as Go does.
@@ -429,6 +431,11 @@ impl Merger<'_> {
                 Some(Value::String(s)) if s == "merge" => return Err(self.invalid("$patch: merge is not supported for list elements")),
                 Some(other) => return Err(StrategicPatchError::UnknownPatchDirective { path: self.at(), value: other.to_string() }),
             }
+        }
+
+        if !deleted.is_empty() {
+            // Every live element with such a key goes, duplicates included.
+            live.retain(|e| e.get(key).is_none_or(|id| !deleted.contains(&identity_text(id))));
         }
 
         if replace {
@@ -454,15 +461,24 @@ impl Merger<'_> {
         let live_order = identities(&live, Some(key));
 
         let mut merged = live;
+        // Where each merge-key value sits in `merged`, kept up to date as elements are
+        // merged (which can change a key that is an object) and appended.
+        let mut positions: HashMap<String, BTreeSet<usize>> = HashMap::new();
+        for (position, element) in merged.iter().enumerate() {
+            if let Some(id) = element.get(key) {
+                positions.entry(identity_text(id)).or_default().insert(position);
+            }
+        }
         let mut patch_order = Vec::with_capacity(plain.len());
         for (index, element) in plain {
             let Some(id) = element.get(key) else {
                 return Err(self.missing_key("element", index, key));
             };
             patch_order.push(id.clone());
+            let id = identity_text(id);
             // Merge into the first element with that key (including one appended by
             // an earlier patch element), else append.
-            match merged.iter().position(|e| e.get(key) == Some(id)) {
+            let (position, was) = match positions.get(&id).and_then(|p| p.first().copied()) {
                 Some(position) => {
                     if let Some(slot) = merged.get_mut(position) {
                         let current = match slot.take() {
@@ -471,8 +487,21 @@ impl Merger<'_> {
                         };
                         *slot = Value::Object(self.merge_map(current, element)?);
                     }
+                    (position, Some(id))
                 }
-                None => merged.push(Value::Object(self.strip_object(element)?)),
+                None => {
+                    merged.push(Value::Object(self.strip_object(element)?));
+                    (merged.len() - 1, None)
+                }
+            };
+            let now = merged.get(position).and_then(|e| e.get(key)).map(identity_text);
+            if was != now {
+                if let Some(set) = was.as_ref().and_then(|was| positions.get_mut(was)) {
+                    set.remove(&position);
+                }
+                if let Some(now) = now {
+                    positions.entry(now).or_default().insert(position);
+                }
             }
         }
 
@@ -487,11 +516,12 @@ impl Merger<'_> {
     /// Go's `partition*ByPresentInList`: elements named in `ids` (by merge key, or by
     /// value for primitives) versus the rest, each in list order.
     fn partition(&self, merged: Vec<Value>, ids: &[Value], key: Option<&str>) -> Result<(Vec<Value>, Vec<Value>)> {
+        let ids: HashSet<String> = ids.iter().map(identity_text).collect();
         let mut named = Vec::new();
         let mut rest = Vec::new();
         for (index, element) in merged.into_iter().enumerate() {
             let present = match key {
-                None => ids.contains(&element),
+                None => ids.contains(&identity_text(&element)),
                 Some(key) => {
                     let Value::Object(map) = &element else {
                         return Err(StrategicPatchError::ElementNotObject { path: self.at(), what: "merged element", index });
@@ -499,7 +529,7 @@ impl Merger<'_> {
                     let Some(id) = map.get(key) else {
                         return Err(self.missing_key("merged element", index, key));
                     };
-                    ids.contains(id)
+                    ids.contains(&identity_text(id))
                 }
             };
             if present {
@@ -674,7 +704,8 @@ impl Merger<'_> {
             if m.element_kind(&[list.as_slice(), remove.as_slice()])? == Some(Kind::Object) {
                 return Err(m.invalid("$deleteFromPrimitiveList applies only to lists of primitives"));
             }
-            list.retain(|v| !remove.contains(v));
+            let remove: HashSet<String> = remove.iter().map(identity_text).collect();
+            list.retain(|v| !remove.contains(&identity_text(v)));
             Ok(())
         })
     }
@@ -763,7 +794,8 @@ fn merge_primitive_list(original: Vec<Value>, patch: &[Value]) -> Vec<Value> {
             merged.push(value);
         }
     }
-    let (named, rest): (Vec<Value>, Vec<Value>) = merged.into_iter().partition(|v| patch.contains(v));
+    let in_patch: HashSet<String> = patch.iter().map(identity_text).collect();
+    let (named, rest): (Vec<Value>, Vec<Value>) = merged.into_iter().partition(|v| in_patch.contains(&identity_text(v)));
     normalize_element_order(named, rest, patch, &live_order, None)
 }
 
@@ -779,17 +811,29 @@ fn identities(list: &[Value], key: Option<&str>) -> Vec<Value> {
     list.iter().filter_map(|e| identity(e, key).cloned()).collect()
 }
 
-/// Where `element` sits in `order` (a list of identities).
-fn position(order: &[Value], element: &Value, key: Option<&str>) -> Option<usize> {
-    let id = identity(element, key)?;
-    order.iter().position(|o| o == id)
+/// Where each identity first sits in a list of identities.
+struct Order(HashMap<String, usize>);
+
+impl Order {
+    fn new(order: &[Value]) -> Self {
+        let mut first = HashMap::with_capacity(order.len());
+        for (i, id) in order.iter().enumerate() {
+            first.entry(identity_text(id)).or_insert(i);
+        }
+        Order(first)
+    }
+
+    /// Where `element` sits in the order.
+    fn position(&self, element: &Value, key: Option<&str>) -> Option<usize> {
+        self.0.get(&identity_text(identity(element, key)?)).copied()
+    }
 }
 
 /// Go's `normalizeSliceOrder`: stable sort by position in `order`. Go's comparator
 /// calls unknown elements "less" than everything; inputs never contain such elements
 /// once validated, so they simply go last here.
-fn sort_by_order(items: Vec<Value>, order: &[Value], key: Option<&str>) -> Vec<Value> {
-    let mut keyed: Vec<(usize, Value)> = items.into_iter().map(|item| (position(order, &item, key).unwrap_or(usize::MAX), item)).collect();
+fn sort_by_order(items: Vec<Value>, order: &Order, key: Option<&str>) -> Vec<Value> {
+    let mut keyed: Vec<(usize, Value)> = items.into_iter().map(|item| (order.position(&item, key).unwrap_or(usize::MAX), item)).collect();
     keyed.sort_by_key(|(rank, _)| *rank);
     keyed.into_iter().map(|(_, item)| item).collect()
 }
@@ -805,8 +849,12 @@ fn normalize_element_order(
     live_order: &[Value],
     key: Option<&str>,
 ) -> Vec<Value> {
-    let right = sort_by_order(patch_items, patch_order, key);
-    let left = sort_by_order(server_only, live_order, key);
+    let live_order = Order::new(live_order);
+    let in_live = |items: Vec<Value>| -> Vec<(Option<usize>, Value)> {
+        items.into_iter().map(|item| (live_order.position(&item, key), item)).collect()
+    };
+    let right = in_live(sort_by_order(patch_items, &Order::new(patch_order), key));
+    let left = in_live(sort_by_order(server_only, &live_order, key));
     let mut out = Vec::with_capacity(left.len() + right.len());
     let mut left = left.into_iter().peekable();
     let mut right = right.into_iter().peekable();
@@ -815,13 +863,10 @@ fn normalize_element_order(
             (None, None) => break,
             (Some(_), None) => true,
             (None, Some(_)) => false,
-            (Some(l), Some(r)) => matches!(
-                (position(live_order, l, key), position(live_order, r, key)),
-                (Some(li), Some(ri)) if li < ri
-            ),
+            (Some((l, _)), Some((r, _))) => matches!((l, r), (Some(li), Some(ri)) if li < ri),
         };
         let next = if take_left { left.next() } else { right.next() };
-        if let Some(item) = next {
+        if let Some((_, item)) = next {
             out.push(item);
         }
     }
