@@ -14,11 +14,12 @@
 //! is itself owned and `{}` marking an owned leaf. Internally a set is a
 //! [`FieldSet`] tree with union, difference and intersection.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 
+use crate::patch::identity_text;
 use crate::patch::meta::{ListStrategy, PatchMeta};
 
 /// `operation` of an entry written by server-side apply.
@@ -246,7 +247,7 @@ pub fn track_update(
             let taken = std::mem::take(&mut owner.set);
             match own.as_mut() {
                 Some(o) => {
-                    o.set.union_with(&taken);
+                    o.set.union(taken);
                     o.stored = None;
                 }
                 None => own = Some(Owner { entry: owner.entry.clone(), set: taken, stored: owner.stored.take(), opaque: false }),
@@ -335,7 +336,7 @@ fn new_entry(manager: &str, operation: &str, api_version: &str, now: &str, subre
 ///
 /// The derived order (fields, then keys, then values, then indexes) is the order
 /// structured-merge-diff serializes children in.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 enum PathElement {
     /// `f:<name>`: a field of a map.
     Field(String),
@@ -393,11 +394,26 @@ impl PathElement {
     }
 }
 
-/// Compact JSON object of key fields, sorted by name.
+/// Compact JSON object of key fields, sorted by name (the last of equal names wins).
+/// Written straight into the text: it is made for every element of an associative
+/// list, several times per request, so no intermediate map is built.
 fn canonical_key<'a>(fields: impl Iterator<Item = (&'a String, &'a Value)>) -> String {
-    let sorted: BTreeMap<&String, &Value> = fields.collect();
-    let map: Map<String, Value> = sorted.into_iter().map(|(k, v)| (k.clone(), v.clone())).collect();
-    Value::Object(map).to_string()
+    let mut sorted: Vec<(&String, &Value)> = fields.collect();
+    sorted.sort_by(|a, b| a.0.cmp(b.0));
+    let mut out = String::from("{");
+    for (i, (name, value)) in sorted.iter().enumerate() {
+        if sorted.get(i + 1).is_some_and(|next| next.0 == *name) {
+            continue;
+        }
+        if out.len() > 1 {
+            out.push(',');
+        }
+        out.push_str(&serde_json::to_string(name).unwrap_or_default());
+        out.push(':');
+        out.push_str(&value.to_string());
+    }
+    out.push('}');
+    out
 }
 
 fn path_string(path: &[PathElement]) -> String {
@@ -429,17 +445,36 @@ impl FieldSet {
             return;
         }
         match self.children.get_mut(&pe) {
-            Some(existing) => existing.union_with(&child),
+            Some(existing) => existing.union(child),
             None => {
                 self.children.insert(pe, child);
             }
         }
     }
 
+    /// Adds `other`'s members, moving its nodes in.
+    fn union(&mut self, other: FieldSet) {
+        self.member |= other.member;
+        for (pe, child) in other.children {
+            self.insert(pe, child);
+        }
+    }
+
+    /// Adds `other`'s members: the paths both have are walked, and only a subtree this
+    /// set lacks is copied, once (copying each child before merging it copied every
+    /// node once per level above it).
     fn union_with(&mut self, other: &FieldSet) {
         self.member |= other.member;
         for (pe, child) in &other.children {
-            self.insert(pe.clone(), child.clone());
+            if child.is_empty() {
+                continue;
+            }
+            match self.children.get_mut(pe) {
+                Some(existing) => existing.union_with(child),
+                None => {
+                    self.children.insert(pe.clone(), child.clone());
+                }
+            }
         }
     }
 
@@ -603,6 +638,9 @@ fn read_owners_where(list: Option<Value>, stored: bool, decode: &dyn Fn(&Managed
         return Vec::new();
     };
     let mut owners: Vec<Owner> = Vec::new();
+    // Where each (manager, operation, subresource) is in `owners`: a client may send a
+    // long list, which a scan per entry made quadratic.
+    let mut seen: HashMap<(String, String, Option<String>), usize> = HashMap::new();
     for item in items {
         // Without its fieldsV1, which is decoded into the set below.
         let Ok(mut entry) = ManagedFieldsEntry::deserialize(&item) else {
@@ -617,18 +655,21 @@ fn read_owners_where(list: Option<Value>, stored: bool, decode: &dyn Fn(&Managed
             entry.subresource = None;
         }
         let fields = item.get("fieldsV1").unwrap_or(&Value::Null);
-        let same = owners.iter_mut().find(|o| o.entry.is(&entry.manager, &entry.operation, entry.subresource.as_deref()));
+        let id = (entry.manager.clone(), entry.operation.clone(), entry.subresource.clone());
+        let same = seen.get(&id).and_then(|&i| owners.get_mut(i));
         match same {
             Some(o) => {
                 // A manager listed twice (never in a list this module wrote) is folded.
                 o.decode();
-                o.set.union_with(&FieldSet::from_fields_v1(fields));
+                o.set.union(FieldSet::from_fields_v1(fields));
                 o.stored = None;
             }
             None if stored && !decode(&entry, fields) => {
+                seen.insert(id, owners.len());
                 owners.push(Owner { entry, set: FieldSet::default(), stored: Some(item), opaque: true })
             }
             None => {
+                seen.insert(id, owners.len());
                 let set = FieldSet::from_fields_v1(fields);
                 owners.push(Owner { entry, set, stored: stored.then_some(item), opaque: false })
             }
@@ -714,6 +755,17 @@ fn is_nonempty_container(v: &Value) -> bool {
 /// The `k:` element of an associative-list item, from the key fields it has.
 fn element_key(item: &Value, keys: &[String]) -> Option<PathElement> {
     let obj = item.as_object()?;
+    if let [key] = keys {
+        // The usual single key (`name`, `containerPort`...), written without sorting.
+        let value = obj.get(key.as_str()).filter(|v| is_scalar(v))?;
+        let mut text = String::with_capacity(key.len() + 16);
+        text.push('{');
+        text.push_str(&serde_json::to_string(key).unwrap_or_default());
+        text.push(':');
+        text.push_str(&value.to_string());
+        text.push('}');
+        return Some(PathElement::Key(text));
+    }
     let present: Vec<(&String, &Value)> = keys.iter().filter_map(|k| obj.get_key_value(k.as_str())).filter(|(_, v)| is_scalar(v)).collect();
     if present.is_empty() {
         return None;
@@ -747,20 +799,25 @@ impl<'a> Walker<'a> {
 
     /// List semantics for the list at `path`, downgraded to atomic when the items do
     /// not fit (an element without key fields, duplicate keys, a non-scalar in a set),
-    /// so that malformed input still merges deterministically.
-    fn list_kind(&self, path: &[String], items: &[Value]) -> ListKind {
+    /// so that malformed input still merges deterministically. For an associative list
+    /// also each item's `k:` element, in item order (empty for the other kinds): the
+    /// callers use them rather than making each again.
+    fn list_kind(&self, path: &[String], items: &[Value]) -> (ListKind, Vec<PathElement>) {
         let segments: Vec<&str> = path.iter().map(String::as_str).collect();
         match self.meta.list_strategy(&segments) {
-            ListStrategy::Atomic => ListKind::Atomic,
-            ListStrategy::Set if items.iter().all(is_scalar) => ListKind::Set,
-            ListStrategy::Set => ListKind::Atomic,
+            ListStrategy::Atomic => (ListKind::Atomic, Vec::new()),
+            ListStrategy::Set if items.iter().all(is_scalar) => (ListKind::Set, Vec::new()),
+            ListStrategy::Set => (ListKind::Atomic, Vec::new()),
+            ListStrategy::Map(keys) if keys.is_empty() => (ListKind::Atomic, Vec::new()),
             ListStrategy::Map(keys) => {
-                let mut seen = BTreeSet::new();
-                let valid = !keys.is_empty() && items.iter().all(|i| element_key(i, &keys).is_some_and(|k| seen.insert(k)));
-                if valid {
-                    ListKind::Map(keys)
+                let Some(element_keys) = items.iter().map(|i| element_key(i, &keys)).collect::<Option<Vec<PathElement>>>() else {
+                    return (ListKind::Atomic, Vec::new());
+                };
+                let mut seen = HashSet::with_capacity(element_keys.len());
+                if element_keys.iter().all(|k| seen.insert(k)) {
+                    (ListKind::Map(keys), element_keys)
                 } else {
-                    ListKind::Atomic
+                    (ListKind::Atomic, Vec::new())
                 }
             }
         }
@@ -820,11 +877,12 @@ impl<'a> Walker<'a> {
             Value::Object(m) if !m.is_empty() => self.fields_set(m, path),
             Value::Array(items) if !items.is_empty() => {
                 let mut set = FieldSet::default();
-                match self.list_kind(path, items) {
+                let (kind, element_keys) = self.list_kind(path, items);
+                match kind {
                     ListKind::Atomic => set.member = true,
-                    ListKind::Map(keys) => {
-                        for item in items {
-                            let (Some(pe), Some(obj)) = (element_key(item, &keys), item.as_object()) else {
+                    ListKind::Map(_) => {
+                        for (item, pe) in items.iter().zip(element_keys) {
+                            let Some(obj) = item.as_object() else {
                                 continue;
                             };
                             let mut child = self.fields_set(obj, path);
@@ -857,14 +915,18 @@ impl<'a> Walker<'a> {
         match (old, new) {
             (Value::Object(o), Value::Object(n)) if !o.is_empty() && !n.is_empty() => self.removed_fields(o, n, path),
             (Value::Array(o), Value::Array(n)) if !o.is_empty() && !n.is_empty() => {
-                let kind = self.list_kind(path, o);
+                let (kind, old_keys) = self.list_kind(path, o);
+                let (new_kind, new_keys) = match &kind {
+                    ListKind::Map(_) => self.list_kind(path, n),
+                    _ => (ListKind::Atomic, Vec::new()),
+                };
                 match kind {
-                    ListKind::Map(keys) if self.list_kind(path, n) == ListKind::Map(keys.clone()) => {
-                        let new_items: BTreeMap<PathElement, &Map<String, Value>> =
-                            n.iter().filter_map(|i| Some((element_key(i, &keys)?, i.as_object()?))).collect();
+                    ListKind::Map(keys) if matches!(&new_kind, ListKind::Map(k) if *k == keys) => {
+                        let new_items: HashMap<&PathElement, &Map<String, Value>> =
+                            new_keys.iter().zip(n).filter_map(|(k, i)| Some((k, i.as_object()?))).collect();
                         let mut set = FieldSet::default();
-                        for item in o {
-                            let (Some(pe), Some(obj)) = (element_key(item, &keys), item.as_object()) else { continue };
+                        for (item, pe) in o.iter().zip(old_keys) {
+                            let Some(obj) = item.as_object() else { continue };
                             let child = match new_items.get(&pe) {
                                 // Both sides hold the element, so the element itself stays.
                                 Some(n) => self.removed_fields(obj, n, path),
@@ -875,6 +937,19 @@ impl<'a> Walker<'a> {
                                 }
                             };
                             set.insert(pe, child);
+                        }
+                        set
+                    }
+                    // A set on both sides: the old elements the new list lacks, found
+                    // without making either side's whole set.
+                    ListKind::Set if matches!(self.list_kind(path, n).0, ListKind::Set) => {
+                        let kept: HashSet<String> = n.iter().map(Value::to_string).collect();
+                        let mut set = FieldSet::default();
+                        for item in o {
+                            let text = item.to_string();
+                            if !kept.contains(&text) {
+                                set.insert(PathElement::Value(text), FieldSet::leaf());
+                            }
                         }
                         set
                     }
@@ -938,21 +1013,21 @@ impl<'a> Walker<'a> {
         match new {
             Value::Object(m) if !m.is_empty() => self.changed_fields(old.and_then(Value::as_object), m, path),
             Value::Array(items) if !items.is_empty() => match self.list_kind(path, items) {
-                ListKind::Atomic => leaf_if_changed(),
-                ListKind::Map(keys) => {
-                    let mut old_items: BTreeMap<PathElement, &Map<String, Value>> = BTreeMap::new();
-                    if let Some(Value::Array(o)) = old {
-                        if self.list_kind(path, o) == ListKind::Map(keys.clone()) {
-                            for item in o {
-                                if let (Some(pe), Some(obj)) = (element_key(item, &keys), item.as_object()) {
-                                    old_items.insert(pe, obj);
-                                }
-                            }
+                (ListKind::Atomic, _) => leaf_if_changed(),
+                (ListKind::Map(keys), new_keys) => {
+                    let old_list = match old {
+                        Some(Value::Array(o)) => Some((o, self.list_kind(path, o))),
+                        _ => None,
+                    };
+                    let mut old_items: HashMap<&PathElement, &Map<String, Value>> = HashMap::new();
+                    if let Some((o, (ListKind::Map(old_keys), old_elements))) = &old_list {
+                        if *old_keys == keys {
+                            old_items = old_elements.iter().zip(o.iter()).filter_map(|(k, i)| Some((k, i.as_object()?))).collect();
                         }
                     }
                     let mut set = FieldSet::default();
-                    for item in items {
-                        let (Some(pe), Some(obj)) = (element_key(item, &keys), item.as_object()) else {
+                    for (item, pe) in items.iter().zip(new_keys) {
+                        let Some(obj) = item.as_object() else {
                             continue;
                         };
                         let child = match old_items.get(&pe) {
@@ -967,13 +1042,13 @@ impl<'a> Walker<'a> {
                     }
                     set
                 }
-                ListKind::Set => {
-                    let old_items: &[Value] = match old {
-                        Some(Value::Array(o)) => o,
-                        _ => &[],
+                (ListKind::Set, _) => {
+                    let old_items: HashSet<String> = match old {
+                        Some(Value::Array(o)) => o.iter().map(identity_text).collect(),
+                        _ => HashSet::new(),
                     };
                     let mut set = FieldSet::default();
-                    for item in items.iter().filter(|i| !old_items.contains(i)) {
+                    for item in items.iter().filter(|i| !old_items.contains(&identity_text(i))) {
                         set.insert(PathElement::Value(item.to_string()), FieldSet::leaf());
                     }
                     set
@@ -1000,10 +1075,13 @@ impl<'a> Walker<'a> {
                 }
             }
             (Value::Array(li), Value::Array(ai)) => match (self.list_kind(path, li), self.list_kind(path, ai)) {
-                (ListKind::Map(lk), ListKind::Map(ak)) if lk == ak => self.merge_keyed(li, ai, &lk, path),
-                (ListKind::Set, ListKind::Set) => {
+                ((ListKind::Map(lk), live_keys), (ListKind::Map(ak), applied_keys)) if lk == ak => {
+                    self.merge_keyed(li, live_keys, ai, &applied_keys, path)
+                }
+                ((ListKind::Set, _), (ListKind::Set, _)) => {
+                    let mut present: HashSet<String> = li.iter().map(identity_text).collect();
                     for v in ai {
-                        if !li.contains(v) {
+                        if present.insert(identity_text(v)) {
                             li.push(v.clone());
                         }
                     }
@@ -1016,28 +1094,33 @@ impl<'a> Walker<'a> {
 
     /// Applied items come out in the applied order; an item only the live list has
     /// stays right after the live item it followed (or at the front).
-    fn merge_keyed(&self, live: &mut Vec<Value>, applied: &[Value], keys: &[String], path: &mut Vec<String>) {
-        let applied_keys: BTreeSet<PathElement> = applied.iter().filter_map(|a| element_key(a, keys)).collect();
+    fn merge_keyed(
+        &self,
+        live: &mut Vec<Value>,
+        live_keys: Vec<PathElement>,
+        applied: &[Value],
+        applied_keys: &[PathElement],
+        path: &mut Vec<String>,
+    ) {
+        let wanted: HashSet<&PathElement> = applied_keys.iter().collect();
         let mut front = Vec::new();
-        let mut after: BTreeMap<PathElement, Vec<Value>> = BTreeMap::new();
-        let mut matched: BTreeMap<PathElement, Value> = BTreeMap::new();
+        let mut after: HashMap<PathElement, Vec<Value>> = HashMap::new();
+        let mut matched: HashMap<PathElement, Value> = HashMap::new();
         let mut anchor: Option<PathElement> = None;
-        for item in std::mem::take(live) {
-            match element_key(&item, keys) {
-                Some(k) if applied_keys.contains(&k) => {
-                    anchor = Some(k.clone());
-                    matched.insert(k, item);
-                }
-                _ => match &anchor {
+        for (item, k) in std::mem::take(live).into_iter().zip(live_keys) {
+            if wanted.contains(&k) {
+                anchor = Some(k.clone());
+                matched.insert(k, item);
+            } else {
+                match &anchor {
                     Some(a) => after.entry(a.clone()).or_default().push(item),
                     None => front.push(item),
-                },
+                }
             }
         }
         let mut out = front;
-        for a in applied {
-            let key = element_key(a, keys);
-            let item = match key.as_ref().and_then(|k| matched.remove(k)) {
+        for (a, key) in applied.iter().zip(applied_keys) {
+            let item = match matched.remove(key) {
                 Some(mut l) => {
                     self.merge(&mut l, a, path);
                     l
@@ -1045,7 +1128,7 @@ impl<'a> Walker<'a> {
                 None => a.clone(),
             };
             out.push(item);
-            if let Some(tail) = key.and_then(|k| after.remove(&k)) {
+            if let Some(tail) = after.remove(key) {
                 out.extend(tail);
             }
         }
@@ -1061,6 +1144,7 @@ impl<'a> Walker<'a> {
         let remove_whole = |r: &FieldSet, o: Option<&FieldSet>| r.member && o.is_none_or(|o| o.children.is_empty());
         match value {
             Value::Object(map) => {
+                let mut dropped: HashSet<&str> = HashSet::new();
                 for (pe, r) in &remove.children {
                     let PathElement::Field(name) = pe else {
                         continue;
@@ -1081,18 +1165,21 @@ impl<'a> Walker<'a> {
                         }
                     };
                     if drop {
-                        // retain keeps the other keys in order (remove would swap).
-                        map.retain(|k, _| k != name);
+                        dropped.insert(name);
                     }
+                }
+                // One pass for all (a pass per field was quadratic in the fields an
+                // applier stopped sending); retain keeps the other keys in order.
+                if !dropped.is_empty() {
+                    map.retain(|k, _| !dropped.contains(k.as_str()));
                 }
             }
             Value::Array(items) => match self.list_kind(path, items) {
-                ListKind::Map(keys) => {
+                (ListKind::Map(keys), element_keys) => {
                     let mut kept = Vec::with_capacity(items.len());
-                    for mut item in std::mem::take(items) {
-                        let pe = element_key(&item, &keys);
-                        let r = pe.as_ref().and_then(|pe| remove.children.get(pe));
-                        let o = pe.as_ref().and_then(|pe| owned.and_then(|o| o.children.get(pe)));
+                    for (mut item, pe) in std::mem::take(items).into_iter().zip(element_keys) {
+                        let r = remove.children.get(&pe);
+                        let o = owned.and_then(|o| o.children.get(&pe));
                         match r {
                             Some(r) if remove_whole(r, o) => continue,
                             Some(r) => self.prune(&mut item, r, o, path, &keys),
@@ -1102,9 +1189,9 @@ impl<'a> Walker<'a> {
                     }
                     *items = kept;
                 }
-                ListKind::Set => items.retain(|v| !remove.children.get(&PathElement::Value(v.to_string())).is_some_and(|r| r.member)),
+                (ListKind::Set, _) => items.retain(|v| !remove.children.get(&PathElement::Value(v.to_string())).is_some_and(|r| r.member)),
                 // Owned as a whole; the parent removes it.
-                ListKind::Atomic => {}
+                (ListKind::Atomic, _) => {}
             },
             _ => {}
         }
