@@ -1669,8 +1669,23 @@ pub fn json_patch_apply(doc: &Value, patch_doc: &Value, kind: &str, obj: ObjRef<
     // Applied one op at a time, each against the document the ops before it made; the
     // result is dropped on any error, so the patch still applies whole or not at all.
     let mut out = doc.clone();
+    // What `copy` ops add is bounded, as kube-apiserver bounds it (evanphx/json-patch's
+    // AccumulatedCopySizeLimit): each copy can double the document, so a patch of a few
+    // dozen ops would otherwise build gigabytes.
+    let mut copied = 0usize;
     for op in kept {
         let op = lenient_replace(&out, op);
+        if op.get("op").and_then(Value::as_str) == Some("copy") {
+            let from = op.get("from").and_then(Value::as_str).unwrap_or_default();
+            if let Some(value) = out.pointer(from) {
+                copied = copied.saturating_add(json_size_up_to(value, MAX_JSON_PATCH_COPY_BYTES - copied.min(MAX_JSON_PATCH_COPY_BYTES)));
+                if copied > MAX_JSON_PATCH_COPY_BYTES {
+                    return Err(ApiError::too_large_because(format!(
+                        "the JSON patch's copy operations add more than {MAX_JSON_PATCH_COPY_BYTES} bytes to the object"
+                    )));
+                }
+            }
+        }
         let op: json_patch::PatchOperation =
             serde_json::from_value(op).map_err(|e| ApiError::bad_request(format!("invalid JSON patch: {e}")))?;
         json_patch::patch(&mut out, std::slice::from_ref(&op)).map_err(|e| {
@@ -1682,6 +1697,38 @@ pub fn json_patch_apply(doc: &Value, patch_doc: &Value, kind: &str, obj: ObjRef<
         })?;
     }
     Ok(out)
+}
+
+/// The most bytes the `copy` operations of one JSON patch may add. kube-apiserver allows
+/// 3 MiB (JSONPatchMaxCopyBytes, its body limit), but stores objects of at most 1.5 MiB
+/// (etcd's request limit), as Flotilla does; 1 MiB leaves room for the object the copies
+/// are made in, and keeps refusing a patch of doubling copies cheap.
+const MAX_JSON_PATCH_COPY_BYTES: usize = 1024 * 1024;
+
+/// About the size of `value` as JSON (strings unescaped, numbers as up to 8 bytes),
+/// counted up to `limit` bytes and then abandoned, so the count never costs more than
+/// the limit: what `copy` operations add is bounded by it.
+fn json_size_up_to(value: &Value, limit: usize) -> usize {
+    let (mut size, mut pending) = (0usize, vec![value]);
+    while let Some(v) = pending.pop() {
+        size += match v {
+            Value::Null | Value::Bool(_) => 5,
+            Value::Number(_) => 8,
+            Value::String(s) => s.len() + 2,
+            Value::Array(a) => {
+                pending.extend(a.iter());
+                a.len() + 2
+            }
+            Value::Object(o) => {
+                pending.extend(o.values());
+                o.keys().map(|k| k.len() + 4).sum::<usize>() + 2
+            }
+        };
+        if size > limit {
+            break;
+        }
+    }
+    size
 }
 
 /// kube-apiserver's JSON patch library lets `replace` set a key that is absent from an

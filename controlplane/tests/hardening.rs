@@ -464,6 +464,20 @@ async fn invalid_requests_are_refused_as_kubernetes_refuses_them_and_nothing_is_
             422,
             "may not be more than 1048576 bytes",
         ),
+        r(
+            "a JSON patch of doubling copies",
+            "PATCH",
+            format!("{cms}/cfg"),
+            "application/json-patch+json",
+            j(Value::Array(
+                [json!({"op": "add", "path": "/metadata/finalizers", "value": ["x"]})]
+                    .into_iter()
+                    .chain((0..30).map(|_| json!({"op": "copy", "from": "/metadata", "path": "/metadata/finalizers/-"})))
+                    .collect(),
+            )),
+            413,
+            "copy operations add more than",
+        ),
         r("100,000 labels", "POST", cms.to_string(), "application/json", labelled, 413, "an object may be at most 1572864 bytes"),
         r(
             "a data key with a slash",
