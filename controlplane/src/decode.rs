@@ -5,8 +5,11 @@
 //! - **Depth.** serde_json stops at 128 levels of nesting. YAML gets the same limit,
 //!   checked by [`flow_depth`] before the YAML parser runs: libyaml re-checks every
 //!   pending flow level at each token, so its cost grows with the product of the
-//!   tokens and the nesting of `{`/`[`. Block nesting needs indentation, so a body's
-//!   size already bounds it. The same object is thus accepted as JSON and as YAML.
+//!   tokens and the nesting of `{`/`[`, and it builds every level of block indicators
+//!   on one line (`- - - …`, 1.57 million deep in 3 MiB) before serde_yaml's own
+//!   limit looks. Both are counted. Nesting by indentation needs a line per level and
+//!   more spaces on each, so a body's size bounds it. The same object is thus accepted
+//!   as JSON and as YAML.
 //! - **Expansion.** A YAML alias (`*a`) stands for a whole copy of its anchor's node,
 //!   so a few kilobytes of anchors, each a list of aliases to the one before, expand
 //!   to billions of values ("billion laughs"); serde_yaml bounds only the number of
@@ -16,7 +19,7 @@
 //!   only aliasing is refused, and decoding stays linear in the body's size.
 //!
 //! Work that grows with a large body or object runs off the async workers, at most
-//! [`DECODERS`] at a time, so a burst of large bodies waits its turn there while GETs,
+//! [`decoders`] at a time, so a burst of large bodies waits its turn there while GETs,
 //! watches and heartbeats keep the async workers: decoding through [`offload`] (on the
 //! blocking pool), and applying a patch through [`heavy`] (the worker hands its other
 //! tasks to another thread while it computes). Small requests, nearly all of them, are
@@ -47,18 +50,22 @@ pub const MAX_YAML_NODES_PER_BYTE: usize = 1;
 /// may still reuse an anchor a few times.
 pub const YAML_NODE_ALLOWANCE: usize = 4096;
 
-/// How many bodies are decoded at once. Each uses a core while it runs; the rest wait
-/// on this semaphore, not on the async workers.
-pub const DECODERS: usize = 4;
+/// How many bodies are decoded (or large objects patched) at once: half the cores, at
+/// least one. Each uses a core while it runs, so the other half is left to the async
+/// workers (GETs, watches, heartbeats) however many large bodies arrive; the rest wait
+/// on this semaphore, not on the workers.
+pub fn decoders() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| (n.get() / 2).max(1))
+}
 
 /// From this size on, a body or an object is decoded or patched off the async workers.
 /// serde_json decodes 64 KiB in well under a millisecond.
 pub const HEAVY_BYTES: usize = 64 * 1024;
 
-static PERMITS: Semaphore = Semaphore::const_new(DECODERS);
+static PERMITS: std::sync::LazyLock<Semaphore> = std::sync::LazyLock::new(|| Semaphore::new(decoders()));
 
 /// Runs `f` over a body of `size` bytes: inline when it is small, else on the blocking
-/// pool, at most [`DECODERS`] at a time.
+/// pool, at most [`decoders`] at a time.
 pub async fn offload<T: Send + 'static>(size: usize, f: impl FnOnce() -> T + Send + 'static) -> Result<T, ApiError> {
     if size < HEAVY_BYTES {
         return Ok(f());
@@ -69,7 +76,7 @@ pub async fn offload<T: Send + 'static>(size: usize, f: impl FnOnce() -> T + Sen
 
 /// Runs `f`, CPU work over `size` bytes that borrows the caller's data: inline when it
 /// is small, else with this async worker's other tasks handed to another thread
-/// (`block_in_place`), at most [`DECODERS`] at a time. A current-thread runtime (some
+/// (`block_in_place`), at most [`decoders`] at a time. A current-thread runtime (some
 /// tests) has no other thread to hand them to, and runs it inline.
 pub async fn heavy<T>(size: usize, f: impl FnOnce() -> T) -> T {
     use tokio::runtime::{Handle, RuntimeFlavor};
@@ -250,20 +257,35 @@ pub fn flow_depth(body: &[u8]) -> usize {
         Comment,
     }
     let (mut depth, mut deepest, mut state, mut escaped) = (0usize, 0usize, In::Plain, false);
+    // Block indicators that open a level without indentation: `- - - x` nests three
+    // sequences on one line, `? ? x` two complex keys. They are counted at a line's
+    // start, where they can stand.
+    let (mut line_start, mut line_levels) = (true, 0usize);
     let mut prev = b'\n';
-    for &b in body {
+    for (i, &b) in body.iter().enumerate() {
+        if b == b'\n' {
+            (line_start, line_levels) = (true, 0);
+        }
         match state {
-            In::Plain => match b {
-                b'{' | b'[' => {
-                    depth += 1;
-                    deepest = deepest.max(depth);
+            In::Plain if line_start && matches!(b, b'-' | b'?' | b':') && body.get(i + 1).is_none_or(u8::is_ascii_whitespace) => {
+                line_levels += 1;
+                deepest = deepest.max(depth + line_levels);
+            }
+            In::Plain if line_start && matches!(b, b' ' | b'\t' | b'\n' | b'\r') => {}
+            In::Plain => {
+                line_start = false;
+                match b {
+                    b'{' | b'[' => {
+                        depth += 1;
+                        deepest = deepest.max(depth + line_levels);
+                    }
+                    b'}' | b']' => depth = depth.saturating_sub(1),
+                    b'"' => state = In::Double,
+                    b'\'' => state = In::Single,
+                    b'#' if prev.is_ascii_whitespace() => state = In::Comment,
+                    _ => {}
                 }
-                b'}' | b']' => depth = depth.saturating_sub(1),
-                b'"' => state = In::Double,
-                b'\'' => state = In::Single,
-                b'#' if prev.is_ascii_whitespace() => state = In::Comment,
-                _ => {}
-            },
+            }
             In::Double if escaped => escaped = false,
             In::Double if b == b'\\' => escaped = true,
             In::Double if b == b'"' => state = In::Plain,
@@ -287,6 +309,10 @@ mod tests {
         assert_eq!(flow_depth(b"a: \"{{{[[[\"\nb: '{{'' [['\n# {{{{\nc: d # [[[["), 0);
         assert_eq!(flow_depth(b"a: \"\\\"{\"\n"), 0);
         assert_eq!(flow_depth(b"{\"a\":".repeat(1000).as_slice()), 1000);
+        // Block indicators at a line's start nest without indentation.
+        assert_eq!(flow_depth(b"- - - [x]\n- y\n"), 4);
+        assert_eq!(flow_depth(&b"- ".repeat(100_000)), 100_000);
+        assert_eq!(flow_depth(b"? ? a\n: b\nitems:\n- a-b\n- -1\n"), 2);
     }
 
     #[test]

@@ -1361,12 +1361,13 @@ proptest! {
         timed("decode::json", &String::from_utf8_lossy(&body), || decode::json(&body, "fuzz").is_ok())?;
     }
 
-    /// The YAML pre-scan: linear, and never deeper than the brackets in the body.
+    /// The YAML pre-scan: linear, and never deeper than the brackets and block
+    /// indicators in the body.
     #[test]
     fn decode_flow_depth(body in body()) {
         let depth = timed("decode::flow_depth", &String::from_utf8_lossy(&body), || decode::flow_depth(&body))?;
-        let opening = body.iter().filter(|b| matches!(b, b'{' | b'[')).count();
-        prop_assert!(depth <= opening, "flow_depth {} > {} opening brackets", depth, opening);
+        let opening = body.iter().filter(|b| matches!(b, b'{' | b'[' | b'-' | b'?' | b':')).count();
+        prop_assert!(depth <= opening, "flow_depth {} > {} brackets and indicators", depth, opening);
     }
 
     /// Kubernetes protobuf bodies.

@@ -478,6 +478,15 @@ async fn invalid_requests_are_refused_as_kubernetes_refuses_them_and_nothing_is_
             413,
             "copy operations add more than",
         ),
+        r(
+            "YAML block sequences nested 100,000 deep",
+            "POST",
+            cms.to_string(),
+            "application/yaml",
+            b"- ".repeat(100_000),
+            400,
+            "nested deeper than 128",
+        ),
         r("100,000 labels", "POST", cms.to_string(), "application/json", labelled, 413, "an object may be at most 1572864 bytes"),
         r(
             "a data key with a slash",
