@@ -115,8 +115,17 @@ pub async fn run(kubeconfig: &Path, args: StatusArgs) -> anyhow::Result<()> {
     let tty = std::io::stdout().is_terminal();
     let mut last = String::new();
     let mut first = true;
+    // One listener for the whole watch, polled from the start: a SIGTERM that arrived
+    // while the fleet was being read, with no listener, was lost, and the process kept
+    // running.
+    let shutdown = super::shutdown_signal();
+    tokio::pin!(shutdown);
     loop {
-        let body = match source.collect().await {
+        let collected = tokio::select! {
+            _ = &mut shutdown => return Ok(()),
+            c = source.collect() => c,
+        };
+        let body = match collected {
             // One line per change, so a script can read it line by line.
             Ok(fleet) if args.output == OutputFormat::Json => serde_json::to_string(&fleet)? + "\n",
             Ok(fleet) => render(&fleet, args.output),
@@ -138,7 +147,7 @@ pub async fn run(kubeconfig: &Path, args: StatusArgs) -> anyhow::Result<()> {
         first = false;
         last = body;
         tokio::select! {
-            _ = super::shutdown_signal() => return Ok(()),
+            _ = &mut shutdown => return Ok(()),
             _ = tokio::time::sleep(REFRESH) => {}
         }
     }
