@@ -800,6 +800,9 @@ impl Api {
         if let Some(n) = meta_str(applied, "name").filter(|n| *n != name) {
             return Err(ApiError::bad_request(format!("the name of the object ({n}) does not match the name on the URL ({name})")));
         }
+        if sub == Sub::Main {
+            refuse_oversized(scope, name, applied)?;
+        }
         patch::apply::apply(
             live,
             applied,
@@ -1096,6 +1099,9 @@ impl Api {
         opts: &WriteOptions,
         warnings: &mut Vec<String>,
     ) -> Result<Value, ApiError> {
+        if sub == Sub::Main {
+            refuse_oversized(scope, name, &obj)?;
+        }
         let (mut obj, unknown, rule) = match &scope.rt.behavior {
             Behavior::Builtin(b) => {
                 // A status write takes everything but status (and some metadata) from
@@ -1208,6 +1214,33 @@ impl Api {
         }
         Ok(obj)
     }
+}
+
+/// Refuses `doc` (an object, or an apply configuration for one) when it alone breaks a
+/// size limit: its annotations or its data over Kubernetes' limits (422, as validation
+/// would), or its labels, annotations and data over what the store holds (413). These
+/// fields survive decoding and every merge, so nothing that comes after could make the
+/// write succeed, and checking them costs one pass over the maps. It runs before the
+/// costly steps (server-side apply's field sets, the typed decoding), so a body of
+/// 100,000 keys is refused in the time it takes to read it. The 422 names these causes
+/// only; a body within the limits gets every cause from validation.
+fn refuse_oversized(scope: &Scope, name: &str, doc: &Value) -> Result<(), ApiError> {
+    let builtin = scope.rt.builtin();
+    let causes: Vec<Cause> =
+        objmeta::annotation_size_cause(doc).into_iter().chain(builtin.and_then(|b| kinds::data_size_cause(b, doc))).collect();
+    let name = if name.is_empty() { meta_str(doc, "name").unwrap_or_default() } else { name };
+    if !causes.is_empty() {
+        return Err(ApiError::invalid(&scope.rt.kind, scope.obj(name), causes));
+    }
+    let floor = objmeta::metadata_bytes_floor(doc) + builtin.map_or(0, |b| kinds::data_bytes_floor(b, doc));
+    if floor > crate::store::MAX_OBJECT_BYTES {
+        return Err(ApiError::too_large_because(format!(
+            "Request entity too large: {} \"{name}\" would be over {floor} bytes when stored; an object may be at most {} bytes",
+            scope.rt.plural,
+            crate::store::MAX_OBJECT_BYTES
+        )));
+    }
+    Ok(())
 }
 
 /// The body of a scale write.

@@ -207,10 +207,16 @@ impl<'de> Visitor<'de> for Node<'_> {
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
         self.spend()?;
-        let mut object = Map::new();
+        // Gathered first, so the map is built at its size instead of rehashed as it grows.
+        let mut entries = Vec::new();
         while let Some(key) = map.next_key_seed(Key)? {
             self.spend()?;
             let value = map.next_value_seed(Node(self.0))?;
+            entries.push((key, value));
+        }
+        let mut object = Map::with_capacity(entries.len());
+        // A repeated key keeps its first place and its last value, as inserting does.
+        for (key, value) in entries {
             object.insert(key, value);
         }
         Ok(Value::Object(object))
@@ -249,52 +255,107 @@ impl<'de> Visitor<'de> for Key {
 /// inside a plain scalar (`a: x[1]`), which only errs towards refusing a body nested
 /// near the limit, never towards parsing a deep one.
 pub fn flow_depth(body: &[u8]) -> usize {
-    #[derive(PartialEq)]
-    enum In {
-        Plain,
-        Double,
-        Single,
-        Comment,
-    }
-    let (mut depth, mut deepest, mut state, mut escaped) = (0usize, 0usize, In::Plain, false);
+    // Once a line's leading indicators are passed, only these bytes change anything.
+    const MATTERS: [bool; 256] = {
+        let mut t = [false; 256];
+        let bytes = b"\n{[}]\"'#";
+        let mut k = 0;
+        while k < bytes.len() {
+            t[bytes[k] as usize] = true;
+            k += 1;
+        }
+        t
+    };
+    let n = body.len();
+    let (mut depth, mut deepest) = (0usize, 0usize);
     // Block indicators that open a level without indentation: `- - - x` nests three
     // sequences on one line, `? ? x` two complex keys. They are counted at a line's
-    // start, where they can stand.
+    // start, where they can stand. A line break inside a quoted scalar counts as one.
     let (mut line_start, mut line_levels) = (true, 0usize);
-    let mut prev = b'\n';
-    for (i, &b) in body.iter().enumerate() {
+    let mut i = 0;
+    while i < n {
+        let b = body[i];
         if b == b'\n' {
             (line_start, line_levels) = (true, 0);
+            i += 1;
+            continue;
         }
-        match state {
-            In::Plain if line_start && matches!(b, b'-' | b'?' | b':') && body.get(i + 1).is_none_or(u8::is_ascii_whitespace) => {
+        if line_start {
+            if matches!(b, b'-' | b'?' | b':') && body.get(i + 1).is_none_or(u8::is_ascii_whitespace) {
                 line_levels += 1;
                 deepest = deepest.max(depth + line_levels);
+                i += 1;
+                continue;
             }
-            In::Plain if line_start && matches!(b, b' ' | b'\t' | b'\n' | b'\r') => {}
-            In::Plain => {
-                line_start = false;
-                match b {
-                    b'{' | b'[' => {
-                        depth += 1;
-                        deepest = deepest.max(depth + line_levels);
-                    }
-                    b'}' | b']' => depth = depth.saturating_sub(1),
-                    b'"' => state = In::Double,
-                    b'\'' => state = In::Single,
-                    b'#' if prev.is_ascii_whitespace() => state = In::Comment,
+            if matches!(b, b' ' | b'\t' | b'\r') {
+                i += 1;
+                continue;
+            }
+            line_start = false;
+        }
+        // The end of a scalar or a comment starting after `i`: the index of its closing
+        // byte (or `n`), and whether a line break came first.
+        let scan = |from: usize, stop: &dyn Fn(u8) -> bool| -> (usize, bool) {
+            let mut broke = false;
+            let mut j = from;
+            while j < n {
+                match body[j] {
+                    b'\n' => broke = true,
+                    c if stop(c) => return (j, broke),
                     _ => {}
                 }
+                j += 1;
             }
-            In::Double if escaped => escaped = false,
-            In::Double if b == b'\\' => escaped = true,
-            In::Double if b == b'"' => state = In::Plain,
+            (n, broke)
+        };
+        match b {
+            b'{' | b'[' => {
+                depth += 1;
+                deepest = deepest.max(depth + line_levels);
+                i += 1;
+            }
+            b'}' | b']' => {
+                depth = depth.saturating_sub(1);
+                i += 1;
+            }
+            b'"' => {
+                let mut j = i + 1;
+                let mut broke = false;
+                loop {
+                    let (at, nl) = scan(j, &|c| c == b'"' || c == b'\\');
+                    broke |= nl;
+                    if at < n && body[at] == b'\\' {
+                        // The escaped byte is skipped, but a line break still counts.
+                        broke |= body.get(at + 1) == Some(&b'\n');
+                        j = at + 2;
+                        continue;
+                    }
+                    i = at + 1;
+                    break;
+                }
+                if broke {
+                    (line_start, line_levels) = (true, 0);
+                }
+            }
             // `''` inside a single-quoted scalar closes and reopens it: the same count.
-            In::Single if b == b'\'' => state = In::Plain,
-            In::Comment if b == b'\n' => state = In::Plain,
-            _ => {}
+            b'\'' => {
+                let (at, broke) = scan(i + 1, &|c| c == b'\'');
+                i = at + 1;
+                if broke {
+                    (line_start, line_levels) = (true, 0);
+                }
+            }
+            // A comment runs to the line's end, which the loop then reads.
+            b'#' if i == 0 || body[i - 1].is_ascii_whitespace() => {
+                i = body[i..].iter().position(|&c| c == b'\n').map_or(n, |p| i + p);
+            }
+            _ => {
+                i += 1;
+                while i < n && !MATTERS[body[i] as usize] {
+                    i += 1;
+                }
+            }
         }
-        prev = b;
     }
     deepest
 }
@@ -302,6 +363,75 @@ pub fn flow_depth(body: &[u8]) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
+
+    /// The byte-at-a-time state machine [`flow_depth`] was first written as: slower,
+    /// and the definition it must agree with.
+    fn flow_depth_reference(body: &[u8]) -> usize {
+        #[derive(PartialEq)]
+        enum In {
+            Plain,
+            Double,
+            Single,
+            Comment,
+        }
+        let (mut depth, mut deepest, mut state, mut escaped) = (0usize, 0usize, In::Plain, false);
+        // Block indicators that open a level without indentation: `- - - x` nests three
+        // sequences on one line, `? ? x` two complex keys. They are counted at a line's
+        // start, where they can stand.
+        let (mut line_start, mut line_levels) = (true, 0usize);
+        let mut prev = b'\n';
+        for (i, &b) in body.iter().enumerate() {
+            if b == b'\n' {
+                (line_start, line_levels) = (true, 0);
+            }
+            match state {
+                In::Plain if line_start && matches!(b, b'-' | b'?' | b':') && body.get(i + 1).is_none_or(u8::is_ascii_whitespace) => {
+                    line_levels += 1;
+                    deepest = deepest.max(depth + line_levels);
+                }
+                In::Plain if line_start && matches!(b, b' ' | b'\t' | b'\n' | b'\r') => {}
+                In::Plain => {
+                    line_start = false;
+                    match b {
+                        b'{' | b'[' => {
+                            depth += 1;
+                            deepest = deepest.max(depth + line_levels);
+                        }
+                        b'}' | b']' => depth = depth.saturating_sub(1),
+                        b'"' => state = In::Double,
+                        b'\'' => state = In::Single,
+                        b'#' if prev.is_ascii_whitespace() => state = In::Comment,
+                        _ => {}
+                    }
+                }
+                In::Double if escaped => escaped = false,
+                In::Double if b == b'\\' => escaped = true,
+                In::Double if b == b'"' => state = In::Plain,
+                // `''` inside a single-quoted scalar closes and reopens it: the same count.
+                In::Single if b == b'\'' => state = In::Plain,
+                In::Comment if b == b'\n' => state = In::Plain,
+                _ => {}
+            }
+            prev = b;
+        }
+        deepest
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 4000, ..ProptestConfig::default() })]
+        #[test]
+        fn flow_depth_agrees_with_the_byte_at_a_time_definition(
+            parts in proptest::collection::vec(prop_oneof![
+                Just("\n"), Just("{"), Just("["), Just("}"), Just("]"), Just("\""), Just("'"), Just("''"),
+                Just("#"), Just(" #"), Just("\\"), Just("\\\n"), Just("- "), Just("-"), Just("? "), Just(": "),
+                Just(" "), Just("\t"), Just("\r"), Just("a"), Just("key: value"),
+            ], 0..60)
+        ) {
+            let body = parts.concat();
+            prop_assert_eq!(flow_depth(body.as_bytes()), flow_depth_reference(body.as_bytes()), "{:?}", body);
+        }
+    }
 
     #[test]
     fn flow_depth_counts_brackets_outside_scalars_and_comments() {

@@ -570,6 +570,53 @@ fn validate_secret(obj: &Value) -> Vec<Cause> {
     causes
 }
 
+/// The cause for data over [`MAX_DATA_SIZE`] that `doc` already carries, for a
+/// ConfigMap or a Secret; `doc` may be the object, an apply configuration or a merge
+/// patch. Every string value it sets is in the object written from it (a Secret's
+/// `stringData` goes into `data`, replacing the same key there), and keys that are not
+/// config keys (a strategic patch's `$patch`) are left out, so the figure never exceeds
+/// the written object's.
+pub fn data_size_cause(b: Builtin, doc: &Value) -> Option<Cause> {
+    let map = |f: &str| doc.get(f).and_then(Value::as_object);
+    let sum = |f: &str, len: fn(&str) -> usize, skip: Option<&Map<String, Value>>| -> usize {
+        map(f)
+            .into_iter()
+            .flatten()
+            .filter(|(k, _)| !k.starts_with('$') && !skip.is_some_and(|s| s.contains_key(*k)))
+            .filter_map(|(_, v)| Some(len(v.as_str()?)))
+            .sum()
+    };
+    let (total, field) = match b {
+        Builtin::ConfigMap => (sum("data", str::len, None) + sum("binaryData", base64_len, None), ""),
+        Builtin::Secret => (sum("data", base64_len, map("stringData")) + sum("stringData", str::len, None), "data"),
+        _ => return None,
+    };
+    (total > MAX_DATA_SIZE).then(|| too_large(field))
+}
+
+/// A floor under the bytes `doc`'s data maps take in the stored JSON, for a ConfigMap
+/// or a Secret (see [`crate::objmeta::string_entries_floor`]); 0 for other kinds.
+pub fn data_bytes_floor(b: Builtin, doc: &Value) -> usize {
+    let map = |f: &str| doc.get(f).and_then(Value::as_object);
+    let floor = |m: Option<&Map<String, Value>>| m.map_or(0, objmeta::string_entries_floor);
+    match b {
+        Builtin::ConfigMap => floor(map("data")) + floor(map("binaryData")),
+        // stringData is stored base64-encoded in data (longer than it is sent), in
+        // place of the same key's entry there.
+        Builtin::Secret => {
+            let string_data = map("stringData");
+            let replaced: usize = map("data")
+                .into_iter()
+                .flatten()
+                .filter(|(k, _)| string_data.is_some_and(|s| s.contains_key(*k)))
+                .filter_map(|(k, v)| Some(k.len() + v.as_str()?.len() + 5))
+                .sum();
+            floor(map("data")) - replaced + floor(string_data)
+        }
+        _ => 0,
+    }
+}
+
 /// The decoded length of standard base64 text.
 fn base64_len(text: &str) -> usize {
     let body = text.trim_end_matches('=');
@@ -699,6 +746,44 @@ mod tests {
         d["spec"]["template"]["metadata"]["labels"]["app"] = json!("other");
         let causes = validate_deployment(&d);
         assert_eq!(causes[0].field, "spec.template.metadata.labels");
+    }
+
+    /// The early size checks never refuse what validation would pass, and their floor
+    /// never exceeds the stored data: each case is checked against the object as it is
+    /// defaulted, validated and serialized.
+    #[test]
+    fn early_size_checks_agree_with_validation_and_the_stored_size() {
+        use base64::Engine;
+        let b64 = |n: usize| base64::engine::general_purpose::STANDARD.encode(vec![b'x'; n]);
+        let kib = 1024;
+        let cases = [
+            (Builtin::ConfigMap, json!({"data": {"a": "x".repeat(MAX_DATA_SIZE)}}), false),
+            (Builtin::ConfigMap, json!({"data": {"a": "x".repeat(MAX_DATA_SIZE + 1)}}), true),
+            (Builtin::ConfigMap, json!({"data": {"a": "x".repeat(600 * kib)}, "binaryData": {"b": b64(600 * kib)}}), true),
+            // A merge patch's null removes a key: it weighs nothing.
+            (Builtin::ConfigMap, json!({"data": {"a": "x".repeat(600 * kib), "b": null}}), false),
+            (Builtin::Secret, json!({"data": {"a": b64(MAX_DATA_SIZE)}}), false),
+            (Builtin::Secret, json!({"data": {"a": b64(MAX_DATA_SIZE + 1)}}), true),
+            (Builtin::Secret, json!({"stringData": {"a": "x".repeat(MAX_DATA_SIZE + 1)}}), true),
+            // stringData replaces data's entry of the same key: counted once.
+            (Builtin::Secret, json!({"data": {"a": b64(900 * kib)}, "stringData": {"a": "x".repeat(900 * kib)}}), false),
+            (Builtin::Secret, json!({"data": {"a": b64(600 * kib)}, "stringData": {"b": "x".repeat(600 * kib)}}), true),
+        ];
+        for (i, (b, doc, over)) in cases.into_iter().enumerate() {
+            assert_eq!(data_size_cause(b, &doc).is_some(), over, "case {i}: the early check");
+            let mut full = doc.clone();
+            full["metadata"] = json!({"name": "n"});
+            let floor = data_bytes_floor(b, &full);
+            // Nulls are a patch's, not an object's.
+            if let Some(d) = full.get_mut("data").and_then(Value::as_object_mut) {
+                d.retain(|_, v| !v.is_null());
+            }
+            b.default(&mut full);
+            let too_long = b.validate(&full).iter().any(|c| c.reason == "FieldValueTooLong");
+            assert_eq!(too_long, over, "case {i}: validation");
+            let stored = ["data", "binaryData"].iter().filter_map(|f| full.get(f)).map(|v| serde_json::to_vec(v).unwrap().len()).sum();
+            assert!(floor <= stored, "case {i}: floor {floor} over the stored {stored}");
+        }
     }
 
     #[test]

@@ -242,15 +242,39 @@ pub fn validate_meta(obj: &Value, rule: NameRule) -> Vec<Cause> {
             }
         }
     }
-    let total: usize = m
-        .get("annotations")
-        .and_then(Value::as_object)
-        .map(|a| a.iter().map(|(k, v)| k.len() + v.as_str().map_or(0, str::len)).sum())
-        .unwrap_or(0);
-    if total > 256 * 1024 {
-        causes.push(Cause::new("FieldValueTooLong", "metadata.annotations", "Too long: must have at most 262144 bytes"));
-    }
+    causes.extend(annotation_size_cause(obj));
     causes
+}
+
+/// The most bytes an object's annotations may hold, keys and values together
+/// (apimachinery TotalAnnotationSizeLimitB).
+pub const MAX_ANNOTATION_BYTES: usize = 256 * 1024;
+
+/// The cause for annotations over [`MAX_ANNOTATION_BYTES`], if `doc`'s are. `doc` may
+/// be an object, an apply configuration or a merge patch: the annotations it sets
+/// (nulls remove one) are all in the object written from it, so their size alone can
+/// refuse it.
+pub fn annotation_size_cause(doc: &Value) -> Option<Cause> {
+    let total: usize = doc
+        .pointer("/metadata/annotations")
+        .and_then(Value::as_object)
+        .map(|a| a.iter().filter_map(|(k, v)| Some(k.len() + v.as_str()?.len())).sum())
+        .unwrap_or(0);
+    (total > MAX_ANNOTATION_BYTES).then(|| {
+        Cause::new("FieldValueTooLong", "metadata.annotations", format!("Too long: must have at most {MAX_ANNOTATION_BYTES} bytes"))
+    })
+}
+
+/// A floor under the bytes `doc`'s labels and annotations take in the stored JSON:
+/// each string entry is at least `"key":"value"`. Decoding keeps both maps whatever
+/// else it prunes, so an object over the store's limit on them alone cannot be stored.
+pub fn metadata_bytes_floor(doc: &Value) -> usize {
+    ["labels", "annotations"].iter().filter_map(|f| doc.get("metadata")?.get(f)?.as_object()).map(string_entries_floor).sum()
+}
+
+/// At least the JSON text of `map`'s entries whose values are strings.
+pub fn string_entries_floor(map: &Map<String, Value>) -> usize {
+    map.iter().filter_map(|(k, v)| Some(k.len() + v.as_str()?.len() + 5)).sum()
 }
 
 /// Generates a name from `generateName`, as the apiserver does: the prefix plus five
@@ -288,6 +312,27 @@ mod tests {
         assert_eq!(fields, ["metadata.name", "metadata.labels"]);
         assert!(validate_meta(&json!({"metadata": {"name": "web-1.a"}}), NameRule::Subdomain).is_empty());
         assert!(!validate_meta(&json!({"metadata": {"name": "web.a"}}), NameRule::Label).is_empty());
+    }
+
+    #[test]
+    fn annotation_size_counts_keys_and_values_and_skips_removals() {
+        let over = |n: usize, removed: Value| {
+            let doc = json!({"metadata": {"annotations": {"k": "x".repeat(n - 1), "gone": removed}}});
+            annotation_size_cause(&doc).is_some()
+        };
+        assert!(!over(MAX_ANNOTATION_BYTES, Value::Null));
+        assert!(over(MAX_ANNOTATION_BYTES + 1, Value::Null));
+        assert!(over(MAX_ANNOTATION_BYTES, json!("")), "a kept key counts its own bytes");
+        let doc = json!({"metadata": {"annotations": {"k": "x".repeat(MAX_ANNOTATION_BYTES)}}});
+        assert_eq!(validate_meta(&doc, NameRule::Subdomain).iter().filter(|c| c.field == "metadata.annotations").count(), 1);
+    }
+
+    #[test]
+    fn the_metadata_floor_is_under_its_json_text() {
+        let doc = json!({"metadata": {"name": "n", "labels": {"a": "b", "cc": ""}, "annotations": {"x": "y", "z": null}}});
+        let floor = metadata_bytes_floor(&doc);
+        let text = serde_json::to_vec(&doc["metadata"]["labels"]).unwrap().len() + serde_json::to_vec(&json!({"x": "y"})).unwrap().len();
+        assert!(floor > 0 && floor <= text, "floor {floor}, text {text}");
     }
 
     #[test]

@@ -380,6 +380,12 @@ async fn invalid_requests_are_refused_as_kubernetes_refuses_them_and_nothing_is_
     };
     let labels: serde_json::Map<String, Value> = (0..100_000).map(|i| (format!("l{i}"), json!("v"))).collect();
     let labelled = j(json!({"metadata": {"name": "labelled", "labels": labels}}));
+    let labelled_yaml =
+        (0..100_000).fold(String::from("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: cfg\n  labels:\n"), |mut y, i| {
+            y.push_str(&format!("    l{i}: v\n"));
+            y
+        });
+    let labelled_yaml = labelled_yaml.into_bytes();
     let r = |what, method, path: String, content_type, body, code, says| Refusal { what, method, path, content_type, body, code, says };
     let web = format!("{deployments}/web");
     let cases = vec![
@@ -488,6 +494,35 @@ async fn invalid_requests_are_refused_as_kubernetes_refuses_them_and_nothing_is_
             "nested deeper than 128",
         ),
         r("100,000 labels", "POST", cms.to_string(), "application/json", labelled, 413, "an object may be at most 1572864 bytes"),
+        // Applies over a limit are refused before server-side apply computes their fields.
+        r(
+            "an apply of 100,000 labels",
+            "PATCH",
+            format!("{cms}/cfg?fieldManager=m"),
+            "application/apply-patch+yaml",
+            labelled_yaml,
+            413,
+            "an object may be at most 1572864 bytes",
+        ),
+        r(
+            "an apply of annotations over 256 KiB",
+            "PATCH",
+            format!("{cms}/cfg?fieldManager=m"),
+            "application/apply-patch+yaml",
+            format!("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: cfg\n  annotations:\n    a: {}\n", "x".repeat(300 << 10))
+                .into_bytes(),
+            422,
+            "must have at most 262144 bytes",
+        ),
+        r(
+            "an apply creating a Secret with 2 MiB of stringData",
+            "PATCH",
+            "/api/v1/namespaces/default/secrets/s?fieldManager=m".to_string(),
+            "application/apply-patch+yaml",
+            format!("apiVersion: v1\nkind: Secret\nmetadata:\n  name: s\nstringData:\n  a: {}\n", "x".repeat(2 << 20)).into_bytes(),
+            422,
+            "may not be more than 1048576 bytes",
+        ),
         r(
             "a data key with a slash",
             "POST",
@@ -638,6 +673,8 @@ async fn invalid_requests_are_refused_as_kubernetes_refuses_them_and_nothing_is_
     assert_eq!(names, ["cfg"], "refused creates left objects behind");
     let d = http.get(&admin, deployments).await.json();
     assert_eq!(d["items"].as_array().map(Vec::len), Some(1), "refused Deployments left objects behind: {d}");
+    let secret = http.get(&admin, "/api/v1/namespaces/default/secrets/s").await;
+    assert_eq!(secret.code, 404, "the refused apply created its Secret: {secret:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
