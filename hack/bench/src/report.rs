@@ -629,7 +629,7 @@ impl Report {
         );
         let _ = writeln!(
             s,
-            "| a lost cluster detected, defaults | {detected} (heartbeat 2 s, grace 8 s) | Karmada: NotReady after 40 s · kcp TMC: heartbeat every 20 s, unhealthy after 60 s (about 65 s) · OCM: lease 60 s × 5 = 300 s | the figures in issue #7: Karmada's `cluster-monitor-grace-period` default, kcp TMC's and OCM's documented lease defaults; karmada-io/website `docs/userguide/failover/failover-analysis.md` |"
+            "| a lost cluster detected, defaults | {detected} (heartbeat 2 s, grace 8 s) | Karmada: NotReady after 40 s · kcp TMC: heartbeat every 20 s, unhealthy after 60 s (about 65 s) · OCM: lease 60 s × 5 = 300 s | Karmada's `cluster-monitor-grace-period` default, kcp TMC's and OCM's documented lease defaults; karmada-io/website `docs/userguide/failover/failover-analysis.md` |"
         );
         let _ = writeln!(
             s,
