@@ -1198,11 +1198,7 @@ impl Api {
             }
             Behavior::Custom(def) => {
                 crate::crd::schema::apply_defaults(&mut obj, &def.schema);
-                causes.extend(
-                    crate::crd::schema::validate_update(&obj, old, &def.schema)
-                        .into_iter()
-                        .map(|c| Cause::new(c.reason, &c.field, c.message)),
-                );
+                causes.extend(crate::crd::schema::validate_update(&obj, old, &def.schema));
             }
         }
         if !causes.is_empty() {

@@ -73,11 +73,11 @@ pub async fn run(api: Arc<Api>) {
             let (docs, _) = api.store.list_docs("");
             let mut owners = Owners::default();
             for (key, doc) in &docs {
-                let meta = Meta::of(doc, false);
+                let meta = meta_of(doc, false);
                 if let Some(w) = work_for(key, EventType::Modified, &meta) {
                     queue.insert(w);
                 }
-                owners.set(key, meta.owner_uids());
+                owners.set(key, owner_uids(&meta));
             }
             drop(docs);
             let mut stream = match api.store.watch("", from) {
@@ -93,7 +93,7 @@ pub async fn run(api: Arc<Api>) {
                 tokio::select! {
                     ev = stream.next() => match ev {
                         Some(Ok(ev)) => {
-                            let meta = Meta::of(&ev.doc, ev.kind == EventType::Deleted);
+                            let meta = meta_of(&ev.doc, ev.kind == EventType::Deleted);
                             if let Some(w) = work_for(&ev.key, ev.kind, &meta) {
                                 queue.insert(w);
                             }
@@ -103,7 +103,7 @@ pub async fn run(api: Arc<Api>) {
                                     queue.insert(Work::Dependents { ws: ws.into(), ns: ns.into(), uid });
                                 }
                             } else {
-                                owners.set(&ev.key, meta.owner_uids());
+                                owners.set(&ev.key, owner_uids(&meta));
                             }
                         }
                         Some(Err(e)) => {
@@ -163,23 +163,20 @@ fn work_for(key: &str, kind: EventType, meta: &Meta) -> Option<Work> {
 // building its tree: every write passes through here.
 use crate::store::DocMeta as Meta;
 
-impl Meta {
-    /// The fields of `doc`; the uid only when `want_uid` or when there is more to
-    /// read. Most writes are of objects that name no owner and are not being deleted
-    /// (a status, a label), and a search of the text settles that for much less than
-    /// a parse: a key that is there is found, and a match inside some string value
-    /// only costs the parse.
-    fn of(doc: &Doc, want_uid: bool) -> Self {
-        let raw = doc.raw();
-        if !want_uid && !raw.contains("\"ownerReferences\"") && !raw.contains("\"deletionTimestamp\"") {
-            return Meta::default();
-        }
-        doc.meta()
+/// The fields of `doc`; the uid only when `want_uid` or when there is more to read.
+/// Most writes are of objects that name no owner and are not being deleted (a status,
+/// a label), and a search of the text settles that for much less than a parse: a key
+/// that is there is found, and a match inside some string value only costs the parse.
+fn meta_of(doc: &Doc, want_uid: bool) -> Meta {
+    let raw = doc.raw();
+    if !want_uid && !raw.contains("\"ownerReferences\"") && !raw.contains("\"deletionTimestamp\"") {
+        return Meta::default();
     }
+    doc.meta()
+}
 
-    fn owner_uids(&self) -> Vec<String> {
-        self.owner_references.iter().flatten().filter_map(|r| r.uid.clone()).collect()
-    }
+fn owner_uids(meta: &Meta) -> Vec<String> {
+    meta.owner_references.iter().flatten().filter_map(|r| r.uid.clone()).collect()
 }
 
 /// Which stored objects name which owners, by uid, kept from the store's events:
@@ -481,7 +478,7 @@ mod tests {
 
     #[test]
     fn meta_reads_the_routing_fields_and_tolerates_nulls() {
-        let m = Meta::of(
+        let m = meta_of(
             &doc(json!({"metadata": {
             "uid": "u1", "deletionTimestamp": "2026-11-24T00:00:00Z", "finalizers": ["orphan"],
             "ownerReferences": [{"uid": "o1", "kind": "ReplicaSet"}, {"uid": "o2"}],
@@ -491,14 +488,14 @@ mod tests {
         assert_eq!(m.uid.as_deref(), Some("u1"));
         assert!(m.deletion_timestamp.is_some());
         assert_eq!(m.finalizers.as_deref(), Some(&["orphan".to_string()][..]));
-        assert_eq!(m.owner_uids(), vec!["o1", "o2"]);
-        let empty = Meta::of(&doc(json!({"metadata": {"finalizers": null, "ownerReferences": null, "deletionTimestamp": null}})), false);
-        assert!(empty.owner_uids().is_empty() && empty.deletion_timestamp.is_none() && empty.finalizers.is_none());
-        assert!(Meta::of(&doc(json!({"kind": "Status"})), true).uid.is_none());
+        assert_eq!(owner_uids(&m), vec!["o1", "o2"]);
+        let empty = meta_of(&doc(json!({"metadata": {"finalizers": null, "ownerReferences": null, "deletionTimestamp": null}})), false);
+        assert!(owner_uids(&empty).is_empty() && empty.deletion_timestamp.is_none() && empty.finalizers.is_none());
+        assert!(meta_of(&doc(json!({"kind": "Status"})), true).uid.is_none());
         // Nothing to route on: the text is not parsed, unless the uid is wanted.
         let plain = doc(json!({"metadata": {"uid": "u2", "labels": {"a": "b"}}}));
-        assert!(Meta::of(&plain, false).uid.is_none());
-        assert_eq!(Meta::of(&plain, true).uid.as_deref(), Some("u2"));
+        assert!(meta_of(&plain, false).uid.is_none());
+        assert_eq!(meta_of(&plain, true).uid.as_deref(), Some("u2"));
     }
 
     #[test]

@@ -5,23 +5,7 @@ use serde_json::{json, Value};
 
 use crate::store::StoreError;
 
-/// One `details.causes[]` entry.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Cause {
-    /// Machine-readable reason, e.g. `FieldValueInvalid`.
-    pub reason: String,
-    /// Human message.
-    pub message: String,
-    /// Field path, e.g. `metadata.name`.
-    pub field: String,
-}
-
-impl Cause {
-    /// A cause with the given parts.
-    pub fn new(reason: &str, field: &str, message: impl Into<String>) -> Self {
-        Self { reason: reason.into(), field: field.into(), message: message.into() }
-    }
-}
+pub use apimachinery::Cause;
 
 /// An error answered to the client as a `Status`.
 #[derive(Debug, Clone)]

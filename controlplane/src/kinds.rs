@@ -357,31 +357,7 @@ fn default_pod_spec(pod: &mut Value) {
     }
 }
 
-/// A pod's QoS class, from its containers' requests and limits (Kubernetes
-/// pkg/apis/core/helper/qos): Guaranteed when every container limits cpu and memory
-/// and requests equal limits, BestEffort when nothing requests or limits anything.
-pub(crate) fn qos_class(pod: &Value) -> &'static str {
-    let containers: Vec<&Value> = ["containers", "initContainers"]
-        .iter()
-        .filter_map(|l| pod.pointer(&format!("/spec/{l}")).and_then(Value::as_array))
-        .flatten()
-        .collect();
-    let res = |c: &Value, kind: &str, r: &str| c.pointer(&format!("/resources/{kind}/{r}")).cloned().filter(|v| !v.is_null());
-    let any = containers.iter().any(|c| ["requests", "limits"].iter().any(|k| ["cpu", "memory"].iter().any(|r| res(c, k, r).is_some())));
-    if !any {
-        return "BestEffort";
-    }
-    let guaranteed = containers.iter().all(|c| {
-        ["cpu", "memory"]
-            .iter()
-            .all(|r| res(c, "limits", r).is_some() && res(c, "requests", r).is_none_or(|q| Some(q) == res(c, "limits", r)))
-    });
-    if guaranteed {
-        "Guaranteed"
-    } else {
-        "Burstable"
-    }
-}
+pub(crate) use apimachinery::qos::pod_qos_class as qos_class;
 
 fn validate_deployment(obj: &Value) -> Vec<Cause> {
     let mut causes = Vec::new();

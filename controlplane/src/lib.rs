@@ -16,20 +16,19 @@ pub mod discovery;
 pub mod error;
 pub mod fsutil;
 pub mod http;
-pub mod jsonpath;
 pub mod kinds;
 pub mod kubeconfig;
 pub mod listener;
 pub mod metrics;
-pub mod objmeta;
 pub mod openapi;
-pub mod patch;
-pub mod protobuf;
 pub mod registry;
-pub mod selector;
 pub mod server;
-pub mod store;
 pub mod syncer_scope;
 pub mod table;
 pub mod tls;
 pub mod watch;
+
+// The machinery and the storage this server is built on, under the paths its modules
+// name them by.
+pub use apimachinery::{jsonpath, objmeta, patch, protobuf, selector};
+pub use storage as store;

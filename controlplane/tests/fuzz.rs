@@ -1034,11 +1034,11 @@ fn pb_envelope() -> impl Strategy<Value = Vec<u8>> {
         })
 }
 
-/// The bodies kubectl sent (controlplane/tests/data/protobuf/*.bin).
+/// The bodies kubectl sent (apimachinery/tests/data/protobuf/*.bin).
 fn pb_fixtures() -> &'static [Vec<u8>] {
     static FIXTURES: OnceLock<Vec<Vec<u8>>> = OnceLock::new();
     FIXTURES.get_or_init(|| {
-        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/protobuf");
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../apimachinery/tests/data/protobuf");
         let mut bodies: Vec<Vec<u8>> = std::fs::read_dir(&dir)
             .expect("the protobuf fixtures")
             .filter_map(|e| e.ok().map(|e| e.path()))

@@ -47,7 +47,7 @@ pub async fn run(kubeconfig: &Path, cmd: ClusterCmd) -> anyhow::Result<()> {
 /// Registers a cluster; `hint` adds the line that says how to look at it.
 pub(super) async fn register(root: &Client, cp_kubeconfig: &Path, args: RegisterArgs, hint: bool) -> anyhow::Result<()> {
     let name = args.name.clone();
-    if let Err(e) = controlplane::objmeta::dns1123_label(&name) {
+    if let Err(e) = apimachinery::objmeta::dns1123_label(&name) {
         anyhow::bail!("invalid cluster name {name:?}: {e}");
     }
     let labels = parse_labels(&args.labels)?;
@@ -116,7 +116,7 @@ fn parse_labels(raw: &[String]) -> anyhow::Result<BTreeMap<String, String>> {
     raw.iter()
         .map(|l| {
             let (k, v) = l.split_once('=').with_context(|| format!("invalid label {l:?}: use key=value"))?;
-            controlplane::objmeta::validate_label(k, v).map_err(|e| anyhow::anyhow!("invalid label {l:?}: {e}"))?;
+            apimachinery::objmeta::validate_label(k, v).map_err(|e| anyhow::anyhow!("invalid label {l:?}: {e}"))?;
             Ok((k.to_string(), v.to_string()))
         })
         .collect()
@@ -370,7 +370,7 @@ async fn list(targets: &Api<SyncTarget>) -> anyhow::Result<()> {
                 .unwrap_or_else(|| "Unknown".into());
             let heartbeat = status
                 .last_syncer_heartbeat_time
-                .map(|t| controlplane::objmeta::age(Some(&t.0.to_string())))
+                .map(|t| apimachinery::objmeta::age(Some(&t.0.to_string())))
                 .unwrap_or_else(|| "<none>".into());
             let labels = t.labels().iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(",");
             let labels = if labels.is_empty() { "<none>".to_string() } else { labels };

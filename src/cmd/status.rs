@@ -366,7 +366,7 @@ fn render_text(fleet: &FleetStatus) -> String {
                 [
                     c.name.clone(),
                     ready,
-                    c.heartbeat_age_seconds.map_or_else(|| "never".into(), controlplane::objmeta::human_duration),
+                    c.heartbeat_age_seconds.map_or_else(|| "never".into(), apimachinery::objmeta::human_duration),
                     format!("{}/{}", cpu(c.cpu_millicores.used), cpu(c.cpu_millicores.allocatable)),
                     format!("{}/{}", memory(c.memory_bytes.used), memory(c.memory_bytes.allocatable)),
                     format!("{}/{}", c.pods.used, c.pods.allocatable),

@@ -288,13 +288,13 @@ fn validate(raw: RawCluster, source_name: &str, label: &str) -> Result<ClusterDe
 
 /// A DNS-1123 label, as the apiserver checks names (shared with the control plane).
 pub fn check_dns1123_label(s: &str) -> Result<(), String> {
-    controlplane::objmeta::dns1123_label(s).map_err(|e| format!("{s:?}: {e}"))
+    apimachinery::objmeta::dns1123_label(s).map_err(|e| format!("{s:?}: {e}"))
 }
 
 /// Label keys and values, as the apiserver checks them (shared with the control plane).
 fn check_labels(labels: &BTreeMap<String, String>) -> Result<(), (String, String)> {
     for (key, value) in labels {
-        controlplane::objmeta::validate_label(key, value).map_err(|e| (key.clone(), e))?;
+        apimachinery::objmeta::validate_label(key, value).map_err(|e| (key.clone(), e))?;
     }
     Ok(())
 }

@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use controlplane::api::{Api, DeleteOptions, FieldValidation, PatchKind, Scope, Sub, WriteOptions};
-use controlplane::store::{Event, EventType, StoreError};
+use storage::{Event, EventType, StoreError};
 use futures::StreamExt;
 use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;

@@ -1,7 +1,7 @@
 //! CustomResourceDefinitions: validating them, and turning an Established CRD into the
 //! resource types the registry serves in its workspace.
 
-pub mod schema;
+pub use apimachinery::schema;
 
 use std::sync::Arc;
 
@@ -73,11 +73,7 @@ pub fn validate_crd(crd: &Value) -> Vec<Cause> {
         let field = format!("spec.versions[{i}].schema.openAPIV3Schema");
         match v.pointer("/schema/openAPIV3Schema") {
             None => causes.push(Cause::new("FieldValueRequired", &field, "Required value: schemas are required")),
-            Some(schema) => {
-                for c in schema::check_structural(schema, &field) {
-                    causes.push(Cause::new(c.reason, &c.field, c.message));
-                }
-            }
+            Some(schema) => causes.extend(schema::check_structural(schema, &field)),
         }
         for (j, col) in v.get("additionalPrinterColumns").and_then(Value::as_array).into_iter().flatten().enumerate() {
             let path = s(col, "/jsonPath");

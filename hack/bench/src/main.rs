@@ -755,7 +755,7 @@ fn http_get(path: &str) -> http::Request<Vec<u8>> {
 }
 
 async fn store_floor(writers: usize, secs: f64) -> anyhow::Result<f64> {
-    use controlplane::store::{SqliteStore, Store, WriteOp};
+    use storage::{SqliteStore, Store, WriteOp};
     let dir = tempfile::tempdir()?;
     let store = SqliteStore::open(&dir.path().join("s.db"))?;
     let deadline = Instant::now() + Duration::from_secs_f64(secs);

@@ -1,8 +1,11 @@
 //! Facts about pods that several controllers share: ownership, activity, readiness,
 //! availability and QoS class.
 
+use std::collections::BTreeMap;
+
 use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::api::core::v1::{Pod, PodCondition, PodSpec};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 
 use crate::quantity::Resources;
@@ -88,43 +91,16 @@ pub fn requests(pod: &Pod) -> Result<Resources, crate::quantity::QuantityError> 
     }
 }
 
-/// The QoS class the API server assigns (`qos.GetPodQOS`): `Guaranteed` when every container
-/// has cpu and memory limits with requests equal to them, `BestEffort` when no container
-/// requests or limits cpu or memory, else `Burstable`.
+/// The QoS class the API server assigns ([`apimachinery::qos`]).
 pub fn qos_class(spec: &PodSpec) -> &'static str {
-    let containers = spec.containers.iter().chain(spec.init_containers.iter().flatten());
-    let mut any = false;
-    let mut guaranteed = true;
-    for c in containers {
+    use apimachinery::qos::ContainerResources;
+    fn pairs(list: Option<&BTreeMap<String, Quantity>>) -> Vec<(&str, &str)> {
+        list.into_iter().flatten().map(|(k, q)| (k.as_str(), q.0.as_str())).collect()
+    }
+    apimachinery::qos::qos_class(spec.containers.iter().chain(spec.init_containers.iter().flatten()).map(|c| {
         let res = c.resources.as_ref();
-        let limits = res.and_then(|r| r.limits.as_ref());
-        let requests = res.and_then(|r| r.requests.as_ref());
-        for name in ["cpu", "memory"] {
-            let limit = limits.and_then(|l| l.get(name));
-            // A missing request defaults to the limit.
-            let request = requests.and_then(|r| r.get(name)).or(limit);
-            if limit.is_some() || request.is_some() {
-                any = true;
-            }
-            let same = match (request, limit) {
-                (Some(r), Some(l)) => {
-                    crate::quantity::parse(&r.0).ok().and_then(|r| r.milli_value())
-                        == crate::quantity::parse(&l.0).ok().and_then(|l| l.milli_value())
-                }
-                _ => false,
-            };
-            if !same {
-                guaranteed = false;
-            }
-        }
-    }
-    if !any {
-        "BestEffort"
-    } else if guaranteed {
-        "Guaranteed"
-    } else {
-        "Burstable"
-    }
+        ContainerResources { requests: pairs(res.and_then(|r| r.requests.as_ref())), limits: pairs(res.and_then(|r| r.limits.as_ref())) }
+    }))
 }
 
 /// `namespace/name`, the key pods are tracked by.

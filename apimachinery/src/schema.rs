@@ -19,18 +19,7 @@ use std::collections::HashMap;
 use regex::Regex;
 use serde_json::{Map, Number, Value};
 
-/// One validation failure, shaped like a metav1.StatusCause.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Cause {
-    /// Machine-readable reason: "FieldValueInvalid", "FieldValueRequired",
-    /// "FieldValueNotSupported", "FieldValueTypeInvalid", "FieldValueForbidden",
-    /// "FieldValueTooLong", "FieldValueTooMany" or "FieldValueDuplicate".
-    pub reason: &'static str,
-    /// Human-readable message without the field name, e.g. `Required value`.
-    pub message: String,
-    /// The offending field, e.g. `spec.numberOfClusters`.
-    pub field: String,
-}
+pub use crate::Cause;
 
 const INVALID: &str = "FieldValueInvalid";
 const REQUIRED: &str = "FieldValueRequired";

@@ -3,7 +3,7 @@
 
 use serde_json::{Map, Value};
 
-use crate::error::Cause;
+use crate::Cause;
 
 /// The current time as Kubernetes serializes `metav1.Time` (RFC 3339, seconds).
 pub fn now_rfc3339() -> String {
