@@ -101,6 +101,25 @@ impl Operator {
     }
 }
 
+/// A label set a selector is matched against: an object's `metadata.labels` as JSON,
+/// or a typed map.
+pub trait Labels {
+    /// The label `key`: `None` when absent, `Some(None)` when present but not a string.
+    fn label(&self, key: &str) -> Option<Option<&str>>;
+}
+
+impl Labels for Map<String, Value> {
+    fn label(&self, key: &str) -> Option<Option<&str>> {
+        self.get(key).map(Value::as_str)
+    }
+}
+
+impl Labels for std::collections::BTreeMap<String, String> {
+    fn label(&self, key: &str) -> Option<Option<&str>> {
+        self.get(key).map(|v| Some(v.as_str()))
+    }
+}
+
 /// One ANDed clause of a label selector: a key, an operator and (sorted, distinct) values.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Requirement {
@@ -125,12 +144,13 @@ impl Requirement {
         &self.values
     }
 
-    /// Whether a label set (as found under `metadata.labels`) satisfies this requirement.
+    /// Whether a label set satisfies this requirement.
     ///
-    /// A key whose value is not a JSON string counts as present but equal to no value.
-    pub fn matches(&self, labels: &Map<String, Value>) -> bool {
-        let present = labels.get(&self.key);
-        let value = present.and_then(Value::as_str);
+    /// In JSON labels, a key whose value is not a string counts as present but equal
+    /// to no value.
+    pub fn matches<L: Labels + ?Sized>(&self, labels: &L) -> bool {
+        let present = labels.label(&self.key);
+        let value = present.flatten();
         let has = |v: &str| self.values.iter().any(|x| x == v);
         match self.operator {
             Operator::Equals | Operator::DoubleEquals | Operator::In => value.is_some_and(has),
@@ -249,8 +269,9 @@ impl LabelSelector {
         Ok(LabelSelector { requirements, nothing: false })
     }
 
-    /// Whether the labels (the object under `metadata.labels`) satisfy every requirement.
-    pub fn matches(&self, labels: &Map<String, Value>) -> bool {
+    /// Whether the labels (the object under `metadata.labels`, or a typed map) satisfy
+    /// every requirement.
+    pub fn matches<L: Labels + ?Sized>(&self, labels: &L) -> bool {
         !self.nothing && self.requirements.iter().all(|r| r.matches(labels))
     }
 

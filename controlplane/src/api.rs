@@ -15,7 +15,7 @@ use crate::selector::{FieldSelector, LabelSelector};
 use crate::store::{Entry, Revision, Store, StoreError, WriteOp};
 
 /// Annotation that names an object's workspace on wildcard responses (kcp's convention).
-pub const CLUSTER_ANNOTATION: &str = "kcp.io/cluster";
+pub use placement_api::keys::CLUSTER_ANNOTATION;
 
 /// How many times a patch is retried against a concurrently changing object before
 /// answering 409, matching the apiserver's patcher retry budget.

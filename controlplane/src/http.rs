@@ -24,7 +24,7 @@ use crate::{authz, decode, discovery, openapi};
 pub const MAX_BODY: usize = 3 * 1024 * 1024;
 
 /// The workspace that bare paths (without `/clusters/<name>`) address.
-pub const ROOT: &str = "root";
+pub use placement_api::keys::ROOT_WORKSPACE;
 
 /// Shared state of the HTTP server.
 pub struct AppState {
@@ -142,7 +142,7 @@ fn split_workspace(path: &str) -> Result<(String, String), ApiError> {
             }
             Ok((ws.to_string(), format!("/{tail}")))
         }
-        None => Ok((ROOT.to_string(), path.to_string())),
+        None => Ok((ROOT_WORKSPACE.to_string(), path.to_string())),
     }
 }
 
@@ -190,10 +190,10 @@ async fn route(
         None => authz::Request::NonResource { workspace: &ws, path: &rest },
     };
     let decision = authz::authorize(&principal, &request)?;
-    if state.single_cluster && ws != ROOT {
+    if state.single_cluster && ws != ROOT_WORKSPACE {
         return Err(ApiError::no_route(path));
     }
-    if ws != ROOT && ws != "*" && workspace_uid(&state.api, &ws).is_none() {
+    if ws != ROOT_WORKSPACE && ws != "*" && workspace_uid(&state.api, &ws).is_none() {
         return Err(ApiError::not_found(ObjRef { group: placement_api::TENANCY_GROUP, resource: "workspaces", name: &ws }));
     }
     if let Some(t) = target {
@@ -327,12 +327,12 @@ impl<'a> ResourcePath<'a> {
 /// The uid of a served workspace (root has a fixed one), for token checks.
 /// The uid of a SyncTarget in `root`, if it exists and is not being deleted.
 pub fn sync_target_uid(api: &Api, name: &str) -> Option<String> {
-    api.store.get_doc(&format!("{}/synctargets/{ROOT}//{name}", placement_api::WORKLOAD_GROUP))?.live_uid()
+    api.store.get_doc(&format!("{}/synctargets/{ROOT_WORKSPACE}//{name}", placement_api::WORKLOAD_GROUP))?.live_uid()
 }
 
 pub fn workspace_uid(api: &Api, ws: &str) -> Option<String> {
-    if ws == ROOT {
-        return Some(ROOT.to_string());
+    if ws == ROOT_WORKSPACE {
+        return Some(ROOT_WORKSPACE.to_string());
     }
     api.store.get_doc(&placement_api::workspace_key(ws))?.live_uid()
 }

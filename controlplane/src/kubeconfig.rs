@@ -7,6 +7,8 @@ use std::path::Path;
 use base64::Engine;
 use serde_json::{json, Value};
 
+use placement_api::keys::ROOT_WORKSPACE;
+
 use crate::fsutil::write_private;
 
 /// The URL clients use; a wildcard listen address is reached through loopback.
@@ -48,8 +50,9 @@ pub fn write_admin(
         contexts.push(json!({"name": ctx, "context": {"cluster": ctx, "user": ctx}}));
         current = ctx;
     } else {
-        clusters.push(json!({"name": "root", "cluster": {"server": format!("{base}/clusters/root"), "certificate-authority-data": ca}}));
-        contexts.push(json!({"name": "root", "context": {"cluster": "root", "user": format!("{name}-admin")}}));
+        let root = ROOT_WORKSPACE;
+        clusters.push(json!({"name": root, "cluster": {"server": format!("{base}/clusters/{root}"), "certificate-authority-data": ca}}));
+        contexts.push(json!({"name": root, "context": {"cluster": root, "user": format!("{name}-admin")}}));
         for (ws, token) in workspaces {
             clusters.push(json!({"name": ws, "cluster": {"server": format!("{base}/clusters/{ws}"), "certificate-authority-data": ca}}));
             users.push(json!({"name": format!("workspace-{ws}"), "user": {"token": token}}));
@@ -60,8 +63,8 @@ pub fn write_admin(
             .ok()
             .and_then(|s| serde_yaml::from_str::<Value>(&s).ok())
             .and_then(|v| v.get("current-context").and_then(Value::as_str).map(String::from))
-            .filter(|c| c == "root" || workspaces.iter().any(|(w, _)| w == c))
-            .unwrap_or_else(|| "root".into());
+            .filter(|c| c == ROOT_WORKSPACE || workspaces.iter().any(|(w, _)| w == c))
+            .unwrap_or_else(|| ROOT_WORKSPACE.into());
     }
     let doc = json!({
         "apiVersion": "v1", "kind": "Config", "preferences": {},
@@ -110,7 +113,7 @@ pub fn remove_workspace_context(path: &Path, workspace: &str) -> anyhow::Result<
         }
     }
     if doc["current-context"] == workspace {
-        doc["current-context"] = json!("root");
+        doc["current-context"] = json!(ROOT_WORKSPACE);
     }
     write_private(path, serde_yaml::to_string(&doc)?.as_bytes())?;
     Ok(())

@@ -25,6 +25,8 @@ use std::sync::Arc;
 
 use serde_json::Value;
 
+use placement_api::keys::ROOT_WORKSPACE;
+
 use crate::api::WriteGuard;
 use crate::authz::{Decision, ReadCheck};
 use crate::error::ApiError;
@@ -71,15 +73,15 @@ fn forbidden(target: &str, r: &Request<'_>, why: &str) -> ApiError {
 pub fn check_request(target: &str, r: &Request<'_>) -> Result<(), ApiError> {
     let own_sync_target = is(r, WORKLOAD_GROUP, "synctargets");
     match (r.workspace, r.verb, r.subresource) {
-        (crate::http::ROOT, "get", None | Some("status")) if own_sync_target && r.name == Some(target) => Ok(()),
-        (crate::http::ROOT, "list" | "watch", None) if own_sync_target => {
+        (ROOT_WORKSPACE, "get", None | Some("status")) if own_sync_target && r.name == Some(target) => Ok(()),
+        (ROOT_WORKSPACE, "list" | "watch", None) if own_sync_target => {
             match r.fields.and_then(|f| f.single_equality("metadata.name")) {
                 Some(n) if n == target => Ok(()),
                 _ => Err(forbidden(target, r, &format!("a syncer lists and watches only its own SyncTarget: add fieldSelector=metadata.name={target}"))),
             }
         }
-        (crate::http::ROOT, "patch" | "update", Some("status")) if own_sync_target && r.name == Some(target) => Ok(()),
-        (crate::http::ROOT, _, _) => Err(forbidden(target, r, "a syncer may read its own SyncTarget and write its status, nothing else in root")),
+        (ROOT_WORKSPACE, "patch" | "update", Some("status")) if own_sync_target && r.name == Some(target) => Ok(()),
+        (ROOT_WORKSPACE, _, _) => Err(forbidden(target, r, "a syncer may read its own SyncTarget and write its status, nothing else in root")),
         ("*", "list" | "watch", None) if assignable(r) => {
             let label = placement_api::sync_state_label(target);
             match r.labels.and_then(|l| l.requires_exact_match(&label)) {
@@ -171,7 +173,7 @@ fn concerns(target: &str, r: &Request<'_>, obj: &Value) -> bool {
 
 /// Whether the syncer of `target` may read `obj` (a get in a workspace).
 pub fn check_read(target: &str, r: &Request<'_>, obj: &Value) -> Result<(), ApiError> {
-    if r.workspace == crate::http::ROOT || concerns(target, r, obj) {
+    if r.workspace == ROOT_WORKSPACE || concerns(target, r, obj) {
         return Ok(());
     }
     Err(forbidden(target, r, "it is not assigned to the syncer's cluster"))
@@ -207,7 +209,7 @@ fn first_difference(a: &Value, b: &Value, path: &str) -> Option<String> {
 /// Whether the syncer of `target` may change `old` into `new` (an update in a
 /// workspace, or of its SyncTarget's status in root).
 pub fn check_update(target: &str, r: &Request<'_>, old: &Value, new: &Value) -> Result<(), ApiError> {
-    if r.workspace == crate::http::ROOT {
+    if r.workspace == ROOT_WORKSPACE {
         // check_request let through only its own SyncTarget's status.
         return Ok(());
     }

@@ -224,14 +224,14 @@ pub fn decide(clusters: &[Cluster], workload: &Workload, rule: &Rule<'_>, curren
     sorted.sort_by(|a, b| a.name.cmp(&b.name));
     sorted.dedup_by(|a, b| a.name == b.name);
 
+    let selector = selector::compile(rule.cluster_selector).map_err(NoFit::Selector)?;
     let mut reasons: BTreeMap<Reason, usize> = BTreeMap::new();
     let mut eligible: Vec<Eligible<'_>> = Vec::new();
     for c in &sorted {
         let share = current.iter().find(|s| s.cluster == c.name).map(|s| s.replicas);
-        match evaluate(c, workload, rule, share, duplicate) {
-            Ok(Ok(e)) => eligible.push(e),
-            Ok(Err(reason)) => *reasons.entry(reason).or_default() += 1,
-            Err(e) => return Err(NoFit::Selector(e)),
+        match evaluate(c, workload, &selector, rule, share, duplicate) {
+            Ok(e) => eligible.push(e),
+            Err(reason) => *reasons.entry(reason).or_default() += 1,
         }
     }
     let too_few =
@@ -265,26 +265,27 @@ pub fn decide(clusters: &[Cluster], workload: &Workload, rule: &Rule<'_>, curren
     Ok(shares)
 }
 
-/// Whether one cluster could take the workload; the outer error is a malformed
-/// selector, which no cluster can fix.
+/// Whether one cluster could take the workload, whose rule selects clusters with
+/// `selector`.
 fn evaluate<'a>(
     c: &'a Cluster,
     workload: &Workload,
+    selector: &apimachinery::selector::LabelSelector,
     rule: &Rule<'_>,
     share: Option<u32>,
     duplicate: bool,
-) -> Result<Result<Eligible<'a>, Reason>, SelectorError> {
+) -> Result<Eligible<'a>, Reason> {
     if !c.ready {
-        return Ok(Err(Reason::NotReady));
+        return Err(Reason::NotReady);
     }
     if c.draining {
-        return Ok(Err(Reason::Draining));
+        return Err(Reason::Draining);
     }
-    if !selector::matches(rule.cluster_selector, &c.labels)? {
-        return Ok(Err(Reason::NotSelected));
+    if !selector.matches(c.labels.as_ref()) {
+        return Err(Reason::NotSelected);
     }
     if share.is_none() && c.cordoned {
-        return Ok(Err(Reason::Cordoned));
+        return Err(Reason::Cordoned);
     }
     let (free, limit) = room(c.available, workload.per_replica);
     // A cordoned cluster keeps what it runs but takes nothing more.
@@ -298,12 +299,12 @@ fn evaluate<'a>(
     let spread = !duplicate && rule.clusters > 1;
     let need = if spread { 1 } else { u64::from(workload.replicas).max(1) };
     if room < need && !(sticky && spread) {
-        return Ok(Err(Reason::Insufficient(limit)));
+        return Err(Reason::Insufficient(limit));
     }
     if !sticky && !c.headroom.is_empty() && !c.headroom.iter().any(|h| workload.per_replica.fits(h)) {
-        return Ok(Err(Reason::NoNodeFits));
+        return Err(Reason::NoNodeFits);
     }
-    Ok(Ok(Eligible { name: &c.name, room, sticky, limit }))
+    Ok(Eligible { name: &c.name, room, sticky, limit })
 }
 
 /// The Divide shares over `chosen`: the current ones when the clusters and the total

@@ -7,50 +7,20 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 
-/// Why a selector cannot be evaluated.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum SelectorError {
-    /// The operator is not one of `In`, `NotIn`, `Exists`, `DoesNotExist`.
-    #[error("matchExpressions[{index}]: operator {operator:?} is not one of In, NotIn, Exists, DoesNotExist")]
-    Operator {
-        /// The requirement's position.
-        index: usize,
-        /// What was given.
-        operator: String,
-    },
-    /// `In` and `NotIn` need values; `Exists` and `DoesNotExist` take none.
-    #[error("matchExpressions[{index}]: operator {operator} {problem}")]
-    Values {
-        /// The requirement's position.
-        index: usize,
-        /// The operator.
-        operator: String,
-        /// What is wrong with the values.
-        problem: &'static str,
-    },
+pub use apimachinery::selector::SelectorError;
+
+/// A typed `metav1.LabelSelector`, checked and ready to match many label sets.
+pub fn compile(selector: &LabelSelector) -> Result<apimachinery::selector::LabelSelector, SelectorError> {
+    let value = serde_json::to_value(selector).map_err(|e| SelectorError::InvalidLabelSelector(e.to_string()))?;
+    apimachinery::selector::LabelSelector::from_label_selector(&value)
 }
 
 /// Whether `labels` satisfy `selector`.
 pub fn matches(selector: &LabelSelector, labels: &BTreeMap<String, String>) -> Result<bool, SelectorError> {
-    let mut ok = selector.match_labels.iter().flatten().all(|(k, v)| labels.get(k) == Some(v));
-    for (index, r) in selector.match_expressions.iter().flatten().enumerate() {
-        let values = r.values.as_deref().unwrap_or_default();
-        let needs_values = |problem| SelectorError::Values { index, operator: r.operator.clone(), problem };
-        let holds = match r.operator.as_str() {
-            "In" | "NotIn" if values.is_empty() => return Err(needs_values("needs at least one value")),
-            "Exists" | "DoesNotExist" if !values.is_empty() => return Err(needs_values("takes no values")),
-            "In" => labels.get(&r.key).is_some_and(|v| values.contains(v)),
-            "NotIn" => labels.get(&r.key).is_none_or(|v| !values.contains(v)),
-            "Exists" => labels.contains_key(&r.key),
-            "DoesNotExist" => !labels.contains_key(&r.key),
-            other => return Err(SelectorError::Operator { index, operator: other.to_string() }),
-        };
-        ok &= holds;
-    }
-    Ok(ok)
+    Ok(compile(selector)?.matches(labels))
 }
 
-/// Whether the selector selects nothing in particular (no labels, no expressions).
+/// Whether the selector has no terms at all (and so selects everything).
 pub fn is_empty(selector: &LabelSelector) -> bool {
     selector.match_labels.as_ref().is_none_or(|m| m.is_empty()) && selector.match_expressions.as_ref().is_none_or(|e| e.is_empty())
 }
@@ -95,8 +65,9 @@ mod tests {
         assert_eq!(case(expr("zone", "NotIn", &["a"])), Ok(true));
         assert_eq!(case(expr("region", "Exists", &[])), Ok(true));
         assert_eq!(case(expr("region", "DoesNotExist", &[])), Ok(false));
-        assert!(matches!(case(expr("region", "Equals", &["us"])), Err(SelectorError::Operator { index: 0, .. })));
-        assert!(matches!(case(expr("region", "In", &[])), Err(SelectorError::Values { .. })));
-        assert!(matches!(case(expr("region", "Exists", &["us"])), Err(SelectorError::Values { .. })));
+        let refused = |e: Result<bool, SelectorError>| e.unwrap_err().to_string();
+        assert!(refused(case(expr("region", "Equals", &["us"]))).contains("\"Equals\" is not a valid label selector operator"));
+        assert!(refused(case(expr("region", "In", &[]))).contains("values set can't be empty"));
+        assert!(refused(case(expr("region", "Exists", &["us"]))).contains("values set must be empty"));
     }
 }

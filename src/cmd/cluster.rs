@@ -303,7 +303,7 @@ fn upstream_kubeconfig(cp_kubeconfig: &Path, name: &str, token: &str) -> anyhow:
     let cluster = kc
         .clusters
         .iter()
-        .find(|c| c.name == "root")
+        .find(|c| c.name == placement_api::keys::ROOT_WORKSPACE)
         .and_then(|c| c.cluster.clone())
         .context("the control plane's kubeconfig has no root cluster")?;
     let base = cluster.server.clone().unwrap_or_default();

@@ -94,7 +94,7 @@ pub(super) async fn create(
         .body(Vec::new())?;
     let resp: Value = client.request(req).await.with_context(|| format!("minting a token for workspace {name}"))?;
     let token = resp.pointer("/status/token").and_then(Value::as_str).context("the token response has no status.token")?;
-    controlplane::kubeconfig::add_workspace_context(kubeconfig, "root", name, token, use_it)?;
+    controlplane::kubeconfig::add_workspace_context(kubeconfig, placement_api::keys::ROOT_WORKSPACE, name, token, use_it)?;
     println!("context {name} added to {}{}", kubeconfig.display(), if use_it { " and made current" } else { "" });
     Ok(())
 }

@@ -13,18 +13,18 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use controlplane::api::{Api, DeleteOptions, FieldValidation, PatchKind, Scope, Sub, WriteOptions};
-use storage::{Event, EventType, StoreError};
 use futures::StreamExt;
 use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde_json::{json, Value};
+use storage::{Event, EventType, StoreError};
 use tokio::sync::watch;
 use tracing::Instrument;
 
 use crate::sim::{Action, ClusterState, Kind, ObjectRef, Simulator};
 
 /// The only logical cluster a simulated cluster serves.
-const CLUSTER: &str = "root";
+const CLUSTER: &str = placement_api::keys::ROOT_WORKSPACE;
 /// How long to wait for more changes before reconciling a burst.
 const DEBOUNCE: Duration = Duration::from_millis(20);
 /// The longest pause between reconciles, as a periodic resync.

@@ -97,7 +97,10 @@ fn a_malformed_selector_is_reported_not_matched() {
         ..Default::default()
     };
     let err = run(&[cluster("a", 4, 8)], workload(1), (bad, 1, ReplicaScheduling::Divide), &[]).unwrap_err();
-    assert!(err.to_string().starts_with("the Placement's clusterSelector is invalid: matchExpressions[0]"), "{err}");
+    assert!(
+        err.to_string().starts_with("the Placement's clusterSelector is invalid: \"Equals\" is not a valid label selector operator"),
+        "{err}"
+    );
 }
 
 #[test]
