@@ -7,7 +7,7 @@
 //! --for=condition=Available` work in a workspace. One writer for the Deployment
 //! status means the syncers of different clusters never race on it.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
@@ -131,9 +131,9 @@ pub async fn run(base: Client, resync: Duration) {
     .await
 }
 
-/// Keeps `lost`, the clusters whose `Ready` condition is not True, from the SyncTargets
-/// in `root`, and queues the workloads with an entry for a cluster that was lost or came
-/// back, so their status is summed again.
+/// Keeps `lost` ([`lost_clusters`]) from the SyncTargets in `root`, and queues the
+/// workloads with an entry for a cluster that was lost or came back, so their status is
+/// summed again.
 async fn watch_lost(
     root: Client,
     lost: Arc<RwLock<BTreeSet<String>>>,
@@ -141,6 +141,7 @@ async fn watch_lost(
     placements: Arc<cache::Cache<WorkloadPlacement>>,
     tx: mpsc::UnboundedSender<Key>,
 ) {
+    let mut been_ready = BTreeMap::new();
     let (store, writer) = kube::runtime::reflector::store::<SyncTarget>();
     let mut changes = watcher(Api::<SyncTarget>::all(root), watcher::Config::default()).default_backoff().reflect(writer).boxed();
     while changes.next().await.is_some() {
@@ -161,15 +162,7 @@ async fn watch_lost(
             }
         };
         queue_with_entry_on(&placements, &gone, false, &tx);
-        let now: BTreeSet<String> = store
-            .state()
-            .iter()
-            .filter(|t| {
-                let ready = t.status.as_ref().and_then(|s| s.conditions.iter().find(|c| c.type_ == CONDITION_READY));
-                ready.is_some_and(|c| c.status != "True")
-            })
-            .filter_map(|t| t.metadata.name.clone())
-            .collect();
+        let now = lost_clusters(&store.state(), &mut been_ready);
         let changed: BTreeSet<String> = {
             let mut held = lost.write().unwrap_or_else(|e| e.into_inner());
             if *held == now {
@@ -199,6 +192,31 @@ async fn watch_lost(
             });
         }
     }
+}
+
+/// The lost clusters: those not Ready that have been Ready. A cluster whose syncer has
+/// not reported yet (just registered, its first heartbeat or its capacity still to come)
+/// is new, not lost, and has no reports to leave out. `been_ready` remembers, by name,
+/// whether each cluster has been Ready; at first sight (this process just started) a
+/// cluster has been if its syncer has reported its heartbeat and capacity, which the
+/// scheduler requires for Ready.
+fn lost_clusters(targets: &[Arc<SyncTarget>], been_ready: &mut BTreeMap<String, bool>) -> BTreeSet<String> {
+    let mut lost = BTreeSet::new();
+    let mut present = BTreeSet::new();
+    for t in targets {
+        let Some(name) = t.metadata.name.clone() else { continue };
+        let status = t.status.as_ref();
+        let ready = status.and_then(|s| s.conditions.iter().find(|c| c.type_ == CONDITION_READY)).is_some_and(|c| c.status == "True");
+        let reported = status.is_some_and(|s| s.last_syncer_heartbeat_time.is_some() && !s.allocatable.is_empty());
+        let been = been_ready.entry(name.clone()).or_insert(reported);
+        *been |= ready;
+        if !ready && *been {
+            lost.insert(name.clone());
+        }
+        present.insert(name);
+    }
+    been_ready.retain(|name, _| present.contains(name));
+    lost
 }
 
 /// The status entries of clusters that are neither assigned nor registered.
@@ -259,7 +277,62 @@ fn queue_with_entry_on(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use placement_api::{ClusterAssignment, ClusterSyncStatus, WorkloadPlacementSpec, WorkloadPlacementStatus};
+    use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+    use placement_api::{ClusterAssignment, ClusterSyncStatus, SyncTargetStatus, WorkloadPlacementSpec, WorkloadPlacementStatus};
+
+    /// A SyncTarget with a Ready condition (`None`: none written yet), and whether its
+    /// syncer has reported a heartbeat with the capacity.
+    fn target(name: &str, ready: Option<&str>, reported: bool) -> Arc<SyncTarget> {
+        let mut t = SyncTarget::new(name, Default::default());
+        let condition = |status: &str| Condition {
+            type_: CONDITION_READY.into(),
+            status: status.into(),
+            reason: "Test".into(),
+            message: String::new(),
+            last_transition_time: Time(jiff::Timestamp::UNIX_EPOCH),
+            observed_generation: None,
+        };
+        t.status = Some(SyncTargetStatus {
+            conditions: ready.map(condition).into_iter().collect(),
+            last_syncer_heartbeat_time: reported.then(|| Time(jiff::Timestamp::UNIX_EPOCH)),
+            allocatable: if reported { [("cpu".to_string(), Quantity("4".into()))].into() } else { Default::default() },
+            ..Default::default()
+        });
+        Arc::new(t)
+    }
+
+    fn names(set: &BTreeSet<String>) -> Vec<&str> {
+        set.iter().map(String::as_str).collect()
+    }
+
+    #[test]
+    fn a_new_cluster_is_not_lost_before_it_was_ever_ready() {
+        let mut been = BTreeMap::new();
+        // As `flotilla up` registers the fleet: no status, then NotReady until the
+        // first heartbeat, a heartbeat without the capacity, then Ready.
+        assert!(lost_clusters(&[target("east", None, false)], &mut been).is_empty());
+        assert!(lost_clusters(&[target("east", Some("False"), false)], &mut been).is_empty());
+        let mut beating = (*target("east", Some("False"), false)).clone();
+        beating.status.as_mut().unwrap().last_syncer_heartbeat_time = Some(Time(jiff::Timestamp::UNIX_EPOCH));
+        assert!(lost_clusters(&[Arc::new(beating)], &mut been).is_empty(), "a first heartbeat without the capacity");
+        assert!(lost_clusters(&[target("east", Some("True"), true)], &mut been).is_empty());
+        // Once it has been Ready, losing it is a loss.
+        assert_eq!(names(&lost_clusters(&[target("east", Some("False"), true)], &mut been)), ["east"]);
+        assert!(lost_clusters(&[target("east", Some("True"), true)], &mut been).is_empty(), "back");
+    }
+
+    #[test]
+    fn at_first_sight_a_cluster_not_ready_is_lost_if_its_syncer_had_reported() {
+        // The control plane restarts and finds one cluster stored NotReady after
+        // heartbeats, and one that never beat.
+        let mut been = BTreeMap::new();
+        let lost = lost_clusters(&[target("west", Some("False"), true), target("new", Some("False"), false)], &mut been);
+        assert_eq!(names(&lost), ["west"]);
+        // A deregistered cluster is forgotten: registered again, it is new.
+        lost_clusters(&[target("new", Some("False"), false)], &mut been);
+        assert!(!been.contains_key("west"));
+    }
 
     #[test]
     fn only_entries_of_clusters_neither_assigned_nor_registered_are_orphaned() {
