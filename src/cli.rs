@@ -23,7 +23,8 @@ pub struct Cli {
     /// Data directory for the store, CA, tokens and kubeconfig.
     #[arg(long, global = true, default_value = ".flotilla", env = "FLOTILLA_DATA_DIR")]
     pub data_dir: PathBuf,
-    /// More logging (-v debug, -vv trace). RUST_LOG overrides.
+    /// More logging (-v debug, -vv debug from the libraries too); RUST_LOG overrides.
+    /// `up` writes its logs to <data-dir>/logs/flotilla.log, or to stderr with -v.
     #[arg(short, long, global = true, action = clap::ArgAction::Count)]
     pub verbose: u8,
     /// Log format.
@@ -89,9 +90,10 @@ pub enum Command {
 /// `flotilla up`.
 #[derive(Debug, clap::Args)]
 pub struct UpArgs {
-    /// Simulated clusters to run and register (a definition file with one cluster or a list).
-    #[arg(long, default_value = "test-clusters/demo.yaml")]
-    pub clusters: PathBuf,
+    /// Simulated clusters to run and register (a definition file with one cluster or a
+    /// list) [default: the demo fleet east, west and eu, built in].
+    #[arg(long, value_name = "FILE")]
+    pub clusters: Option<PathBuf>,
     /// The workspace to create and make the current context.
     #[arg(long, default_value = "demo")]
     pub workspace: String,
@@ -313,22 +315,6 @@ pub enum WorkspaceCmd {
     },
     /// List workspaces.
     List,
-}
-
-/// Sets up `tracing` from -v, RUST_LOG and --log-format.
-pub fn init_logging(cli: &Cli) {
-    use tracing_subscriber::EnvFilter;
-    let default = match cli.verbose {
-        0 => "info",
-        1 => "info,controlplane=debug,flotilla=debug",
-        _ => "debug",
-    };
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
-    match cli.log_format {
-        LogFormat::Text => builder.init(),
-        LogFormat::Json => builder.json().flatten_event(true).init(),
-    }
 }
 
 #[cfg(test)]

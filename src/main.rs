@@ -2,6 +2,7 @@
 
 mod cli;
 mod cmd;
+mod logging;
 
 use clap::Parser;
 
@@ -63,7 +64,13 @@ fn main() -> std::process::ExitCode {
     } else {
         cli::Cli::parse()
     };
-    cli::init_logging(&cli);
+    let log_file = match logging::init(&cli) {
+        Ok(f) => f,
+        Err(e) => {
+            eprintln!("error: {}", error_text(&e));
+            return std::process::ExitCode::FAILURE;
+        }
+    };
     let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
@@ -71,11 +78,66 @@ fn main() -> std::process::ExitCode {
             return std::process::ExitCode::FAILURE;
         }
     };
-    match rt.block_on(cmd::run(cli)) {
+    match rt.block_on(cmd::run(cli, log_file)) {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            eprintln!("error: {}", error_text(&e));
             std::process::ExitCode::FAILURE
         }
+    }
+}
+
+/// An error and its causes on one line, `what: why: root cause`, as anyhow's `{:#}`
+/// prints them, except that a cause the text already holds is left out. Many errors
+/// print their source in their own message and also return it from `source()` (a
+/// definition file's I/O error, and many of kube's and hyper's), and `{:#}` prints
+/// such a cause twice.
+fn error_text(e: &anyhow::Error) -> String {
+    let mut text = String::new();
+    for cause in e.chain() {
+        let part = cause.to_string();
+        if text.contains(&part) {
+            continue;
+        }
+        if !text.is_empty() {
+            text.push_str(": ");
+        }
+        text.push_str(&part);
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use anyhow::Context;
+
+    /// A source error, and an error that prints it in its message and returns it.
+    #[derive(Debug)]
+    struct Outer(std::io::Error);
+
+    impl std::fmt::Display for Outer {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            write!(f, "demo.yaml: {}", self.0)
+        }
+    }
+
+    impl std::error::Error for Outer {
+        fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+            Some(&self.0)
+        }
+    }
+
+    #[test]
+    fn an_error_prints_each_cause_once() {
+        let missing = || std::io::Error::new(std::io::ErrorKind::NotFound, "No such file or directory (os error 2)");
+        let e = Err::<(), _>(Outer(missing())).context("reading the cluster definitions").unwrap_err();
+        assert_eq!(
+            format!("{e:#}"),
+            "reading the cluster definitions: demo.yaml: No such file or directory (os error 2): No such file or directory (os error 2)"
+        );
+        assert_eq!(super::error_text(&e), "reading the cluster definitions: demo.yaml: No such file or directory (os error 2)");
+        // Causes that their errors do not print are all there.
+        let e = Err::<(), _>(missing()).context("opening the log").context("starting").unwrap_err();
+        assert_eq!(super::error_text(&e), "starting: opening the log: No such file or directory (os error 2)");
     }
 }

@@ -1,6 +1,8 @@
 //! `flotilla up`, as the README runs it: a control plane with the demo fleet, the
 //! examples in docs/examples applied through kubectl, a clean stop, and the same fleet
-//! back on a second `up` with nothing moved.
+//! back on a second `up` with nothing moved. It runs from a directory outside the
+//! repository, with the built-in definition of the fleet, and its terminal shows the
+//! progress and names the log file instead of showing the logs.
 
 mod common;
 
@@ -10,16 +12,36 @@ use common::*;
 
 const DEADLINE: Duration = Duration::from_secs(60);
 
+/// What `<data-dir>/logs/flotilla.log` says of each component of the control plane
+/// process: the API server, the scheduler, and the syncer of each cluster.
+const COMPONENT_LOGS: [&str; 5] = [
+    "control plane serving",
+    "caches synced; scheduling",
+    "starting its syncer sync_target=east",
+    "starting its syncer sync_target=west",
+    "starting its syncer sync_target=eu",
+];
+
 fn placement(k: &dyn Fn(&[&str]) -> String, name: &str) -> String {
     k(&["get", "wp", name, "-o", "jsonpath={.spec.clusters[*].name}"])
+}
+
+/// What `up`'s terminal showed that a person should not see: log lines below WARN, and
+/// any word of a lost cluster (nothing was lost).
+fn noise(terminal: &str) -> Vec<&str> {
+    terminal.lines().filter(|l| [" INFO ", " DEBUG ", " TRACE "].iter().any(|lvl| l.contains(lvl)) || l.contains("lost")).collect()
 }
 
 #[test]
 fn up_runs_the_demo_fleet_the_examples_place_and_a_second_up_brings_it_back() {
     let dir = tempfile::tempdir().unwrap();
+    // Where the person runs `up`: no test-clusters/ or docs/ there.
+    let elsewhere = dir.path().join("elsewhere");
+    std::fs::create_dir(&elsewhere).unwrap();
     let data = dir.path().join("data");
     let data_s = data.to_str().unwrap();
-    let log = dir.path().join("up.log");
+    let terminal = dir.path().join("terminal-1.txt");
+    let log = data.join("logs").join("flotilla.log");
     let kubeconfig = data.join("admin.kubeconfig");
     let kubectl = |args: &[&str]| kubectl_cmd(&kubeconfig, dir.path(), args).output().map(Out::from).unwrap();
     let k = |args: &[&str]| {
@@ -35,7 +57,27 @@ fn up_runs_the_demo_fleet_the_examples_place_and_a_second_up_brings_it_back() {
         o.stdout
     };
 
-    let (mut up, _) = spawn_ready(&["--data-dir", data_s, "up", "--listen", "127.0.0.1:0"], &log);
+    let (mut up, _) = spawn_ready_in(&elsewhere, &["--data-dir", data_s, "up", "--listen", "127.0.0.1:0"], &terminal);
+    let shown = std::fs::read_to_string(&terminal).unwrap();
+    for want in [
+        format!("(log: {})", log.display()),
+        "cluster east registered".into(),
+        "cluster west registered".into(),
+        "cluster eu registered".into(),
+        "workspace demo created".into(),
+    ] {
+        assert!(shown.lines().any(|l| l.contains(&want)), "the terminal does not show {want:?}:\n{shown}");
+    }
+    assert!(shown.lines().any(|l| l == "ready"), "{shown}");
+    assert_eq!(noise(&shown), Vec::<&str>::new(), "up's terminal:\n{shown}");
+    // The components log to the file instead: the control plane, the scheduler, and
+    // a syncer per cluster, none of which calls a new cluster lost.
+    let logged = std::fs::read_to_string(&log).unwrap_or_else(|e| panic!("{}: {e}", log.display()));
+    for want in COMPONENT_LOGS {
+        assert!(logged.contains(want), "{} has no {want:?}:\n{}", log.display(), tail(&logged));
+    }
+    assert!(!logged.contains("lost"), "{} calls a cluster lost:\n{logged}", log.display());
+
     // The current context is the demo workspace, and the three clusters are Ready.
     assert_eq!(k(&["config", "current-context"]).trim(), "demo");
     let ready = k(&[
@@ -73,20 +115,28 @@ fn up_runs_the_demo_fleet_the_examples_place_and_a_second_up_brings_it_back() {
             .collect()
     };
     let ports = kept_ports();
-    signal(up.id(), "TERM");
-    let status = wait_for("up to exit after SIGTERM", DEADLINE, || up.try_wait().unwrap().ok_or_else(|| "still running".to_string()));
-    assert!(status.success(), "{status:?}\n{}", tail(&std::fs::read_to_string(&log).unwrap_or_default()));
+    // Ctrl-C, as a person stops it.
+    signal(up.id(), "INT");
+    let status = wait_for("up to exit after SIGINT", DEADLINE, || up.try_wait().unwrap().ok_or_else(|| "still running".to_string()));
+    let shown = std::fs::read_to_string(&terminal).unwrap();
+    assert!(status.success(), "{status:?}\nterminal:\n{shown}\nlog:\n{}", tail(&std::fs::read_to_string(&log).unwrap_or_default()));
+    assert!(shown.contains("stopped 3 simulated cluster(s)"), "{shown}");
+    assert_eq!(noise(&shown), Vec::<&str>::new(), "up's terminal:\n{shown}");
     for p in &ports {
         assert!(std::net::TcpStream::connect(p).is_err(), "a simulated cluster still serves on {p} after up stopped");
     }
 
     // The same fleet again: same clusters on the same ports, workloads where they were.
-    let (mut again, _) = spawn_ready(&["--data-dir", data_s, "up", "--listen", "127.0.0.1:0"], &log);
+    let terminal = dir.path().join("terminal-2.txt");
+    let (mut again, _) = spawn_ready_in(&elsewhere, &["--data-dir", data_s, "up", "--listen", "127.0.0.1:0"], &terminal);
     k(&["rollout", "status", "deploy/web", "--timeout=60s"]);
     assert_eq!(placement(&k, "web"), web, "nothing moved");
     assert_eq!(placement(&k, "api"), "eu");
     let again_ports = kept_ports();
     assert_eq!(again_ports, ports);
     signal(again.id(), "TERM");
-    wait_for("the second up to exit", DEADLINE, || again.try_wait().unwrap().ok_or_else(|| "still running".to_string()));
+    let status = wait_for("the second up to exit", DEADLINE, || again.try_wait().unwrap().ok_or_else(|| "still running".to_string()));
+    let shown = std::fs::read_to_string(&terminal).unwrap();
+    assert!(status.success(), "{status:?}\nterminal:\n{shown}");
+    assert_eq!(noise(&shown), Vec::<&str>::new(), "the second up's terminal:\n{shown}");
 }

@@ -17,12 +17,12 @@ use anyhow::Context;
 
 use crate::cli::{Cli, ClusterCmd, Command};
 
-/// Runs the chosen subcommand.
-pub async fn run(cli: Cli) -> anyhow::Result<()> {
+/// Runs the chosen subcommand. `log_file` is where the logs go, if not to stderr.
+pub async fn run(cli: Cli, log_file: Option<std::path::PathBuf>) -> anyhow::Result<()> {
     let kubeconfig = control_plane_kubeconfig(&cli);
     match cli.command {
         Command::Start(args) => start::run(&cli.data_dir, args).await,
-        Command::Up(args) => up::run(&cli.data_dir, args).await,
+        Command::Up(args) => up::run(&cli.data_dir, log_file.as_deref(), args).await,
         Command::Workspace(cmd) => workspace::run(&kubeconfig, cmd).await,
         Command::Cluster(cmd) => cluster::run(&kubeconfig, cmd).await,
         Command::SimCluster(args) => sim_cluster::run(&cli.data_dir, args).await,
@@ -55,14 +55,16 @@ async fn metrics_token(kubeconfig: &Path) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Waits for Ctrl-C or SIGTERM.
+/// Waits for Ctrl-C, SIGTERM or SIGHUP (the terminal closed: `up`'s clusters run in
+/// their own process group, and the terminal's hangup reaches only `up`, which stops them).
 pub async fn shutdown_signal() {
     let ctrl_c = tokio::signal::ctrl_c();
     #[cfg(unix)]
     {
-        let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(s) => s,
-            Err(_) => {
+        use tokio::signal::unix::{signal, SignalKind};
+        let (mut term, mut hup) = match (signal(SignalKind::terminate()), signal(SignalKind::hangup())) {
+            (Ok(term), Ok(hup)) => (term, hup),
+            _ => {
                 let _ = ctrl_c.await;
                 return;
             }
@@ -70,6 +72,7 @@ pub async fn shutdown_signal() {
         tokio::select! {
             _ = ctrl_c => {}
             _ = term.recv() => {}
+            _ = hup.recv() => {}
         }
     }
     #[cfg(not(unix))]

@@ -35,8 +35,8 @@ pub async fn run(data_dir: &Path, args: StartArgs) -> anyhow::Result<()> {
 
 /// Runs the control plane and its controllers. Once they run, `started` gets the admin
 /// kubeconfig and finishes the start-up (it prints "ready"); what it returns is kept
-/// until Ctrl-C or SIGTERM, and dropped after the scheduler has stopped and before the
-/// server does. An error from `started` stops everything and is returned.
+/// until Ctrl-C or SIGTERM, and dropped after the controllers have stopped and before
+/// the server does. An error from `started` stops everything and is returned.
 pub async fn serve<G, F, Fut>(data_dir: &Path, args: StartArgs, started: F) -> anyhow::Result<()>
 where
     F: FnOnce(std::path::PathBuf) -> Fut,
@@ -101,10 +101,12 @@ where
         None => until_stopped.await,
     }
     tracing::info!("shutting down");
-    drop(kept);
-    // The controllers stop before the server, so none of them writes to the store after
-    // it has shut down, and none logs the server going away as an error.
+    crate::logging::stopping();
+    // The controllers stop before what `started` runs (`up`'s clusters) and before the
+    // server, so none of them writes to the store after it has shut down, and none
+    // warns that a cluster or the server went away.
     drop((syncers, references, aggregator));
+    drop(kept);
     srv.shutdown().await?;
     failed.map_or(Ok(()), Err)
 }

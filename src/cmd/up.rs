@@ -1,7 +1,9 @@
 //! `flotilla up`: the control plane with a fleet of simulated clusters, registered, and
 //! a workspace as the current context. What `start` runs, plus:
-//! - one `flotilla sim-cluster` process per cluster of the definition file, each with
-//!   its state in `<data-dir>/clusters/<name>/` and its log in `<data-dir>/logs/`;
+//! - one `flotilla sim-cluster` process per cluster of the definition file (`--clusters`,
+//!   or the demo fleet built into the binary, written to `<data-dir>/demo.yaml` for the
+//!   processes to read), each with its state in `<data-dir>/clusters/<name>/` and its log
+//!   in `<data-dir>/logs/`;
 //! - each cluster registered as a push-mode SyncTarget with the file's labels;
 //! - the workspace created and made the admin kubeconfig's current context.
 //!
@@ -29,11 +31,26 @@ use crate::cli::{RegisterArgs, UpArgs};
 /// How long a simulated cluster may take to start, and the clusters to turn Ready.
 const START_TIMEOUT: Duration = Duration::from_secs(60);
 
-/// Runs until Ctrl-C or SIGTERM, then stops the clusters and the control plane.
-pub async fn run(data_dir: &Path, args: UpArgs) -> anyhow::Result<()> {
-    let defs = test_clusters::config::load(&args.clusters)
-        .with_context(|| format!("reading the cluster definitions {} (pass another with --clusters)", args.clusters.display()))?;
-    println!("starting the control plane on {}", args.start.listen);
+/// The demo fleet, used without `--clusters`. It is built in so that `up` works from
+/// any directory, not only from a checkout of the repository.
+const DEMO: &str = include_str!("../../test-clusters/demo.yaml");
+
+/// Where the built-in definition is written in the data dir: the simulated clusters,
+/// and a drill that restarts one, read it from there.
+const DEMO_FILE: &str = "demo.yaml";
+
+/// Runs until Ctrl-C or SIGTERM, then stops the clusters and the control plane. The
+/// logs go to `log_file` if it is given (the terminal then shows only the progress and
+/// the warnings); it is named in the first line.
+pub async fn run(data_dir: &Path, log_file: Option<&Path>, args: UpArgs) -> anyhow::Result<()> {
+    let defs = match &args.clusters {
+        Some(file) => test_clusters::config::load(file).context("reading the cluster definitions (--clusters)")?,
+        None => demo()?,
+    };
+    match log_file {
+        Some(log) => println!("starting the control plane on {} (log: {})", args.start.listen, log.display()),
+        None => println!("starting the control plane on {}", args.start.listen),
+    }
     let (clusters, workspace) = (args.clusters.clone(), args.workspace.clone());
     super::start::serve(data_dir, args.start, |kubeconfig| fleet_up(data_dir.to_path_buf(), kubeconfig, clusters, defs, workspace)).await
 }
@@ -55,16 +72,30 @@ impl Drop for Fleet {
     }
 }
 
+/// The built-in demo fleet.
+fn demo() -> anyhow::Result<Vec<ClusterDef>> {
+    test_clusters::config::parse(DEMO, "the built-in demo fleet").context("the built-in definition of the demo fleet")
+}
+
+/// `file` is the definition file, None for the built-in demo fleet.
 async fn fleet_up(
     data_dir: PathBuf,
     kubeconfig: PathBuf,
-    file: PathBuf,
+    file: Option<PathBuf>,
     defs: Vec<ClusterDef>,
     workspace: String,
 ) -> anyhow::Result<Fleet> {
     let exe = std::env::current_exe().context("finding the flotilla binary to run the simulated clusters")?;
     let logs = data_dir.join("logs");
     std::fs::create_dir_all(&logs).with_context(|| format!("creating {}", logs.display()))?;
+    let file = match file {
+        Some(file) => file,
+        None => {
+            let file = data_dir.join(DEMO_FILE);
+            controlplane::fsutil::write_private(&file, DEMO.as_bytes()).with_context(|| format!("writing {}", file.display()))?;
+            file
+        }
+    };
     // A drill restarts a cluster from the same file, whatever the working directory.
     let file = std::path::absolute(&file).with_context(|| format!("resolving {}", file.display()))?;
     let stopping = Arc::new(AtomicBool::new(false));
@@ -108,7 +139,9 @@ async fn fleet_up(
     println!("ready");
     println!();
     let bin_dir = exe.parent().map(|d| d.display().to_string()).unwrap_or_default();
-    println!("next, in another terminal here:");
+    // The examples are in the repository, and `up` runs from anywhere.
+    let here = if Path::new("docs/examples").is_dir() { "here" } else { "in the Flotilla repository" };
+    println!("next, in another terminal {here}:");
     let kc = std::path::absolute(&kubeconfig).unwrap_or_else(|_| kubeconfig.clone());
     println!("  export PATH={bin_dir}:$PATH KUBECONFIG={}", kc.display());
     println!("  kubectl apply -f docs/examples/       # Deployments and Placements in workspace {workspace}");
@@ -143,6 +176,10 @@ fn spawn_cluster(exe: &Path, data_dir: &Path, logs: &Path, file: &Path, name: &s
     sims::command(exe, data_dir, file, name, &listen)
         .stdout(Stdio::piped())
         .stderr(log)
+        // Its own process group: a Ctrl-C in this terminal reaches `up` alone, which
+        // stops its controllers and then the clusters, rather than the clusters going
+        // first and their syncers and `up` reporting them gone.
+        .process_group(0)
         .kill_on_drop(true)
         .spawn()
         .with_context(|| format!("starting simulated cluster {name} with {}", exe.display()))
@@ -206,4 +243,14 @@ async fn wait_ready(root: &kube::Client, defs: &[ClusterDef]) -> anyhow::Result<
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    /// The README's tour and `flotilla drill kill west` rely on these three clusters.
+    #[test]
+    fn the_built_in_demo_fleet_is_east_west_and_eu() {
+        let names: Vec<String> = super::demo().unwrap().into_iter().map(|d| d.name).collect();
+        assert_eq!(names, ["east", "west", "eu"]);
+    }
 }

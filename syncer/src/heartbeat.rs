@@ -101,18 +101,22 @@ pub async fn run(
         let api: Api<SyncTarget> = Api::all(root);
         let own = watcher::Config::default().fields(&format!("metadata.name={sync_target}"));
         let watch_me = watcher(api.clone(), own).default_backoff().reflect(me_w);
-        let _feed = crate::AbortOnDrop(tokio::spawn(async move {
-            let mut all = futures::stream::select_all([
-                watch_nodes.map(|e| e.map(|_| ())).boxed(),
-                watch_pods.map(|e| e.map(|_| ())).boxed(),
-                watch_me.map(|e| e.map(|_| ())).boxed(),
-            ]);
-            while let Some(r) = all.next().await {
-                if let Err(e) = r {
-                    tracing::warn!(error = %e, "watching the cluster's nodes and pods or the SyncTarget failed; retrying");
+        let _feed = crate::AbortOnDrop(tokio::spawn(
+            async move {
+                let mut all = futures::stream::select_all([
+                    watch_nodes.map(|e| e.map(|_| ())).boxed(),
+                    watch_pods.map(|e| e.map(|_| ())).boxed(),
+                    watch_me.map(|e| e.map(|_| ())).boxed(),
+                ]);
+                while let Some(r) = all.next().await {
+                    if let Err(e) = r {
+                        tracing::warn!(error = %e, "watching the cluster's nodes and pods or the SyncTarget failed; retrying");
+                    }
                 }
             }
-        }));
+            // In the heartbeat's span, so that its warnings name the cluster.
+            .in_current_span(),
+        ));
         let mut tick = tokio::time::interval(interval);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {

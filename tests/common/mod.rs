@@ -165,13 +165,28 @@ impl Drop for Flotilla {
 /// Starts `flotilla ARGS`, logging stderr to `log`, and waits until it prints
 /// "ready"; returns the process and the URL it printed ("... serving on URL ...").
 pub fn spawn_ready(args: &[&str], log: &Path) -> (Child, String) {
+    launch_ready(Command::new(bin()).args(args), args, log, false)
+}
+
+/// Starts `flotilla ARGS` in `dir` as a person would in a terminal, and waits until it
+/// prints "ready". `terminal` gets everything it prints, stdout and stderr, in the order
+/// it arrives; returns the process and the URL it printed.
+pub fn spawn_ready_in(dir: &Path, args: &[&str], terminal: &Path) -> (Child, String) {
+    launch_ready(Command::new(bin()).args(args).current_dir(dir), args, terminal, true)
+}
+
+fn launch_ready(cmd: &mut Command, args: &[&str], log: &Path, with_stdout: bool) -> (Child, String) {
     let log_file = std::fs::OpenOptions::new().create(true).append(true).open(log).expect("log file");
-    let mut child = Command::new(bin()).args(args).stdout(Stdio::piped()).stderr(log_file).spawn().expect("spawn flotilla");
+    let mut child = cmd.stdout(Stdio::piped()).stderr(log_file).spawn().expect("spawn flotilla");
     let stdout = child.stdout.take().expect("stdout");
+    let mut copy = with_stdout.then(|| std::fs::OpenOptions::new().append(true).open(log).expect("log file"));
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
         let mut url = String::new();
         for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if let Some(f) = copy.as_mut() {
+                let _ = writeln!(f, "{line}");
+            }
             if let Some((_, u)) = line.split_once(" serving on ") {
                 url = u.split_whitespace().next().unwrap_or_default().to_string();
             }
