@@ -15,7 +15,7 @@ use std::time::Duration;
 use placement_api::quantity::Resources;
 use tokio::time::Instant;
 
-use crate::store::ObjKey;
+use runtime::ObjKey;
 
 /// How long an unconfirmed assumption lasts.
 pub const TTL: Duration = Duration::from_secs(60);

@@ -33,10 +33,10 @@ use placement_api::{
     sync_state_label, sync_target_of_label, syncer_finalizer, ClusterAssignment, Placement, SyncTarget, WorkloadPlacement,
     WorkloadPlacementSpec, WorkloadRef, CONDITION_SCHEDULED, ROOT_WORKSPACE, SYNCER_FINALIZER_PREFIX, SYNC_STATE_SYNC,
 };
+use runtime::clients;
+use runtime::errors::{is_conflict, is_not_found};
+use runtime::queue::{self, Next};
 use serde_json::{json, Map, Value};
-use syncer::clients;
-use syncer::error::{is_conflict, is_not_found};
-use syncer::queue::{self, Next};
 use tokio::sync::mpsc;
 use tracing::Instrument;
 
@@ -46,7 +46,7 @@ use crate::events::{self, Recorder};
 use crate::health::{self, Book};
 use crate::metrics::Metrics;
 use crate::resolve;
-use crate::store::{self, ObjKey, Store, Workspace};
+use runtime::cache::{self as store, Cache as Store, ObjKey, Workspace};
 
 /// How the scheduler runs.
 #[derive(Debug, Clone)]
@@ -275,7 +275,7 @@ pub async fn run(base: Client, options: Options) {
         // long, and awaits nothing but its timer: a gap in it is this process not
         // running, never a slow request.
         let (b, m) = (book.clone(), options.metrics.clone());
-        let _observer = syncer::AbortOnDrop(tokio::spawn(async move {
+        let _observer = runtime::AbortOnDrop(tokio::spawn(async move {
             let mut tick = tokio::time::interval(OBSERVER_TICK);
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             loop {
@@ -383,7 +383,7 @@ pub async fn run(base: Client, options: Options) {
         // Triggers become workload keys.
         let fan = s.clone();
         let keys_for_fan = keys_tx.clone();
-        let _fan = syncer::AbortOnDrop(tokio::spawn(async move {
+        let _fan = runtime::AbortOnDrop(tokio::spawn(async move {
             while let Some(t) = triggers.recv().await {
                 for k in fan.affected(t) {
                     let _ = keys_for_fan.send(k);
@@ -393,11 +393,11 @@ pub async fn run(base: Client, options: Options) {
         // Health against the clock, and the SyncTargets' conditions.
         let health = s.clone();
         let t = tx.clone();
-        let _health = syncer::AbortOnDrop(tokio::spawn(async move { health.watch_health(t).await }));
+        let _health = runtime::AbortOnDrop(tokio::spawn(async move { health.watch_health(t).await }));
         // The periodic resync.
         let all = s.clone();
         let resync = options.resync;
-        let _resync = syncer::AbortOnDrop(tokio::spawn(async move {
+        let _resync = runtime::AbortOnDrop(tokio::spawn(async move {
             let mut tick = tokio::time::interval(resync);
             tick.tick().await;
             loop {
@@ -962,7 +962,9 @@ mod tests {
     }
 
     fn change<K>(old: Option<K>, new: Option<K>) -> store::Change<K> {
-        store::Change { key: ObjKey::new("ws", "default", "web"), old: old.map(Arc::new), new: new.map(Arc::new) }
+        let (old, new) = (old.map(Arc::new), new.map(Arc::new));
+        let seen = new.clone().or_else(|| old.clone()).expect("a change has an object");
+        store::Change { key: ObjKey::new("ws", "default", "web"), old, new, seen }
     }
 
     #[test]

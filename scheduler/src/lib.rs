@@ -9,7 +9,8 @@
 //! - [`assumed`]: room handed out that heartbeats do not show yet.
 //!
 //! Around them, [`controller`] watches and writes, [`events`] records Events on the
-//! workloads, [`leader`] makes sure only one scheduler process acts at a time, and
+//! workloads, [`leader`] (the runtime's) makes sure only one scheduler process acts
+//! at a time, and
 //! [`metrics`] counts decisions, failures, failovers and cluster health.
 
 #![warn(missing_docs)]
@@ -19,13 +20,16 @@ pub mod controller;
 pub mod core;
 pub mod events;
 pub mod health;
-pub mod leader;
 pub mod metrics;
 pub mod resolve;
 pub mod selector;
-pub mod store;
 
 pub use controller::{run, Options};
+/// Leader election, the runtime's ([`runtime::leader`]).
+pub use runtime::leader;
+
+/// The Lease the schedulers contend for, in `root`/`flotilla-system`.
+pub const LEASE_NAME: &str = "flotilla-scheduler";
 
 use std::future::Future;
 
@@ -43,8 +47,8 @@ pub async fn run_until(base: Client, options: Options, election: Option<leader::
             }
         }
         Some(timing) => {
-            let root = syncer::clients::workspace(&base, placement_api::ROOT_WORKSPACE);
-            let mut elector = leader::Elector::new(root, options.instance.clone(), timing);
+            let root = runtime::clients::workspace(&base, placement_api::ROOT_WORKSPACE);
+            let mut elector = leader::Elector::new(root, LEASE_NAME, options.instance.clone(), timing);
             tokio::select! {
                 _ = elector.run(|| run(base.clone(), options.clone())) => {}
                 _ = shutdown => {}

@@ -2,8 +2,9 @@
 //!
 //! Upstream objects come from the wildcard view `/clusters/*`, where two workspaces may
 //! hold objects with the same namespace and name. kube-runtime's `ObjectRef` knows only
-//! namespace and name, so everything here is keyed by [`Key`], which adds the workspace
-//! (the `kcp.io/cluster` annotation the wildcard view puts on every object).
+//! namespace and name, so everything here is keyed by [`Key`]: the kind, and the
+//! runtime's [`ObjKey`], which adds the workspace (the `kcp.io/cluster` annotation the
+//! wildcard view puts on every object).
 //!
 //! Downstream, a copy is found by where it is, its [`Place`]: its namespace (which
 //! names its upstream workspace and namespace, hashed; see [`Locators`]) and its name.
@@ -13,7 +14,8 @@
 use std::fmt;
 
 use kube::api::ObjectMeta;
-use placement_api::{CLUSTER_ANNOTATION, UPSTREAM_ANNOTATION};
+use placement_api::UPSTREAM_ANNOTATION;
+use runtime::cache::{ObjKey, Workspace};
 
 use crate::naming::{Locators, NamespaceLocator};
 
@@ -76,30 +78,35 @@ impl Kind {
     }
 }
 
-/// One upstream object: kind, workspace, namespace, name.
+/// One upstream object: its kind, and its [`ObjKey`] (workspace, namespace, name),
+/// whose fields it reads as its own.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Key {
     /// What it is.
     pub kind: Kind,
-    /// The workspace it lives in.
-    pub workspace: String,
-    /// Its namespace.
-    pub namespace: String,
-    /// Its name.
-    pub name: String,
+    /// Which object of that kind.
+    pub obj: ObjKey,
+}
+
+impl std::ops::Deref for Key {
+    type Target = ObjKey;
+    fn deref(&self) -> &ObjKey {
+        &self.obj
+    }
 }
 
 impl Key {
     /// A key from its parts.
     pub fn new(kind: Kind, workspace: &str, namespace: &str, name: &str) -> Self {
-        Self { kind, workspace: workspace.into(), namespace: namespace.into(), name: name.into() }
+        Self { kind, obj: ObjKey::new(workspace, namespace, name) }
     }
 
-    /// The key of an object read through the wildcard view; `None` when the object does
-    /// not say which workspace it is in (never the case for a Flotilla control plane).
+    /// The key of an object read through the wildcard view; `None` when the object is
+    /// outside any namespace or does not say which workspace it is in (never the case
+    /// for a Flotilla control plane).
     pub fn upstream(kind: Kind, meta: &ObjectMeta) -> Option<Self> {
-        let workspace = meta.annotations.as_ref()?.get(CLUSTER_ANNOTATION)?;
-        Some(Self::new(kind, workspace, meta.namespace.as_deref()?, meta.name.as_deref()?))
+        meta.namespace.as_ref()?;
+        Some(Self { kind, obj: ObjKey::of(meta, Workspace::Annotated)? })
     }
 
     /// The key of the downstream namespace of `{workspace, namespace}`.
@@ -140,7 +147,7 @@ impl Key {
 
     /// The same object as another kind (a Deployment's WorkloadPlacement has its name).
     pub fn with_kind(&self, kind: Kind) -> Self {
-        Self { kind, ..self.clone() }
+        Self { kind, obj: self.obj.clone() }
     }
 
     /// Where its copy is (for a namespace key, the namespace itself has an empty name).
@@ -183,6 +190,7 @@ impl fmt::Display for Place {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use placement_api::CLUSTER_ANNOTATION;
     use std::collections::BTreeMap;
 
     #[test]

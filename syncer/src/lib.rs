@@ -18,7 +18,6 @@ pub mod aggregate;
 pub mod budget;
 pub mod cache;
 pub mod capacity;
-pub mod clients;
 pub mod error;
 pub mod events;
 pub mod heartbeat;
@@ -26,36 +25,16 @@ pub mod key;
 pub mod metrics;
 pub mod naming;
 pub mod push;
-pub mod queue;
 pub mod references;
 pub mod status;
 pub mod sync;
 pub mod transform;
 
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
 use std::time::Duration;
 
 use kube::Client;
-
-/// A task that is aborted when its handle is dropped, so that stopping a parent task
-/// stops what it started.
-pub struct AbortOnDrop<T>(pub tokio::task::JoinHandle<T>);
-
-impl<T> Drop for AbortOnDrop<T> {
-    fn drop(&mut self) {
-        self.0.abort();
-    }
-}
-
-impl<T> Future for AbortOnDrop<T> {
-    type Output = Result<T, tokio::task::JoinError>;
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        Pin::new(&mut self.0).poll(cx)
-    }
-}
+pub use runtime::{clients, queue, AbortOnDrop};
 
 /// Runs one cluster's syncer and its heartbeat until the task is dropped. `base` is a
 /// client of the control plane with no workspace path; `root` one of its `root`

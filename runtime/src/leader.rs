@@ -1,5 +1,5 @@
 //! Leader election over a `coordination.k8s.io/v1` Lease in `root`, so that two
-//! scheduler processes never both act.
+//! processes of one controller (two schedulers) never both act.
 //!
 //! It follows client-go's leaderelection package in its rules:
 //! - a Lease is taken only when it is free (no holder, released on shutdown) or when
@@ -20,9 +20,6 @@ use kube::api::{Api, ObjectMeta, PostParams};
 use kube::Client;
 use placement_api::SYSTEM_NAMESPACE;
 use tokio::time::Instant;
-
-/// The Lease the schedulers contend for, in `root`/`flotilla-system`.
-pub const LEASE_NAME: &str = "flotilla-scheduler";
 
 /// Lease timings.
 #[derive(Debug, Clone, Copy)]
@@ -48,6 +45,8 @@ type Record = (Option<String>, Option<MicroTime>);
 /// One candidate.
 pub struct Elector {
     api: Api<Lease>,
+    /// The Lease's name, in `root`/`flotilla-system`: the controller's.
+    lease: &'static str,
     identity: String,
     timing: Timing,
     /// The record last seen (holder, renew time) and when it was first seen.
@@ -59,17 +58,18 @@ fn now() -> MicroTime {
 }
 
 impl Elector {
-    /// A candidate named `identity`; `root` is a client of the `root` workspace.
-    pub fn new(root: Client, identity: String, timing: Timing) -> Self {
-        Elector { api: Api::namespaced(root, SYSTEM_NAMESPACE), identity, timing, observed: None }
+    /// A candidate named `identity` for the Lease `lease`; `root` is a client of the
+    /// `root` workspace.
+    pub fn new(root: Client, lease: &'static str, identity: String, timing: Timing) -> Self {
+        Elector { api: Api::namespaced(root, SYSTEM_NAMESPACE), lease, identity, timing, observed: None }
     }
 
     /// Tries once to take or renew the Lease. `Ok(true)`: this candidate holds it.
     pub async fn try_acquire_or_renew(&mut self) -> Result<bool, kube::Error> {
         let seconds = i32::try_from(self.timing.lease.as_secs()).unwrap_or(15);
-        let Some(mut lease) = self.api.get_opt(LEASE_NAME).await? else {
+        let Some(mut lease) = self.api.get_opt(self.lease).await? else {
             let lease = Lease {
-                metadata: ObjectMeta { name: Some(LEASE_NAME.into()), ..Default::default() },
+                metadata: ObjectMeta { name: Some(self.lease.into()), ..Default::default() },
                 spec: Some(LeaseSpec {
                     holder_identity: Some(self.identity.clone()),
                     lease_duration_seconds: Some(seconds),
@@ -105,7 +105,7 @@ impl Elector {
         }
         spec.renew_time = Some(now());
         spec.lease_duration_seconds = Some(seconds);
-        match self.api.replace(LEASE_NAME, &PostParams::default(), &lease).await {
+        match self.api.replace(self.lease, &PostParams::default(), &lease).await {
             Ok(_) => Ok(true),
             Err(kube::Error::Api(s)) if s.code == 409 => Ok(false),
             Err(e) => Err(e),
@@ -114,13 +114,13 @@ impl Elector {
 
     /// Gives the Lease up, so the next candidate takes over at once.
     pub async fn release(&mut self) {
-        if let Ok(Some(mut lease)) = self.api.get_opt(LEASE_NAME).await {
+        if let Ok(Some(mut lease)) = self.api.get_opt(self.lease).await {
             let spec = lease.spec.get_or_insert_with(Default::default);
             if spec.holder_identity.as_deref() == Some(self.identity.as_str()) {
                 spec.holder_identity = None;
                 spec.renew_time = Some(now());
-                if let Err(e) = self.api.replace(LEASE_NAME, &PostParams::default(), &lease).await {
-                    tracing::warn!(error = %e, "could not release the scheduler Lease; the next scheduler waits for it to expire");
+                if let Err(e) = self.api.replace(self.lease, &PostParams::default(), &lease).await {
+                    tracing::warn!(error = %e, lease = self.lease, "could not release the Lease; the next candidate waits for it to expire");
                 }
             }
         }
@@ -138,12 +138,12 @@ impl Elector {
                 match self.try_acquire_or_renew().await {
                     Ok(true) => break,
                     Ok(false) => {}
-                    Err(e) => tracing::warn!(error = %e, "could not read the scheduler Lease; retrying"),
+                    Err(e) => tracing::warn!(error = %e, lease = self.lease, "could not read the Lease; retrying"),
                 }
                 tokio::time::sleep(self.timing.retry).await;
             }
-            tracing::info!(identity = %self.identity, lease = LEASE_NAME, "became the leader; scheduling");
-            let task = syncer::AbortOnDrop(tokio::spawn(work()));
+            tracing::info!(identity = %self.identity, lease = self.lease, "became the leader");
+            let task = crate::AbortOnDrop(tokio::spawn(work()));
             let mut renewed = Instant::now();
             loop {
                 tokio::time::sleep(self.timing.retry).await;
@@ -156,14 +156,14 @@ impl Elector {
                 match attempt.unwrap_or_else(|_| Err(kube::Error::Service("the renewal timed out".into()))) {
                     Ok(true) => renewed = Instant::now(),
                     Ok(false) => {
-                        tracing::error!(identity = %self.identity, "another scheduler holds the Lease; stopping");
+                        tracing::error!(identity = %self.identity, lease = self.lease, "another process holds the Lease; stopping");
                         break;
                     }
                     Err(e) if renewed.elapsed() >= self.timing.renew_deadline => {
-                        tracing::error!(error = %e, "could not renew the scheduler Lease in time; stopping");
+                        tracing::error!(error = %e, lease = self.lease, "could not renew the Lease in time; stopping");
                         break;
                     }
-                    Err(e) => tracing::warn!(error = %e, "could not renew the scheduler Lease; retrying"),
+                    Err(e) => tracing::warn!(error = %e, lease = self.lease, "could not renew the Lease; retrying"),
                 }
             }
             drop(task);
