@@ -295,7 +295,7 @@ mod tests {
         };
         t.status = Some(SyncTargetStatus {
             conditions: ready.map(condition).into_iter().collect(),
-            last_syncer_heartbeat_time: reported.then(|| Time(jiff::Timestamp::UNIX_EPOCH)),
+            last_syncer_heartbeat_time: reported.then_some(Time(jiff::Timestamp::UNIX_EPOCH)),
             allocatable: if reported { [("cpu".to_string(), Quantity("4".into()))].into() } else { Default::default() },
             ..Default::default()
         });
