@@ -194,7 +194,7 @@ async fn watch_lost(
     }
 }
 
-/// The lost clusters: those not Ready that have been Ready. A cluster whose syncer has
+/// The lost clusters: those judged not Ready that have been Ready. A cluster whose syncer has
 /// not reported yet (just registered, its first heartbeat or its capacity still to come)
 /// is new, not lost, and has no reports to leave out. `been_ready` remembers, by name,
 /// whether each cluster has been Ready; at first sight (this process just started) a
@@ -206,11 +206,13 @@ fn lost_clusters(targets: &[Arc<SyncTarget>], been_ready: &mut BTreeMap<String, 
     for t in targets {
         let Some(name) = t.metadata.name.clone() else { continue };
         let status = t.status.as_ref();
-        let ready = status.and_then(|s| s.conditions.iter().find(|c| c.type_ == CONDITION_READY)).is_some_and(|c| c.status == "True");
+        // No Ready condition: nobody has judged the cluster (no scheduler runs, or it
+        // has not looked yet), so it is not lost.
+        let ready = status.and_then(|s| s.conditions.iter().find(|c| c.type_ == CONDITION_READY)).map(|c| c.status == "True");
         let reported = status.is_some_and(|s| s.last_syncer_heartbeat_time.is_some() && !s.allocatable.is_empty());
         let been = been_ready.entry(name.clone()).or_insert(reported);
-        *been |= ready;
-        if !ready && *been {
+        *been |= ready == Some(true);
+        if ready == Some(false) && *been {
             lost.insert(name.clone());
         }
         present.insert(name);
@@ -327,8 +329,11 @@ mod tests {
         // The control plane restarts and finds one cluster stored NotReady after
         // heartbeats, and one that never beat.
         let mut been = BTreeMap::new();
-        let lost = lost_clusters(&[target("west", Some("False"), true), target("new", Some("False"), false)], &mut been);
-        assert_eq!(names(&lost), ["west"]);
+        let lost = lost_clusters(
+            &[target("west", Some("False"), true), target("new", Some("False"), false), target("unjudged", None, true)],
+            &mut been,
+        );
+        assert_eq!(names(&lost), ["west"], "a cluster no scheduler has judged is not lost");
         // A deregistered cluster is forgotten: registered again, it is new.
         lost_clusters(&[target("new", Some("False"), false)], &mut been);
         assert!(!been.contains_key("west"));
