@@ -170,8 +170,18 @@ pub fn stopping() {
 }
 
 /// The crates whose warnings and errors the terminal shows: Flotilla's.
-const OURS: [&str; 9] =
-    ["flotilla", "controlplane", "scheduler", "syncer", "runtime", "test_clusters", "placement_api", "storage", "apimachinery"];
+const OURS: [&str; 10] = [
+    "flotilla",
+    "controlplane",
+    "scheduler",
+    "syncer",
+    "workspace_controllers",
+    "runtime",
+    "test_clusters",
+    "placement_api",
+    "storage",
+    "apimachinery",
+];
 
 /// Whether an event's target (its module path, unless it names another) is one of
 /// Flotilla's crates.
@@ -237,6 +247,17 @@ impl Visit for Fields {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every crate of the workspace is one of ours (the benchmark harness aside): a
+    /// crate added later must not lose its warnings from `up`'s terminal.
+    #[test]
+    fn every_workspace_crate_is_ours() {
+        let manifest = include_str!("../Cargo.toml");
+        let members = manifest.lines().find(|l| l.starts_with("members")).expect("a members line");
+        for member in members.split('"').skip(1).step_by(2).filter(|m| !m.starts_with("hack/")) {
+            assert!(ours(&member.replace('-', "_")), "crate {member} is missing from OURS");
+        }
+    }
 
     #[test]
     fn a_warning_names_where_it_happened_and_its_details() {

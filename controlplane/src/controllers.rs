@@ -143,7 +143,7 @@ fn work_for(key: &str, kind: EventType, meta: &Meta) -> Option<Work> {
         return (kind != EventType::Deleted && meta.deletion_timestamp.is_some())
             .then(|| Work::Namespace { ws: ws.into(), name: name.into() });
     }
-    if key == placement_api::workspace_key(name) {
+    if key == workspace_key(name) {
         return Some(Work::Workspace { name: name.into() });
     }
     if kind == EventType::Deleted || meta.deletion_timestamp.is_none() {
@@ -157,6 +157,11 @@ fn work_for(key: &str, kind: EventType, meta: &Meta) -> Option<Work> {
     } else {
         None
     }
+}
+
+/// The store key of a Workspace object (it lives in `root`, cluster-scoped).
+pub fn workspace_key(name: &str) -> String {
+    storage::object_key(placement_api::TENANCY_GROUP, "workspaces", placement_api::ROOT_WORKSPACE, "", name)
 }
 
 // The metadata the controllers route on, read from a stored document without

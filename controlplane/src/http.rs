@@ -327,14 +327,14 @@ impl<'a> ResourcePath<'a> {
 /// The uid of a served workspace (root has a fixed one), for token checks.
 /// The uid of a SyncTarget in `root`, if it exists and is not being deleted.
 pub fn sync_target_uid(api: &Api, name: &str) -> Option<String> {
-    api.store.get_doc(&format!("{}/synctargets/{ROOT_WORKSPACE}//{name}", placement_api::WORKLOAD_GROUP))?.live_uid()
+    api.store.get_doc(&storage::object_key(placement_api::WORKLOAD_GROUP, "synctargets", ROOT_WORKSPACE, "", name))?.live_uid()
 }
 
 pub fn workspace_uid(api: &Api, ws: &str) -> Option<String> {
     if ws == ROOT_WORKSPACE {
         return Some(ROOT_WORKSPACE.to_string());
     }
-    api.store.get_doc(&placement_api::workspace_key(ws))?.live_uid()
+    api.store.get_doc(&crate::controllers::workspace_key(ws))?.live_uid()
 }
 
 /// Namespace subresources, which are not resource names (apiserver RequestInfoFactory).

@@ -141,7 +141,7 @@ impl ResourceType {
     /// The store key of one object.
     pub fn key(&self, workspace: &str, namespace: &str, name: &str) -> String {
         let (g, r) = self.storage_group_resource();
-        format!("{g}/{r}/{workspace}/{namespace}/{name}")
+        storage::object_key(g, r, workspace, namespace, name)
     }
 
     /// The key prefix for a collection: every workspace (`None`), one workspace, or

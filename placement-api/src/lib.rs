@@ -1,6 +1,9 @@
 //! Flotilla's API types: the four custom resources (derived with kube-derive), the
-//! label, annotation and finalizer keys that tie workloads to clusters, and the CRDs
-//! generated from the types. No I/O: every other crate depends on this one.
+//! label, annotation and finalizer keys that tie workloads to clusters, the CRDs
+//! generated from the types, and what the types mean where more than one component
+//! reads them: how the clusters' reports sum to a workload's status ([`status`]) and
+//! which ConfigMaps and Secrets a pod template needs beside it ([`references`]). No
+//! I/O: every other crate depends on this one.
 
 #![warn(missing_docs)]
 // kube-derive's repeated `printcolumn(...)` attributes trip this lint on every type.
@@ -10,6 +13,9 @@ mod crds;
 pub mod keys;
 mod placement;
 pub mod quantity;
+pub mod references;
+pub mod status;
+pub mod synced;
 mod synctarget;
 mod workloadplacement;
 mod workspace;
@@ -22,11 +28,6 @@ pub use workloadplacement::{
     ClusterAssignment, ClusterSyncStatus, WorkloadPlacement, WorkloadPlacementSpec, WorkloadPlacementStatus, WorkloadRef,
 };
 pub use workspace::{Workspace, WorkspaceSpec, WorkspaceStatus};
-
-/// The store key of a Workspace object (it lives in `root`, cluster-scoped).
-pub fn workspace_key(name: &str) -> String {
-    format!("{TENANCY_GROUP}/workspaces/{ROOT_WORKSPACE}//{name}")
-}
 
 /// The Workspace CRD as JSON, as the control plane installs it in `root`.
 pub fn workspace_crd() -> serde_json::Value {

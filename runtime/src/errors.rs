@@ -21,3 +21,20 @@ pub fn is_not_found(e: &kube::Error) -> bool {
 pub fn is_forbidden(e: &kube::Error) -> bool {
     matches!(e, kube::Error::Api(s) if s.code == 403)
 }
+
+/// A failed request, with what was being done.
+#[derive(Debug, thiserror::Error)]
+#[error("{what}: {source}")]
+pub struct Failed {
+    /// What was being done.
+    pub what: String,
+    /// The cause.
+    #[source]
+    pub source: kube::Error,
+}
+
+/// Wraps an error with what was being done: `.map_err(failed("reading x"))`.
+pub fn failed(what: impl Into<String>) -> impl FnOnce(kube::Error) -> Failed {
+    let what = what.into();
+    move |source| Failed { what, source }
+}

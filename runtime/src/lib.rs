@@ -1,5 +1,6 @@
 //! What every Flotilla controller shares, whatever it controls: the work queue
-//! ([`queue`]), the workspace-aware watch cache and its one object key ([`cache`]),
+//! ([`queue`]), the workspace-aware watch cache and its one object key ([`cache`];
+//! with the kind of a synced object, [`key`]),
 //! clients of one workspace or of all of them ([`clients`]), Events on the objects a
 //! controller acts on ([`events`]), Lease-based leader election ([`leader`]), and the
 //! error predicates retries and metrics are decided by ([`errors`]). The scheduler,
@@ -12,6 +13,7 @@ pub mod cache;
 pub mod clients;
 pub mod errors;
 pub mod events;
+pub mod key;
 pub mod leader;
 pub mod queue;
 
@@ -20,6 +22,7 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 
 pub use cache::ObjKey;
+pub use key::Key;
 
 /// A task that is aborted when its handle is dropped, so that stopping a parent task
 /// stops what it started.

@@ -8,7 +8,7 @@ use crate::cli::SchedulerArgs;
 /// Runs until Ctrl-C or SIGTERM, then gives up the Lease.
 pub async fn run(kubeconfig: &Path, args: SchedulerArgs) -> anyhow::Result<()> {
     let config = super::root_config(kubeconfig).await?;
-    let base = kube::Client::try_from(syncer::clients::base_config(config)?)?;
+    let base = kube::Client::try_from(runtime::clients::base_config(config)?)?;
     let identity = args.identity.unwrap_or_else(|| format!("flotilla-scheduler-{}", std::process::id()));
     let options =
         scheduler::Options { heartbeat_grace: args.heartbeat_grace, resync: args.resync, instance: identity.clone(), ..Default::default() };

@@ -64,8 +64,8 @@ where
         )
     };
     let options = syncer::push::Options { heartbeat_interval: args.heartbeat_interval, resync: args.resync };
-    let aggregator = syncer::AbortOnDrop(tokio::spawn(syncer::aggregate::run(client(), args.resync)));
-    let references = syncer::AbortOnDrop(tokio::spawn(syncer::references::run(client(), args.resync)));
+    let aggregator = runtime::AbortOnDrop(tokio::spawn(workspace_controllers::aggregate::run(client(), args.resync)));
+    let references = runtime::AbortOnDrop(tokio::spawn(workspace_controllers::references::run(client(), args.resync)));
     let scheduling = (!args.no_scheduler).then(|| -> anyhow::Result<_> {
         let options = scheduler::Options {
             heartbeat_grace: args.heartbeat_grace,
@@ -76,7 +76,7 @@ where
         Ok((client(), options))
     });
     let scheduling = scheduling.transpose()?;
-    let syncers = syncer::AbortOnDrop(tokio::spawn(syncer::push::run(client(), options)));
+    let syncers = runtime::AbortOnDrop(tokio::spawn(syncer::push::run(client(), options)));
     let mut kept = None;
     let mut failed = None;
     let until_stopped = async {

@@ -178,7 +178,7 @@ impl Source {
     /// Clients for every workspace from the admin kubeconfig.
     pub async fn new(kubeconfig: &Path, workspace: Option<String>) -> anyhow::Result<Source> {
         let root = super::root_client(kubeconfig).await?;
-        let base = kube::Client::try_from(syncer::clients::base_config(super::root_config(kubeconfig).await?)?)?;
+        let base = kube::Client::try_from(runtime::clients::base_config(super::root_config(kubeconfig).await?)?)?;
         Ok(Source { root, base, workspace })
     }
 
@@ -200,7 +200,7 @@ impl Source {
             }
         };
         names.retain(|n| n != placement_api::ROOT_WORKSPACE);
-        let view = syncer::clients::workspace(&self.base, self.workspace.as_deref().unwrap_or("*"));
+        let view = runtime::clients::workspace(&self.base, self.workspace.as_deref().unwrap_or("*"));
         let deployments = Api::<Deployment>::all(view.clone()).list(&ListParams::default()).await.context("listing Deployments")?;
         let placements = Api::<WorkloadPlacement>::all(view).list(&ListParams::default()).await.context("listing WorkloadPlacements")?;
         let now = jiff::Timestamp::now();
@@ -233,7 +233,7 @@ fn assemble(
     for d in deployments {
         let (ws, ns, name) = (ws_of(&d.metadata), d.namespace().unwrap_or_default(), d.name_any());
         // A lost cluster's last report is not counted, as in the Deployment's status.
-        let wp = wps.get(&(ws.clone(), ns.clone(), name.clone())).map(|wp| syncer::status::without_lost(wp, &lost));
+        let wp = wps.get(&(ws.clone(), ns.clone(), name.clone())).map(|wp| placement_api::status::without_lost(wp, &lost));
         by_ws.entry(ws).or_default().push(workload_status(ns, name, &d, wp.as_deref()));
     }
     let workspaces = by_ws
@@ -329,7 +329,7 @@ fn workload_status(namespace: String, name: String, d: &Deployment, wp: Option<&
                     .iter()
                     .flat_map(|s| &s.clusters)
                     .flat_map(|e| &e.conditions)
-                    .find(|c| c.reason == syncer::status::REASON_CLUSTER_NOT_READY)
+                    .find(|c| c.reason == placement_api::status::REASON_CLUSTER_NOT_READY)
                     .map(|c| c.message.clone());
                 let why = lost.or_else(|| available.filter(|c| c.status != "True").map(|c| c.message.clone()));
                 ("Progressing".to_string(), why.or_else(|| Some(format!("{ready_replicas}/{replicas} replicas ready"))))

@@ -20,11 +20,11 @@ pub async fn run(args: SyncerArgs) -> anyhow::Result<()> {
         Some(path) => load(path, "downstream").await?,
         None => kube::Config::incluster().context("--downstream-in-cluster: not running in a pod with a service account")?,
     };
-    let base_config = syncer::clients::base_config(upstream)?;
+    let base_config = runtime::clients::base_config(upstream)?;
     let base = kube::Client::try_from(base_config.clone())?;
     // Heartbeats get a connection pool of their own.
-    let root = syncer::clients::workspace(&kube::Client::try_from(base_config)?, placement_api::ROOT_WORKSPACE);
-    let downstream = syncer::clients::downstream(downstream)?;
+    let root = runtime::clients::workspace(&kube::Client::try_from(base_config)?, placement_api::ROOT_WORKSPACE);
+    let downstream = runtime::clients::downstream(downstream)?;
     // Fail fast, with the cause, on credentials that cannot work at all.
     let targets: kube::Api<placement_api::SyncTarget> = kube::Api::all(root.clone());
     targets.get(&name).await.map_err(|e| match e {
@@ -42,7 +42,7 @@ pub async fn run(args: SyncerArgs) -> anyhow::Result<()> {
     let settings = syncer::sync::Settings { sync_target: name.clone(), resync: args.resync };
     println!("syncer for {name} running (heartbeat every {:?}, resync every {:?})", args.heartbeat_interval, args.resync);
     println!("ready");
-    let task = syncer::AbortOnDrop(tokio::spawn(syncer::run_with_heartbeat(settings, args.heartbeat_interval, base, root, downstream)));
+    let task = runtime::AbortOnDrop(tokio::spawn(syncer::run_with_heartbeat(settings, args.heartbeat_interval, base, root, downstream)));
     tokio::select! {
         r = task => r.context("the syncer stopped")?,
         _ = super::shutdown_signal() => tracing::info!("shutting down"),

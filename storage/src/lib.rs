@@ -24,6 +24,14 @@ pub use doc::{Doc, DocMeta, OwnerUid};
 pub use sqlite::SqliteStore;
 pub use window::{Event, EventType, WatchStream, WindowLimits, EVENT_WINDOW};
 
+/// The key of one object: `<group>/<resource>/<workspace>/<namespace>/<name>`, with
+/// `core` for the core group and an empty namespace for a cluster-scoped object. The
+/// one place the layout is spelled out.
+pub fn object_key(group: &str, resource: &str, workspace: &str, namespace: &str, name: &str) -> String {
+    let group = if group.is_empty() { "core" } else { group };
+    format!("{group}/{resource}/{workspace}/{namespace}/{name}")
+}
+
 /// A store-wide revision; every write gets the next one.
 pub type Revision = u64;
 

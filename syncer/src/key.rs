@@ -15,105 +15,15 @@ use std::fmt;
 
 use kube::api::ObjectMeta;
 use placement_api::UPSTREAM_ANNOTATION;
-use runtime::cache::{ObjKey, Workspace};
 
 use crate::naming::{Locators, NamespaceLocator};
 
-/// The kinds a syncer copies down.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Kind {
-    /// `apps/v1` Deployment: the workload, with this cluster's share of the replicas.
-    Deployment,
-    /// A ConfigMap a synced pod template references.
-    ConfigMap,
-    /// A Secret a synced pod template references.
-    Secret,
-    /// The downstream namespace of an upstream `{workspace, namespace}`; its key has
-    /// an empty name.
-    Namespace,
-}
+pub use placement_api::synced::Kind;
+pub use runtime::key::Key;
 
-impl Kind {
-    /// Every kind of copy, in the order a namespace's objects are pushed: what pods
-    /// mount first.
-    pub const ALL: [Kind; 3] = [Kind::ConfigMap, Kind::Secret, Kind::Deployment];
-
-    /// `apiVersion`.
-    pub fn api_version(self) -> &'static str {
-        match self {
-            Kind::Deployment => "apps/v1",
-            Kind::ConfigMap | Kind::Secret | Kind::Namespace => "v1",
-        }
-    }
-
-    /// `kind`.
-    pub fn name(self) -> &'static str {
-        match self {
-            Kind::Deployment => "Deployment",
-            Kind::ConfigMap => "ConfigMap",
-            Kind::Secret => "Secret",
-            Kind::Namespace => "Namespace",
-        }
-    }
-
-    /// The resource, for dynamic API access.
-    pub fn api_resource(self) -> kube::api::ApiResource {
-        use k8s_openapi::api::{apps::v1::Deployment, core::v1::ConfigMap, core::v1::Namespace, core::v1::Secret};
-        match self {
-            Kind::Deployment => kube::api::ApiResource::erase::<Deployment>(&()),
-            Kind::ConfigMap => kube::api::ApiResource::erase::<ConfigMap>(&()),
-            Kind::Secret => kube::api::ApiResource::erase::<Secret>(&()),
-            Kind::Namespace => kube::api::ApiResource::erase::<Namespace>(&()),
-        }
-    }
-
-    /// A bounded label value for metrics.
-    pub fn label(self) -> &'static str {
-        match self {
-            Kind::Deployment => "deployment",
-            Kind::ConfigMap => "configmap",
-            Kind::Secret => "secret",
-            Kind::Namespace => "namespace",
-        }
-    }
-}
-
-/// One upstream object: its kind, and its [`ObjKey`] (workspace, namespace, name),
-/// whose fields it reads as its own.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct Key {
-    /// What it is.
-    pub kind: Kind,
-    /// Which object of that kind.
-    pub obj: ObjKey,
-}
-
-impl std::ops::Deref for Key {
-    type Target = ObjKey;
-    fn deref(&self) -> &ObjKey {
-        &self.obj
-    }
-}
-
-impl Key {
-    /// A key from its parts.
-    pub fn new(kind: Kind, workspace: &str, namespace: &str, name: &str) -> Self {
-        Self { kind, obj: ObjKey::new(workspace, namespace, name) }
-    }
-
-    /// The key of an object read through the wildcard view; `None` when the object is
-    /// outside any namespace or does not say which workspace it is in (never the case
-    /// for a Flotilla control plane).
-    pub fn upstream(kind: Kind, meta: &ObjectMeta) -> Option<Self> {
-        meta.namespace.as_ref()?;
-        Some(Self { kind, obj: ObjKey::of(meta, Workspace::Annotated)? })
-    }
-
-    /// The key of the downstream namespace of `{workspace, namespace}`.
-    pub fn namespace(workspace: &str, namespace: &str) -> Self {
-        Self::new(Kind::Namespace, workspace, namespace, "")
-    }
-
+/// What only a syncer asks of a [`Key`]: where the object's copy is, and which object a
+/// copy is of.
+pub trait CopyKey: Sized {
     /// The upstream object the copy at `place` was made from. Where a copy is says
     /// which object it is of: the namespace's locator, as the syncer knows it, and the
     /// name. Its `workload.flotilla.io/upstream` annotation only teaches the locator of
@@ -121,7 +31,25 @@ impl Key {
     /// to that namespace and the name it names is the copy's: an annotation rewritten
     /// downstream never makes a copy look like another object's. `None` when the
     /// namespace is not known and the annotation does not say it.
-    pub fn of_copy_at(kind: Kind, place: &Place, meta: &ObjectMeta, locators: &Locators) -> Option<Self> {
+    fn of_copy_at(kind: Kind, place: &Place, meta: &ObjectMeta, locators: &Locators) -> Option<Self>;
+    /// What a copy's `workload.flotilla.io/upstream` annotation says it was made from.
+    /// Only a claim: see [`Key::of_copy_at`].
+    fn of_copy(kind: Kind, meta: &ObjectMeta) -> Option<Self>;
+    /// The value of the `workload.flotilla.io/upstream` annotation on the copy.
+    fn copy_annotation(&self) -> String;
+    /// Where its copy is (for a namespace key, the namespace itself has an empty name).
+    fn place(&self) -> Place;
+}
+
+impl CopyKey for Key {
+    /// The upstream object the copy at `place` was made from. Where a copy is says
+    /// which object it is of: the namespace's locator, as the syncer knows it, and the
+    /// name. Its `workload.flotilla.io/upstream` annotation only teaches the locator of
+    /// a namespace not known yet, and only if the workspace and namespace it names hash
+    /// to that namespace and the name it names is the copy's: an annotation rewritten
+    /// downstream never makes a copy look like another object's. `None` when the
+    /// namespace is not known and the annotation does not say it.
+    fn of_copy_at(kind: Kind, place: &Place, meta: &ObjectMeta, locators: &Locators) -> Option<Self> {
         if let Some(l) = locators.get(&place.namespace) {
             return Some(Self::new(kind, &l.workspace, &l.namespace, &place.name));
         }
@@ -133,7 +61,7 @@ impl Key {
 
     /// What a copy's `workload.flotilla.io/upstream` annotation says it was made from.
     /// Only a claim: see [`Key::of_copy_at`].
-    pub fn of_copy(kind: Kind, meta: &ObjectMeta) -> Option<Self> {
+    fn of_copy(kind: Kind, meta: &ObjectMeta) -> Option<Self> {
         let value = meta.annotations.as_ref()?.get(UPSTREAM_ANNOTATION)?;
         let mut parts = value.splitn(3, '/');
         let (ws, ns, name) = (parts.next()?, parts.next()?, parts.next()?);
@@ -141,27 +69,13 @@ impl Key {
     }
 
     /// The value of the `workload.flotilla.io/upstream` annotation on the copy.
-    pub fn copy_annotation(&self) -> String {
+    fn copy_annotation(&self) -> String {
         format!("{}/{}/{}", self.workspace, self.namespace, self.name)
     }
 
-    /// The same object as another kind (a Deployment's WorkloadPlacement has its name).
-    pub fn with_kind(&self, kind: Kind) -> Self {
-        Self { kind, obj: self.obj.clone() }
-    }
-
     /// Where its copy is (for a namespace key, the namespace itself has an empty name).
-    pub fn place(&self) -> Place {
+    fn place(&self) -> Place {
         Place { namespace: NamespaceLocator::new(&self.workspace, &self.namespace).downstream_namespace(), name: self.name.clone() }
-    }
-}
-
-impl fmt::Display for Key {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self.kind {
-            Kind::Namespace => write!(f, "Namespace {}/{}", self.workspace, self.namespace),
-            _ => write!(f, "{} {}/{}/{}", self.kind.name(), self.workspace, self.namespace, self.name),
-        }
     }
 }
 

@@ -4,17 +4,15 @@
 //! The decisions are pure functions, tested without a server:
 //! - [`naming`]: where an upstream namespace lives downstream;
 //! - [`transform`]: what a downstream copy looks like;
-//! - [`status`]: what a cluster reports, and what the upstream status sums to;
+//! - [`status`] (placement-api's): what a cluster reports;
 //! - [`capacity`]: what the heartbeat reports about free room.
 //!
-//! Around them, [`sync::Syncer`] watches and writes, [`heartbeat`] beats, [`push`] runs
-//! a syncer per registered cluster inside the control plane process, and [`aggregate`]
-//! writes the upstream Deployments' status from their WorkloadPlacements, and
-//! [`references`] labels the ConfigMaps and Secrets that assigned workloads need.
+//! Around them, [`sync::Syncer`] watches and writes, [`heartbeat`] beats, and [`push`]
+//! runs a syncer per registered cluster inside the control plane process. What the
+//! syncers' reports sum to upstream is the workspace controllers' job.
 
 #![warn(missing_docs)]
 
-pub mod aggregate;
 pub mod budget;
 pub mod cache;
 pub mod capacity;
@@ -25,8 +23,6 @@ pub mod key;
 pub mod metrics;
 pub mod naming;
 pub mod push;
-pub mod references;
-pub mod status;
 pub mod sync;
 pub mod transform;
 
@@ -34,6 +30,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use kube::Client;
+pub use placement_api::status;
 pub use runtime::{clients, queue, AbortOnDrop};
 
 /// Runs one cluster's syncer and its heartbeat until the task is dropped. `base` is a

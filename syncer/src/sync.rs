@@ -67,7 +67,7 @@ use crate::cache::{self, Cache};
 use crate::error::{downstream, is_already_exists, is_conflict, is_forbidden, is_not_found, upstream, Error};
 use crate::events::{Recorder, REASON_DRIFT_REVERTED};
 use crate::heartbeat::Reachability;
-use crate::key::{Key, Kind, Place};
+use crate::key::{CopyKey, Key, Kind, Place};
 use crate::naming::{Locators, NamespaceLocator};
 use crate::queue::{self, Next};
 use crate::{clients, status, transform};

@@ -8,16 +8,13 @@
 //! Deployment gets this cluster's share of the replicas and the upstream generation it
 //! was made from.
 
-use std::collections::BTreeSet;
-
-use k8s_openapi::api::core::v1::PodSpec;
 use placement_api::{
     CLUSTER_ANNOTATION, NAMESPACE_LOCATOR_ANNOTATION, SYNCED_GENERATION_ANNOTATION, SYNC_STATE_LABEL_PREFIX, SYNC_TARGET_LABEL,
     UPSTREAM_ANNOTATION,
 };
 use serde_json::{json, Map, Value};
 
-use crate::key::{Key, Kind};
+use crate::key::{CopyKey, Key, Kind};
 use crate::naming::NamespaceLocator;
 
 /// Annotations that describe the upstream object's own history, not what should run:
@@ -267,72 +264,7 @@ pub fn downstream_namespace_object(key: &Key, sync_target: &str) -> Value {
     })
 }
 
-/// The ConfigMaps and Secrets a pod spec needs, by name: volumes (plain and projected),
-/// `env[].valueFrom`, `envFrom` of every container kind, and image pull secrets.
-#[derive(Debug, Default, Clone, PartialEq, Eq)]
-pub struct References {
-    /// ConfigMap names.
-    pub config_maps: BTreeSet<String>,
-    /// Secret names.
-    pub secrets: BTreeSet<String>,
-}
-
-impl References {
-    /// The references of `spec`.
-    pub fn of(spec: &PodSpec) -> Self {
-        let mut r = References::default();
-        for v in spec.volumes.iter().flatten() {
-            if let Some(cm) = &v.config_map {
-                r.config_maps.insert(cm.name.clone());
-            }
-            if let Some(name) = v.secret.as_ref().and_then(|s| s.secret_name.clone()) {
-                r.secrets.insert(name);
-            }
-            for source in v.projected.iter().flat_map(|p| p.sources.iter().flatten()) {
-                if let Some(cm) = &source.config_map {
-                    r.config_maps.insert(cm.name.clone());
-                }
-                if let Some(s) = &source.secret {
-                    r.secrets.insert(s.name.clone());
-                }
-            }
-        }
-        let containers = spec.containers.iter().chain(spec.init_containers.iter().flatten());
-        for c in containers {
-            for from in c.env.iter().flatten().filter_map(|e| e.value_from.as_ref()) {
-                if let Some(k) = &from.config_map_key_ref {
-                    r.config_maps.insert(k.name.clone());
-                }
-                if let Some(k) = &from.secret_key_ref {
-                    r.secrets.insert(k.name.clone());
-                }
-            }
-            for from in c.env_from.iter().flatten() {
-                if let Some(cm) = &from.config_map_ref {
-                    r.config_maps.insert(cm.name.clone());
-                }
-                if let Some(s) = &from.secret_ref {
-                    r.secrets.insert(s.name.clone());
-                }
-            }
-        }
-        for s in spec.image_pull_secrets.iter().flatten() {
-            r.secrets.insert(s.name.clone());
-        }
-        r.config_maps.retain(|n| !n.is_empty());
-        r.secrets.retain(|n| !n.is_empty());
-        r
-    }
-
-    /// Whether this set names `kind`/`name`.
-    pub fn names(&self, kind: Kind, name: &str) -> bool {
-        match kind {
-            Kind::ConfigMap => self.config_maps.contains(name),
-            Kind::Secret => self.secrets.contains(name),
-            Kind::Deployment | Kind::Namespace => false,
-        }
-    }
-}
+pub use placement_api::references::References;
 
 #[cfg(test)]
 mod tests {
@@ -486,26 +418,5 @@ mod tests {
         let locator = NamespaceLocator::from_annotation(ns["metadata"]["annotations"][NAMESPACE_LOCATOR_ANNOTATION].as_str().unwrap());
         assert_eq!(locator, Some(NamespaceLocator::new("demo", "shop")));
         assert_eq!(ns["metadata"]["labels"][SYNC_TARGET_LABEL], json!("east"));
-    }
-
-    #[test]
-    fn references_cover_volumes_env_env_from_and_pull_secrets() {
-        let spec: PodSpec = serde_json::from_value(json!({
-            "containers": [{"name": "a", "env": [
-                {"name": "X", "valueFrom": {"configMapKeyRef": {"name": "cm-env", "key": "k"}}},
-                {"name": "Y", "valueFrom": {"secretKeyRef": {"name": "s-env", "key": "k"}}},
-                {"name": "Z", "value": "plain"}],
-              "envFrom": [{"configMapRef": {"name": "cm-from"}}, {"secretRef": {"name": "s-from"}}]}],
-            "initContainers": [{"name": "i", "envFrom": [{"configMapRef": {"name": "cm-init"}}]}],
-            "volumes": [{"name": "v1", "configMap": {"name": "cm-vol"}}, {"name": "v2", "secret": {"secretName": "s-vol"}},
-                        {"name": "v3", "projected": {"sources": [{"configMap": {"name": "cm-proj"}}, {"secret": {"name": "s-proj"}}]}},
-                        {"name": "v4", "emptyDir": {}}],
-            "imagePullSecrets": [{"name": "s-pull"}]
-        }))
-        .unwrap();
-        let r = References::of(&spec);
-        assert_eq!(r.config_maps.iter().map(String::as_str).collect::<Vec<_>>(), ["cm-env", "cm-from", "cm-init", "cm-proj", "cm-vol"]);
-        assert_eq!(r.secrets.iter().map(String::as_str).collect::<Vec<_>>(), ["s-env", "s-from", "s-proj", "s-pull", "s-vol"]);
-        assert!(r.names(Kind::ConfigMap, "cm-vol") && !r.names(Kind::Secret, "cm-vol"));
     }
 }

@@ -11,11 +11,11 @@
 use std::borrow::Cow;
 use std::collections::BTreeSet;
 
-use k8s_openapi::api::apps::v1::{Deployment, DeploymentCondition, DeploymentStatus};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
-use placement_api::{
+use crate::{
     ClusterSyncStatus, WorkloadPlacement, WorkloadPlacementStatus, CONDITION_AVAILABLE, CONDITION_SYNCED, SYNCED_GENERATION_ANNOTATION,
 };
+use k8s_openapi::api::apps::v1::{Deployment, DeploymentCondition, DeploymentStatus};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 
 /// This cluster's report on its downstream copy.
 pub fn cluster_entry(sync_target: &str, copy: &Deployment, now: Time) -> ClusterSyncStatus {
@@ -313,8 +313,8 @@ pub fn aggregate(deployment: &Deployment, wp: &WorkloadPlacement, now: &Time) ->
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::{ClusterAssignment, WorkloadPlacementSpec, WorkloadRef};
     use jiff::Timestamp;
-    use placement_api::{ClusterAssignment, WorkloadPlacementSpec, WorkloadRef};
     use serde_json::json;
 
     fn t(s: i64) -> Time {

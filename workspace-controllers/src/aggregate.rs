@@ -23,10 +23,13 @@ use serde_json::json;
 use tokio::sync::mpsc;
 use tracing::Instrument;
 
-use crate::error::{is_conflict, is_not_found, upstream, Error};
-use crate::key::{Key, Kind};
-use crate::queue::{self, Next};
-use crate::{cache, clients, status};
+use placement_api::status;
+use placement_api::synced::Kind;
+use runtime::clients;
+use runtime::errors::{failed, is_conflict, is_not_found, Failed};
+use runtime::key as cache;
+use runtime::queue::{self, Next};
+use runtime::Key;
 
 /// The field manager of the status fields the aggregator owns.
 pub const FIELD_MANAGER: &str = "flotilla-status-aggregator";
@@ -60,7 +63,7 @@ pub async fn run(base: Client, resync: Duration) {
         let lost = Arc::new(RwLock::new(BTreeSet::new()));
         // Shared as an Arc: every key's pass reads it.
         let registered: Arc<RwLock<Option<Arc<BTreeSet<String>>>>> = Arc::default();
-        let _health = crate::AbortOnDrop(tokio::spawn(watch_lost(
+        let _health = runtime::AbortOnDrop(tokio::spawn(watch_lost(
             clients::workspace(&base, placement_api::ROOT_WORKSPACE),
             lost.clone(),
             registered.clone(),
@@ -68,7 +71,7 @@ pub async fn run(base: Client, resync: Duration) {
             tx.clone(),
         )));
         let p = placements.clone();
-        let _resync = crate::AbortOnDrop(tokio::spawn(async move {
+        let _resync = runtime::AbortOnDrop(tokio::spawn(async move {
             let mut tick = tokio::time::interval(resync);
             loop {
                 tick.tick().await;
@@ -86,7 +89,7 @@ pub async fn run(base: Client, resync: Duration) {
             let registered = registered.read().unwrap_or_else(|e| e.into_inner()).clone();
             let span = tracing::info_span!("aggregate", object = %key);
             async move {
-                let (Some(wp), Some(d)) = (wp, d) else { return Ok::<_, Error>(Next::Done) };
+                let (Some(wp), Some(d)) = (wp, d) else { return Ok::<_, Failed>(Next::Done) };
                 // The entry of a cluster that was deregistered while the workload had
                 // nowhere else to go has no syncer left to remove it.
                 let orphaned = registered.as_ref().map(|r| orphaned_entries(&wp, r)).unwrap_or_default();
@@ -96,7 +99,7 @@ pub async fn run(base: Client, resync: Duration) {
                 // Lost clusters' reports are not counted (see `status::without_lost`).
                 let view = status::without_lost(&wp, &lost);
                 let client = clients::workspace(&base, &key.workspace);
-                let now = crate::sync::now();
+                let now = k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(jiff::Timestamp::now());
                 let generation = d.metadata.generation.unwrap_or(0);
                 // First the WorkloadPlacement's derived fields: the syncers write only
                 // their own entries, the scheduler its condition.
@@ -106,7 +109,7 @@ pub async fn run(base: Client, resync: Duration) {
                     match clients::apply_placement_status(&api, &key.name, FIELD_MANAGER, derived).await {
                         Ok(_) => {}
                         Err(e) if is_not_found(&e) => return Ok(Next::Done),
-                        Err(e) => return Err(upstream(format!("writing the status of WorkloadPlacement {key}"))(e)),
+                        Err(e) => return Err(failed(format!("writing the status of WorkloadPlacement {key}"))(e)),
                     }
                 }
                 let Some(next) = status::aggregate(&d, &view, &now) else { return Ok(Next::Done) };
@@ -120,7 +123,7 @@ pub async fn run(base: Client, resync: Duration) {
                 match api.patch_status(&key.name, &PatchParams::default(), &Patch::Merge(json!({"status": next}))).await {
                     Ok(_) => Ok(Next::Done),
                     Err(e) if is_not_found(&e) => Ok(Next::Done),
-                    Err(e) => Err(upstream(format!("writing the status of {key}"))(e)),
+                    Err(e) => Err(failed(format!("writing the status of {key}"))(e)),
                 }
             }
             .instrument(span)
@@ -234,7 +237,7 @@ fn orphaned_entries(wp: &WorkloadPlacement, registered: &BTreeSet<String>) -> Ve
 /// Removes `names`' entries from the status, as a syncer removes its own: a replace
 /// guarded by the resourceVersion it was computed from. Its watch event brings the
 /// workload back to be summed.
-async fn remove_entries(base: &Client, key: &Key, wp: &WorkloadPlacement, names: &[String]) -> Result<Next, Error> {
+async fn remove_entries(base: &Client, key: &Key, wp: &WorkloadPlacement, names: &[String]) -> Result<Next, Failed> {
     let mut next = wp.clone();
     let mut status = wp.status.clone().unwrap_or_default();
     status.clusters.retain(|c| !names.contains(&c.name));
@@ -247,7 +250,7 @@ async fn remove_entries(base: &Client, key: &Key, wp: &WorkloadPlacement, names:
         }
         Err(e) if is_conflict(&e) => Ok(Next::After(Duration::from_millis(50))),
         Err(e) if is_not_found(&e) => Ok(Next::Done),
-        Err(e) => Err(upstream(format!("removing deregistered clusters' entries from WorkloadPlacement {key}"))(e)),
+        Err(e) => Err(failed(format!("removing deregistered clusters' entries from WorkloadPlacement {key}"))(e)),
     }
 }
 

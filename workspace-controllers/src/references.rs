@@ -26,11 +26,13 @@ use serde_json::{json, Map, Value};
 use tokio::sync::mpsc;
 use tracing::Instrument;
 
-use crate::cache::{self, Cache};
-use crate::error::{is_not_found, upstream, Error};
-use crate::key::{Key, Kind};
-use crate::queue::{self, Next};
-use crate::{clients, transform};
+use placement_api::references::References;
+use placement_api::synced::Kind;
+use runtime::clients;
+use runtime::errors::{failed, is_not_found, Failed};
+use runtime::key::{self as cache, Cache};
+use runtime::queue::{self, Next};
+use runtime::Key;
 
 /// How often a referenced object that does not exist yet is looked for.
 pub const MISSING_RETRY: Duration = Duration::from_secs(2);
@@ -50,7 +52,7 @@ pub fn assigned_targets(labels: Option<&BTreeMap<String, String>>) -> BTreeSet<S
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Summary {
     targets: BTreeSet<String>,
-    references: Option<transform::References>,
+    references: Option<References>,
 }
 
 impl Summary {
@@ -58,7 +60,7 @@ impl Summary {
     pub fn of(d: &Deployment) -> Self {
         Self {
             targets: assigned_targets(d.metadata.labels.as_ref()),
-            references: d.spec.as_ref().and_then(|s| s.template.spec.as_ref()).map(transform::References::of),
+            references: d.spec.as_ref().and_then(|s| s.template.spec.as_ref()).map(References::of),
         }
     }
 }
@@ -198,7 +200,7 @@ pub async fn run(base: Client, resync: Duration) {
         let (objects_tx, objects_rx) = mpsc::unbounded_channel::<Key>();
         let forward = {
             let (objects_tx, c) = (objects_tx.clone(), c.clone());
-            crate::AbortOnDrop(tokio::spawn(async move {
+            runtime::AbortOnDrop(tokio::spawn(async move {
                 while let Some(k) = rx.recv().await {
                     let touched = match k.kind {
                         Kind::Deployment => {
@@ -218,7 +220,7 @@ pub async fn run(base: Client, resync: Duration) {
         };
         let resync = {
             let c = c.clone();
-            crate::AbortOnDrop(tokio::spawn(async move {
+            runtime::AbortOnDrop(tokio::spawn(async move {
                 let mut tick = tokio::time::interval(resync);
                 tick.tick().await;
                 loop {
@@ -245,7 +247,7 @@ pub async fn run(base: Client, resync: Duration) {
 }
 
 impl Controller {
-    async fn reconcile(&self, key: &Key) -> Result<Next, Error> {
+    async fn reconcile(&self, key: &Key) -> Result<Next, Failed> {
         if !(self.deployments.synced() && self.config_maps.synced() && self.secrets.synced()) {
             return Ok(Next::After(MISSING_RETRY));
         }
@@ -267,14 +269,14 @@ impl Controller {
         match result {
             Ok(()) => tracing::debug!(clusters = ?targets, "labelled"),
             Err(e) if is_not_found(&e) => return Ok(if targets.is_empty() { Next::Done } else { Next::After(MISSING_RETRY) }),
-            Err(e) => return Err(upstream(format!("labelling {key}"))(e)),
+            Err(e) => return Err(failed(format!("labelling {key}"))(e)),
         }
         Ok(Next::Done)
     }
 
     /// The labels of a referenced object: from the cache if it is labelled already,
     /// else read; `None` if it does not exist.
-    async fn labels(&self, key: &Key) -> Result<Option<Option<BTreeMap<String, String>>>, Error> {
+    async fn labels(&self, key: &Key) -> Result<Option<Option<BTreeMap<String, String>>>, Failed> {
         let cached = match key.kind {
             Kind::ConfigMap => self.config_maps.get(key).map(|o| o.metadata.labels.clone()),
             Kind::Secret => self.secrets.get(key).map(|o| o.metadata.labels.clone()),
@@ -293,7 +295,7 @@ impl Controller {
             }
             Kind::Deployment | Kind::Namespace => Ok(None),
         };
-        read.map_err(upstream(format!("reading {key}")))
+        read.map_err(failed(format!("reading {key}")))
     }
 }
 
