@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Compares two flotilla binaries on one scenario group, in interleaved runs.
 #   hack/ab.sh GROUP PAIRS BEFORE AFTER
-#   hack/ab.sh scheduler-assign 3 /tmp/before/flotilla target/release/flotilla
+#   hack/ab.sh scheduler-assign 3 /tmp/before/flotilla target/bench-release/flotilla
 # GROUP is a value of the harness's --only. Each pair runs both binaries once, in
 # alternating order (before-after, then after-before), so that a machine whose speed
 # drifts within the hour weighs on both alike; single runs of one binary here have
@@ -15,16 +15,16 @@ if [ $# -ne 4 ]; then
 fi
 group=$1 pairs=$2 before=$3 after=$4
 for bin in "$before" "$after"; do
-  [ -x "$bin" ] || { echo "hack/ab.sh: $bin is not an executable; build it first (cargo build --release -p flotilla) and copy it aside" >&2; exit 2; }
+  [ -x "$bin" ] || { echo "hack/ab.sh: $bin is not an executable; build it first (cargo build --profile bench-release -p flotilla) and copy it aside" >&2; exit 2; }
 done
 cd "$(dirname "$0")/.."
 # The same packages as hack/bench.sh builds, so that neither script rebuilds what the
 # other just built (a different package set unifies features differently).
-cargo build --release -p flotilla -p flotilla-bench
+cargo build --profile bench-release -p flotilla -p flotilla-bench
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 one() { # label pair binary
-  target/release/flotilla-bench --flotilla "$3" --only "$group" --runs 1 --out-dir "$out/$1-$2" |
+  target/bench-release/flotilla-bench --flotilla "$3" --only "$group" --runs 1 --out-dir "$out/$1-$2" |
     grep '^{"scenario"' | sed "s|^|$1 pair $2: |"
 }
 for i in $(seq 1 "$pairs"); do

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Runs the benchmark harness against a release build.
+# Runs the benchmark harness against a build in the bench-release profile (the
+# release profile with thin LTO; see Cargo.toml).
 #   hack/bench.sh             full sizes, 3 runs of each scenario (about 15 minutes)
 #   hack/bench.sh --quick     smaller sizes, one run, under 3 minutes; CI runs this
 #   hack/bench.sh --publish   full run, then the report into docs/benchmarks.md and
@@ -8,5 +9,5 @@
 # Extra arguments go to the harness (see: hack/bench.sh --help).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-cargo build --release -p flotilla -p flotilla-bench
-exec target/release/flotilla-bench --flotilla target/release/flotilla "$@"
+cargo build --profile bench-release -p flotilla -p flotilla-bench
+exec target/bench-release/flotilla-bench --flotilla target/bench-release/flotilla "$@"

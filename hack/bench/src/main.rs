@@ -37,7 +37,7 @@ struct Args {
     #[arg(long)]
     runs: Option<usize>,
     /// The flotilla binary to benchmark.
-    #[arg(long, default_value = "target/release/flotilla")]
+    #[arg(long, default_value = "target/bench-release/flotilla")]
     flotilla: PathBuf,
     /// Where results.json, report.md and the SVG plots go.
     #[arg(long, default_value = "target/bench")]
