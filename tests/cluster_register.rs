@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{Flotilla, SimCluster};
+use common::{Flotilla, Out, SimCluster};
 
 const WEST: &str = "name: west\nnodes:\n  - {count: 3, cpu: \"4\", memory: 8Gi, pods: 50}\nstartupDelay: 100ms\n";
 
@@ -11,21 +11,20 @@ fn kubeconfig_arg(c: &SimCluster) -> String {
     c.kubeconfig().to_str().unwrap().to_string()
 }
 
-#[test]
-fn a_reachable_cluster_is_registered_with_its_labels_and_kubeconfig() {
+/// A control plane and the simulated cluster west, and what `flotilla cluster register
+/// west --kubeconfig <west's> FLAGS` printed.
+fn register_west(flags: &[&str]) -> (Flotilla, SimCluster, Out) {
     let f = Flotilla::start();
     let west = SimCluster::start(WEST);
-    let o = f.flotilla(&[
-        "cluster",
-        "register",
-        "west",
-        "--kubeconfig",
-        &kubeconfig_arg(&west),
-        "--label",
-        "region=us",
-        "--label",
-        "tier=gold",
-    ]);
+    let kubeconfig = kubeconfig_arg(&west);
+    let args = [&["cluster", "register", "west", "--kubeconfig", kubeconfig.as_str()], flags].concat();
+    let o = f.flotilla(&args);
+    (f, west, o)
+}
+
+#[test]
+fn a_reachable_cluster_is_registered_with_its_labels_and_kubeconfig() {
+    let (f, _west, o) = register_west(&["--label", "region=us", "--label", "tier=gold"]);
     assert!(o.ok, "{o:?}");
     assert!(o.stdout.contains("cluster west registered: 3 node(s) at https://127.0.0.1:"), "{}", o.stdout);
 
@@ -133,18 +132,7 @@ fn registration_fails_with_the_cause_and_registers_nothing() {
 
 #[test]
 fn pull_mode_prints_the_manifest_for_the_cluster() {
-    let f = Flotilla::start();
-    let west = SimCluster::start(WEST);
-    let o = f.flotilla(&[
-        "cluster",
-        "register",
-        "west",
-        "--kubeconfig",
-        &kubeconfig_arg(&west),
-        "--pull",
-        "--syncer-image",
-        "example.com/flotilla:test",
-    ]);
+    let (f, west, o) = register_west(&["--pull", "--syncer-image", "example.com/flotilla:test"]);
     assert!(o.ok, "{o:?}");
     for kind in
         ["kind: Namespace", "kind: ServiceAccount", "kind: ClusterRole", "kind: ClusterRoleBinding", "kind: Secret", "kind: Deployment"]

@@ -669,19 +669,22 @@ fn list_revision(query: &HashMap<String, String>) -> Result<Option<crate::store:
 }
 
 fn parse_labels(query: &HashMap<String, String>) -> Result<Option<LabelSelector>, ApiError> {
-    query
-        .get("labelSelector")
-        .filter(|s| !s.is_empty())
-        .map(|s| LabelSelector::parse(s).map_err(|e| ApiError::bad_request(format!("unable to parse requirement: {e}"))))
-        .transpose()
+    selector_param(query, "labelSelector", LabelSelector::parse, "unable to parse requirement")
 }
 
 fn parse_fields(query: &HashMap<String, String>) -> Result<Option<FieldSelector>, ApiError> {
-    query
-        .get("fieldSelector")
-        .filter(|s| !s.is_empty())
-        .map(|s| FieldSelector::parse(s).map_err(|e| ApiError::bad_request(format!("invalid field selector: {e}"))))
-        .transpose()
+    selector_param(query, "fieldSelector", FieldSelector::parse, "invalid field selector")
+}
+
+/// The selector in query parameter `name`, if it is there and not empty; a 400 that
+/// opens with `what` if it does not parse.
+fn selector_param<T, E: std::fmt::Display>(
+    query: &HashMap<String, String>,
+    name: &str,
+    parse: fn(&str) -> Result<T, E>,
+    what: &str,
+) -> Result<Option<T>, ApiError> {
+    query.get(name).filter(|s| !s.is_empty()).map(|s| parse(s).map_err(|e| ApiError::bad_request(format!("{what}: {e}")))).transpose()
 }
 
 async fn read_body(body: Body) -> Result<bytes::Bytes, ApiError> {

@@ -312,14 +312,19 @@ mod tests {
         schedule(nodes, pods, &BTreeMap::new(), t(100), &mut Recorder::new(t(100)))
     }
 
-    fn message(out: &Scheduled) -> String {
+    /// The PodScheduled condition of the first pod status the run writes.
+    fn scheduled_condition(out: &Scheduled) -> PodCondition {
         out.actions
             .iter()
             .find_map(|a| match a {
-                Action::UpdateStatus(Object::Pod(p)) => pod::condition(p, "PodScheduled").and_then(|c| c.message.clone()),
+                Action::UpdateStatus(Object::Pod(p)) => pod::condition(p, "PodScheduled").cloned(),
                 _ => None,
             })
             .expect("an unschedulable condition")
+    }
+
+    fn message(out: &Scheduled) -> String {
+        scheduled_condition(out).message.expect("a message")
     }
 
     #[test]
@@ -346,14 +351,7 @@ mod tests {
             "0/3 nodes are available: 1 Insufficient cpu, 2 Too many pods. preemption: 0/3 nodes are available: 3 No preemption victims found for incoming pod.."
         );
         assert_eq!(event_messages(&out.actions), [msg]);
-        let cond = out
-            .actions
-            .iter()
-            .find_map(|a| match a {
-                Action::UpdateStatus(Object::Pod(p)) => pod::condition(p, "PodScheduled").cloned(),
-                _ => None,
-            })
-            .unwrap();
+        let cond = scheduled_condition(&out);
         assert_eq!((cond.status.as_str(), cond.reason.as_deref()), ("False", Some("Unschedulable")));
     }
 
@@ -439,14 +437,7 @@ mod tests {
         // A different verdict (the node filled up further) is written, keeping the transition time.
         let filler = Pod::test("filler").on_node("a").requests("0", "900Mi").ready_at(t(0)).build();
         let third = schedule(&nodes, &[updated, filler], &BTreeMap::new(), t(200), &mut Recorder::new(t(200)));
-        let cond = third
-            .actions
-            .iter()
-            .find_map(|a| match a {
-                Action::UpdateStatus(Object::Pod(p)) => pod::condition(p, "PodScheduled").cloned(),
-                _ => None,
-            })
-            .unwrap();
+        let cond = scheduled_condition(&third);
         assert!(cond.message.unwrap().contains("1 Insufficient cpu, 1 Insufficient memory"));
         assert_eq!(cond.last_transition_time.unwrap().0, t(100));
     }
