@@ -9,8 +9,10 @@
 //!
 //! The trait is shaped after etcd's model (point reads, prefix ranges, CAS transactions
 //! on a key's mod revision, watch from a revision) so that an etcd implementation can
-//! sit behind it unchanged.
+//! sit behind it unchanged. [`conformance`] is the suite of the trait's rules that
+//! every backend's tests run.
 
+pub mod conformance;
 mod doc;
 mod sqlite;
 mod window;

@@ -449,6 +449,18 @@ mod tests {
         json!({"metadata": {"name": name}})
     }
 
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn sqlite_keeps_every_rule_of_the_store() {
+        let dirs = std::sync::Mutex::new(Vec::new());
+        crate::conformance::run(|| {
+            let dir = tempfile::tempdir().unwrap();
+            let store = SqliteStore::open(&dir.path().join("store.db")).unwrap();
+            dirs.lock().unwrap().push(dir);
+            async move { store }
+        })
+        .await;
+    }
+
     #[tokio::test]
     async fn writes_survive_reopen_and_revision_keeps_growing() {
         let dir = tempfile::tempdir().unwrap();
@@ -535,43 +547,5 @@ mod tests {
         drop(first);
         let again = SqliteStore::open(&path).expect("the file is free once the first store is closed");
         assert_eq!(again.get("k/a").map(|e| e.rev), Some(1));
-    }
-
-    #[tokio::test]
-    async fn stale_update_conflicts_and_changes_nothing() {
-        let dir = tempfile::tempdir().unwrap();
-        let s = SqliteStore::open(&dir.path().join("s.db")).unwrap();
-        let a = s.write(WriteOp::Create { key: "k/a".into(), value: obj("a") }).await.unwrap();
-        s.write(WriteOp::Update { key: "k/a".into(), value: obj("a"), expected: a.rev }).await.unwrap();
-        let err = s.write(WriteOp::Update { key: "k/a".into(), value: obj("a"), expected: a.rev }).await;
-        assert!(matches!(err, Err(StoreError::Conflict { expected: 1, actual: 2, .. })), "{err:?}");
-        assert_eq!(s.revision(), 2);
-        let dup = s.write(WriteOp::Create { key: "k/a".into(), value: obj("a") }).await;
-        assert!(matches!(dup, Err(StoreError::AlreadyExists(_))));
-    }
-
-    #[tokio::test]
-    async fn concurrent_writers_all_land_with_distinct_revisions() {
-        let dir = tempfile::tempdir().unwrap();
-        let s = SqliteStore::open(&dir.path().join("s.db")).unwrap();
-        let writes = (0..200).map(|i| s.write(WriteOp::Create { key: format!("k/{i:03}"), value: obj("x") }));
-        let mut revs: Vec<_> = futures::future::join_all(writes).await.into_iter().map(|r| r.unwrap().rev).collect();
-        revs.sort();
-        assert_eq!(revs, (1..=200).collect::<Vec<_>>());
-        let (page, rev) = s.list("k/", Some("k/099"), Some(5));
-        assert_eq!(rev, 200);
-        assert_eq!(page.iter().map(|(k, _)| k.as_str()).collect::<Vec<_>>(), ["k/100", "k/101", "k/102", "k/103", "k/104"]);
-    }
-
-    #[tokio::test]
-    async fn watch_sees_writes_after_its_revision() {
-        let dir = tempfile::tempdir().unwrap();
-        let s = SqliteStore::open(&dir.path().join("s.db")).unwrap();
-        let a = s.write(WriteOp::Create { key: "k/a".into(), value: obj("a") }).await.unwrap();
-        let mut w = s.watch("k/", a.rev).unwrap();
-        s.write(WriteOp::Delete { key: "k/a".into(), expected: Some(a.rev) }).await.unwrap();
-        let ev = w.next().await.unwrap().unwrap();
-        assert_eq!(ev.kind, EventType::Deleted);
-        assert_eq!(ev.object()["metadata"]["resourceVersion"], "2");
     }
 }
