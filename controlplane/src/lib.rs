@@ -6,6 +6,7 @@
 //! generic resource engine), [`watch`], [`discovery`], [`openapi`] and [`table`]
 //! (wire formats), [`http`] (routing, auth, negotiation) and [`server`] (running it).
 
+pub mod access;
 pub mod api;
 pub mod auth;
 pub mod authz;

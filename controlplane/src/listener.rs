@@ -32,7 +32,7 @@ use tokio_rustls::TlsAcceptor;
 use tower::util::Oneshot;
 use tower::ServiceExt;
 
-use crate::metrics::Metrics;
+use crate::metrics::{Metrics, HANDSHAKE_TIMED_OUT, HEADER_TIMED_OUT, TOO_MANY_PENDING};
 
 /// How long a TLS handshake may take. Go's HTTP clients (kubectl, client-go) give up on
 /// a handshake after 10 s (`http.DefaultTransport`'s `TLSHandshakeTimeout`), so a
@@ -62,14 +62,6 @@ pub const MAX_PENDING: usize = 512;
 /// Pause after a failed accept: out of file descriptors (EMFILE), the connection stays
 /// in the listen backlog, and trying again at once would spin.
 const ACCEPT_RETRY: Duration = Duration::from_millis(50);
-
-const HANDSHAKE_TIMED_OUT: &str = "handshake_timeout";
-const HEADER_TIMED_OUT: &str = "header_timeout";
-const TOO_MANY_PENDING: &str = "too_many_pending";
-
-/// Why a connection was closed before its first request: the `reason` label of
-/// `flotilla_apiserver_connections_rejected_total`.
-pub const REJECT_REASONS: [&str; 3] = [HANDSHAKE_TIMED_OUT, HEADER_TIMED_OUT, TOO_MANY_PENDING];
 
 /// The bounds on pending connections, and the idle bound of HTTP/1.1 ones.
 #[derive(Debug, Clone, Copy)]

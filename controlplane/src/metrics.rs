@@ -3,6 +3,17 @@
 
 use prometheus::{HistogramOpts, HistogramVec, IntCounterVec, IntGauge, Opts, Registry};
 
+/// The TLS handshake did not finish in time.
+pub const HANDSHAKE_TIMED_OUT: &str = "handshake_timeout";
+/// The first request's headers did not arrive in time.
+pub const HEADER_TIMED_OUT: &str = "header_timeout";
+/// Too many connections were waiting for their first request; the oldest went.
+pub const TOO_MANY_PENDING: &str = "too_many_pending";
+
+/// Why a connection was closed before its first request: the `reason` label of
+/// `flotilla_apiserver_connections_rejected_total`.
+pub const REJECT_REASONS: [&str; 3] = [HANDSHAKE_TIMED_OUT, HEADER_TIMED_OUT, TOO_MANY_PENDING];
+
 /// API server metrics, registered with the process registry under `flotilla_apiserver_`.
 pub struct Metrics {
     /// Request latency by verb, resource and code.
@@ -15,7 +26,7 @@ pub struct Metrics {
     /// still to come): see [`crate::listener`].
     pub connections_pending: IntGauge,
     /// Connections the server closed before their first request, by reason (one of
-    /// [`crate::listener::REJECT_REASONS`]).
+    /// [`REJECT_REASONS`]).
     pub connections_rejected: IntCounterVec,
 }
 
@@ -42,7 +53,7 @@ impl Metrics {
             &["reason"],
         )?;
         // Every reason is exported from the start, at 0.
-        for reason in crate::listener::REJECT_REASONS {
+        for reason in REJECT_REASONS {
             connections_rejected.with_label_values(&[reason]);
         }
         registry.register(Box::new(connections_pending.clone()))?;

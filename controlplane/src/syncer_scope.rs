@@ -27,12 +27,12 @@ use serde_json::Value;
 
 use placement_api::keys::ROOT_WORKSPACE;
 
+use crate::access::{Decision, ReadCheck};
 use crate::api::WriteGuard;
-use crate::authz::{Decision, ReadCheck};
 use crate::error::ApiError;
 
-/// The attributes of a request, as [`crate::authz`] parsed them.
-pub type Request<'a> = crate::authz::Attributes<'a>;
+/// The attributes of a request, as [`crate::authz`] got them.
+pub type Request<'a> = crate::access::Attributes<'a>;
 
 const WORKLOAD_GROUP: &str = placement_api::WORKLOAD_GROUP;
 const SCHEDULING_GROUP: &str = placement_api::SCHEDULING_GROUP;
