@@ -266,7 +266,7 @@ pub async fn reconcile_crd(api: &Api, ws: &str, name: &str) -> anyhow::Result<bo
         return Ok(true);
     };
     let crd = &*entry.value;
-    let types = crate::crd::resource_types(crd);
+    let types = crate::registry::custom_types(crd);
     // Serve first, then announce: once a client sees Established, requests succeed.
     api.registry.set_crd(ws, name, types);
     if !crate::crd::is_established(crd) {

@@ -8,7 +8,6 @@ use serde_json::{json, Map, Value};
 
 use crate::error::Cause;
 use crate::objmeta::{self, NameRule};
-use crate::registry::{Behavior, ResourceType, ScalePaths};
 
 /// The built-in kinds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -41,75 +40,6 @@ pub enum Builtin {
     ClusterRole,
     /// rbac.authorization.k8s.io/v1 ClusterRoleBinding (physical clusters only; stored, not enforced).
     ClusterRoleBinding,
-}
-
-fn rt(group: &str, version: &str, kind: &str, plural: &str, namespaced: bool, short: &[&str], b: Builtin) -> ResourceType {
-    ResourceType {
-        group: group.into(),
-        version: version.into(),
-        kind: kind.into(),
-        plural: plural.into(),
-        singular: kind.to_lowercase(),
-        namespaced,
-        short_names: short.iter().map(|s| s.to_string()).collect(),
-        categories: vec![],
-        status: false,
-        scale: None,
-        behavior: Behavior::Builtin(b),
-    }
-}
-
-/// Every built-in resource type of a profile. Workspaces never run anything, so only
-/// a physical cluster serves nodes, pods and replicasets.
-pub fn builtin_types(profile: crate::registry::Profile) -> Vec<ResourceType> {
-    let mut types = workspace_types();
-    if profile == crate::registry::Profile::PhysicalCluster {
-        let mut node = rt("", "v1", "Node", "nodes", false, &["no"], Builtin::Node);
-        node.status = true;
-        let mut pod = rt("", "v1", "Pod", "pods", true, &["po"], Builtin::Pod);
-        pod.status = true;
-        pod.categories = vec!["all".into()];
-        let mut rs = rt("apps", "v1", "ReplicaSet", "replicasets", true, &["rs"], Builtin::ReplicaSet);
-        rs.status = true;
-        rs.categories = vec!["all".into()];
-        rs.scale =
-            Some(ScalePaths { spec_replicas: ".spec.replicas".into(), status_replicas: ".status.replicas".into(), label_selector: None });
-        // A pull-mode syncer's manifest carries RBAC objects; a simulated cluster
-        // stores them (and kubectl applies them) but authorizes by token alone.
-        let rbac = "rbac.authorization.k8s.io";
-        types.extend([
-            node,
-            pod,
-            rs,
-            rt(rbac, "v1", "ClusterRole", "clusterroles", false, &[], Builtin::ClusterRole),
-            rt(rbac, "v1", "ClusterRoleBinding", "clusterrolebindings", false, &[], Builtin::ClusterRoleBinding),
-        ]);
-    }
-    types
-}
-
-fn workspace_types() -> Vec<ResourceType> {
-    let mut ns = rt("", "v1", "Namespace", "namespaces", false, &["ns"], Builtin::Namespace);
-    ns.status = true;
-    let mut deploy = rt("apps", "v1", "Deployment", "deployments", true, &["deploy"], Builtin::Deployment);
-    deploy.status = true;
-    deploy.categories = vec!["all".into()];
-    deploy.scale =
-        Some(ScalePaths { spec_replicas: ".spec.replicas".into(), status_replicas: ".status.replicas".into(), label_selector: None });
-    let mut crd =
-        rt("apiextensions.k8s.io", "v1", "CustomResourceDefinition", "customresourcedefinitions", false, &["crd", "crds"], Builtin::Crd);
-    crd.status = true;
-    vec![
-        ns,
-        rt("", "v1", "ConfigMap", "configmaps", true, &["cm"], Builtin::ConfigMap),
-        rt("", "v1", "Secret", "secrets", true, &[], Builtin::Secret),
-        rt("", "v1", "ServiceAccount", "serviceaccounts", true, &["sa"], Builtin::ServiceAccount),
-        rt("", "v1", "Event", "events", true, &["ev"], Builtin::Event),
-        rt("events.k8s.io", "v1", "Event", "events", true, &["ev"], Builtin::EventV1),
-        deploy,
-        rt("coordination.k8s.io", "v1", "Lease", "leases", true, &[], Builtin::Lease),
-        crd,
-    ]
 }
 
 /// The outcome of decoding a built-in object.

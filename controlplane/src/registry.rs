@@ -8,7 +8,7 @@
 use std::sync::Arc;
 
 use dashmap::DashMap;
-use serde_json::Value;
+use serde_json::{json, Value};
 
 use crate::jsonpath::JsonPath;
 use crate::kinds::Builtin;
@@ -191,12 +191,10 @@ impl Registry {
     /// A registry with every built-in kind of the profile.
     pub fn new(profile: Profile) -> Self {
         let bound = match profile {
-            Profile::ControlPlane => {
-                placement_api::served_in_every_workspace().iter().flat_map(crate::crd::resource_types).map(Arc::new).collect()
-            }
+            Profile::ControlPlane => placement_api::served_in_every_workspace().iter().flat_map(custom_types).map(Arc::new).collect(),
             Profile::PhysicalCluster => Vec::new(),
         };
-        Self { profile, builtins: crate::kinds::builtin_types(profile).into_iter().map(Arc::new).collect(), bound, custom: DashMap::new() }
+        Self { profile, builtins: builtin_types(profile).into_iter().map(Arc::new).collect(), bound, custom: DashMap::new() }
     }
 
     /// What this server serves.
@@ -265,4 +263,145 @@ impl Registry {
     pub fn remove_workspace(&self, workspace: &str) {
         self.custom.remove(workspace);
     }
+}
+
+// The built-in types, and the types of a CRD.
+
+fn rt(group: &str, version: &str, kind: &str, plural: &str, namespaced: bool, short: &[&str], b: Builtin) -> ResourceType {
+    ResourceType {
+        group: group.into(),
+        version: version.into(),
+        kind: kind.into(),
+        plural: plural.into(),
+        singular: kind.to_lowercase(),
+        namespaced,
+        short_names: short.iter().map(|s| s.to_string()).collect(),
+        categories: vec![],
+        status: false,
+        scale: None,
+        behavior: Behavior::Builtin(b),
+    }
+}
+
+/// Every built-in resource type of a profile. Workspaces never run anything, so only
+/// a physical cluster serves nodes, pods and replicasets.
+pub fn builtin_types(profile: Profile) -> Vec<ResourceType> {
+    let mut types = workspace_types();
+    if profile == Profile::PhysicalCluster {
+        let mut node = rt("", "v1", "Node", "nodes", false, &["no"], Builtin::Node);
+        node.status = true;
+        let mut pod = rt("", "v1", "Pod", "pods", true, &["po"], Builtin::Pod);
+        pod.status = true;
+        pod.categories = vec!["all".into()];
+        let mut rs = rt("apps", "v1", "ReplicaSet", "replicasets", true, &["rs"], Builtin::ReplicaSet);
+        rs.status = true;
+        rs.categories = vec!["all".into()];
+        rs.scale =
+            Some(ScalePaths { spec_replicas: ".spec.replicas".into(), status_replicas: ".status.replicas".into(), label_selector: None });
+        // A pull-mode syncer's manifest carries RBAC objects; a simulated cluster
+        // stores them (and kubectl applies them) but authorizes by token alone.
+        let rbac = "rbac.authorization.k8s.io";
+        types.extend([
+            node,
+            pod,
+            rs,
+            rt(rbac, "v1", "ClusterRole", "clusterroles", false, &[], Builtin::ClusterRole),
+            rt(rbac, "v1", "ClusterRoleBinding", "clusterrolebindings", false, &[], Builtin::ClusterRoleBinding),
+        ]);
+    }
+    types
+}
+
+fn workspace_types() -> Vec<ResourceType> {
+    let mut ns = rt("", "v1", "Namespace", "namespaces", false, &["ns"], Builtin::Namespace);
+    ns.status = true;
+    let mut deploy = rt("apps", "v1", "Deployment", "deployments", true, &["deploy"], Builtin::Deployment);
+    deploy.status = true;
+    deploy.categories = vec!["all".into()];
+    deploy.scale =
+        Some(ScalePaths { spec_replicas: ".spec.replicas".into(), status_replicas: ".status.replicas".into(), label_selector: None });
+    let mut crd =
+        rt("apiextensions.k8s.io", "v1", "CustomResourceDefinition", "customresourcedefinitions", false, &["crd", "crds"], Builtin::Crd);
+    crd.status = true;
+    vec![
+        ns,
+        rt("", "v1", "ConfigMap", "configmaps", true, &["cm"], Builtin::ConfigMap),
+        rt("", "v1", "Secret", "secrets", true, &[], Builtin::Secret),
+        rt("", "v1", "ServiceAccount", "serviceaccounts", true, &["sa"], Builtin::ServiceAccount),
+        rt("", "v1", "Event", "events", true, &["ev"], Builtin::Event),
+        rt("events.k8s.io", "v1", "Event", "events", true, &["ev"], Builtin::EventV1),
+        deploy,
+        rt("coordination.k8s.io", "v1", "Lease", "leases", true, &[], Builtin::Lease),
+        crd,
+    ]
+}
+
+/// The string at `ptr` in a CRD, or "".
+fn crd_str<'a>(v: &'a Value, ptr: &str) -> &'a str {
+    v.pointer(ptr).and_then(Value::as_str).unwrap_or_default()
+}
+
+/// The resource types an Established CRD serves: one per served version.
+pub fn custom_types(crd: &Value) -> Vec<ResourceType> {
+    let name = crd_str(crd, "/metadata/name").to_string();
+    let group = crd_str(crd, "/spec/group").to_string();
+    let names = crd.pointer("/status/acceptedNames").filter(|n| n.is_object()).or_else(|| crd.pointer("/spec/names"));
+    let Some(names) = names else { return Vec::new() };
+    let strs = |key: &str| -> Vec<String> {
+        names.get(key).and_then(Value::as_array).into_iter().flatten().filter_map(|v| v.as_str().map(String::from)).collect()
+    };
+    let kind = crd_str(names, "/kind").to_string();
+    let plural = crd_str(names, "/plural").to_string();
+    let singular = match crd_str(names, "/singular") {
+        "" => kind.to_lowercase(),
+        sng => sng.to_string(),
+    };
+    let namespaced = crd_str(crd, "/spec/scope") == "Namespaced";
+    let mut out = Vec::new();
+    for v in crd.pointer("/spec/versions").and_then(Value::as_array).into_iter().flatten() {
+        if v.get("served") == Some(&json!(false)) {
+            continue;
+        }
+        let schema = v.pointer("/schema/openAPIV3Schema").cloned().unwrap_or_else(|| json!({"type": "object"}));
+        let columns = v
+            .get("additionalPrinterColumns")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter_map(|c| {
+                Some(PrinterColumn {
+                    name: c.get("name")?.as_str()?.to_string(),
+                    type_: crd_str(c, "/type").to_string(),
+                    format: crd_str(c, "/format").to_string(),
+                    description: crd_str(c, "/description").to_string(),
+                    priority: c.get("priority").and_then(Value::as_i64).unwrap_or(0),
+                    path: Arc::new(JsonPath::parse(crd_str(c, "/jsonPath")).ok()?),
+                })
+            })
+            .collect();
+        let scale = v.pointer("/subresources/scale").map(|sc| ScalePaths {
+            spec_replicas: crd_str(sc, "/specReplicasPath").to_string(),
+            status_replicas: crd_str(sc, "/statusReplicasPath").to_string(),
+            label_selector: sc.get("labelSelectorPath").and_then(Value::as_str).map(String::from),
+        });
+        out.push(ResourceType {
+            group: group.clone(),
+            version: crd_str(v, "/name").to_string(),
+            kind: kind.clone(),
+            plural: plural.clone(),
+            singular: singular.clone(),
+            namespaced,
+            short_names: strs("shortNames"),
+            categories: strs("categories"),
+            status: v.pointer("/subresources/status").is_some(),
+            scale,
+            behavior: Behavior::Custom(Arc::new(CustomDef {
+                patch_meta: SchemaPatchMeta::new(schema.clone()),
+                schema,
+                columns,
+                crd_name: name.clone(),
+            })),
+        });
+    }
+    out
 }

@@ -3,14 +3,10 @@
 
 pub use apimachinery::schema;
 
-use std::sync::Arc;
-
 use serde_json::{json, Value};
 
 use crate::error::Cause;
 use crate::jsonpath::JsonPath;
-use crate::patch::meta::SchemaPatchMeta;
-use crate::registry::{Behavior, CustomDef, PrinterColumn, ResourceType, ScalePaths};
 
 fn s<'a>(v: &'a Value, ptr: &str) -> &'a str {
     v.pointer(ptr).and_then(Value::as_str).unwrap_or_default()
@@ -123,69 +119,4 @@ pub fn established_status(crd: &Value, now: &str) -> Value {
         ],
         "storedVersions": stored,
     })
-}
-
-/// The resource types an Established CRD serves: one per served version.
-pub fn resource_types(crd: &Value) -> Vec<ResourceType> {
-    let name = s(crd, "/metadata/name").to_string();
-    let group = s(crd, "/spec/group").to_string();
-    let names = crd.pointer("/status/acceptedNames").filter(|n| n.is_object()).or_else(|| crd.pointer("/spec/names"));
-    let Some(names) = names else { return Vec::new() };
-    let strs = |key: &str| -> Vec<String> {
-        names.get(key).and_then(Value::as_array).into_iter().flatten().filter_map(|v| v.as_str().map(String::from)).collect()
-    };
-    let kind = s(names, "/kind").to_string();
-    let plural = s(names, "/plural").to_string();
-    let singular = match s(names, "/singular") {
-        "" => kind.to_lowercase(),
-        sng => sng.to_string(),
-    };
-    let namespaced = s(crd, "/spec/scope") == "Namespaced";
-    let mut out = Vec::new();
-    for v in crd.pointer("/spec/versions").and_then(Value::as_array).into_iter().flatten() {
-        if v.get("served") == Some(&json!(false)) {
-            continue;
-        }
-        let schema = v.pointer("/schema/openAPIV3Schema").cloned().unwrap_or_else(|| json!({"type": "object"}));
-        let columns = v
-            .get("additionalPrinterColumns")
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-            .filter_map(|c| {
-                Some(PrinterColumn {
-                    name: c.get("name")?.as_str()?.to_string(),
-                    type_: s(c, "/type").to_string(),
-                    format: s(c, "/format").to_string(),
-                    description: s(c, "/description").to_string(),
-                    priority: c.get("priority").and_then(Value::as_i64).unwrap_or(0),
-                    path: Arc::new(JsonPath::parse(s(c, "/jsonPath")).ok()?),
-                })
-            })
-            .collect();
-        let scale = v.pointer("/subresources/scale").map(|sc| ScalePaths {
-            spec_replicas: s(sc, "/specReplicasPath").to_string(),
-            status_replicas: s(sc, "/statusReplicasPath").to_string(),
-            label_selector: sc.get("labelSelectorPath").and_then(Value::as_str).map(String::from),
-        });
-        out.push(ResourceType {
-            group: group.clone(),
-            version: s(v, "/name").to_string(),
-            kind: kind.clone(),
-            plural: plural.clone(),
-            singular: singular.clone(),
-            namespaced,
-            short_names: strs("shortNames"),
-            categories: strs("categories"),
-            status: v.pointer("/subresources/status").is_some(),
-            scale,
-            behavior: Behavior::Custom(Arc::new(CustomDef {
-                patch_meta: SchemaPatchMeta::new(schema.clone()),
-                schema,
-                columns,
-                crd_name: name.clone(),
-            })),
-        });
-    }
-    out
 }
