@@ -77,6 +77,21 @@ fn up_runs_the_demo_fleet_the_examples_place_and_a_second_up_brings_it_back() {
         assert!(logged.contains(want), "{} has no {want:?}:\n{}", log.display(), tail(&logged));
     }
     assert!(!logged.contains("lost"), "{} calls a cluster lost:\n{logged}", log.display());
+    // Everything up writes in the data dir is its owner's alone: the logs quote objects,
+    // and the clusters' state holds their Secrets.
+    let mut open = Vec::new();
+    let mut pending = vec![data.clone()];
+    while let Some(p) = pending.pop() {
+        use std::os::unix::fs::PermissionsExt;
+        let meta = std::fs::symlink_metadata(&p).unwrap();
+        if meta.permissions().mode() & 0o077 != 0 {
+            open.push(format!("{:o} {}", meta.permissions().mode() & 0o777, p.display()));
+        }
+        if meta.is_dir() {
+            pending.extend(std::fs::read_dir(&p).unwrap().map(|e| e.unwrap().path()));
+        }
+    }
+    assert!(open.is_empty(), "open to group or others in the data dir:\n{}", open.join("\n"));
 
     // The current context is the demo workspace, and the three clusters are Ready.
     assert_eq!(k(&["config", "current-context"]).trim(), "demo");

@@ -56,6 +56,19 @@ pub fn create_private(path: &Path) -> std::io::Result<()> {
     }
 }
 
+/// Creates `dir` and its missing parents readable only by their owner (0700).
+pub fn create_private_dir(dir: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::DirBuilderExt;
+    std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir)
+}
+
+/// Opens `path` for appending, creating it readable only by its owner (0600): a log in
+/// the data dir, which may quote the objects it is about.
+pub fn append_private(path: &Path) -> std::io::Result<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new().create(true).append(true).mode(0o600).open(path)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -84,5 +97,11 @@ mod tests {
         assert_eq!((mode(&dir), mode(&dir.join("store.db")), mode(&dir.join("logs/east.log"))), (0o700, 0o600, 0o600));
         create_private(&dir.join("new.db")).unwrap();
         assert_eq!(mode(&dir.join("new.db")), 0o600);
+        create_private_dir(&dir.join("clusters/east")).unwrap();
+        append_private(&dir.join("logs/west.log")).unwrap();
+        assert_eq!(
+            (mode(&dir.join("clusters")), mode(&dir.join("clusters/east")), mode(&dir.join("logs/west.log"))),
+            (0o700, 0o700, 0o600)
+        );
     }
 }

@@ -232,11 +232,7 @@ async fn restore(data_dir: &Path, source: &Source, args: &DrillArgs) -> anyhow::
             };
             let exe = std::env::current_exe().context("finding the flotilla binary to run the simulated cluster")?;
             let log_path = data_dir.join("logs").join(format!("{name}.log"));
-            let log = std::fs::OpenOptions::new()
-                .create(true)
-                .append(true)
-                .open(&log_path)
-                .with_context(|| format!("opening {}", log_path.display()))?;
+            let log = controlplane::fsutil::append_private(&log_path).with_context(|| format!("opening {}", log_path.display()))?;
             // Its own process group: a Ctrl-C meant for this terminal does not stop it;
             // `flotilla up` stops it with the rest of the fleet.
             let spawned = sims::command(&exe, data_dir, &definition, name, &listen)

@@ -26,7 +26,7 @@ pub async fn run(data_dir: &Path, args: SimClusterArgs) -> anyhow::Result<()> {
     };
     let name = def.name.clone();
     let state_dir = data_dir.join("clusters").join(&name);
-    std::fs::create_dir_all(&state_dir).with_context(|| format!("creating {}", state_dir.display()))?;
+    controlplane::fsutil::create_private_dir(&state_dir).with_context(|| format!("creating {}", state_dir.display()))?;
     let kubeconfig = data_dir.join(format!("{name}.kubeconfig"));
     let srv =
         server::start(ServerConfig::physical_cluster(&name, &state_dir, kubeconfig, args.listen), prometheus::Registry::new()).await?;

@@ -21,7 +21,8 @@ pub fn dir(data_dir: &Path, name: &str) -> PathBuf {
 /// Records this process as cluster `name`'s.
 pub fn write_pid(data_dir: &Path, name: &str) -> anyhow::Result<()> {
     let path = dir(data_dir, name).join("pid");
-    std::fs::write(&path, format!("{}\n", std::process::id())).with_context(|| format!("writing {}", path.display()))
+    controlplane::fsutil::write_private(&path, format!("{}\n", std::process::id()).as_bytes())
+        .with_context(|| format!("writing {}", path.display()))
 }
 
 /// Forgets this process as cluster `name`'s, if the pid file still names it.

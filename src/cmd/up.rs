@@ -87,7 +87,7 @@ async fn fleet_up(
 ) -> anyhow::Result<Fleet> {
     let exe = std::env::current_exe().context("finding the flotilla binary to run the simulated clusters")?;
     let logs = data_dir.join("logs");
-    std::fs::create_dir_all(&logs).with_context(|| format!("creating {}", logs.display()))?;
+    controlplane::fsutil::create_private_dir(&logs).with_context(|| format!("creating {}", logs.display()))?;
     let file = match file {
         Some(file) => file,
         None => {
@@ -115,7 +115,7 @@ async fn fleet_up(
     }
     for (name, mut child) in children {
         let url = wait_serving(&name, &mut child, &logs).await?;
-        std::fs::write(sims::dir(&data_dir, &name).join("listen"), url.trim_start_matches("https://"))
+        controlplane::fsutil::write_private(&sims::dir(&data_dir, &name).join("listen"), url.trim_start_matches("https://").as_bytes())
             .with_context(|| format!("keeping cluster {name}'s port in the data dir"))?;
         println!("simulated cluster {name} serving on {url}");
         tokio::spawn(reap(name, child, stopping.clone()));
@@ -165,13 +165,12 @@ async fn reap(name: String, mut child: Child, stopping: Arc<AtomicBool>) {
 /// before.
 fn spawn_cluster(exe: &Path, data_dir: &Path, logs: &Path, file: &Path, name: &str) -> anyhow::Result<Child> {
     let state = sims::dir(data_dir, name);
-    std::fs::create_dir_all(&state).with_context(|| format!("creating {}", state.display()))?;
-    std::fs::write(state.join("definition"), file.as_os_str().as_encoded_bytes())
+    controlplane::fsutil::create_private_dir(&state).with_context(|| format!("creating {}", state.display()))?;
+    controlplane::fsutil::write_private(&state.join("definition"), file.as_os_str().as_encoded_bytes())
         .with_context(|| format!("keeping cluster {name}'s definition file in the data dir"))?;
     let listen = sims::kept_listen(data_dir, name).unwrap_or_else(|| "127.0.0.1:0".into());
     let log_path = logs.join(format!("{name}.log"));
-    let log =
-        std::fs::OpenOptions::new().create(true).append(true).open(&log_path).with_context(|| format!("opening {}", log_path.display()))?;
+    let log = controlplane::fsutil::append_private(&log_path).with_context(|| format!("opening {}", log_path.display()))?;
     println!("starting simulated cluster {name} (log: {})", log_path.display());
     sims::command(exe, data_dir, file, name, &listen)
         .stdout(Stdio::piped())
