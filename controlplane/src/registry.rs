@@ -336,27 +336,22 @@ fn workspace_types() -> Vec<ResourceType> {
     ]
 }
 
-/// The string at `ptr` in a CRD, or "".
-fn crd_str<'a>(v: &'a Value, ptr: &str) -> &'a str {
-    v.pointer(ptr).and_then(Value::as_str).unwrap_or_default()
-}
-
 /// The resource types an Established CRD serves: one per served version.
 pub fn custom_types(crd: &Value) -> Vec<ResourceType> {
-    let name = crd_str(crd, "/metadata/name").to_string();
-    let group = crd_str(crd, "/spec/group").to_string();
+    let name = crate::crd::s(crd, "/metadata/name").to_string();
+    let group = crate::crd::s(crd, "/spec/group").to_string();
     let names = crd.pointer("/status/acceptedNames").filter(|n| n.is_object()).or_else(|| crd.pointer("/spec/names"));
     let Some(names) = names else { return Vec::new() };
     let strs = |key: &str| -> Vec<String> {
         names.get(key).and_then(Value::as_array).into_iter().flatten().filter_map(|v| v.as_str().map(String::from)).collect()
     };
-    let kind = crd_str(names, "/kind").to_string();
-    let plural = crd_str(names, "/plural").to_string();
-    let singular = match crd_str(names, "/singular") {
+    let kind = crate::crd::s(names, "/kind").to_string();
+    let plural = crate::crd::s(names, "/plural").to_string();
+    let singular = match crate::crd::s(names, "/singular") {
         "" => kind.to_lowercase(),
         sng => sng.to_string(),
     };
-    let namespaced = crd_str(crd, "/spec/scope") == "Namespaced";
+    let namespaced = crate::crd::s(crd, "/spec/scope") == "Namespaced";
     let mut out = Vec::new();
     for v in crd.pointer("/spec/versions").and_then(Value::as_array).into_iter().flatten() {
         if v.get("served") == Some(&json!(false)) {
@@ -371,22 +366,22 @@ pub fn custom_types(crd: &Value) -> Vec<ResourceType> {
             .filter_map(|c| {
                 Some(PrinterColumn {
                     name: c.get("name")?.as_str()?.to_string(),
-                    type_: crd_str(c, "/type").to_string(),
-                    format: crd_str(c, "/format").to_string(),
-                    description: crd_str(c, "/description").to_string(),
+                    type_: crate::crd::s(c, "/type").to_string(),
+                    format: crate::crd::s(c, "/format").to_string(),
+                    description: crate::crd::s(c, "/description").to_string(),
                     priority: c.get("priority").and_then(Value::as_i64).unwrap_or(0),
-                    path: Arc::new(JsonPath::parse(crd_str(c, "/jsonPath")).ok()?),
+                    path: Arc::new(JsonPath::parse(crate::crd::s(c, "/jsonPath")).ok()?),
                 })
             })
             .collect();
         let scale = v.pointer("/subresources/scale").map(|sc| ScalePaths {
-            spec_replicas: crd_str(sc, "/specReplicasPath").to_string(),
-            status_replicas: crd_str(sc, "/statusReplicasPath").to_string(),
+            spec_replicas: crate::crd::s(sc, "/specReplicasPath").to_string(),
+            status_replicas: crate::crd::s(sc, "/statusReplicasPath").to_string(),
             label_selector: sc.get("labelSelectorPath").and_then(Value::as_str).map(String::from),
         });
         out.push(ResourceType {
             group: group.clone(),
-            version: crd_str(v, "/name").to_string(),
+            version: crate::crd::s(v, "/name").to_string(),
             kind: kind.clone(),
             plural: plural.clone(),
             singular: singular.clone(),

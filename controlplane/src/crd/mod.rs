@@ -8,7 +8,8 @@ use serde_json::{json, Value};
 use crate::error::Cause;
 use crate::jsonpath::JsonPath;
 
-fn s<'a>(v: &'a Value, ptr: &str) -> &'a str {
+/// The string at `ptr` in a CRD (or a part of one), or "".
+pub(crate) fn s<'a>(v: &'a Value, ptr: &str) -> &'a str {
     v.pointer(ptr).and_then(Value::as_str).unwrap_or_default()
 }
 
