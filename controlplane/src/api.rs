@@ -7,10 +7,10 @@ use std::sync::Arc;
 use serde_json::{json, Map, Value};
 
 use crate::error::{ApiError, Cause, ObjRef};
-use crate::kinds::{self, Builtin};
-use crate::objmeta::{self, meta_str, NameRule};
+use crate::kinds;
+use crate::objmeta::{self, meta_str};
 use crate::patch;
-use crate::registry::{Behavior, Registry, ResourceType};
+use crate::registry::{Registry, ResourceType};
 use crate::selector::{FieldSelector, LabelSelector};
 use crate::store::{Entry, Revision, Store, StoreError, WriteOp};
 
@@ -341,7 +341,7 @@ impl Api {
     /// kube-apiserver does for lists and watches alike.
     pub fn check_field_selector(&self, scope: &Scope, fields: Option<&FieldSelector>) -> Result<(), ApiError> {
         let Some(fs) = fields else { return Ok(()) };
-        let extra = scope.rt.builtin().map(Builtin::selectable_fields).unwrap_or_default();
+        let extra = scope.rt.strategy.selectable_fields();
         for f in fs.fields() {
             let ok = f == "metadata.name" || (f == "metadata.namespace" && scope.rt.namespaced) || extra.contains(&f);
             if !ok {
@@ -386,30 +386,16 @@ impl Api {
                 m.remove(f);
             }
         }
-        if has_generation(&scope.rt) {
+        if scope.rt.strategy.has_generation() {
             objmeta::meta_mut(&mut obj).insert("generation".into(), json!(1));
         }
         // A freshly created object has no status when a status subresource owns it.
-        if scope.rt.status && scope.rt.builtin() != Some(Builtin::Namespace) {
+        if scope.rt.status {
             if let Some(o) = obj.as_object_mut() {
                 o.remove("status");
             }
         }
-        match scope.rt.builtin() {
-            Some(Builtin::Namespace) => {
-                obj["spec"] = json!({"finalizers": ["kubernetes"]});
-                obj["status"] = json!({"phase": "Active"});
-            }
-            // As the pod strategy's PrepareForCreate: Pending, with the QoS class, which
-            // never changes after.
-            Some(Builtin::Pod) => {
-                obj["status"] = json!({"phase": "Pending", "qosClass": crate::kinds::qos_class(&obj)});
-            }
-            Some(Builtin::Crd) => {
-                obj["status"] = json!({"storedVersions": []});
-            }
-            _ => {}
-        }
+        scope.rt.strategy.prepare_for_create(&mut obj);
         match applied {
             Some(managed) => {
                 objmeta::meta_mut(&mut obj).insert("managedFields".into(), managed);
@@ -445,7 +431,7 @@ impl Api {
         let rv = meta_str(&obj, "resourceVersion").filter(|s| !s.is_empty()).map(String::from);
         let expected = match rv {
             Some(rv) => rv.parse::<Revision>().map_err(|_| ApiError::bad_request(format!("invalid resourceVersion {rv:?}")))?,
-            None if scope.rt.is_custom() => {
+            None if !scope.rt.strategy.allow_unconditional_update() => {
                 return Err(ApiError::invalid(
                     &scope.rt.kind,
                     scope.obj(name),
@@ -456,7 +442,6 @@ impl Api {
                     )],
                 ))
             }
-            // Built-ins allow unconditional updates (AllowUnconditionalUpdate).
             None => current.rev,
         };
         if expected != current.rev {
@@ -491,14 +476,7 @@ impl Api {
                 merged.insert("status".into(), status);
             }
             let mut merged = Value::Object(merged);
-            // The workload controllers' status strategies reset only spec and labels,
-            // so a status write may carry annotations: the deployment controller sets
-            // deployment.kubernetes.io/revision that way, without bumping generation.
-            if matches!(scope.rt.builtin(), Some(Builtin::Deployment | Builtin::ReplicaSet)) {
-                if let Some(a) = obj.pointer("/metadata/annotations").filter(|a| a.is_object()) {
-                    objmeta::meta_mut(&mut merged).insert("annotations".into(), a.clone());
-                }
-            }
+            scope.rt.strategy.prepare_for_status_update(&mut merged, &obj);
             merged
         } else {
             obj
@@ -524,13 +502,7 @@ impl Api {
             }
         }
         if sub == Sub::Main {
-            if let Some(b) = scope.rt.builtin() {
-                if b == Builtin::Namespace {
-                    obj["spec"] = old.get("spec").cloned().unwrap_or(Value::Null);
-                }
-            }
-        }
-        if sub == Sub::Main {
+            scope.rt.strategy.prepare_for_update(&mut obj, old);
             bump_generation(&scope.rt, old, &mut obj);
         }
         let now = objmeta::now_rfc3339();
@@ -561,9 +533,7 @@ impl Api {
         }
         // An object that is being deleted goes away once its last finalizer is removed.
         let deleting = objmeta::meta_str(old, "deletionTimestamp").is_some();
-        let ns_finalizers = scope.rt.builtin() == Some(Builtin::Namespace)
-            && obj.pointer("/spec/finalizers").and_then(Value::as_array).is_some_and(|a| !a.is_empty());
-        if deleting && objmeta::finalizers(&obj).is_empty() && !ns_finalizers {
+        if deleting && objmeta::finalizers(&obj).is_empty() && !scope.rt.strategy.finalizing(&obj) {
             self.store
                 .write(WriteOp::Delete { key: scope.key(name), expected: Some(current.rev) })
                 .await
@@ -586,7 +556,7 @@ impl Api {
         if scope.wildcard() {
             return Err(ApiError::method_not_allowed("writes are not allowed through the wildcard workspace; use /clusters/<workspace>"));
         }
-        if scope.rt.builtin() != Some(Builtin::Pod) {
+        if !scope.rt.strategy.has_binding() {
             return Err(ApiError::no_route(&format!("{}/binding", scope.rt.plural)));
         }
         let text = |p: &str| binding.pointer(p).and_then(Value::as_str).unwrap_or_default();
@@ -888,11 +858,9 @@ impl Api {
                 finalizers.push(f.into());
             }
         }
-        let is_namespace = scope.rt.builtin() == Some(Builtin::Namespace);
-        if is_namespace && matches!(name, "default" | "kube-system" | "kube-public") {
-            return Err(ApiError::forbidden(format!("namespaces \"{name}\" is forbidden: this namespace may not be deleted")));
-        }
-        if !finalizers.is_empty() || is_namespace {
+        let strategy = &scope.rt.strategy;
+        strategy.check_delete(name)?;
+        if !finalizers.is_empty() || strategy.deletes_gracefully() {
             // Graceful: mark for deletion, and let the finalizers' owners finish it.
             if meta_str(obj, "deletionTimestamp").is_some() {
                 return Ok(present(scope, &scope.workspace, obj));
@@ -907,9 +875,7 @@ impl Api {
                     m.remove("finalizers");
                 }
             }
-            if is_namespace {
-                v["status"] = json!({"phase": "Terminating"});
-            }
+            strategy.prepare_for_delete(&mut v);
             if opts.dry_run {
                 return Ok(present(scope, &scope.workspace, &v));
             }
@@ -930,7 +896,7 @@ impl Api {
             .map_err(|e| ApiError::from_store(e, scope.obj(name)))?;
         // Built-in kinds answer a finished delete with Status Success (kube-rs reads it
         // as "gone"); custom resources answer with the object, as apiextensions does.
-        if scope.rt.is_custom() {
+        if strategy.delete_answers_with_object() {
             Ok(present(scope, &scope.workspace, &deleted.value))
         } else {
             Ok(crate::error::success_status(scope.obj(name), meta_str(&deleted.value, "uid").unwrap_or_default()))
@@ -1102,61 +1068,9 @@ impl Api {
         if sub == Sub::Main {
             refuse_oversized(scope, name, &obj)?;
         }
-        let (mut obj, unknown, rule) = match &scope.rt.behavior {
-            Behavior::Builtin(b) => {
-                // A status write takes everything but status (and some metadata) from
-                // storage, where it was decoded when written, so the spec (most of a
-                // pod) skips the typed round trip. So does a spec or a status that an
-                // update leaves as stored (a label patch, a finalizer's removal): the
-                // stored one goes back in, in its typed key order. `old` is None only
-                // on create.
-                let mut obj = obj;
-                let mut take_stored = |key: &str| {
-                    let stored = old?.get(key).filter(|stored| obj.get(key) == Some(*stored))?;
-                    obj.as_object_mut()?.remove(key);
-                    Some(stored.clone())
-                };
-                let (stored_spec, stored_status) = match (sub, old) {
-                    (Sub::Status, Some(_)) => (obj.as_object_mut().and_then(|o| o.remove("spec")), None),
-                    (Sub::Main, Some(_)) => (take_stored("spec"), take_stored("status")),
-                    _ => (None, None),
-                };
-                // managedFields sent back as they are stored (as every read-modify-write
-                // does) were decoded when stored, too.
-                let stored_fields = old.and_then(|o| o.pointer("/metadata/managedFields"));
-                let managed_fields = match obj.pointer("/metadata/managedFields") {
-                    Some(list) if Some(list) == stored_fields => {
-                        obj.pointer_mut("/metadata").and_then(Value::as_object_mut).and_then(|m| m.remove("managedFields"))
-                    }
-                    _ => None,
-                };
-                // events.k8s.io objects arrive in their own shape and are stored as core Events.
-                let decoded = b.decode(&obj).map_err(ApiError::bad_request)?;
-                let mut v = decoded.value;
-                // Each goes back where the typed encoding puts it.
-                if let (Some(spec), Some(o)) = (stored_spec, v.as_object_mut()) {
-                    let at = o.keys().position(|k| k == "status").unwrap_or(o.len());
-                    o.shift_insert(at, "spec".into(), spec);
-                }
-                if let (Some(status), Some(o)) = (stored_status, v.as_object_mut()) {
-                    o.insert("status".into(), status);
-                }
-                if let (Some(list), Some(m)) = (managed_fields, v.pointer_mut("/metadata").and_then(Value::as_object_mut)) {
-                    let at = m.keys().position(|k| k.as_str() > "managedFields").unwrap_or(m.len());
-                    m.shift_insert(at, "managedFields".into(), list);
-                }
-                if *b == Builtin::EventV1 {
-                    v = kinds::event_from_v1(&v);
-                }
-                (v, decoded.unknown, b.name_rule())
-            }
-            Behavior::Custom(def) => {
-                let mut v = obj;
-                let mut unknown = prune_meta(&mut v);
-                unknown.extend(crate::crd::schema::prune(&mut v, &def.schema));
-                (v, unknown, NameRule::PathSegment)
-            }
-        };
+        let strategy = &scope.rt.strategy;
+        let decoded = strategy.decode(obj, old, sub == Sub::Status).map_err(ApiError::bad_request)?;
+        let (mut obj, unknown) = (decoded.value, decoded.unknown);
         if !unknown.is_empty() {
             match opts.validation {
                 FieldValidation::Strict => {
@@ -1187,20 +1101,12 @@ impl Api {
                 }
             }
         }
-        let mut causes = objmeta::validate_meta(&obj, rule);
+        let mut causes = objmeta::validate_meta(&obj, strategy.name_rule());
         if meta_str(&obj, "name") != Some(name) && !name.is_empty() {
             causes.push(Cause::new("FieldValueInvalid", "metadata.name", "Invalid value: the name may not change"));
         }
-        match &scope.rt.behavior {
-            Behavior::Builtin(b) => {
-                b.default(&mut obj);
-                causes.extend(b.validate(&obj));
-            }
-            Behavior::Custom(def) => {
-                crate::crd::schema::apply_defaults(&mut obj, &def.schema);
-                causes.extend(crate::crd::schema::validate_update(&obj, old, &def.schema));
-            }
-        }
+        strategy.default(&mut obj);
+        causes.extend(strategy.validate(&obj, old));
         if !causes.is_empty() {
             return Err(ApiError::invalid(
                 &scope.rt.kind,
@@ -1221,14 +1127,13 @@ impl Api {
 /// 100,000 keys is refused in the time it takes to read it. The 422 names these causes
 /// only; a body within the limits gets every cause from validation.
 fn refuse_oversized(scope: &Scope, name: &str, doc: &Value) -> Result<(), ApiError> {
-    let builtin = scope.rt.builtin();
-    let causes: Vec<Cause> =
-        objmeta::annotation_size_cause(doc).into_iter().chain(builtin.and_then(|b| kinds::data_size_cause(b, doc))).collect();
+    let strategy = &scope.rt.strategy;
+    let causes: Vec<Cause> = objmeta::annotation_size_cause(doc).into_iter().chain(strategy.data_size_cause(doc)).collect();
     let name = if name.is_empty() { meta_str(doc, "name").unwrap_or_default() } else { name };
     if !causes.is_empty() {
         return Err(ApiError::invalid(&scope.rt.kind, scope.obj(name), causes));
     }
-    let floor = objmeta::metadata_bytes_floor(doc) + builtin.map_or(0, |b| kinds::data_bytes_floor(b, doc));
+    let floor = objmeta::metadata_bytes_floor(doc) + strategy.data_bytes_floor(doc);
     if floor > crate::store::MAX_OBJECT_BYTES {
         return Err(ApiError::too_large_because(format!(
             "Request entity too large: {} \"{name}\" would be over {floor} bytes when stored; an object may be at most {} bytes",
@@ -1247,27 +1152,8 @@ pub enum ScaleWrite {
     Patch(PatchKind, Value),
 }
 
-fn has_generation(rt: &ResourceType) -> bool {
-    match rt.builtin() {
-        Some(b) => b.generation_changed(&Value::Null, &Value::Null).is_some(),
-        None => true,
-    }
-}
-
 fn bump_generation(rt: &ResourceType, old: &Value, new: &mut Value) {
-    let changed = match rt.builtin() {
-        Some(b) => b.generation_changed(old, new),
-        // A custom resource's generation moves on any change outside metadata and status.
-        None => {
-            fn rest(v: &Value) -> Vec<(&String, &Value)> {
-                let mut fields: Vec<_> = v.as_object().into_iter().flatten().filter(|(k, _)| *k != "metadata" && *k != "status").collect();
-                fields.sort_unstable_by_key(|(k, _)| *k);
-                fields
-            }
-            Some(rest(old) != rest(new))
-        }
-    };
-    if changed == Some(true) {
+    if rt.strategy.generation_changed(old, new) == Some(true) {
         let g = old.pointer("/metadata/generation").and_then(Value::as_i64).unwrap_or(0);
         objmeta::meta_mut(new).insert("generation".into(), json!(g + 1));
     }
@@ -1310,37 +1196,6 @@ fn same_but_for_times(old: &Value, new: &Value) -> bool {
         (Some(o), Some(n)) => same_map(o, n, &|k| k == "metadata", &|_, v, w| v == w) && meta_same(o.get("metadata"), n.get("metadata")),
         _ => false,
     }
-}
-
-/// ObjectMeta fields a custom resource may carry; everything else in metadata is pruned.
-const OBJECT_META_FIELDS: &[&str] = &[
-    "name",
-    "generateName",
-    "namespace",
-    "selfLink",
-    "uid",
-    "resourceVersion",
-    "generation",
-    "creationTimestamp",
-    "deletionTimestamp",
-    "deletionGracePeriodSeconds",
-    "labels",
-    "annotations",
-    "ownerReferences",
-    "finalizers",
-    "managedFields",
-];
-
-fn prune_meta(obj: &mut Value) -> Vec<String> {
-    let mut unknown = Vec::new();
-    if let Some(m) = obj.get_mut("metadata").and_then(Value::as_object_mut) {
-        let extra: Vec<String> = m.keys().filter(|k| !OBJECT_META_FIELDS.contains(&k.as_str())).cloned().collect();
-        for k in extra {
-            m.remove(&k);
-            unknown.push(format!("metadata.{k}"));
-        }
-    }
-    unknown
 }
 
 fn matches(scope: &Scope, obj: &Value, opts: &ListOptions) -> bool {
@@ -1476,7 +1331,7 @@ impl Presented {
 /// Whether objects are shown to this scope exactly as stored: not in the wildcard
 /// view (which adds the workspace annotation), and not as events.k8s.io Events.
 fn shown_as_stored(scope: &Scope) -> bool {
-    !scope.wildcard() && scope.rt.builtin() != Some(Builtin::EventV1)
+    !scope.wildcard() && !scope.rt.strategy.converts()
 }
 
 /// [`present`] without copying when the stored value is shown as it is.
@@ -1629,10 +1484,7 @@ impl<'de: 'a, 'a> serde::Deserialize<'de> for RawFields<'a> {
 }
 
 fn to_external<'a>(scope: &Scope, stored: &'a Value) -> std::borrow::Cow<'a, Value> {
-    match scope.rt.builtin() {
-        Some(Builtin::EventV1) => std::borrow::Cow::Owned(kinds::event_to_v1(stored)),
-        _ => std::borrow::Cow::Borrowed(stored),
-    }
+    scope.rt.strategy.to_external(stored)
 }
 
 /// Patches and scale writes work on the external shape; admission converts it back.

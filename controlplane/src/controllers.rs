@@ -250,12 +250,7 @@ pub async fn reconcile_crd(api: &Api, ws: &str, name: &str) -> anyhow::Result<bo
         .ok_or_else(|| anyhow::anyhow!("CRDs not registered"))?;
     let Some(entry) = api.get_raw(&crd_scope, name) else {
         // Deleted: stop serving it and remove its objects, as the CRD cleanup finalizer would.
-        let types: Vec<_> = api
-            .registry
-            .types(ws)
-            .into_iter()
-            .filter(|t| matches!(&t.behavior, crate::registry::Behavior::Custom(c) if c.crd_name == name))
-            .collect();
+        let types: Vec<_> = api.registry.types(ws).into_iter().filter(|t| t.strategy.crd_name() == Some(name)).collect();
         api.registry.remove_crd(ws, name);
         for t in types {
             let (items, _) = api.store.list(&t.prefix(Some(ws), None), None, None);
@@ -397,8 +392,8 @@ fn dependents(api: &Api, owners: &Owners, ws: &str, ns: &str, uid: &str) -> Vec<
     }
     let mut out = Vec::new();
     for rt in api.registry.types(ws) {
-        if rt.builtin() == Some(crate::kinds::Builtin::EventV1) {
-            continue; // shares storage with core Events
+        if rt.strategy.stored_as().is_some() {
+            continue; // shares another type's storage (events.k8s.io Events are core Events)
         }
         let prefix = rt.prefix(Some(ws), (rt.namespaced && !ns.is_empty()).then_some(ns));
         for key in keys.iter().filter(|k| k.starts_with(&prefix)) {

@@ -74,7 +74,7 @@ pub fn resource_list(types: &[Arc<ResourceType>], group: &str, version: &str) ->
         if t.status {
             resources.push(json!({"name": format!("{}/status", t.plural), "singularName": "", "namespaced": t.namespaced, "kind": t.kind, "verbs": SUB_VERBS}));
         }
-        if t.builtin() == Some(crate::kinds::Builtin::Pod) {
+        if t.strategy.has_binding() {
             resources.push(json!({"name": "pods/binding", "singularName": "", "namespaced": true, "kind": "Binding", "verbs": ["create"]}));
         }
         if t.scale.is_some() {

@@ -510,7 +510,7 @@ async fn resource(
             let opts = DeleteOptions { guard: decision.write.clone(), ..delete_options(dry_run, query, body).await? };
             Ok(json_response(200, &state.api.delete_collection(&scope, &list, &opts).await?))
         }
-        ("create", Some("binding")) if rt.builtin() == Some(crate::kinds::Builtin::Pod) => {
+        ("create", Some("binding")) if rt.strategy.has_binding() => {
             let binding = read_object(headers, body).await?;
             Ok(json_response(201, &state.api.bind(&scope, name.unwrap_or_default(), &binding, &write_opts()?).await?))
         }

@@ -15,7 +15,7 @@ use std::sync::Arc;
 use serde_json::{json, Map, Value};
 use sha2::{Digest, Sha256};
 
-use crate::registry::{Behavior, ResourceType};
+use crate::registry::ResourceType;
 
 fn gv_path(group: &str, version: &str) -> String {
     if group.is_empty() {
@@ -44,10 +44,7 @@ fn document(types: &[&Arc<ResourceType>]) -> Value {
     for t in types {
         let gvk = json!({"group": t.group, "version": t.version, "kind": t.kind});
         let schema_name = format!("{}.{}.{}", if t.group.is_empty() { "io.k8s.api.core" } else { &t.group }, t.version, t.kind);
-        let mut schema = match &t.behavior {
-            Behavior::Custom(def) => def.schema.clone(),
-            Behavior::Builtin(_) => json!({"type": "object"}),
-        };
+        let mut schema = t.strategy.openapi_schema();
         if let Some(o) = schema.as_object_mut() {
             o.insert("x-kubernetes-group-version-kind".into(), json!([gvk]));
         }

@@ -1,9 +1,10 @@
 //! The registry of resource types that drives the one generic resource handler.
 //!
 //! A [`ResourceType`] says everything the handler needs about a resource: its names
-//! for discovery, its scope, its subresources, and its behaviour (built-in rules, or a
-//! CRD's schema). Built-in types are served in every workspace; types defined by a CRD
-//! are served only in the workspace that holds the CRD, once it is Established.
+//! for discovery, its scope, its subresources, and the [`Strategy`] that holds the
+//! rules of its kind (built-in rules, or a CRD's schema). Built-in types are served in
+//! every workspace; types defined by a CRD are served only in the workspace that holds
+//! the CRD, once it is Established.
 
 use std::sync::Arc;
 
@@ -11,8 +12,8 @@ use dashmap::DashMap;
 use serde_json::{json, Value};
 
 use crate::jsonpath::JsonPath;
-use crate::kinds::Builtin;
-use crate::patch::meta::{BuiltinPatchMeta, PatchMeta, SchemaPatchMeta};
+use crate::kinds::{self, CustomDef, CustomResource, PrinterColumn, Strategy};
+use crate::patch::meta::{PatchMeta, SchemaPatchMeta};
 
 /// Where the scale subresource finds its fields (CRD `subresources.scale`).
 #[derive(Debug, Clone)]
@@ -23,45 +24,6 @@ pub struct ScalePaths {
     pub status_replicas: String,
     /// e.g. `.status.selector`.
     pub label_selector: Option<String>,
-}
-
-/// An `additionalPrinterColumns` entry, compiled.
-#[derive(Debug, Clone)]
-pub struct PrinterColumn {
-    /// Column header.
-    pub name: String,
-    /// OpenAPI type: string, integer, number, boolean, date.
-    pub type_: String,
-    /// OpenAPI format.
-    pub format: String,
-    /// Description shown by `kubectl explain`-like tools.
-    pub description: String,
-    /// 0 shows by default; higher only with `-o wide`.
-    pub priority: i64,
-    /// The compiled JSONPath.
-    pub path: Arc<JsonPath>,
-}
-
-/// What a CRD version contributes.
-#[derive(Debug)]
-pub struct CustomDef {
-    /// The version's `openAPIV3Schema`.
-    pub schema: Value,
-    /// The version's printer columns.
-    pub columns: Vec<PrinterColumn>,
-    /// List semantics from the schema.
-    pub patch_meta: SchemaPatchMeta,
-    /// The name of the CRD object (`<plural>.<group>`).
-    pub crd_name: String,
-}
-
-/// A type's behaviour.
-#[derive(Debug, Clone)]
-pub enum Behavior {
-    /// A kind built into the server.
-    Builtin(Builtin),
-    /// A custom resource.
-    Custom(Arc<CustomDef>),
 }
 
 /// One served resource.
@@ -87,11 +49,9 @@ pub struct ResourceType {
     pub status: bool,
     /// The `/scale` subresource, when it exists.
     pub scale: Option<ScalePaths>,
-    /// Built-in or custom behaviour.
-    pub behavior: Behavior,
+    /// The rules of the kind.
+    pub strategy: Arc<dyn Strategy>,
 }
-
-static BUILTIN_META: BuiltinPatchMeta = BuiltinPatchMeta;
 
 impl ResourceType {
     /// `apps/v1`, or `v1` for the core group.
@@ -110,32 +70,18 @@ impl ResourceType {
 
     /// Whether this is a custom resource.
     pub fn is_custom(&self) -> bool {
-        matches!(self.behavior, Behavior::Custom(_))
-    }
-
-    /// The built-in behaviour, if any.
-    pub fn builtin(&self) -> Option<Builtin> {
-        match &self.behavior {
-            Behavior::Builtin(b) => Some(*b),
-            Behavior::Custom(_) => None,
-        }
+        self.strategy.crd_name().is_some()
     }
 
     /// List semantics for patches and field ownership.
     pub fn patch_meta(&self) -> &dyn PatchMeta {
-        match &self.behavior {
-            Behavior::Builtin(_) => &BUILTIN_META,
-            Behavior::Custom(c) => &c.patch_meta,
-        }
+        self.strategy.patch_meta()
     }
 
     /// The group and resource under which objects are stored. Kinds served in two
     /// groups (core and events.k8s.io Events) share one storage, as in Kubernetes.
     fn storage_group_resource(&self) -> (&str, &str) {
-        match self.builtin() {
-            Some(Builtin::EventV1) => ("core", "events"),
-            _ => (if self.group.is_empty() { "core" } else { &self.group }, &self.plural),
-        }
+        self.strategy.stored_as().unwrap_or((if self.group.is_empty() { "core" } else { &self.group }, &self.plural))
     }
 
     /// The store key of one object.
@@ -250,7 +196,7 @@ impl Registry {
     /// Replaces the custom types that one CRD contributes to a workspace.
     pub fn set_crd(&self, workspace: &str, crd_name: &str, types: Vec<ResourceType>) {
         let mut entry = self.custom.entry(workspace.to_string()).or_default();
-        entry.retain(|t| !matches!(&t.behavior, Behavior::Custom(c) if c.crd_name == crd_name));
+        entry.retain(|t| t.strategy.crd_name() != Some(crd_name));
         entry.extend(types.into_iter().map(Arc::new));
     }
 
@@ -267,7 +213,15 @@ impl Registry {
 
 // The built-in types, and the types of a CRD.
 
-fn rt(group: &str, version: &str, kind: &str, plural: &str, namespaced: bool, short: &[&str], b: Builtin) -> ResourceType {
+fn rt(
+    group: &str,
+    version: &str,
+    kind: &str,
+    plural: &str,
+    namespaced: bool,
+    short: &[&str],
+    strategy: impl Strategy + 'static,
+) -> ResourceType {
     ResourceType {
         group: group.into(),
         version: version.into(),
@@ -279,7 +233,7 @@ fn rt(group: &str, version: &str, kind: &str, plural: &str, namespaced: bool, sh
         categories: vec![],
         status: false,
         scale: None,
-        behavior: Behavior::Builtin(b),
+        strategy: Arc::new(strategy),
     }
 }
 
@@ -288,12 +242,12 @@ fn rt(group: &str, version: &str, kind: &str, plural: &str, namespaced: bool, sh
 pub fn builtin_types(profile: Profile) -> Vec<ResourceType> {
     let mut types = workspace_types();
     if profile == Profile::PhysicalCluster {
-        let mut node = rt("", "v1", "Node", "nodes", false, &["no"], Builtin::Node);
+        let mut node = rt("", "v1", "Node", "nodes", false, &["no"], kinds::Node);
         node.status = true;
-        let mut pod = rt("", "v1", "Pod", "pods", true, &["po"], Builtin::Pod);
+        let mut pod = rt("", "v1", "Pod", "pods", true, &["po"], kinds::Pod);
         pod.status = true;
         pod.categories = vec!["all".into()];
-        let mut rs = rt("apps", "v1", "ReplicaSet", "replicasets", true, &["rs"], Builtin::ReplicaSet);
+        let mut rs = rt("apps", "v1", "ReplicaSet", "replicasets", true, &["rs"], kinds::ReplicaSet);
         rs.status = true;
         rs.categories = vec!["all".into()];
         rs.scale =
@@ -305,33 +259,40 @@ pub fn builtin_types(profile: Profile) -> Vec<ResourceType> {
             node,
             pod,
             rs,
-            rt(rbac, "v1", "ClusterRole", "clusterroles", false, &[], Builtin::ClusterRole),
-            rt(rbac, "v1", "ClusterRoleBinding", "clusterrolebindings", false, &[], Builtin::ClusterRoleBinding),
+            rt(rbac, "v1", "ClusterRole", "clusterroles", false, &[], kinds::ClusterRole),
+            rt(rbac, "v1", "ClusterRoleBinding", "clusterrolebindings", false, &[], kinds::ClusterRoleBinding),
         ]);
     }
     types
 }
 
 fn workspace_types() -> Vec<ResourceType> {
-    let mut ns = rt("", "v1", "Namespace", "namespaces", false, &["ns"], Builtin::Namespace);
+    let mut ns = rt("", "v1", "Namespace", "namespaces", false, &["ns"], kinds::Namespace);
     ns.status = true;
-    let mut deploy = rt("apps", "v1", "Deployment", "deployments", true, &["deploy"], Builtin::Deployment);
+    let mut deploy = rt("apps", "v1", "Deployment", "deployments", true, &["deploy"], kinds::Deployment);
     deploy.status = true;
     deploy.categories = vec!["all".into()];
     deploy.scale =
         Some(ScalePaths { spec_replicas: ".spec.replicas".into(), status_replicas: ".status.replicas".into(), label_selector: None });
-    let mut crd =
-        rt("apiextensions.k8s.io", "v1", "CustomResourceDefinition", "customresourcedefinitions", false, &["crd", "crds"], Builtin::Crd);
+    let mut crd = rt(
+        "apiextensions.k8s.io",
+        "v1",
+        "CustomResourceDefinition",
+        "customresourcedefinitions",
+        false,
+        &["crd", "crds"],
+        kinds::CustomResourceDefinition,
+    );
     crd.status = true;
     vec![
         ns,
-        rt("", "v1", "ConfigMap", "configmaps", true, &["cm"], Builtin::ConfigMap),
-        rt("", "v1", "Secret", "secrets", true, &[], Builtin::Secret),
-        rt("", "v1", "ServiceAccount", "serviceaccounts", true, &["sa"], Builtin::ServiceAccount),
-        rt("", "v1", "Event", "events", true, &["ev"], Builtin::Event),
-        rt("events.k8s.io", "v1", "Event", "events", true, &["ev"], Builtin::EventV1),
+        rt("", "v1", "ConfigMap", "configmaps", true, &["cm"], kinds::ConfigMap),
+        rt("", "v1", "Secret", "secrets", true, &[], kinds::Secret),
+        rt("", "v1", "ServiceAccount", "serviceaccounts", true, &["sa"], kinds::ServiceAccount),
+        rt("", "v1", "Event", "events", true, &["ev"], kinds::Event),
+        rt("events.k8s.io", "v1", "Event", "events", true, &["ev"], kinds::EventV1),
         deploy,
-        rt("coordination.k8s.io", "v1", "Lease", "leases", true, &[], Builtin::Lease),
+        rt("coordination.k8s.io", "v1", "Lease", "leases", true, &[], kinds::Lease),
         crd,
     ]
 }
@@ -390,12 +351,12 @@ pub fn custom_types(crd: &Value) -> Vec<ResourceType> {
             categories: strs("categories"),
             status: v.pointer("/subresources/status").is_some(),
             scale,
-            behavior: Behavior::Custom(Arc::new(CustomDef {
+            strategy: Arc::new(CustomResource(Arc::new(CustomDef {
                 patch_meta: SchemaPatchMeta::new(schema.clone()),
                 schema,
                 columns,
                 crd_name: name.clone(),
-            })),
+            }))),
         });
     }
     out

@@ -17,7 +17,6 @@ use tokio::sync::mpsc;
 use tracing::Instrument;
 
 use crate::api::{present, selected, with_metadata, with_resource_version, Api, ListOptions, Scope};
-use crate::kinds::Builtin;
 use crate::registry::split_key;
 use crate::selector::{FieldSelector, LabelSelector};
 use crate::store::{Doc, Event, EventType, Revision, StoreError};
@@ -177,7 +176,7 @@ impl Sender {
     /// gets it with its workspace's annotation spliced in, so neither copies nor
     /// re-serializes the object tree. Tables and converted kinds take the long way.
     async fn event(&mut self, kind: &str, ev: &Event, workspace: &str) -> bool {
-        let converted = self.table || matches!(self.scope.rt.builtin(), Some(Builtin::EventV1));
+        let converted = self.table || self.scope.rt.strategy.converts();
         let wildcard = self.scope.wildcard();
         let rewritten = match (converted, wildcard || self.omit_managed_fields) {
             (false, true) => rendered(ev, wildcard.then_some(workspace), self.omit_managed_fields),
