@@ -18,6 +18,8 @@ pub struct Attributes<'a> {
     pub verb: &'a str,
     /// API group ("" for the core group).
     pub group: &'a str,
+    /// API version.
+    pub version: &'a str,
     /// Resource (plural).
     pub resource: &'a str,
     /// Namespace ("" when none).

@@ -74,6 +74,7 @@ mod tests {
             workspace,
             verb,
             group: "",
+            version: "v1",
             resource,
             namespace: "",
             name: Some("x"),

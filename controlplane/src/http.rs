@@ -1,6 +1,8 @@
 //! HTTP: routes `/clusters/<workspace>/…` (and bare paths, which address `root`) to
-//! discovery, OpenAPI and the generic resource engine; authenticates; negotiates
-//! content types; and renders every error as a `metav1.Status`.
+//! discovery, OpenAPI and the generic resource engine; negotiates content types; and
+//! renders every error as a `metav1.Status`. Who the caller is, what it may do, which
+//! logical clusters exist and the routes that mint tokens are the server's
+//! [`Tenancy`]'s to say.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -13,10 +15,10 @@ use axum::response::{IntoResponse, Response};
 use serde_json::{json, Value};
 
 use crate::api::{self, Api, DeleteOptions, FieldValidation, ListOptions, PatchKind, ScaleWrite, Scope, Sub, WriteOptions};
-use crate::auth::{Auth, Scoped};
 use crate::error::{ApiError, Cause, ObjRef};
 use crate::metrics::Metrics;
 use crate::selector::{FieldSelector, LabelSelector};
+use crate::tenancy::Tenancy;
 use crate::watch::{self, WatchOptions};
 use crate::{authz, decode, discovery, openapi};
 
@@ -30,16 +32,14 @@ pub use placement_api::keys::ROOT_WORKSPACE;
 pub struct AppState {
     /// The resource engine.
     pub api: Arc<Api>,
-    /// Token authority.
-    pub auth: Arc<Auth>,
+    /// Who may do what, and which logical clusters are served.
+    pub tenancy: Arc<dyn Tenancy>,
     /// Metrics.
     pub metrics: Arc<Metrics>,
     /// The process metrics registry, for `/metrics`.
     pub prometheus: prometheus::Registry,
     /// Whether start-up finished (readyz).
     pub ready: std::sync::atomic::AtomicBool,
-    /// Serve only `root` (a simulated physical cluster has one logical cluster).
-    pub single_cluster: bool,
     /// Becomes true on shutdown; open watches end.
     pub stopping: tokio::sync::watch::Receiver<bool>,
 }
@@ -172,10 +172,7 @@ async fn route(
         _ => {}
     }
     let auth_header = headers.get(header::AUTHORIZATION).and_then(|h| h.to_str().ok());
-    let principal = state.auth.authenticate(auth_header, |kind, name| match kind {
-        Scoped::Workspace => workspace_uid(&state.api, name),
-        Scoped::SyncTarget => sync_target_uid(&state.api, name),
-    })?;
+    let principal = state.tenancy.authenticate(auth_header)?;
     let segs: Vec<&str> = rest.trim_matches('/').split('/').filter(|s| !s.is_empty()).collect();
     let target = match segs.as_slice() {
         ["api", v, tail @ ..] if !tail.is_empty() => Some(ResourcePath::parse(&ws, "", v, tail, method, query)?),
@@ -189,12 +186,14 @@ async fn route(
         Some(t) => authz::Request::Resource(t.attributes(label_selector.as_ref(), field_selector.as_ref())),
         None => authz::Request::NonResource { workspace: &ws, path: &rest },
     };
-    let decision = authz::authorize(&principal, &request)?;
-    if state.single_cluster && ws != ROOT_WORKSPACE {
-        return Err(ApiError::no_route(path));
-    }
-    if ws != ROOT_WORKSPACE && ws != "*" && workspace_uid(&state.api, &ws).is_none() {
-        return Err(ApiError::not_found(ObjRef { group: placement_api::TENANCY_GROUP, resource: "workspaces", name: &ws }));
+    let decision = state.tenancy.authorize(&principal, &request)?;
+    state.tenancy.check_served(&ws, path)?;
+    if let Some(answer) = state.tenancy.route(&request, method) {
+        if let Some(t) = &target {
+            *labels = (t.verb.to_string(), t.plural.to_string());
+        }
+        let (code, body) = answer?;
+        return Ok(json_response(code, &body));
     }
     if let Some(t) = target {
         let selectors = (label_selector, field_selector);
@@ -210,20 +209,6 @@ async fn route(
             let mut buf = Vec::new();
             let _ = prometheus::TextEncoder::new().encode(&state.prometheus.gather(), &mut buf);
             Ok(text(StatusCode::OK, String::from_utf8_lossy(&buf).into_owned()))
-        }
-        ["metrics", "token"] => {
-            if method != Method::POST {
-                return Err(ApiError::method_not_allowed("POST to /metrics/token to mint a metrics token"));
-            }
-            Ok(json_response(
-                201,
-                &json!({
-                    "apiVersion": format!("{}/{}", placement_api::TENANCY_GROUP, placement_api::VERSION),
-                    "kind": "MetricsToken",
-                    "metadata": {"name": "metrics"},
-                    "status": {"token": state.auth.metrics_token()},
-                }),
-            ))
         }
         ["api"] => {
             get_only(method)?;
@@ -314,6 +299,7 @@ impl<'a> ResourcePath<'a> {
             workspace: self.workspace,
             verb: self.verb,
             group: self.group,
+            version: self.version,
             resource: self.plural,
             namespace: self.namespace,
             name: self.name,
@@ -322,19 +308,6 @@ impl<'a> ResourcePath<'a> {
             fields,
         }
     }
-}
-
-/// The uid of a served workspace (root has a fixed one), for token checks.
-/// The uid of a SyncTarget in `root`, if it exists and is not being deleted.
-pub fn sync_target_uid(api: &Api, name: &str) -> Option<String> {
-    api.store.get_doc(&storage::object_key(placement_api::WORKLOAD_GROUP, "synctargets", ROOT_WORKSPACE, "", name))?.live_uid()
-}
-
-pub fn workspace_uid(api: &Api, ws: &str) -> Option<String> {
-    if ws == ROOT_WORKSPACE {
-        return Some(ROOT_WORKSPACE.to_string());
-    }
-    api.store.get_doc(&crate::controllers::workspace_key(ws))?.live_uid()
 }
 
 /// Namespace subresources, which are not resource names (apiserver RequestInfoFactory).
@@ -381,13 +354,6 @@ async fn resource(
             guard: decision.write.clone(),
         })
     };
-    // The one non-Kubernetes route: minting a scoped token (authz lets only the admin).
-    if rt.group == placement_api::TENANCY_GROUP && rt.plural == "workspaces" && sub == Some("token") {
-        return workspace_token(state, name.unwrap_or_default(), method);
-    }
-    if rt.group == placement_api::WORKLOAD_GROUP && rt.plural == "synctargets" && sub == Some("token") {
-        return sync_target_token(state, name.unwrap_or_default(), method);
-    }
     match (verb, sub) {
         ("watch", None) => {
             if name.is_some() {
@@ -749,42 +715,4 @@ async fn delete_options(dry_run: bool, query: &HashMap<String, String>, body: Bo
             )?,
         guard: None,
     })
-}
-
-fn workspace_token(state: &Arc<AppState>, name: &str, method: &Method) -> Result<Response, ApiError> {
-    let uid = workspace_uid(&state.api, name);
-    mint_token(method, ObjRef { group: placement_api::TENANCY_GROUP, resource: "workspaces", name }, "WorkspaceToken", uid, |uid| {
-        state.auth.workspace_token(name, uid)
-    })
-}
-
-fn sync_target_token(state: &Arc<AppState>, name: &str, method: &Method) -> Result<Response, ApiError> {
-    let uid = sync_target_uid(&state.api, name);
-    mint_token(method, ObjRef { group: placement_api::WORKLOAD_GROUP, resource: "synctargets", name }, "SyncTargetToken", uid, |uid| {
-        state.auth.sync_target_token(name, uid)
-    })
-}
-
-/// `POST .../<resource>/<name>/token`: the admin mints a token scoped to the object
-/// ([`authz`] lets no one else here).
-fn mint_token(
-    method: &Method,
-    obj: ObjRef<'_>,
-    kind: &str,
-    uid: Option<String>,
-    token: impl Fn(&str) -> String,
-) -> Result<Response, ApiError> {
-    if method != Method::POST {
-        return Err(ApiError::method_not_allowed(format!("POST a {kind} request to mint a token")));
-    }
-    let uid = uid.ok_or_else(|| ApiError::not_found(obj.clone()))?;
-    Ok(json_response(
-        201,
-        &json!({
-            "apiVersion": format!("{}/{}", obj.group, placement_api::VERSION),
-            "kind": kind,
-            "metadata": {"name": obj.name},
-            "status": {"token": token(&uid)},
-        }),
-    ))
 }

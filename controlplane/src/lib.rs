@@ -4,7 +4,8 @@
 //! Layers, bottom up: [`store`] (revisioned key-value store and watch window),
 //! [`registry`] and [`kinds`]/[`crd`] (what is served and its rules), [`api`] (the one
 //! generic resource engine), [`watch`], [`discovery`], [`openapi`] and [`table`]
-//! (wire formats), [`http`] (routing, auth, negotiation) and [`server`] (running it).
+//! (wire formats), [`tenancy`] with [`auth`] and [`authz`] (who may do what, in which
+//! logical cluster), [`http`] (routing, negotiation) and [`server`] (running it).
 
 pub mod access;
 pub mod api;
@@ -26,6 +27,7 @@ pub mod registry;
 pub mod server;
 pub mod syncer_scope;
 pub mod table;
+pub mod tenancy;
 pub mod tls;
 pub mod watch;
 

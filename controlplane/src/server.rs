@@ -17,6 +17,7 @@ use crate::http::{self, AppState};
 use crate::metrics::Metrics;
 use crate::registry::{Profile, Registry};
 use crate::store::{SqliteStore, Store, WindowLimits};
+use crate::tenancy::{SingleCluster, Tenancy, Workspaces};
 use crate::{controllers, kubeconfig, listener, tls};
 
 /// How long in-flight requests get to finish on shutdown. Watches are cut at once
@@ -210,13 +211,16 @@ pub async fn start(config: ServerConfig, prometheus: prometheus::Registry) -> an
     let addr = listener.local_addr()?;
     let metrics = Arc::new(Metrics::new(&prometheus)?);
     let (stop, stopping) = tokio::sync::watch::channel(false);
+    let tenancy: Arc<dyn Tenancy> = match profile {
+        Profile::ControlPlane => Arc::new(Workspaces::new(api.clone(), auth.clone())),
+        Profile::PhysicalCluster => Arc::new(SingleCluster::new(auth.clone())),
+    };
     let state = Arc::new(AppState {
         api: api.clone(),
-        auth: auth.clone(),
+        tenancy,
         metrics: metrics.clone(),
         prometheus,
         ready: std::sync::atomic::AtomicBool::new(false),
-        single_cluster: config.single_cluster,
         stopping,
     });
     let controllers = tokio::spawn(controllers::run(api.clone()));
@@ -234,8 +238,11 @@ pub async fn start(config: ServerConfig, prometheus: prometheus::Registry) -> an
 
 /// (workspace, scoped token) for every workspace, for the kubeconfig.
 fn workspace_contexts(api: &Api, auth: &Auth) -> Vec<(String, String)> {
-    let (items, _) =
-        api.store.list(&format!("{}/workspaces/{}//", placement_api::TENANCY_GROUP, placement_api::ROOT_WORKSPACE), None, None);
+    let root = placement_api::ROOT_WORKSPACE;
+    let Some(workspaces) = api.registry.lookup(root, placement_api::TENANCY_GROUP, placement_api::VERSION, "workspaces") else {
+        return Vec::new();
+    };
+    let (items, _) = api.store.list(&workspaces.prefix(Some(root), None), None, None);
     items
         .iter()
         .filter_map(|(_, e)| {

@@ -113,15 +113,16 @@ pub fn check_request(target: &str, r: &Request<'_>) -> Result<(), ApiError> {
 /// and every write the resource engine would store to [`check_write`].
 pub fn object_rules(target: &str, r: &Request<'_>) -> Decision {
     let target: Arc<str> = target.into();
-    let owned: [String; 5] = [r.workspace, r.verb, r.group, r.resource, r.namespace].map(String::from);
+    let owned: [String; 6] = [r.workspace, r.verb, r.group, r.version, r.resource, r.namespace].map(String::from);
     let (name, subresource) = (r.name.map(String::from), r.subresource.map(String::from));
     let attrs = Arc::new((owned, name, subresource));
     let with_request = move |f: &dyn Fn(&Request<'_>) -> Result<(), ApiError>| {
-        let ([workspace, verb, group, resource, namespace], name, subresource) = &*attrs;
+        let ([workspace, verb, group, version, resource, namespace], name, subresource) = &*attrs;
         f(&Request {
             workspace,
             verb,
             group,
+            version,
             resource,
             namespace,
             name: name.as_deref(),
@@ -261,7 +262,18 @@ mod tests {
     use serde_json::json;
 
     fn req<'a>(workspace: &'a str, verb: &'a str, group: &'a str, resource: &'a str) -> Request<'a> {
-        Request { workspace, verb, group, resource, namespace: "", name: None, subresource: None, labels: None, fields: None }
+        Request {
+            workspace,
+            verb,
+            group,
+            version: "v1",
+            resource,
+            namespace: "",
+            name: None,
+            subresource: None,
+            labels: None,
+            fields: None,
+        }
     }
 
     #[test]

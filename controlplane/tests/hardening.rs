@@ -315,6 +315,47 @@ async fn metrics_need_the_admin_or_a_metrics_token() {
     assert_eq!(http.call(None, "GET", "/readyz", "text/plain", vec![]).await.code, 200);
 }
 
+/// The admin mints a workspace's token on `workspaces/<name>/token` in `root`, and the
+/// token works in that workspace; the route exists nowhere else, and mints nothing for
+/// an object that does not exist.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tokens_are_minted_only_on_their_routes_in_root() {
+    let dir = tempfile::tempdir().unwrap();
+    let srv = start(dir.path()).await;
+    let root = root_client(&srv).await;
+    let http = Http::new(&srv).await;
+    create_workspace(&root, "team-a").await;
+    let admin = srv.auth.admin_token().to_string();
+    let post = |path: String| {
+        let (http, admin) = (&http, &admin);
+        async move { http.call(Some(admin), "POST", &path, "application/json", vec![]).await }
+    };
+    let minted = post("/clusters/root/apis/tenancy.flotilla.io/v1alpha1/workspaces/team-a/token".into()).await;
+    assert_eq!(minted.code, 201, "{minted:?}");
+    assert_eq!(minted.json()["kind"], "WorkspaceToken", "{minted:?}");
+    let token = minted.json()["status"]["token"].as_str().unwrap().to_string();
+    assert_eq!(http.get(&token, "/clusters/team-a/api/v1/namespaces/default/configmaps").await.code, 200);
+    assert_eq!(http.get(&token, "/clusters/root/api/v1/namespaces/default/configmaps").await.code, 403);
+    let refused = [
+        // No such workspace, and no such SyncTarget.
+        ("/clusters/root/apis/tenancy.flotilla.io/v1alpha1/workspaces/team-b/token", 404),
+        ("/clusters/root/apis/workload.flotilla.io/v1alpha1/synctargets/east/token", 404),
+        // A version that is not served, a namespace, another workspace.
+        ("/clusters/root/apis/tenancy.flotilla.io/v9/workspaces/team-a/token", 404),
+        ("/clusters/root/apis/tenancy.flotilla.io/v1alpha1/namespaces/default/workspaces/team-a/token", 404),
+        ("/clusters/team-a/apis/tenancy.flotilla.io/v1alpha1/workspaces/team-a/token", 404),
+        // Another resource's token subresource.
+        ("/clusters/root/api/v1/namespaces/default/configmaps/x/token", 404),
+    ];
+    for (path, code) in refused {
+        let a = post(path.to_string()).await;
+        assert_eq!(a.code, code, "POST {path}: {a:?}");
+        assert!(!a.body.contains("\"token\""), "POST {path} minted a token: {a:?}");
+    }
+    let get = http.get(&admin, "/clusters/root/apis/tenancy.flotilla.io/v1alpha1/workspaces/team-a/token").await;
+    assert_eq!(get.code, 405, "{get:?}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_data_dir_and_its_files_are_private_and_an_open_one_is_tightened() {
     use std::os::unix::fs::PermissionsExt;
