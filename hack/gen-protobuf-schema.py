@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""Generates controlplane/src/protobuf/schema.rs, the field table that drives
-the Kubernetes protobuf request-body decoder in controlplane/src/protobuf/mod.rs.
+"""Generates apimachinery/src/protobuf/schema.rs, the field table that drives
+the Kubernetes protobuf request-body decoder in apimachinery/src/protobuf/mod.rs.
 
 Usage (from the repository root; needs the crates in ~/.cargo/registry and a
 kubectl on PATH):
@@ -43,7 +43,7 @@ import threading
 from http.server import BaseHTTPRequestHandler, HTTPServer
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-OUT = os.path.join(REPO, "controlplane", "src", "protobuf", "schema.rs")
+OUT = os.path.join(REPO, "apimachinery", "src", "protobuf", "schema.rs")
 PB_VERSION = "k8s-pb-0.9.0"
 OPENAPI_VERSION = "k8s-openapi-0.29.0"
 # The Kubernetes version Flotilla serves; k8s-pb carries a few newer fields,
