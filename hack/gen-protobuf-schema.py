@@ -25,10 +25,14 @@ Three sources of facts go into the table:
    which is which by serving skeleton objects to kubectl from a throwaway
    HTTP server on 127.0.0.1 and reading the protobuf bodies kubectl sends
    back (`kubectl debug --copy-to` re-sends a whole Pod; `kubectl create`
-   sends the simpler kinds): a scalar that kubectl left out of a message it
-   did send is a pointer. Messages kubectl never sends (Lease, DeleteOptions,
-   status types...) use the GO_POINTER_SCALARS list below, taken from the Go
-   type definitions in k8s.io/api and k8s.io/apimachinery.
+   sends the simpler kinds, Services, Ingresses and PodDisruptionBudgets;
+   `kubectl autoscale` an autoscaling/v1 HorizontalPodAutoscaler): a scalar
+   that kubectl left out of any instance of a message it did send is a
+   pointer. Messages kubectl never sends (Lease, DeleteOptions, NetworkPolicy,
+   ReplicaSet, autoscaling/v2, status types...) use the GO_POINTER_SCALARS
+   list below, taken from the Go type definitions in k8s.io/api and
+   k8s.io/apimachinery; so do the pointers kubectl always sets (a Deployment's
+   replicas), which the wire cannot tell from non-pointers.
 """
 
 import argparse
@@ -60,7 +64,14 @@ ROOTS = [
     ("v1", "ServiceAccount", "api.core.v1.ServiceAccount"),
     ("v1", "Event", "api.core.v1.Event"),
     ("v1", "Pod", "api.core.v1.Pod"),
+    ("v1", "Service", "api.core.v1.Service"),
     ("apps/v1", "Deployment", "api.apps.v1.Deployment"),
+    ("apps/v1", "ReplicaSet", "api.apps.v1.ReplicaSet"),
+    ("networking.k8s.io/v1", "Ingress", "api.networking.v1.Ingress"),
+    ("networking.k8s.io/v1", "NetworkPolicy", "api.networking.v1.NetworkPolicy"),
+    ("policy/v1", "PodDisruptionBudget", "api.policy.v1.PodDisruptionBudget"),
+    ("autoscaling/v1", "HorizontalPodAutoscaler", "api.autoscaling.v1.HorizontalPodAutoscaler"),
+    ("autoscaling/v2", "HorizontalPodAutoscaler", "api.autoscaling.v2.HorizontalPodAutoscaler"),
     ("coordination.k8s.io/v1", "Lease", "api.coordination.v1.Lease"),
     ("events.k8s.io/v1", "Event", "api.events.v1.Event"),
     ("autoscaling/v1", "Scale", "api.autoscaling.v1.Scale"),
@@ -78,13 +89,15 @@ SPECIAL = {
     "apimachinery.pkg.apis.meta.v1.FieldsV1": "RawJson",
 }
 
-# Go pointer scalars (`*int32`, `*bool`, `*string`, ...) in messages that the
-# kubectl probe cannot reach, as "message": [jsonName, ...]. From the Go types
-# in k8s.io/api (core/v1, apps/v1, coordination/v1, events/v1, autoscaling/v1)
-# and k8s.io/apimachinery (meta/v1). A message listed here that kubectl does
-# send (DeploymentStatus, Container...) is checked against the probe, which
-# keeps this list honest; any other reachable message has no pointer scalar
-# (Event, ObjectReference, Scale, the conditions...).
+# Go pointer scalars (`*int32`, `*bool`, `*string`, `*SomeStringType`, ...) in
+# messages that the kubectl probe cannot reach, or that kubectl always sets, as
+# "message": [jsonName, ...]. From the Go types in k8s.io/api (core/v1,
+# apps/v1, coordination/v1, events/v1, autoscaling/v1, autoscaling/v2,
+# networking/v1, policy/v1) and k8s.io/apimachinery (meta/v1). A message listed
+# here that kubectl does send (ServiceSpec, DeploymentStatus, Container...) is
+# checked against the probe: a scalar kubectl left out must be listed, which
+# keeps this list honest. Any other reachable message has no pointer scalar
+# (Event, ObjectReference, Scale, IPBlock, the conditions...).
 GO_POINTER_SCALARS = {
     "apimachinery.pkg.apis.meta.v1.DeleteOptions": [
         "gracePeriodSeconds", "orphanDependents", "propagationPolicy",
@@ -96,8 +109,32 @@ GO_POINTER_SCALARS = {
         "holderIdentity", "leaseDurationSeconds", "leaseTransitions", "strategy",
         "preferredHolder",
     ],
-    "api.apps.v1.DeploymentSpec": ["revisionHistoryLimit", "progressDeadlineSeconds"],
+    # kubectl create deployment always sets replicas, so the probe sees it.
+    "api.apps.v1.DeploymentSpec": ["replicas", "revisionHistoryLimit", "progressDeadlineSeconds"],
     "api.apps.v1.DeploymentStatus": ["terminatingReplicas", "collisionCount"],
+    "api.apps.v1.ReplicaSetSpec": ["replicas"],
+    "api.apps.v1.ReplicaSetStatus": ["terminatingReplicas"],
+    "api.core.v1.ServiceSpec": [
+        "ipFamilyPolicy", "allocateLoadBalancerNodePorts", "loadBalancerClass",
+        "internalTrafficPolicy", "trafficDistribution",
+    ],
+    "api.core.v1.ServicePort": ["appProtocol"],
+    "api.core.v1.ClientIpConfig": ["timeoutSeconds"],
+    "api.core.v1.LoadBalancerIngress": ["ipMode"],
+    "api.core.v1.PortStatus": ["error"],
+    "api.networking.v1.IngressSpec": ["ingressClassName"],
+    # Required in JSON too; kubectl create ingress always sets it.
+    "api.networking.v1.HttpIngressPath": ["pathType"],
+    "api.networking.v1.IngressPortStatus": ["error"],
+    "api.networking.v1.NetworkPolicyPort": ["protocol", "endPort"],
+    "api.policy.v1.PodDisruptionBudgetSpec": ["unhealthyPodEvictionPolicy"],
+    "api.autoscaling.v1.HorizontalPodAutoscalerSpec": ["minReplicas", "targetCPUUtilizationPercentage"],
+    "api.autoscaling.v1.HorizontalPodAutoscalerStatus": ["observedGeneration", "currentCPUUtilizationPercentage"],
+    "api.autoscaling.v2.HorizontalPodAutoscalerSpec": ["minReplicas"],
+    "api.autoscaling.v2.HorizontalPodAutoscalerStatus": ["observedGeneration"],
+    "api.autoscaling.v2.HpaScalingRules": ["stabilizationWindowSeconds", "selectPolicy"],
+    "api.autoscaling.v2.MetricTarget": ["averageUtilization"],
+    "api.autoscaling.v2.MetricValueStatus": ["averageUtilization"],
     "api.core.v1.Container": ["restartPolicy"],
     "api.core.v1.EphemeralContainerCommon": ["restartPolicy"],
     "api.core.v1.ContainerStatus": ["started", "stopSignal"],
@@ -345,13 +382,14 @@ def read_varint(b, i):
             return v, i
 
 
-def walk(schema, msg, data, seen, present):
-    """Records, per message, which scalar tags appeared in `data`."""
+def walk(schema, msg, data, present):
+    """Narrows present[msg] to the tags that appear in this instance of `msg`
+    (`data`) too, and walks the nested messages: after every body is walked,
+    present[msg] holds the tags found in every instance kubectl sent."""
     if msg not in schema:
         return
     fields = {f["tag"]: f for f in schema[msg]}
-    seen.add(msg)
-    tags = present.setdefault(msg, set())
+    tags = set()
     i = 0
     while i < len(data):
         key, i = read_varint(data, i)
@@ -381,10 +419,11 @@ def walk(schema, msg, data, seen, present):
                     k2, j = read_varint(val, j)
                     n, j = read_varint(val, j)
                     if k2 >> 3 == 2:
-                        walk(schema, f["message"], val[j:j + n], seen, present)
+                        walk(schema, f["message"], val[j:j + n], present)
                     j += n
             else:
-                walk(schema, f["message"], val, seen, present)
+                walk(schema, f["message"], val, present)
+    present[msg] = present[msg] & tags if msg in present else tags
 
 
 def unwrap(body):
@@ -412,20 +451,45 @@ def probe(schema):
     for key in ("containers", "initContainers", "ephemeralContainers"):
         for c in pod["spec"].get(key, []):
             c["name"] = key
+
+    def resources(group_version, *rows):
+        # A subresource ("deployments/scale") has no singular name.
+        return {"kind": "APIResourceList", "groupVersion": group_version, "resources": [
+            {"name": name, "singularName": "" if "/" in name else kind.lower(), "namespaced": namespaced,
+             "kind": kind, "verbs": ["create", "get"]} for name, kind, namespaced in rows]}
+
+    def group(name, *versions):
+        gvs = [{"groupVersion": name + "/" + v, "version": v} for v in versions]
+        return {"name": name, "versions": gvs, "preferredVersion": gvs[0]}
+
+    # kubectl create only needs the server to answer; kubectl debug and
+    # kubectl autoscale resolve kinds through discovery and GET the object
+    # they start from (the Pod to copy, the Deployment to scale).
     discovery = {
         "/api": {"kind": "APIVersions", "versions": ["v1"]},
         "/apis": {"kind": "APIGroupList", "apiVersion": "v1", "groups": [
-            {"name": "apps", "versions": [{"groupVersion": "apps/v1", "version": "v1"}],
-             "preferredVersion": {"groupVersion": "apps/v1", "version": "v1"}}]},
-        "/api/v1": {"kind": "APIResourceList", "groupVersion": "v1", "resources": [
-            {"name": n, "singularName": n[:-1], "namespaced": ns, "kind": k, "verbs": ["create", "get"]}
-            for n, ns, k in [("namespaces", False, "Namespace"), ("configmaps", True, "ConfigMap"),
-                             ("secrets", True, "Secret"), ("serviceaccounts", True, "ServiceAccount"),
-                             ("pods", True, "Pod")]]},
-        "/apis/apps/v1": {"kind": "APIResourceList", "groupVersion": "apps/v1", "resources": [
-            {"name": "deployments", "singularName": "deployment", "namespaced": True,
-             "kind": "Deployment", "verbs": ["create", "get"]}]},
+            group("apps", "v1"), group("networking.k8s.io", "v1"), group("policy", "v1"),
+            group("autoscaling", "v2", "v1")]},
+        "/api/v1": resources("v1", ("namespaces", "Namespace", False), ("configmaps", "ConfigMap", True),
+                             ("secrets", "Secret", True), ("serviceaccounts", "ServiceAccount", True),
+                             ("pods", "Pod", True), ("services", "Service", True)),
+        # kubectl autoscale refuses a kind without a scale subresource.
+        "/apis/apps/v1": resources("apps/v1", ("deployments", "Deployment", True),
+                                   ("deployments/scale", "Scale", True), ("replicasets", "ReplicaSet", True)),
+        "/apis/networking.k8s.io/v1": resources("networking.k8s.io/v1", ("ingresses", "Ingress", True),
+                                                ("networkpolicies", "NetworkPolicy", True)),
+        "/apis/policy/v1": resources("policy/v1", ("poddisruptionbudgets", "PodDisruptionBudget", True)),
+        "/apis/autoscaling/v2": resources("autoscaling/v2",
+                                          ("horizontalpodautoscalers", "HorizontalPodAutoscaler", True)),
+        "/apis/autoscaling/v1": resources("autoscaling/v1",
+                                          ("horizontalpodautoscalers", "HorizontalPodAutoscaler", True)),
         "/api/v1/namespaces/default/pods/p": pod,
+        "/apis/apps/v1/namespaces/default/deployments/web": {
+            "apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": "web", "namespace": "default"},
+            "spec": {"selector": {"matchLabels": {"app": "web"}},
+                     "template": {"metadata": {"labels": {"app": "web"}},
+                                  "spec": {"containers": [{"name": "web", "image": "nginx"}]}}}},
     }
     bodies = []
 
@@ -454,6 +518,9 @@ def probe(schema):
     server = HTTPServer(("127.0.0.1", 0), Handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     url = "http://127.0.0.1:%d" % server.server_address[1]
+    # A pointer that a flag sets is on the wire like a non-pointer, so each
+    # such flag is also left out once (--class, --min, --cpu-percent): a
+    # scalar counts as present only if it is in every instance kubectl sent.
     commands = [
         ["create", "namespace", "x"],
         ["create", "configmap", "x", "--from-literal=a=b"],
@@ -461,6 +528,19 @@ def probe(schema):
         ["create", "serviceaccount", "x"],
         ["create", "deployment", "x", "--image=nginx", "--replicas=2", "--port=80"],
         ["debug", "p", "--copy-to=q", "--image=busybox", "--attach=false", "--profile=legacy"],
+        ["create", "service", "clusterip", "x", "--tcp=80:8080", "--tcp=443:8443"],
+        ["create", "service", "clusterip", "y", "--clusterip=None", "--tcp=5432"],
+        ["create", "service", "nodeport", "x", "--tcp=80:8080", "--node-port=30080"],
+        ["create", "service", "loadbalancer", "x", "--tcp=80:8080", "--tcp=443:8443"],
+        ["create", "service", "externalname", "x", "--external-name=example.com"],
+        ["create", "ingress", "x", "--class=nginx", "--default-backend=default:80",
+         "--rule=foo.example.com/api*=api:8080,tls=foo-tls", "--rule=bar.example.com/=web:http",
+         "--annotation=a=b"],
+        ["create", "ingress", "y", "--rule=/path=svc:80"],
+        ["create", "poddisruptionbudget", "x", "--selector=app=web", "--min-available=1"],
+        ["create", "poddisruptionbudget", "y", "--selector=app=web", "--max-unavailable=50%"],
+        ["autoscale", "deployment", "web", "--min=2", "--max=5", "--cpu-percent=80"],
+        ["autoscale", "deployment", "web", "--max=3"],
     ]
     env = dict(os.environ, KUBECONFIG=os.devnull)
     try:
@@ -477,11 +557,13 @@ def probe(schema):
         die("expected %d protobuf bodies from kubectl, got %d" % (len(commands), len(bodies)))
 
     by_kind = {(v, k): m for v, k, m in ROOTS}
-    seen, present = set(), {}
+    present = {}
     for body in bodies:
         api_version, kind, raw = unwrap(body)
-        walk(schema, by_kind[(api_version, kind)], raw, seen, present)
-    return seen, present
+        if (api_version, kind) not in by_kind:
+            die("kubectl sent a %s %s, which is not in ROOTS" % (api_version, kind))
+        walk(schema, by_kind[(api_version, kind)], raw, present)
+    return set(present), present
 
 
 def mark_pointers(schema, seen, present):
@@ -500,11 +582,14 @@ def mark_pointers(schema, seen, present):
                 continue
             if msg in seen:
                 # A non-pointer scalar is always on the wire; one kubectl
-                # left out of a message it sent is a pointer.
-                f["pointer"] = f["tag"] not in present[msg]
-                if msg in GO_POINTER_SCALARS and f["pointer"] != (f["json"] in listed):
-                    die("kubectl disagrees with GO_POINTER_SCALARS on %s.%s (pointer: %s)"
-                        % (msg, f["json"], f["pointer"]))
+                # left out of any instance of a message it sent is a pointer.
+                # One that was always there is a pointer only if listed
+                # (kubectl may set it every time, like a Deployment's replicas).
+                absent = f["tag"] not in present[msg]
+                if absent and msg in GO_POINTER_SCALARS and f["json"] not in listed:
+                    die("kubectl left out %s.%s, so it is a Go pointer, but GO_POINTER_SCALARS "
+                        "does not list it" % (msg, f["json"]))
+                f["pointer"] = absent or f["json"] in listed
             else:
                 f["pointer"] = f["json"] in listed
 

@@ -10,17 +10,24 @@ const fn f(tag: u32, json: &'static str, kind: K, shape: S, keep_zero: bool) -> 
 
 /// Top-level kinds: apiVersion (`None` = any) and kind to message index.
 pub(super) static ROOTS: &[Root] = &[
-    Root { api_version: Some("v1"), kind: "Namespace", message: 72 },
-    Root { api_version: Some("v1"), kind: "ConfigMap", message: 21 },
-    Root { api_version: Some("v1"), kind: "Secret", message: 121 },
-    Root { api_version: Some("v1"), kind: "ServiceAccount", message: 127 },
-    Root { api_version: Some("v1"), kind: "Event", message: 48 },
-    Root { api_version: Some("v1"), kind: "Pod", message: 87 },
+    Root { api_version: Some("v1"), kind: "Namespace", message: 106 },
+    Root { api_version: Some("v1"), kind: "ConfigMap", message: 53 },
+    Root { api_version: Some("v1"), kind: "Secret", message: 156 },
+    Root { api_version: Some("v1"), kind: "ServiceAccount", message: 163 },
+    Root { api_version: Some("v1"), kind: "Event", message: 80 },
+    Root { api_version: Some("v1"), kind: "Pod", message: 121 },
+    Root { api_version: Some("v1"), kind: "Service", message: 162 },
     Root { api_version: Some("apps/v1"), kind: "Deployment", message: 0 },
-    Root { api_version: Some("coordination.k8s.io/v1"), kind: "Lease", message: 9 },
-    Root { api_version: Some("events.k8s.io/v1"), kind: "Event", message: 148 },
-    Root { api_version: Some("autoscaling/v1"), kind: "Scale", message: 6 },
-    Root { api_version: None, kind: "DeleteOptions", message: 150 },
+    Root { api_version: Some("apps/v1"), kind: "ReplicaSet", message: 5 },
+    Root { api_version: Some("networking.k8s.io/v1"), kind: "Ingress", message: 192 },
+    Root { api_version: Some("networking.k8s.io/v1"), kind: "NetworkPolicy", message: 204 },
+    Root { api_version: Some("policy/v1"), kind: "PodDisruptionBudget", message: 211 },
+    Root { api_version: Some("autoscaling/v1"), kind: "HorizontalPodAutoscaler", message: 11 },
+    Root { api_version: Some("autoscaling/v2"), kind: "HorizontalPodAutoscaler", message: 22 },
+    Root { api_version: Some("coordination.k8s.io/v1"), kind: "Lease", message: 40 },
+    Root { api_version: Some("events.k8s.io/v1"), kind: "Event", message: 188 },
+    Root { api_version: Some("autoscaling/v1"), kind: "Scale", message: 14 },
+    Root { api_version: None, kind: "DeleteOptions", message: 215 },
 ];
 
 /// Every message reachable from ROOTS, in a stable order; fields sorted by tag.
@@ -28,7 +35,7 @@ pub(super) static MESSAGES: &[Message] = &[
     Message {
         name: "k8s.io.api.apps.v1.Deployment",
         fields: &[
-            f(1, "metadata", K::Msg(154), S::One, true),
+            f(1, "metadata", K::Msg(219), S::One, true),
             f(2, "spec", K::Msg(2), S::One, true),
             f(3, "status", K::Msg(3), S::One, true),
         ],
@@ -47,9 +54,9 @@ pub(super) static MESSAGES: &[Message] = &[
     Message {
         name: "k8s.io.api.apps.v1.DeploymentSpec",
         fields: &[
-            f(1, "replicas", K::Int32, S::One, false),
-            f(2, "selector", K::Msg(151), S::One, true),
-            f(3, "template", K::Msg(105), S::One, true),
+            f(1, "replicas", K::Int32, S::One, true),
+            f(2, "selector", K::Msg(216), S::One, true),
+            f(3, "template", K::Msg(139), S::One, true),
             f(4, "strategy", K::Msg(4), S::One, true),
             f(5, "minReadySeconds", K::Int32, S::One, false),
             f(6, "revisionHistoryLimit", K::Int32, S::One, true),
@@ -75,7 +82,46 @@ pub(super) static MESSAGES: &[Message] = &[
         name: "k8s.io.api.apps.v1.DeploymentStrategy",
         fields: &[
             f(1, "type", K::String, S::One, false),
-            f(2, "rollingUpdate", K::Msg(5), S::One, true),
+            f(2, "rollingUpdate", K::Msg(9), S::One, true),
+        ],
+    },
+    Message {
+        name: "k8s.io.api.apps.v1.ReplicaSet",
+        fields: &[
+            f(1, "metadata", K::Msg(219), S::One, true),
+            f(2, "spec", K::Msg(7), S::One, true),
+            f(3, "status", K::Msg(8), S::One, true),
+        ],
+    },
+    Message {
+        name: "k8s.io.api.apps.v1.ReplicaSetCondition",
+        fields: &[
+            f(1, "type", K::String, S::One, true),
+            f(2, "status", K::String, S::One, true),
+            f(3, "lastTransitionTime", K::Time, S::One, true),
+            f(4, "reason", K::String, S::One, false),
+            f(5, "message", K::String, S::One, false),
+        ],
+    },
+    Message {
+        name: "k8s.io.api.apps.v1.ReplicaSetSpec",
+        fields: &[
+            f(1, "replicas", K::Int32, S::One, true),
+            f(2, "selector", K::Msg(216), S::One, true),
+            f(3, "template", K::Msg(139), S::One, true),
+            f(4, "minReadySeconds", K::Int32, S::One, false),
+        ],
+    },
+    Message {
+        name: "k8s.io.api.apps.v1.ReplicaSetStatus",
+        fields: &[
+            f(1, "replicas", K::Int32, S::One, true),
+            f(2, "fullyLabeledReplicas", K::Int32, S::One, false),
+            f(3, "observedGeneration", K::Int64, S::One, false),
+            f(4, "readyReplicas", K::Int32, S::One, false),
+            f(5, "availableReplicas", K::Int32, S::One, false),
+            f(6, "conditions", K::Msg(6), S::List, true),
+            f(7, "terminatingReplicas", K::Int32, S::One, true),
         ],
     },
     Message {
@@ -86,11 +132,46 @@ pub(super) static MESSAGES: &[Message] = &[
         ],
     },
     Message {
+        name: "k8s.io.api.autoscaling.v1.CrossVersionObjectReference",
+        fields: &[
+            f(1, "kind", K::String, S::One, true),
+            f(2, "name", K::String, S::One, true),
+            f(3, "apiVersion", K::String, S::One, false),
+        ],
+    },
+    Message {
+        name: "k8s.io.api.autoscaling.v1.HorizontalPodAutoscaler",
+        fields: &[
+            f(1, "metadata", K::Msg(219), S::One, true),
+            f(2, "spec", K::Msg(12), S::One, true),
+            f(3, "status", K::Msg(13), S::One, true),
+        ],
+    },
+    Message {
+        name: "k8s.io.api.autoscaling.v1.HorizontalPodAutoscalerSpec",
+        fields: &[
+            f(1, "scaleTargetRef", K::Msg(10), S::One, true),
+            f(2, "minReplicas", K::Int32, S::One, true),
+            f(3, "maxReplicas", K::Int32, S::One, true),
+            f(4, "targetCPUUtilizationPercentage", K::Int32, S::One, true),
+        ],
+    },
+    Message {
+        name: "k8s.io.api.autoscaling.v1.HorizontalPodAutoscalerStatus",
+        fields: &[
+            f(1, "observedGeneration", K::Int64, S::One, true),
+            f(2, "lastScaleTime", K::Time, S::One, true),
+            f(3, "currentReplicas", K::Int32, S::One, true),
+            f(4, "desiredReplicas", K::Int32, S::One, true),
+            f(5, "currentCPUUtilizationPercentage", K::Int32, S::One, true),
+        ],
+    },
+    Message {
         name: "k8s.io.api.autoscaling.v1.Scale",
         fields: &[
-            f(1, "metadata", K::Msg(154), S::One, true),
-            f(2, "spec", K::Msg(7), S::One, true),
-            f(3, "status", K::Msg(8), S::One, true),
+            f(1, "metadata", K::Msg(219), S::One, true),
+            f(2, "spec", K::Msg(15), S::One, true),
+            f(3, "status", K::Msg(16), S::One, true),
         ],
     },
     Message {
@@ -107,10 +188,201 @@ pub(super) static MESSAGES: &[Message] = &[
         ],
     },
     Message {
+        name: "k8s.io.api.autoscaling.v2.ContainerResourceMetricSource",
+        fields: &[
+            f(1, "name", K::String, S::One, true),
+            f(2, "target", K::Msg(32), S::One, true),
+            f(3, "container", K::String, S::One, true),
+        ],
+    },
+    Message {
+        name: "k8s.io.api.autoscaling.v2.ContainerResourceMetricStatus",
+        fields: &[
+            f(1, "name", K::String, S::One, true),
+            f(2, "current", K::Msg(33), S::One, true),
+            f(3, "container", K::String, S::One, true),
+        ],
+    },
+    Message {
+        name: "k8s.io.api.autoscaling.v2.CrossVersionObjectReference",
+        fields: &[
+            f(1, "kind", K::String, S::One, true),
+            f(2, "name", K::String, S::One, true),
+            f(3, "apiVersion", K::String, S::One, false),
+        ],
+    },
+    Message {
+        name: "k8s.io.api.autoscaling.v2.ExternalMetricSource",
+        fields: &[
+            f(1, "metric", K::Msg(29), S::One, true),
+            f(2, "target", K::Msg(32), S::One, true),
+        ],
+    },
+    Message {
+        name: "k8s.io.api.autoscaling.v2.ExternalMetricStatus",
+        fields: &[
+            f(1, "metric", K::Msg(29), S::One, true),
+            f(2, "current", K::Msg(33), S::One, true),
+        ],
+    },
+    Message {
+        name: "k8s.io.api.autoscaling.v2.HorizontalPodAutoscaler",
+        fields: &[
+            f(1, "metadata", K::Msg(219), S::One, true),
+            f(2, "spec", K::Msg(25), S::One, true),
+            f(3, "status", K::Msg(26), S::One, true),
+        ],
+    },
+    Message {
+        name: "k8s.io.api.autoscaling.v2.HorizontalPodAutoscalerBehavior",
+        fields: &[
+            f(1, "scaleUp", K::Msg(28), S::One, true),
+            f(2, "scaleDown", K::Msg(28), S::One, true),
+        ],
+    },
+    Message {
+        name: "k8s.io.api.autoscaling.v2.HorizontalPodAutoscalerCondition",
+        fields: &[
+            f(1, "type", K::String, S::One, true),
+            f(2, "status", K::String, S::One, true),
+            f(3, "lastTransitionTime", K::Time, S::One, true),
+            f(4, "reason", K::String, S::One, false),
+            f(5, "message", K::String, S::One, false),
+        ],
+    },
+    Message {
+        name: "k8s.io.api.autoscaling.v2.HorizontalPodAutoscalerSpec",
+        fields: &[
+            f(1, "scaleTargetRef", K::Msg(19), S::One, true),
+            f(2, "minReplicas", K::Int32, S::One, true),
+            f(3, "maxReplicas", K::Int32, S::One, true),
+            f(4, "metrics", K::Msg(30), S::List, true),
+            f(5, "behavior", K::Msg(23), S::One, true),
+        ],
+    },
+    Message {
+        name: "k8s.io.api.autoscaling.v2.HorizontalPodAutoscalerStatus",
+        fields: &[
+            f(1, "observedGeneration", K::Int64, S::One, true),
+            f(2, "lastScaleTime", K::Time, S::One, true),
+            f(3, "currentReplicas", K::Int32, S::One, false),
+            f(4, "desiredReplicas", K::Int32, S::One, true),
+            f(5, "currentMetrics", K::Msg(31), S::List, true),
+            f(6, "conditions", K::Msg(24), S::List, true),
+        ],
+    },
+    Message {
+        name: "k8s.io.api.autoscaling.v2.HPAScalingPolicy",
+        fields: &[
+            f(1, "type", K::String, S::One, true),
+            f(2, "value", K::Int32, S::One, true),
+            f(3, "periodSeconds", K::Int32, S::One, true),
+        ],
+    },
+    Message {
+        name: "k8s.io.api.autoscaling.v2.HPAScalingRules",
+        fields: &[
+            f(1, "selectPolicy", K::String, S::One, true),
+            f(2, "policies", K::Msg(27), S::List, true),
+            f(3, "stabilizationWindowSeconds", K::Int32, S::One, true),
+            f(4, "tolerance", K::Quantity, S::One, true),
+        ],
+    },
+    Message {
+        name: "k8s.io.api.autoscaling.v2.MetricIdentifier",
+        fields: &[
+            f(1, "name", K::String, S::One, true),
+            f(2, "selector", K::Msg(216), S::One, true),
+        ],
+    },
+    Message {
+        name: "k8s.io.api.autoscaling.v2.MetricSpec",
+        fields: &[
+            f(1, "type", K::String, S::One, true),
+            f(2, "object", K::Msg(34), S::One, true),
+            f(3, "pods", K::Msg(36), S::One, true),
+            f(4, "resource", K::Msg(38), S::One, true),
+            f(5, "external", K::Msg(20), S::One, true),
+            f(7, "containerResource", K::Msg(17), S::One, true),
+        ],
+    },
+    Message {
+        name: "k8s.io.api.autoscaling.v2.MetricStatus",
+        fields: &[
+            f(1, "type", K::String, S::One, true),
+            f(2, "object", K::Msg(35), S::One, true),
+            f(3, "pods", K::Msg(37), S::One, true),
+            f(4, "resource", K::Msg(39), S::One, true),
+            f(5, "external", K::Msg(21), S::One, true),
+            f(7, "containerResource", K::Msg(18), S::One, true),
+        ],
+    },
+    Message {
+        name: "k8s.io.api.autoscaling.v2.MetricTarget",
+        fields: &[
+            f(1, "type", K::String, S::One, true),
+            f(2, "value", K::Quantity, S::One, true),
+            f(3, "averageValue", K::Quantity, S::One, true),
+            f(4, "averageUtilization", K::Int32, S::One, true),
+        ],
+    },
+    Message {
+        name: "k8s.io.api.autoscaling.v2.MetricValueStatus",
+        fields: &[
+            f(1, "value", K::Quantity, S::One, true),
+            f(2, "averageValue", K::Quantity, S::One, true),
+            f(3, "averageUtilization", K::Int32, S::One, true),
+        ],
+    },
+    Message {
+        name: "k8s.io.api.autoscaling.v2.ObjectMetricSource",
+        fields: &[
+            f(1, "describedObject", K::Msg(19), S::One, true),
+            f(2, "target", K::Msg(32), S::One, true),
+            f(3, "metric", K::Msg(29), S::One, true),
+        ],
+    },
+    Message {
+        name: "k8s.io.api.autoscaling.v2.ObjectMetricStatus",
+        fields: &[
+            f(1, "metric", K::Msg(29), S::One, true),
+            f(2, "current", K::Msg(33), S::One, true),
+            f(3, "describedObject", K::Msg(19), S::One, true),
+        ],
+    },
+    Message {
+        name: "k8s.io.api.autoscaling.v2.PodsMetricSource",
+        fields: &[
+            f(1, "metric", K::Msg(29), S::One, true),
+            f(2, "target", K::Msg(32), S::One, true),
+        ],
+    },
+    Message {
+        name: "k8s.io.api.autoscaling.v2.PodsMetricStatus",
+        fields: &[
+            f(1, "metric", K::Msg(29), S::One, true),
+            f(2, "current", K::Msg(33), S::One, true),
+        ],
+    },
+    Message {
+        name: "k8s.io.api.autoscaling.v2.ResourceMetricSource",
+        fields: &[
+            f(1, "name", K::String, S::One, true),
+            f(2, "target", K::Msg(32), S::One, true),
+        ],
+    },
+    Message {
+        name: "k8s.io.api.autoscaling.v2.ResourceMetricStatus",
+        fields: &[
+            f(1, "name", K::String, S::One, true),
+            f(2, "current", K::Msg(33), S::One, true),
+        ],
+    },
+    Message {
         name: "k8s.io.api.coordination.v1.Lease",
         fields: &[
-            f(1, "metadata", K::Msg(154), S::One, true),
-            f(2, "spec", K::Msg(10), S::One, true),
+            f(1, "metadata", K::Msg(219), S::One, true),
+            f(2, "spec", K::Msg(41), S::One, true),
         ],
     },
     Message {
@@ -128,9 +400,9 @@ pub(super) static MESSAGES: &[Message] = &[
     Message {
         name: "k8s.io.api.core.v1.Affinity",
         fields: &[
-            f(1, "nodeAffinity", K::Msg(77), S::One, true),
-            f(2, "podAffinity", K::Msg(88), S::One, true),
-            f(3, "podAntiAffinity", K::Msg(90), S::One, true),
+            f(1, "nodeAffinity", K::Msg(111), S::One, true),
+            f(2, "podAffinity", K::Msg(122), S::One, true),
+            f(3, "podAntiAffinity", K::Msg(124), S::One, true),
         ],
     },
     Message {
@@ -175,7 +447,7 @@ pub(super) static MESSAGES: &[Message] = &[
             f(2, "readOnly", K::Bool, S::One, true),
             f(3, "fsType", K::String, S::One, true),
             f(4, "volumeAttributes", K::String, S::Map, true),
-            f(5, "nodePublishSecretRef", K::Msg(71), S::One, true),
+            f(5, "nodePublishSecretRef", K::Msg(105), S::One, true),
         ],
     },
     Message {
@@ -192,7 +464,7 @@ pub(super) static MESSAGES: &[Message] = &[
             f(2, "path", K::String, S::One, false),
             f(3, "user", K::String, S::One, false),
             f(4, "secretFile", K::String, S::One, false),
-            f(5, "secretRef", K::Msg(71), S::One, true),
+            f(5, "secretRef", K::Msg(105), S::One, true),
             f(6, "readOnly", K::Bool, S::One, false),
         ],
     },
@@ -202,7 +474,13 @@ pub(super) static MESSAGES: &[Message] = &[
             f(1, "volumeID", K::String, S::One, true),
             f(2, "fsType", K::String, S::One, false),
             f(3, "readOnly", K::Bool, S::One, false),
-            f(4, "secretRef", K::Msg(71), S::One, true),
+            f(4, "secretRef", K::Msg(105), S::One, true),
+        ],
+    },
+    Message {
+        name: "k8s.io.api.core.v1.ClientIPConfig",
+        fields: &[
+            f(1, "timeoutSeconds", K::Int32, S::One, true),
         ],
     },
     Message {
@@ -210,7 +488,7 @@ pub(super) static MESSAGES: &[Message] = &[
         fields: &[
             f(1, "name", K::String, S::One, true),
             f(2, "signerName", K::String, S::One, true),
-            f(3, "labelSelector", K::Msg(151), S::One, true),
+            f(3, "labelSelector", K::Msg(216), S::One, true),
             f(4, "path", K::String, S::One, true),
             f(5, "optional", K::Bool, S::One, true),
         ],
@@ -218,7 +496,7 @@ pub(super) static MESSAGES: &[Message] = &[
     Message {
         name: "k8s.io.api.core.v1.ConfigMap",
         fields: &[
-            f(1, "metadata", K::Msg(154), S::One, true),
+            f(1, "metadata", K::Msg(219), S::One, true),
             f(2, "data", K::String, S::Map, true),
             f(3, "binaryData", K::Bytes, S::Map, true),
             f(4, "immutable", K::Bool, S::One, true),
@@ -227,14 +505,14 @@ pub(super) static MESSAGES: &[Message] = &[
     Message {
         name: "k8s.io.api.core.v1.ConfigMapEnvSource",
         fields: &[
-            f(1, "", K::Msg(71), S::Inline, true),
+            f(1, "", K::Msg(105), S::Inline, true),
             f(2, "optional", K::Bool, S::One, true),
         ],
     },
     Message {
         name: "k8s.io.api.core.v1.ConfigMapKeySelector",
         fields: &[
-            f(1, "", K::Msg(71), S::Inline, true),
+            f(1, "", K::Msg(105), S::Inline, true),
             f(2, "key", K::String, S::One, true),
             f(3, "optional", K::Bool, S::One, true),
         ],
@@ -242,16 +520,16 @@ pub(super) static MESSAGES: &[Message] = &[
     Message {
         name: "k8s.io.api.core.v1.ConfigMapProjection",
         fields: &[
-            f(1, "", K::Msg(71), S::Inline, true),
-            f(2, "items", K::Msg(67), S::List, true),
+            f(1, "", K::Msg(105), S::Inline, true),
+            f(2, "items", K::Msg(99), S::List, true),
             f(4, "optional", K::Bool, S::One, true),
         ],
     },
     Message {
         name: "k8s.io.api.core.v1.ConfigMapVolumeSource",
         fields: &[
-            f(1, "", K::Msg(71), S::Inline, true),
-            f(2, "items", K::Msg(67), S::List, true),
+            f(1, "", K::Msg(105), S::Inline, true),
+            f(2, "items", K::Msg(99), S::List, true),
             f(3, "defaultMode", K::Int32, S::One, true),
             f(4, "optional", K::Bool, S::One, true),
         ],
@@ -264,26 +542,26 @@ pub(super) static MESSAGES: &[Message] = &[
             f(3, "command", K::String, S::List, true),
             f(4, "args", K::String, S::List, true),
             f(5, "workingDir", K::String, S::One, false),
-            f(6, "ports", K::Msg(28), S::List, true),
-            f(7, "env", K::Msg(43), S::List, true),
-            f(8, "resources", K::Msg(116), S::One, true),
-            f(9, "volumeMounts", K::Msg(139), S::List, true),
-            f(10, "livenessProbe", K::Msg(108), S::One, true),
-            f(11, "readinessProbe", K::Msg(108), S::One, true),
-            f(12, "lifecycle", K::Msg(68), S::One, true),
+            f(6, "ports", K::Msg(60), S::List, true),
+            f(7, "env", K::Msg(75), S::List, true),
+            f(8, "resources", K::Msg(151), S::One, true),
+            f(9, "volumeMounts", K::Msg(179), S::List, true),
+            f(10, "livenessProbe", K::Msg(143), S::One, true),
+            f(11, "readinessProbe", K::Msg(143), S::One, true),
+            f(12, "lifecycle", K::Msg(100), S::One, true),
             f(13, "terminationMessagePath", K::String, S::One, false),
             f(14, "imagePullPolicy", K::String, S::One, false),
-            f(15, "securityContext", K::Msg(126), S::One, true),
+            f(15, "securityContext", K::Msg(161), S::One, true),
             f(16, "stdin", K::Bool, S::One, false),
             f(17, "stdinOnce", K::Bool, S::One, false),
             f(18, "tty", K::Bool, S::One, false),
-            f(19, "envFrom", K::Msg(42), S::List, true),
+            f(19, "envFrom", K::Msg(74), S::List, true),
             f(20, "terminationMessagePolicy", K::String, S::One, false),
-            f(21, "volumeDevices", K::Msg(138), S::List, true),
-            f(22, "startupProbe", K::Msg(108), S::One, true),
-            f(23, "resizePolicy", K::Msg(29), S::List, true),
+            f(21, "volumeDevices", K::Msg(178), S::List, true),
+            f(22, "startupProbe", K::Msg(143), S::One, true),
+            f(23, "resizePolicy", K::Msg(61), S::List, true),
             f(24, "restartPolicy", K::String, S::One, true),
-            f(25, "restartPolicyRules", K::Msg(30), S::List, true),
+            f(25, "restartPolicyRules", K::Msg(62), S::List, true),
         ],
     },
     Message {
@@ -315,7 +593,7 @@ pub(super) static MESSAGES: &[Message] = &[
         name: "k8s.io.api.core.v1.ContainerRestartRule",
         fields: &[
             f(1, "action", K::String, S::One, true),
-            f(2, "exitCodes", K::Msg(31), S::One, true),
+            f(2, "exitCodes", K::Msg(63), S::One, true),
         ],
     },
     Message {
@@ -328,9 +606,9 @@ pub(super) static MESSAGES: &[Message] = &[
     Message {
         name: "k8s.io.api.core.v1.ContainerState",
         fields: &[
-            f(1, "waiting", K::Msg(35), S::One, true),
-            f(2, "running", K::Msg(33), S::One, true),
-            f(3, "terminated", K::Msg(34), S::One, true),
+            f(1, "waiting", K::Msg(67), S::One, true),
+            f(2, "running", K::Msg(65), S::One, true),
+            f(3, "terminated", K::Msg(66), S::One, true),
         ],
     },
     Message {
@@ -362,8 +640,8 @@ pub(super) static MESSAGES: &[Message] = &[
         name: "k8s.io.api.core.v1.ContainerStatus",
         fields: &[
             f(1, "name", K::String, S::One, true),
-            f(2, "state", K::Msg(32), S::One, true),
-            f(3, "lastState", K::Msg(32), S::One, true),
+            f(2, "state", K::Msg(64), S::One, true),
+            f(3, "lastState", K::Msg(64), S::One, true),
             f(4, "ready", K::Bool, S::One, true),
             f(5, "restartCount", K::Int32, S::One, true),
             f(6, "image", K::String, S::One, true),
@@ -371,38 +649,38 @@ pub(super) static MESSAGES: &[Message] = &[
             f(8, "containerID", K::String, S::One, false),
             f(9, "started", K::Bool, S::One, true),
             f(10, "allocatedResources", K::Quantity, S::Map, true),
-            f(11, "resources", K::Msg(116), S::One, true),
-            f(12, "volumeMounts", K::Msg(140), S::List, true),
-            f(13, "user", K::Msg(37), S::One, true),
-            f(14, "allocatedResourcesStatus", K::Msg(117), S::List, true),
+            f(11, "resources", K::Msg(151), S::One, true),
+            f(12, "volumeMounts", K::Msg(180), S::List, true),
+            f(13, "user", K::Msg(69), S::One, true),
+            f(14, "allocatedResourcesStatus", K::Msg(152), S::List, true),
             f(15, "stopSignal", K::String, S::One, true),
         ],
     },
     Message {
         name: "k8s.io.api.core.v1.ContainerUser",
         fields: &[
-            f(1, "linux", K::Msg(70), S::One, true),
+            f(1, "linux", K::Msg(102), S::One, true),
         ],
     },
     Message {
         name: "k8s.io.api.core.v1.DownwardAPIProjection",
         fields: &[
-            f(1, "items", K::Msg(39), S::List, true),
+            f(1, "items", K::Msg(71), S::List, true),
         ],
     },
     Message {
         name: "k8s.io.api.core.v1.DownwardAPIVolumeFile",
         fields: &[
             f(1, "path", K::String, S::One, true),
-            f(2, "fieldRef", K::Msg(81), S::One, true),
-            f(3, "resourceFieldRef", K::Msg(114), S::One, true),
+            f(2, "fieldRef", K::Msg(115), S::One, true),
+            f(3, "resourceFieldRef", K::Msg(149), S::One, true),
             f(4, "mode", K::Int32, S::One, true),
         ],
     },
     Message {
         name: "k8s.io.api.core.v1.DownwardAPIVolumeSource",
         fields: &[
-            f(1, "items", K::Msg(39), S::List, true),
+            f(1, "items", K::Msg(71), S::List, true),
             f(2, "defaultMode", K::Int32, S::One, true),
         ],
     },
@@ -417,8 +695,8 @@ pub(super) static MESSAGES: &[Message] = &[
         name: "k8s.io.api.core.v1.EnvFromSource",
         fields: &[
             f(1, "prefix", K::String, S::One, false),
-            f(2, "configMapRef", K::Msg(22), S::One, true),
-            f(3, "secretRef", K::Msg(122), S::One, true),
+            f(2, "configMapRef", K::Msg(54), S::One, true),
+            f(3, "secretRef", K::Msg(157), S::One, true),
         ],
     },
     Message {
@@ -426,23 +704,23 @@ pub(super) static MESSAGES: &[Message] = &[
         fields: &[
             f(1, "name", K::String, S::One, true),
             f(2, "value", K::String, S::One, false),
-            f(3, "valueFrom", K::Msg(44), S::One, true),
+            f(3, "valueFrom", K::Msg(76), S::One, true),
         ],
     },
     Message {
         name: "k8s.io.api.core.v1.EnvVarSource",
         fields: &[
-            f(1, "fieldRef", K::Msg(81), S::One, true),
-            f(2, "resourceFieldRef", K::Msg(114), S::One, true),
-            f(3, "configMapKeyRef", K::Msg(23), S::One, true),
-            f(4, "secretKeyRef", K::Msg(123), S::One, true),
-            f(5, "fileKeyRef", K::Msg(53), S::One, true),
+            f(1, "fieldRef", K::Msg(115), S::One, true),
+            f(2, "resourceFieldRef", K::Msg(149), S::One, true),
+            f(3, "configMapKeyRef", K::Msg(55), S::One, true),
+            f(4, "secretKeyRef", K::Msg(158), S::One, true),
+            f(5, "fileKeyRef", K::Msg(85), S::One, true),
         ],
     },
     Message {
         name: "k8s.io.api.core.v1.EphemeralContainer",
         fields: &[
-            f(1, "", K::Msg(46), S::Inline, true),
+            f(1, "", K::Msg(78), S::Inline, true),
             f(2, "targetContainerName", K::String, S::One, false),
         ],
     },
@@ -454,50 +732,50 @@ pub(super) static MESSAGES: &[Message] = &[
             f(3, "command", K::String, S::List, true),
             f(4, "args", K::String, S::List, true),
             f(5, "workingDir", K::String, S::One, false),
-            f(6, "ports", K::Msg(28), S::List, true),
-            f(7, "env", K::Msg(43), S::List, true),
-            f(8, "resources", K::Msg(116), S::One, true),
-            f(9, "volumeMounts", K::Msg(139), S::List, true),
-            f(10, "livenessProbe", K::Msg(108), S::One, true),
-            f(11, "readinessProbe", K::Msg(108), S::One, true),
-            f(12, "lifecycle", K::Msg(68), S::One, true),
+            f(6, "ports", K::Msg(60), S::List, true),
+            f(7, "env", K::Msg(75), S::List, true),
+            f(8, "resources", K::Msg(151), S::One, true),
+            f(9, "volumeMounts", K::Msg(179), S::List, true),
+            f(10, "livenessProbe", K::Msg(143), S::One, true),
+            f(11, "readinessProbe", K::Msg(143), S::One, true),
+            f(12, "lifecycle", K::Msg(100), S::One, true),
             f(13, "terminationMessagePath", K::String, S::One, false),
             f(14, "imagePullPolicy", K::String, S::One, false),
-            f(15, "securityContext", K::Msg(126), S::One, true),
+            f(15, "securityContext", K::Msg(161), S::One, true),
             f(16, "stdin", K::Bool, S::One, false),
             f(17, "stdinOnce", K::Bool, S::One, false),
             f(18, "tty", K::Bool, S::One, false),
-            f(19, "envFrom", K::Msg(42), S::List, true),
+            f(19, "envFrom", K::Msg(74), S::List, true),
             f(20, "terminationMessagePolicy", K::String, S::One, false),
-            f(21, "volumeDevices", K::Msg(138), S::List, true),
-            f(22, "startupProbe", K::Msg(108), S::One, true),
-            f(23, "resizePolicy", K::Msg(29), S::List, true),
+            f(21, "volumeDevices", K::Msg(178), S::List, true),
+            f(22, "startupProbe", K::Msg(143), S::One, true),
+            f(23, "resizePolicy", K::Msg(61), S::List, true),
             f(24, "restartPolicy", K::String, S::One, true),
-            f(25, "restartPolicyRules", K::Msg(30), S::List, true),
+            f(25, "restartPolicyRules", K::Msg(62), S::List, true),
         ],
     },
     Message {
         name: "k8s.io.api.core.v1.EphemeralVolumeSource",
         fields: &[
-            f(1, "volumeClaimTemplate", K::Msg(84), S::One, true),
+            f(1, "volumeClaimTemplate", K::Msg(118), S::One, true),
         ],
     },
     Message {
         name: "k8s.io.api.core.v1.Event",
         fields: &[
-            f(1, "metadata", K::Msg(154), S::One, true),
-            f(2, "involvedObject", K::Msg(82), S::One, true),
+            f(1, "metadata", K::Msg(219), S::One, true),
+            f(2, "involvedObject", K::Msg(116), S::One, true),
             f(3, "reason", K::String, S::One, false),
             f(4, "message", K::String, S::One, false),
-            f(5, "source", K::Msg(50), S::One, true),
+            f(5, "source", K::Msg(82), S::One, true),
             f(6, "firstTimestamp", K::Time, S::One, true),
             f(7, "lastTimestamp", K::Time, S::One, true),
             f(8, "count", K::Int32, S::One, false),
             f(9, "type", K::String, S::One, false),
             f(10, "eventTime", K::MicroTime, S::One, true),
-            f(11, "series", K::Msg(49), S::One, true),
+            f(11, "series", K::Msg(81), S::One, true),
             f(12, "action", K::String, S::One, false),
-            f(13, "related", K::Msg(82), S::One, true),
+            f(13, "related", K::Msg(116), S::One, true),
             f(14, "reportingComponent", K::String, S::One, false),
             f(15, "reportingInstance", K::String, S::One, false),
         ],
@@ -546,7 +824,7 @@ pub(super) static MESSAGES: &[Message] = &[
         fields: &[
             f(1, "driver", K::String, S::One, true),
             f(2, "fsType", K::String, S::One, false),
-            f(3, "secretRef", K::Msg(71), S::One, true),
+            f(3, "secretRef", K::Msg(105), S::One, true),
             f(4, "readOnly", K::Bool, S::One, false),
             f(5, "options", K::String, S::Map, true),
         ],
@@ -617,7 +895,7 @@ pub(super) static MESSAGES: &[Message] = &[
             f(2, "port", K::IntOrString, S::One, true),
             f(3, "host", K::String, S::One, false),
             f(4, "scheme", K::String, S::One, false),
-            f(5, "httpHeaders", K::Msg(64), S::List, true),
+            f(5, "httpHeaders", K::Msg(96), S::List, true),
         ],
     },
     Message {
@@ -645,7 +923,7 @@ pub(super) static MESSAGES: &[Message] = &[
             f(6, "readOnly", K::Bool, S::One, false),
             f(7, "portals", K::String, S::List, true),
             f(8, "chapAuthDiscovery", K::Bool, S::One, false),
-            f(10, "secretRef", K::Msg(71), S::One, true),
+            f(10, "secretRef", K::Msg(105), S::One, true),
             f(11, "chapAuthSession", K::Bool, S::One, false),
             f(12, "initiatorName", K::String, S::One, true),
         ],
@@ -661,18 +939,18 @@ pub(super) static MESSAGES: &[Message] = &[
     Message {
         name: "k8s.io.api.core.v1.Lifecycle",
         fields: &[
-            f(1, "postStart", K::Msg(69), S::One, true),
-            f(2, "preStop", K::Msg(69), S::One, true),
+            f(1, "postStart", K::Msg(101), S::One, true),
+            f(2, "preStop", K::Msg(101), S::One, true),
             f(3, "stopSignal", K::String, S::One, true),
         ],
     },
     Message {
         name: "k8s.io.api.core.v1.LifecycleHandler",
         fields: &[
-            f(1, "exec", K::Msg(51), S::One, true),
-            f(2, "httpGet", K::Msg(63), S::One, true),
-            f(3, "tcpSocket", K::Msg(132), S::One, true),
-            f(4, "sleep", K::Msg(129), S::One, true),
+            f(1, "exec", K::Msg(83), S::One, true),
+            f(2, "httpGet", K::Msg(95), S::One, true),
+            f(3, "tcpSocket", K::Msg(172), S::One, true),
+            f(4, "sleep", K::Msg(169), S::One, true),
         ],
     },
     Message {
@@ -684,6 +962,21 @@ pub(super) static MESSAGES: &[Message] = &[
         ],
     },
     Message {
+        name: "k8s.io.api.core.v1.LoadBalancerIngress",
+        fields: &[
+            f(1, "ip", K::String, S::One, false),
+            f(2, "hostname", K::String, S::One, false),
+            f(3, "ipMode", K::String, S::One, true),
+            f(4, "ports", K::Msg(140), S::List, true),
+        ],
+    },
+    Message {
+        name: "k8s.io.api.core.v1.LoadBalancerStatus",
+        fields: &[
+            f(1, "ingress", K::Msg(103), S::List, true),
+        ],
+    },
+    Message {
         name: "k8s.io.api.core.v1.LocalObjectReference",
         fields: &[
             f(1, "name", K::String, S::One, true),
@@ -692,9 +985,9 @@ pub(super) static MESSAGES: &[Message] = &[
     Message {
         name: "k8s.io.api.core.v1.Namespace",
         fields: &[
-            f(1, "metadata", K::Msg(154), S::One, true),
-            f(2, "spec", K::Msg(74), S::One, true),
-            f(3, "status", K::Msg(75), S::One, true),
+            f(1, "metadata", K::Msg(219), S::One, true),
+            f(2, "spec", K::Msg(108), S::One, true),
+            f(3, "status", K::Msg(109), S::One, true),
         ],
     },
     Message {
@@ -717,7 +1010,7 @@ pub(super) static MESSAGES: &[Message] = &[
         name: "k8s.io.api.core.v1.NamespaceStatus",
         fields: &[
             f(1, "phase", K::String, S::One, false),
-            f(2, "conditions", K::Msg(73), S::List, true),
+            f(2, "conditions", K::Msg(107), S::List, true),
         ],
     },
     Message {
@@ -731,14 +1024,14 @@ pub(super) static MESSAGES: &[Message] = &[
     Message {
         name: "k8s.io.api.core.v1.NodeAffinity",
         fields: &[
-            f(1, "requiredDuringSchedulingIgnoredDuringExecution", K::Msg(78), S::One, true),
-            f(2, "preferredDuringSchedulingIgnoredDuringExecution", K::Msg(107), S::List, true),
+            f(1, "requiredDuringSchedulingIgnoredDuringExecution", K::Msg(112), S::One, true),
+            f(2, "preferredDuringSchedulingIgnoredDuringExecution", K::Msg(142), S::List, true),
         ],
     },
     Message {
         name: "k8s.io.api.core.v1.NodeSelector",
         fields: &[
-            f(1, "nodeSelectorTerms", K::Msg(80), S::List, true),
+            f(1, "nodeSelectorTerms", K::Msg(114), S::List, true),
         ],
     },
     Message {
@@ -752,8 +1045,8 @@ pub(super) static MESSAGES: &[Message] = &[
     Message {
         name: "k8s.io.api.core.v1.NodeSelectorTerm",
         fields: &[
-            f(1, "matchExpressions", K::Msg(79), S::List, true),
-            f(2, "matchFields", K::Msg(79), S::List, true),
+            f(1, "matchExpressions", K::Msg(113), S::List, true),
+            f(2, "matchFields", K::Msg(113), S::List, true),
         ],
     },
     Message {
@@ -779,21 +1072,21 @@ pub(super) static MESSAGES: &[Message] = &[
         name: "k8s.io.api.core.v1.PersistentVolumeClaimSpec",
         fields: &[
             f(1, "accessModes", K::String, S::List, true),
-            f(2, "resources", K::Msg(142), S::One, true),
+            f(2, "resources", K::Msg(182), S::One, true),
             f(3, "volumeName", K::String, S::One, false),
-            f(4, "selector", K::Msg(151), S::One, true),
+            f(4, "selector", K::Msg(216), S::One, true),
             f(5, "storageClassName", K::String, S::One, true),
             f(6, "volumeMode", K::String, S::One, true),
-            f(7, "dataSource", K::Msg(135), S::One, true),
-            f(8, "dataSourceRef", K::Msg(136), S::One, true),
+            f(7, "dataSource", K::Msg(175), S::One, true),
+            f(8, "dataSourceRef", K::Msg(176), S::One, true),
             f(9, "volumeAttributesClassName", K::String, S::One, true),
         ],
     },
     Message {
         name: "k8s.io.api.core.v1.PersistentVolumeClaimTemplate",
         fields: &[
-            f(1, "metadata", K::Msg(154), S::One, true),
-            f(2, "spec", K::Msg(83), S::One, true),
+            f(1, "metadata", K::Msg(219), S::One, true),
+            f(2, "spec", K::Msg(117), S::One, true),
         ],
     },
     Message {
@@ -813,25 +1106,25 @@ pub(super) static MESSAGES: &[Message] = &[
     Message {
         name: "k8s.io.api.core.v1.Pod",
         fields: &[
-            f(1, "metadata", K::Msg(154), S::One, true),
-            f(2, "spec", K::Msg(103), S::One, true),
-            f(3, "status", K::Msg(104), S::One, true),
+            f(1, "metadata", K::Msg(219), S::One, true),
+            f(2, "spec", K::Msg(137), S::One, true),
+            f(3, "status", K::Msg(138), S::One, true),
         ],
     },
     Message {
         name: "k8s.io.api.core.v1.PodAffinity",
         fields: &[
-            f(1, "requiredDuringSchedulingIgnoredDuringExecution", K::Msg(89), S::List, true),
-            f(2, "preferredDuringSchedulingIgnoredDuringExecution", K::Msg(145), S::List, true),
+            f(1, "requiredDuringSchedulingIgnoredDuringExecution", K::Msg(123), S::List, true),
+            f(2, "preferredDuringSchedulingIgnoredDuringExecution", K::Msg(185), S::List, true),
         ],
     },
     Message {
         name: "k8s.io.api.core.v1.PodAffinityTerm",
         fields: &[
-            f(1, "labelSelector", K::Msg(151), S::One, true),
+            f(1, "labelSelector", K::Msg(216), S::One, true),
             f(2, "namespaces", K::String, S::List, true),
             f(3, "topologyKey", K::String, S::One, true),
-            f(4, "namespaceSelector", K::Msg(151), S::One, true),
+            f(4, "namespaceSelector", K::Msg(216), S::One, true),
             f(5, "matchLabelKeys", K::String, S::List, true),
             f(6, "mismatchLabelKeys", K::String, S::List, true),
         ],
@@ -839,8 +1132,8 @@ pub(super) static MESSAGES: &[Message] = &[
     Message {
         name: "k8s.io.api.core.v1.PodAntiAffinity",
         fields: &[
-            f(1, "requiredDuringSchedulingIgnoredDuringExecution", K::Msg(89), S::List, true),
-            f(2, "preferredDuringSchedulingIgnoredDuringExecution", K::Msg(145), S::List, true),
+            f(1, "requiredDuringSchedulingIgnoredDuringExecution", K::Msg(123), S::List, true),
+            f(2, "preferredDuringSchedulingIgnoredDuringExecution", K::Msg(185), S::List, true),
         ],
     },
     Message {
@@ -872,7 +1165,7 @@ pub(super) static MESSAGES: &[Message] = &[
         fields: &[
             f(1, "nameservers", K::String, S::List, true),
             f(2, "searches", K::String, S::List, true),
-            f(3, "options", K::Msg(94), S::List, true),
+            f(3, "options", K::Msg(128), S::List, true),
         ],
     },
     Message {
@@ -885,7 +1178,7 @@ pub(super) static MESSAGES: &[Message] = &[
     Message {
         name: "k8s.io.api.core.v1.PodExtendedResourceClaimStatus",
         fields: &[
-            f(1, "requestMappings", K::Msg(27), S::List, true),
+            f(1, "requestMappings", K::Msg(59), S::List, true),
             f(2, "resourceClaimName", K::String, S::One, true),
         ],
     },
@@ -931,17 +1224,17 @@ pub(super) static MESSAGES: &[Message] = &[
     Message {
         name: "k8s.io.api.core.v1.PodSecurityContext",
         fields: &[
-            f(1, "seLinuxOptions", K::Msg(119), S::One, true),
+            f(1, "seLinuxOptions", K::Msg(154), S::One, true),
             f(2, "runAsUser", K::Int64, S::One, true),
             f(3, "runAsNonRoot", K::Bool, S::One, true),
             f(4, "supplementalGroups", K::Int64, S::List, true),
             f(5, "fsGroup", K::Int64, S::One, true),
             f(6, "runAsGroup", K::Int64, S::One, true),
-            f(7, "sysctls", K::Msg(131), S::List, true),
-            f(8, "windowsOptions", K::Msg(146), S::One, true),
+            f(7, "sysctls", K::Msg(171), S::List, true),
+            f(8, "windowsOptions", K::Msg(186), S::One, true),
             f(9, "fsGroupChangePolicy", K::String, S::One, true),
-            f(10, "seccompProfile", K::Msg(120), S::One, true),
-            f(11, "appArmorProfile", K::Msg(12), S::One, true),
+            f(10, "seccompProfile", K::Msg(155), S::One, true),
+            f(11, "appArmorProfile", K::Msg(43), S::One, true),
             f(12, "supplementalGroupsPolicy", K::String, S::One, true),
             f(13, "seLinuxChangePolicy", K::String, S::One, true),
         ],
@@ -949,8 +1242,8 @@ pub(super) static MESSAGES: &[Message] = &[
     Message {
         name: "k8s.io.api.core.v1.PodSpec",
         fields: &[
-            f(1, "volumes", K::Msg(137), S::List, true),
-            f(2, "containers", K::Msg(26), S::List, true),
+            f(1, "volumes", K::Msg(177), S::List, true),
+            f(2, "containers", K::Msg(58), S::List, true),
             f(3, "restartPolicy", K::String, S::One, false),
             f(4, "terminationGracePeriodSeconds", K::Int64, S::One, true),
             f(5, "activeDeadlineSeconds", K::Int64, S::One, true),
@@ -962,67 +1255,75 @@ pub(super) static MESSAGES: &[Message] = &[
             f(11, "hostNetwork", K::Bool, S::One, false),
             f(12, "hostPID", K::Bool, S::One, false),
             f(13, "hostIPC", K::Bool, S::One, false),
-            f(14, "securityContext", K::Msg(102), S::One, true),
-            f(15, "imagePullSecrets", K::Msg(71), S::List, true),
+            f(14, "securityContext", K::Msg(136), S::One, true),
+            f(15, "imagePullSecrets", K::Msg(105), S::List, true),
             f(16, "hostname", K::String, S::One, false),
             f(17, "subdomain", K::String, S::One, false),
-            f(18, "affinity", K::Msg(11), S::One, true),
+            f(18, "affinity", K::Msg(42), S::One, true),
             f(19, "schedulerName", K::String, S::One, false),
-            f(20, "initContainers", K::Msg(26), S::List, true),
+            f(20, "initContainers", K::Msg(58), S::List, true),
             f(21, "automountServiceAccountToken", K::Bool, S::One, true),
-            f(22, "tolerations", K::Msg(133), S::List, true),
-            f(23, "hostAliases", K::Msg(60), S::List, true),
+            f(22, "tolerations", K::Msg(173), S::List, true),
+            f(23, "hostAliases", K::Msg(92), S::List, true),
             f(24, "priorityClassName", K::String, S::One, false),
             f(25, "priority", K::Int32, S::One, true),
-            f(26, "dnsConfig", K::Msg(93), S::One, true),
+            f(26, "dnsConfig", K::Msg(127), S::One, true),
             f(27, "shareProcessNamespace", K::Bool, S::One, true),
-            f(28, "readinessGates", K::Msg(98), S::List, true),
+            f(28, "readinessGates", K::Msg(132), S::List, true),
             f(29, "runtimeClassName", K::String, S::One, true),
             f(30, "enableServiceLinks", K::Bool, S::One, true),
             f(31, "preemptionPolicy", K::String, S::One, true),
             f(32, "overhead", K::Quantity, S::Map, true),
-            f(33, "topologySpreadConstraints", K::Msg(134), S::List, true),
-            f(34, "ephemeralContainers", K::Msg(45), S::List, true),
+            f(33, "topologySpreadConstraints", K::Msg(174), S::List, true),
+            f(34, "ephemeralContainers", K::Msg(77), S::List, true),
             f(35, "setHostnameAsFQDN", K::Bool, S::One, true),
-            f(36, "os", K::Msg(97), S::One, true),
+            f(36, "os", K::Msg(131), S::One, true),
             f(37, "hostUsers", K::Bool, S::One, true),
-            f(38, "schedulingGates", K::Msg(101), S::List, true),
-            f(39, "resourceClaims", K::Msg(99), S::List, true),
-            f(40, "resources", K::Msg(116), S::One, true),
+            f(38, "schedulingGates", K::Msg(135), S::List, true),
+            f(39, "resourceClaims", K::Msg(133), S::List, true),
+            f(40, "resources", K::Msg(151), S::One, true),
             f(41, "hostnameOverride", K::String, S::One, true),
-            f(42, "workloadRef", K::Msg(147), S::One, true),
+            f(42, "workloadRef", K::Msg(187), S::One, true),
         ],
     },
     Message {
         name: "k8s.io.api.core.v1.PodStatus",
         fields: &[
             f(1, "phase", K::String, S::One, false),
-            f(2, "conditions", K::Msg(92), S::List, true),
+            f(2, "conditions", K::Msg(126), S::List, true),
             f(3, "message", K::String, S::One, false),
             f(4, "reason", K::String, S::One, false),
             f(5, "hostIP", K::String, S::One, false),
             f(6, "podIP", K::String, S::One, false),
             f(7, "startTime", K::Time, S::One, true),
-            f(8, "containerStatuses", K::Msg(36), S::List, true),
+            f(8, "containerStatuses", K::Msg(68), S::List, true),
             f(9, "qosClass", K::String, S::One, false),
-            f(10, "initContainerStatuses", K::Msg(36), S::List, true),
+            f(10, "initContainerStatuses", K::Msg(68), S::List, true),
             f(11, "nominatedNodeName", K::String, S::One, false),
-            f(12, "podIPs", K::Msg(96), S::List, true),
-            f(13, "ephemeralContainerStatuses", K::Msg(36), S::List, true),
+            f(12, "podIPs", K::Msg(130), S::List, true),
+            f(13, "ephemeralContainerStatuses", K::Msg(68), S::List, true),
             f(14, "resize", K::String, S::One, false),
-            f(15, "resourceClaimStatuses", K::Msg(100), S::List, true),
-            f(16, "hostIPs", K::Msg(61), S::List, true),
+            f(15, "resourceClaimStatuses", K::Msg(134), S::List, true),
+            f(16, "hostIPs", K::Msg(93), S::List, true),
             f(17, "observedGeneration", K::Int64, S::One, true),
-            f(18, "extendedResourceClaimStatus", K::Msg(95), S::One, true),
+            f(18, "extendedResourceClaimStatus", K::Msg(129), S::One, true),
             f(19, "allocatedResources", K::Quantity, S::Map, true),
-            f(20, "resources", K::Msg(116), S::One, true),
+            f(20, "resources", K::Msg(151), S::One, true),
         ],
     },
     Message {
         name: "k8s.io.api.core.v1.PodTemplateSpec",
         fields: &[
-            f(1, "metadata", K::Msg(154), S::One, true),
-            f(2, "spec", K::Msg(103), S::One, true),
+            f(1, "metadata", K::Msg(219), S::One, true),
+            f(2, "spec", K::Msg(137), S::One, true),
+        ],
+    },
+    Message {
+        name: "k8s.io.api.core.v1.PortStatus",
+        fields: &[
+            f(1, "port", K::Int32, S::One, true),
+            f(2, "protocol", K::String, S::One, true),
+            f(3, "error", K::String, S::One, true),
         ],
     },
     Message {
@@ -1037,13 +1338,13 @@ pub(super) static MESSAGES: &[Message] = &[
         name: "k8s.io.api.core.v1.PreferredSchedulingTerm",
         fields: &[
             f(1, "weight", K::Int32, S::One, true),
-            f(2, "preference", K::Msg(80), S::One, true),
+            f(2, "preference", K::Msg(114), S::One, true),
         ],
     },
     Message {
         name: "k8s.io.api.core.v1.Probe",
         fields: &[
-            f(1, "", K::Msg(109), S::Inline, true),
+            f(1, "", K::Msg(144), S::Inline, true),
             f(2, "initialDelaySeconds", K::Int32, S::One, false),
             f(3, "timeoutSeconds", K::Int32, S::One, false),
             f(4, "periodSeconds", K::Int32, S::One, false),
@@ -1055,16 +1356,16 @@ pub(super) static MESSAGES: &[Message] = &[
     Message {
         name: "k8s.io.api.core.v1.ProbeHandler",
         fields: &[
-            f(1, "exec", K::Msg(51), S::One, true),
-            f(2, "httpGet", K::Msg(63), S::One, true),
-            f(3, "tcpSocket", K::Msg(132), S::One, true),
-            f(4, "grpc", K::Msg(59), S::One, true),
+            f(1, "exec", K::Msg(83), S::One, true),
+            f(2, "httpGet", K::Msg(95), S::One, true),
+            f(3, "tcpSocket", K::Msg(172), S::One, true),
+            f(4, "grpc", K::Msg(91), S::One, true),
         ],
     },
     Message {
         name: "k8s.io.api.core.v1.ProjectedVolumeSource",
         fields: &[
-            f(1, "sources", K::Msg(141), S::List, true),
+            f(1, "sources", K::Msg(181), S::List, true),
             f(2, "defaultMode", K::Int32, S::One, true),
         ],
     },
@@ -1088,7 +1389,7 @@ pub(super) static MESSAGES: &[Message] = &[
             f(4, "pool", K::String, S::One, false),
             f(5, "user", K::String, S::One, false),
             f(6, "keyring", K::String, S::One, false),
-            f(7, "secretRef", K::Msg(71), S::One, true),
+            f(7, "secretRef", K::Msg(105), S::One, true),
             f(8, "readOnly", K::Bool, S::One, false),
         ],
     },
@@ -1119,14 +1420,14 @@ pub(super) static MESSAGES: &[Message] = &[
         fields: &[
             f(1, "limits", K::Quantity, S::Map, true),
             f(2, "requests", K::Quantity, S::Map, true),
-            f(3, "claims", K::Msg(113), S::List, true),
+            f(3, "claims", K::Msg(148), S::List, true),
         ],
     },
     Message {
         name: "k8s.io.api.core.v1.ResourceStatus",
         fields: &[
             f(1, "name", K::String, S::One, true),
-            f(2, "resources", K::Msg(115), S::List, true),
+            f(2, "resources", K::Msg(150), S::List, true),
         ],
     },
     Message {
@@ -1134,7 +1435,7 @@ pub(super) static MESSAGES: &[Message] = &[
         fields: &[
             f(1, "gateway", K::String, S::One, true),
             f(2, "system", K::String, S::One, true),
-            f(3, "secretRef", K::Msg(71), S::One, true),
+            f(3, "secretRef", K::Msg(105), S::One, true),
             f(4, "sslEnabled", K::Bool, S::One, false),
             f(5, "protectionDomain", K::String, S::One, false),
             f(6, "storagePool", K::String, S::One, false),
@@ -1163,7 +1464,7 @@ pub(super) static MESSAGES: &[Message] = &[
     Message {
         name: "k8s.io.api.core.v1.Secret",
         fields: &[
-            f(1, "metadata", K::Msg(154), S::One, true),
+            f(1, "metadata", K::Msg(219), S::One, true),
             f(2, "data", K::Bytes, S::Map, true),
             f(3, "type", K::String, S::One, false),
             f(4, "stringData", K::String, S::Map, true),
@@ -1173,14 +1474,14 @@ pub(super) static MESSAGES: &[Message] = &[
     Message {
         name: "k8s.io.api.core.v1.SecretEnvSource",
         fields: &[
-            f(1, "", K::Msg(71), S::Inline, true),
+            f(1, "", K::Msg(105), S::Inline, true),
             f(2, "optional", K::Bool, S::One, true),
         ],
     },
     Message {
         name: "k8s.io.api.core.v1.SecretKeySelector",
         fields: &[
-            f(1, "", K::Msg(71), S::Inline, true),
+            f(1, "", K::Msg(105), S::Inline, true),
             f(2, "key", K::String, S::One, true),
             f(3, "optional", K::Bool, S::One, true),
         ],
@@ -1188,8 +1489,8 @@ pub(super) static MESSAGES: &[Message] = &[
     Message {
         name: "k8s.io.api.core.v1.SecretProjection",
         fields: &[
-            f(1, "", K::Msg(71), S::Inline, true),
-            f(2, "items", K::Msg(67), S::List, true),
+            f(1, "", K::Msg(105), S::Inline, true),
+            f(2, "items", K::Msg(99), S::List, true),
             f(4, "optional", K::Bool, S::One, true),
         ],
     },
@@ -1197,7 +1498,7 @@ pub(super) static MESSAGES: &[Message] = &[
         name: "k8s.io.api.core.v1.SecretVolumeSource",
         fields: &[
             f(1, "secretName", K::String, S::One, false),
-            f(2, "items", K::Msg(67), S::List, true),
+            f(2, "items", K::Msg(99), S::List, true),
             f(3, "defaultMode", K::Int32, S::One, true),
             f(4, "optional", K::Bool, S::One, true),
         ],
@@ -1205,26 +1506,34 @@ pub(super) static MESSAGES: &[Message] = &[
     Message {
         name: "k8s.io.api.core.v1.SecurityContext",
         fields: &[
-            f(1, "capabilities", K::Msg(17), S::One, true),
+            f(1, "capabilities", K::Msg(48), S::One, true),
             f(2, "privileged", K::Bool, S::One, true),
-            f(3, "seLinuxOptions", K::Msg(119), S::One, true),
+            f(3, "seLinuxOptions", K::Msg(154), S::One, true),
             f(4, "runAsUser", K::Int64, S::One, true),
             f(5, "runAsNonRoot", K::Bool, S::One, true),
             f(6, "readOnlyRootFilesystem", K::Bool, S::One, true),
             f(7, "allowPrivilegeEscalation", K::Bool, S::One, true),
             f(8, "runAsGroup", K::Int64, S::One, true),
             f(9, "procMount", K::String, S::One, true),
-            f(10, "windowsOptions", K::Msg(146), S::One, true),
-            f(11, "seccompProfile", K::Msg(120), S::One, true),
-            f(12, "appArmorProfile", K::Msg(12), S::One, true),
+            f(10, "windowsOptions", K::Msg(186), S::One, true),
+            f(11, "seccompProfile", K::Msg(155), S::One, true),
+            f(12, "appArmorProfile", K::Msg(43), S::One, true),
+        ],
+    },
+    Message {
+        name: "k8s.io.api.core.v1.Service",
+        fields: &[
+            f(1, "metadata", K::Msg(219), S::One, true),
+            f(2, "spec", K::Msg(166), S::One, true),
+            f(3, "status", K::Msg(167), S::One, true),
         ],
     },
     Message {
         name: "k8s.io.api.core.v1.ServiceAccount",
         fields: &[
-            f(1, "metadata", K::Msg(154), S::One, true),
-            f(2, "secrets", K::Msg(82), S::List, true),
-            f(3, "imagePullSecrets", K::Msg(71), S::List, true),
+            f(1, "metadata", K::Msg(219), S::One, true),
+            f(2, "secrets", K::Msg(116), S::List, true),
+            f(3, "imagePullSecrets", K::Msg(105), S::List, true),
             f(4, "automountServiceAccountToken", K::Bool, S::One, true),
         ],
     },
@@ -1234,6 +1543,55 @@ pub(super) static MESSAGES: &[Message] = &[
             f(1, "audience", K::String, S::One, false),
             f(2, "expirationSeconds", K::Int64, S::One, true),
             f(3, "path", K::String, S::One, true),
+        ],
+    },
+    Message {
+        name: "k8s.io.api.core.v1.ServicePort",
+        fields: &[
+            f(1, "name", K::String, S::One, false),
+            f(2, "protocol", K::String, S::One, false),
+            f(3, "port", K::Int32, S::One, true),
+            f(4, "targetPort", K::IntOrString, S::One, true),
+            f(5, "nodePort", K::Int32, S::One, false),
+            f(6, "appProtocol", K::String, S::One, true),
+        ],
+    },
+    Message {
+        name: "k8s.io.api.core.v1.ServiceSpec",
+        fields: &[
+            f(1, "ports", K::Msg(165), S::List, true),
+            f(2, "selector", K::String, S::Map, true),
+            f(3, "clusterIP", K::String, S::One, false),
+            f(4, "type", K::String, S::One, false),
+            f(5, "externalIPs", K::String, S::List, true),
+            f(7, "sessionAffinity", K::String, S::One, false),
+            f(8, "loadBalancerIP", K::String, S::One, false),
+            f(9, "loadBalancerSourceRanges", K::String, S::List, true),
+            f(10, "externalName", K::String, S::One, false),
+            f(11, "externalTrafficPolicy", K::String, S::One, false),
+            f(12, "healthCheckNodePort", K::Int32, S::One, false),
+            f(13, "publishNotReadyAddresses", K::Bool, S::One, false),
+            f(14, "sessionAffinityConfig", K::Msg(168), S::One, true),
+            f(17, "ipFamilyPolicy", K::String, S::One, true),
+            f(18, "clusterIPs", K::String, S::List, true),
+            f(19, "ipFamilies", K::String, S::List, true),
+            f(20, "allocateLoadBalancerNodePorts", K::Bool, S::One, true),
+            f(21, "loadBalancerClass", K::String, S::One, true),
+            f(22, "internalTrafficPolicy", K::String, S::One, true),
+            f(23, "trafficDistribution", K::String, S::One, true),
+        ],
+    },
+    Message {
+        name: "k8s.io.api.core.v1.ServiceStatus",
+        fields: &[
+            f(1, "loadBalancer", K::Msg(104), S::One, true),
+            f(2, "conditions", K::Msg(214), S::List, true),
+        ],
+    },
+    Message {
+        name: "k8s.io.api.core.v1.SessionAffinityConfig",
+        fields: &[
+            f(1, "clientIP", K::Msg(51), S::One, true),
         ],
     },
     Message {
@@ -1249,7 +1607,7 @@ pub(super) static MESSAGES: &[Message] = &[
             f(2, "volumeNamespace", K::String, S::One, false),
             f(3, "fsType", K::String, S::One, false),
             f(4, "readOnly", K::Bool, S::One, false),
-            f(5, "secretRef", K::Msg(71), S::One, true),
+            f(5, "secretRef", K::Msg(105), S::One, true),
         ],
     },
     Message {
@@ -1282,7 +1640,7 @@ pub(super) static MESSAGES: &[Message] = &[
             f(1, "maxSkew", K::Int32, S::One, true),
             f(2, "topologyKey", K::String, S::One, true),
             f(3, "whenUnsatisfiable", K::String, S::One, true),
-            f(4, "labelSelector", K::Msg(151), S::One, true),
+            f(4, "labelSelector", K::Msg(216), S::One, true),
             f(5, "minDomains", K::Int32, S::One, true),
             f(6, "nodeAffinityPolicy", K::String, S::One, true),
             f(7, "nodeTaintsPolicy", K::String, S::One, true),
@@ -1310,7 +1668,7 @@ pub(super) static MESSAGES: &[Message] = &[
         name: "k8s.io.api.core.v1.Volume",
         fields: &[
             f(1, "name", K::String, S::One, true),
-            f(2, "", K::Msg(143), S::Inline, true),
+            f(2, "", K::Msg(183), S::Inline, true),
         ],
     },
     Message {
@@ -1344,12 +1702,12 @@ pub(super) static MESSAGES: &[Message] = &[
     Message {
         name: "k8s.io.api.core.v1.VolumeProjection",
         fields: &[
-            f(1, "secret", K::Msg(124), S::One, true),
-            f(2, "downwardAPI", K::Msg(38), S::One, true),
-            f(3, "configMap", K::Msg(24), S::One, true),
-            f(4, "serviceAccountToken", K::Msg(128), S::One, true),
-            f(5, "clusterTrustBundle", K::Msg(20), S::One, true),
-            f(6, "podCertificate", K::Msg(91), S::One, true),
+            f(1, "secret", K::Msg(159), S::One, true),
+            f(2, "downwardAPI", K::Msg(70), S::One, true),
+            f(3, "configMap", K::Msg(56), S::One, true),
+            f(4, "serviceAccountToken", K::Msg(164), S::One, true),
+            f(5, "clusterTrustBundle", K::Msg(52), S::One, true),
+            f(6, "podCertificate", K::Msg(125), S::One, true),
         ],
     },
     Message {
@@ -1362,36 +1720,36 @@ pub(super) static MESSAGES: &[Message] = &[
     Message {
         name: "k8s.io.api.core.v1.VolumeSource",
         fields: &[
-            f(1, "hostPath", K::Msg(62), S::One, true),
-            f(2, "emptyDir", K::Msg(41), S::One, true),
-            f(3, "gcePersistentDisk", K::Msg(56), S::One, true),
-            f(4, "awsElasticBlockStore", K::Msg(13), S::One, true),
-            f(5, "gitRepo", K::Msg(57), S::One, true),
-            f(6, "secret", K::Msg(125), S::One, true),
-            f(7, "nfs", K::Msg(76), S::One, true),
-            f(8, "iscsi", K::Msg(66), S::One, true),
-            f(9, "glusterfs", K::Msg(58), S::One, true),
-            f(10, "persistentVolumeClaim", K::Msg(85), S::One, true),
-            f(11, "rbd", K::Msg(112), S::One, true),
-            f(12, "flexVolume", K::Msg(54), S::One, true),
-            f(13, "cinder", K::Msg(19), S::One, true),
-            f(14, "cephfs", K::Msg(18), S::One, true),
-            f(15, "flocker", K::Msg(55), S::One, true),
-            f(16, "downwardAPI", K::Msg(40), S::One, true),
-            f(17, "fc", K::Msg(52), S::One, true),
-            f(18, "azureFile", K::Msg(15), S::One, true),
-            f(19, "configMap", K::Msg(25), S::One, true),
-            f(20, "vsphereVolume", K::Msg(144), S::One, true),
-            f(21, "quobyte", K::Msg(111), S::One, true),
-            f(22, "azureDisk", K::Msg(14), S::One, true),
-            f(23, "photonPersistentDisk", K::Msg(86), S::One, true),
-            f(24, "portworxVolume", K::Msg(106), S::One, true),
-            f(25, "scaleIO", K::Msg(118), S::One, true),
-            f(26, "projected", K::Msg(110), S::One, true),
-            f(27, "storageos", K::Msg(130), S::One, true),
-            f(28, "csi", K::Msg(16), S::One, true),
-            f(29, "ephemeral", K::Msg(47), S::One, true),
-            f(30, "image", K::Msg(65), S::One, true),
+            f(1, "hostPath", K::Msg(94), S::One, true),
+            f(2, "emptyDir", K::Msg(73), S::One, true),
+            f(3, "gcePersistentDisk", K::Msg(88), S::One, true),
+            f(4, "awsElasticBlockStore", K::Msg(44), S::One, true),
+            f(5, "gitRepo", K::Msg(89), S::One, true),
+            f(6, "secret", K::Msg(160), S::One, true),
+            f(7, "nfs", K::Msg(110), S::One, true),
+            f(8, "iscsi", K::Msg(98), S::One, true),
+            f(9, "glusterfs", K::Msg(90), S::One, true),
+            f(10, "persistentVolumeClaim", K::Msg(119), S::One, true),
+            f(11, "rbd", K::Msg(147), S::One, true),
+            f(12, "flexVolume", K::Msg(86), S::One, true),
+            f(13, "cinder", K::Msg(50), S::One, true),
+            f(14, "cephfs", K::Msg(49), S::One, true),
+            f(15, "flocker", K::Msg(87), S::One, true),
+            f(16, "downwardAPI", K::Msg(72), S::One, true),
+            f(17, "fc", K::Msg(84), S::One, true),
+            f(18, "azureFile", K::Msg(46), S::One, true),
+            f(19, "configMap", K::Msg(57), S::One, true),
+            f(20, "vsphereVolume", K::Msg(184), S::One, true),
+            f(21, "quobyte", K::Msg(146), S::One, true),
+            f(22, "azureDisk", K::Msg(45), S::One, true),
+            f(23, "photonPersistentDisk", K::Msg(120), S::One, true),
+            f(24, "portworxVolume", K::Msg(141), S::One, true),
+            f(25, "scaleIO", K::Msg(153), S::One, true),
+            f(26, "projected", K::Msg(145), S::One, true),
+            f(27, "storageos", K::Msg(170), S::One, true),
+            f(28, "csi", K::Msg(47), S::One, true),
+            f(29, "ephemeral", K::Msg(79), S::One, true),
+            f(30, "image", K::Msg(97), S::One, true),
         ],
     },
     Message {
@@ -1407,7 +1765,7 @@ pub(super) static MESSAGES: &[Message] = &[
         name: "k8s.io.api.core.v1.WeightedPodAffinityTerm",
         fields: &[
             f(1, "weight", K::Int32, S::One, true),
-            f(2, "podAffinityTerm", K::Msg(89), S::One, true),
+            f(2, "podAffinityTerm", K::Msg(123), S::One, true),
         ],
     },
     Message {
@@ -1430,18 +1788,18 @@ pub(super) static MESSAGES: &[Message] = &[
     Message {
         name: "k8s.io.api.events.v1.Event",
         fields: &[
-            f(1, "metadata", K::Msg(154), S::One, true),
+            f(1, "metadata", K::Msg(219), S::One, true),
             f(2, "eventTime", K::MicroTime, S::One, true),
-            f(3, "series", K::Msg(149), S::One, true),
+            f(3, "series", K::Msg(189), S::One, true),
             f(4, "reportingController", K::String, S::One, false),
             f(5, "reportingInstance", K::String, S::One, false),
             f(6, "action", K::String, S::One, false),
             f(7, "reason", K::String, S::One, false),
-            f(8, "regarding", K::Msg(82), S::One, true),
-            f(9, "related", K::Msg(82), S::One, true),
+            f(8, "regarding", K::Msg(116), S::One, true),
+            f(9, "related", K::Msg(116), S::One, true),
             f(10, "note", K::String, S::One, false),
             f(11, "type", K::String, S::One, false),
-            f(12, "deprecatedSource", K::Msg(50), S::One, true),
+            f(12, "deprecatedSource", K::Msg(82), S::One, true),
             f(13, "deprecatedFirstTimestamp", K::Time, S::One, true),
             f(14, "deprecatedLastTimestamp", K::Time, S::One, true),
             f(15, "deprecatedCount", K::Int32, S::One, false),
@@ -1455,10 +1813,203 @@ pub(super) static MESSAGES: &[Message] = &[
         ],
     },
     Message {
+        name: "k8s.io.api.networking.v1.HTTPIngressPath",
+        fields: &[
+            f(1, "path", K::String, S::One, false),
+            f(2, "backend", K::Msg(193), S::One, true),
+            f(3, "pathType", K::String, S::One, true),
+        ],
+    },
+    Message {
+        name: "k8s.io.api.networking.v1.HTTPIngressRuleValue",
+        fields: &[
+            f(1, "paths", K::Msg(190), S::List, true),
+        ],
+    },
+    Message {
+        name: "k8s.io.api.networking.v1.Ingress",
+        fields: &[
+            f(1, "metadata", K::Msg(219), S::One, true),
+            f(2, "spec", K::Msg(200), S::One, true),
+            f(3, "status", K::Msg(201), S::One, true),
+        ],
+    },
+    Message {
+        name: "k8s.io.api.networking.v1.IngressBackend",
+        fields: &[
+            f(3, "resource", K::Msg(175), S::One, true),
+            f(4, "service", K::Msg(199), S::One, true),
+        ],
+    },
+    Message {
+        name: "k8s.io.api.networking.v1.IngressLoadBalancerIngress",
+        fields: &[
+            f(1, "ip", K::String, S::One, false),
+            f(2, "hostname", K::String, S::One, false),
+            f(4, "ports", K::Msg(196), S::List, true),
+        ],
+    },
+    Message {
+        name: "k8s.io.api.networking.v1.IngressLoadBalancerStatus",
+        fields: &[
+            f(1, "ingress", K::Msg(194), S::List, true),
+        ],
+    },
+    Message {
+        name: "k8s.io.api.networking.v1.IngressPortStatus",
+        fields: &[
+            f(1, "port", K::Int32, S::One, true),
+            f(2, "protocol", K::String, S::One, true),
+            f(3, "error", K::String, S::One, true),
+        ],
+    },
+    Message {
+        name: "k8s.io.api.networking.v1.IngressRule",
+        fields: &[
+            f(1, "host", K::String, S::One, false),
+            f(2, "", K::Msg(198), S::Inline, true),
+        ],
+    },
+    Message {
+        name: "k8s.io.api.networking.v1.IngressRuleValue",
+        fields: &[
+            f(1, "http", K::Msg(191), S::One, true),
+        ],
+    },
+    Message {
+        name: "k8s.io.api.networking.v1.IngressServiceBackend",
+        fields: &[
+            f(1, "name", K::String, S::One, true),
+            f(2, "port", K::Msg(210), S::One, true),
+        ],
+    },
+    Message {
+        name: "k8s.io.api.networking.v1.IngressSpec",
+        fields: &[
+            f(1, "defaultBackend", K::Msg(193), S::One, true),
+            f(2, "tls", K::Msg(202), S::List, true),
+            f(3, "rules", K::Msg(197), S::List, true),
+            f(4, "ingressClassName", K::String, S::One, true),
+        ],
+    },
+    Message {
+        name: "k8s.io.api.networking.v1.IngressStatus",
+        fields: &[
+            f(1, "loadBalancer", K::Msg(195), S::One, true),
+        ],
+    },
+    Message {
+        name: "k8s.io.api.networking.v1.IngressTLS",
+        fields: &[
+            f(1, "hosts", K::String, S::List, true),
+            f(2, "secretName", K::String, S::One, false),
+        ],
+    },
+    Message {
+        name: "k8s.io.api.networking.v1.IPBlock",
+        fields: &[
+            f(1, "cidr", K::String, S::One, true),
+            f(2, "except", K::String, S::List, true),
+        ],
+    },
+    Message {
+        name: "k8s.io.api.networking.v1.NetworkPolicy",
+        fields: &[
+            f(1, "metadata", K::Msg(219), S::One, true),
+            f(2, "spec", K::Msg(209), S::One, true),
+        ],
+    },
+    Message {
+        name: "k8s.io.api.networking.v1.NetworkPolicyEgressRule",
+        fields: &[
+            f(1, "ports", K::Msg(208), S::List, true),
+            f(2, "to", K::Msg(207), S::List, true),
+        ],
+    },
+    Message {
+        name: "k8s.io.api.networking.v1.NetworkPolicyIngressRule",
+        fields: &[
+            f(1, "ports", K::Msg(208), S::List, true),
+            f(2, "from", K::Msg(207), S::List, true),
+        ],
+    },
+    Message {
+        name: "k8s.io.api.networking.v1.NetworkPolicyPeer",
+        fields: &[
+            f(1, "podSelector", K::Msg(216), S::One, true),
+            f(2, "namespaceSelector", K::Msg(216), S::One, true),
+            f(3, "ipBlock", K::Msg(203), S::One, true),
+        ],
+    },
+    Message {
+        name: "k8s.io.api.networking.v1.NetworkPolicyPort",
+        fields: &[
+            f(1, "protocol", K::String, S::One, true),
+            f(2, "port", K::IntOrString, S::One, true),
+            f(3, "endPort", K::Int32, S::One, true),
+        ],
+    },
+    Message {
+        name: "k8s.io.api.networking.v1.NetworkPolicySpec",
+        fields: &[
+            f(1, "podSelector", K::Msg(216), S::One, true),
+            f(2, "ingress", K::Msg(206), S::List, true),
+            f(3, "egress", K::Msg(205), S::List, true),
+            f(4, "policyTypes", K::String, S::List, true),
+        ],
+    },
+    Message {
+        name: "k8s.io.api.networking.v1.ServiceBackendPort",
+        fields: &[
+            f(1, "name", K::String, S::One, false),
+            f(2, "number", K::Int32, S::One, false),
+        ],
+    },
+    Message {
+        name: "k8s.io.api.policy.v1.PodDisruptionBudget",
+        fields: &[
+            f(1, "metadata", K::Msg(219), S::One, true),
+            f(2, "spec", K::Msg(212), S::One, true),
+            f(3, "status", K::Msg(213), S::One, true),
+        ],
+    },
+    Message {
+        name: "k8s.io.api.policy.v1.PodDisruptionBudgetSpec",
+        fields: &[
+            f(1, "minAvailable", K::IntOrString, S::One, true),
+            f(2, "selector", K::Msg(216), S::One, true),
+            f(3, "maxUnavailable", K::IntOrString, S::One, true),
+            f(4, "unhealthyPodEvictionPolicy", K::String, S::One, true),
+        ],
+    },
+    Message {
+        name: "k8s.io.api.policy.v1.PodDisruptionBudgetStatus",
+        fields: &[
+            f(1, "observedGeneration", K::Int64, S::One, false),
+            f(2, "disruptedPods", K::Time, S::Map, true),
+            f(3, "disruptionsAllowed", K::Int32, S::One, true),
+            f(4, "currentHealthy", K::Int32, S::One, true),
+            f(5, "desiredHealthy", K::Int32, S::One, true),
+            f(6, "expectedPods", K::Int32, S::One, true),
+            f(7, "conditions", K::Msg(214), S::List, true),
+        ],
+    },
+    Message {
+        name: "k8s.io.apimachinery.pkg.apis.meta.v1.Condition",
+        fields: &[
+            f(1, "type", K::String, S::One, true),
+            f(2, "status", K::String, S::One, true),
+            f(3, "observedGeneration", K::Int64, S::One, false),
+            f(4, "lastTransitionTime", K::Time, S::One, true),
+            f(5, "reason", K::String, S::One, true),
+            f(6, "message", K::String, S::One, true),
+        ],
+    },
+    Message {
         name: "k8s.io.apimachinery.pkg.apis.meta.v1.DeleteOptions",
         fields: &[
             f(1, "gracePeriodSeconds", K::Int64, S::One, true),
-            f(2, "preconditions", K::Msg(156), S::One, true),
+            f(2, "preconditions", K::Msg(221), S::One, true),
             f(3, "orphanDependents", K::Bool, S::One, true),
             f(4, "propagationPolicy", K::String, S::One, true),
             f(5, "dryRun", K::String, S::List, true),
@@ -1469,7 +2020,7 @@ pub(super) static MESSAGES: &[Message] = &[
         name: "k8s.io.apimachinery.pkg.apis.meta.v1.LabelSelector",
         fields: &[
             f(1, "matchLabels", K::String, S::Map, true),
-            f(2, "matchExpressions", K::Msg(152), S::List, true),
+            f(2, "matchExpressions", K::Msg(217), S::List, true),
         ],
     },
     Message {
@@ -1507,9 +2058,9 @@ pub(super) static MESSAGES: &[Message] = &[
             f(10, "deletionGracePeriodSeconds", K::Int64, S::One, true),
             f(11, "labels", K::String, S::Map, true),
             f(12, "annotations", K::String, S::Map, true),
-            f(13, "ownerReferences", K::Msg(155), S::List, true),
+            f(13, "ownerReferences", K::Msg(220), S::List, true),
             f(14, "finalizers", K::String, S::List, true),
-            f(17, "managedFields", K::Msg(153), S::List, true),
+            f(17, "managedFields", K::Msg(218), S::List, true),
         ],
     },
     Message {
