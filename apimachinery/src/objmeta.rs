@@ -116,6 +116,18 @@ pub fn dns1123_label(s: &str) -> Result<(), String> {
     }
 }
 
+/// RFC 1035 label: an RFC 1123 label that starts with a letter (Service names).
+pub fn dns1035_label(s: &str) -> Result<(), String> {
+    let ok = dns1123_label(s).is_ok() && s.starts_with(|c: char| c.is_ascii_lowercase());
+    if ok {
+        Ok(())
+    } else if s.len() > DNS1123_LABEL_MAX {
+        Err(format!("must be no more than {DNS1123_LABEL_MAX} characters"))
+    } else {
+        Err("a DNS-1035 label must consist of lower case alphanumeric characters or '-', start with an alphabetic character, and end with an alphanumeric character (e.g. 'my-name',  or 'abc-123', regex used for validation is '[a-z]([-a-z0-9]*[a-z0-9])?')".into())
+    }
+}
+
 /// RFC 1123 subdomain: dot-separated labels, ≤ 253.
 pub fn dns1123_subdomain(s: &str) -> Result<(), String> {
     let ok = !s.is_empty()
@@ -190,6 +202,8 @@ pub enum NameRule {
     Subdomain,
     /// RFC 1123 label (namespaces).
     Label,
+    /// RFC 1035 label (services).
+    Dns1035Label,
     /// Any path-safe string (events, custom resources).
     PathSegment,
 }
@@ -208,6 +222,7 @@ pub fn validate_meta(obj: &Value, rule: NameRule) -> Vec<Cause> {
         let r = match rule {
             NameRule::Subdomain => dns1123_subdomain(name),
             NameRule::Label => dns1123_label(name),
+            NameRule::Dns1035Label => dns1035_label(name),
             NameRule::PathSegment => path_segment_name(name),
         };
         if let Err(e) = r {

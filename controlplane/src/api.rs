@@ -469,9 +469,11 @@ impl Api {
         self.fill_identity(scope, &mut obj, Some(name))?;
         let mut obj = if sub == Sub::Status {
             // A status write changes only status; everything else comes from storage
-            // (copied field by field: the stored status would only be thrown away).
+            // (copied field by field: the stored status would only be thrown away), in
+            // the shape of the version written.
+            let stored = to_external(scope, old);
             let mut merged: Map<String, Value> =
-                old.as_object().into_iter().flatten().filter(|(k, _)| *k != "status").map(|(k, v)| (k.clone(), v.clone())).collect();
+                stored.as_object().into_iter().flatten().filter(|(k, _)| *k != "status").map(|(k, v)| (k.clone(), v.clone())).collect();
             if let Some(status) = obj.as_object_mut().and_then(|o| o.remove("status")).filter(|s| !s.is_null()) {
                 merged.insert("status".into(), status);
             }

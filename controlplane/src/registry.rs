@@ -284,6 +284,21 @@ fn workspace_types() -> Vec<ResourceType> {
         kinds::CustomResourceDefinition,
     );
     crd.status = true;
+    // A Deployment's companions: served with their full API, and run by no controller
+    // in a workspace.
+    let mut service = rt("", "v1", "Service", "services", true, &["svc"], kinds::Service);
+    service.status = true;
+    service.categories = vec!["all".into()];
+    let mut ingress = rt("networking.k8s.io", "v1", "Ingress", "ingresses", true, &["ing"], kinds::Ingress);
+    ingress.status = true;
+    let mut pdb = rt("policy", "v1", "PodDisruptionBudget", "poddisruptionbudgets", true, &["pdb"], kinds::PodDisruptionBudget);
+    pdb.status = true;
+    fn hpa(version: &str, strategy: impl Strategy + 'static) -> ResourceType {
+        let mut t = rt("autoscaling", version, "HorizontalPodAutoscaler", "horizontalpodautoscalers", true, &["hpa"], strategy);
+        t.status = true;
+        t.categories = vec!["all".into()];
+        t
+    }
     vec![
         ns,
         rt("", "v1", "ConfigMap", "configmaps", true, &["cm"], kinds::ConfigMap),
@@ -294,6 +309,12 @@ fn workspace_types() -> Vec<ResourceType> {
         deploy,
         rt("coordination.k8s.io", "v1", "Lease", "leases", true, &[], kinds::Lease),
         crd,
+        service,
+        ingress,
+        rt("networking.k8s.io", "v1", "NetworkPolicy", "networkpolicies", true, &["netpol"], kinds::NetworkPolicy),
+        pdb,
+        hpa("v2", kinds::HorizontalPodAutoscaler),
+        hpa("v1", kinds::HorizontalPodAutoscalerV1),
     ]
 }
 

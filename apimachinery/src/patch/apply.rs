@@ -753,8 +753,20 @@ fn is_nonempty_container(v: &Value) -> bool {
 }
 
 /// The `k:` element of an associative-list item, from the key fields it has.
-fn element_key(item: &Value, keys: &[String]) -> Option<PathElement> {
+fn element_key(item: &Value, keys: &[String], defaults: &[(&str, &str)]) -> Option<PathElement> {
     let obj = item.as_object()?;
+    if !defaults.is_empty() {
+        // A key field the item leaves out takes its default, as the apiserver's
+        // defaulted key fields do (a Service port without a protocol is TCP).
+        let missing: Vec<(&str, &str)> = defaults.iter().copied().filter(|(k, _)| !obj.contains_key(*k)).collect();
+        if !missing.is_empty() {
+            let mut filled = obj.clone();
+            for (k, v) in missing {
+                filled.insert(k.into(), Value::String(v.into()));
+            }
+            return element_key(&Value::Object(filled), keys, &[]);
+        }
+    }
     if let [key] = keys {
         // The usual single key (`name`, `containerPort`...), written without sorting.
         let value = obj.get(key.as_str()).filter(|v| is_scalar(v))?;
@@ -810,7 +822,8 @@ impl<'a> Walker<'a> {
             ListStrategy::Set => (ListKind::Atomic, Vec::new()),
             ListStrategy::Map(keys) if keys.is_empty() => (ListKind::Atomic, Vec::new()),
             ListStrategy::Map(keys) => {
-                let Some(element_keys) = items.iter().map(|i| element_key(i, &keys)).collect::<Option<Vec<PathElement>>>() else {
+                let defaults = self.meta.key_defaults(&segments);
+                let Some(element_keys) = items.iter().map(|i| element_key(i, &keys, defaults)).collect::<Option<Vec<PathElement>>>() else {
                     return (ListKind::Atomic, Vec::new());
                 };
                 let mut seen = HashSet::with_capacity(element_keys.len());

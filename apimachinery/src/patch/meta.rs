@@ -30,10 +30,16 @@ pub trait PatchMeta: Send + Sync {
     fn retain_keys(&self, _path: &[&str]) -> bool {
         false
     }
+    /// The defaults of the key fields of the associative list at `path` (the
+    /// `+default` markers of k8s.io/api), which server-side apply uses for an item
+    /// that leaves a key field out.
+    fn key_defaults(&self, _path: &[&str]) -> &'static [(&'static str, &'static str)] {
+        &[]
+    }
 }
 
 /// Metadata lists that every object shares, whatever its kind.
-fn metadata_list(path: &[&str]) -> Option<ListStrategy> {
+pub fn metadata_list(path: &[&str]) -> Option<ListStrategy> {
     match path {
         ["metadata", "finalizers"] => Some(ListStrategy::Set),
         ["metadata", "ownerReferences"] => Some(ListStrategy::Map(vec!["uid".into()])),

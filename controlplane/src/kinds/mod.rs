@@ -21,23 +21,32 @@ use crate::error::{ApiError, Cause};
 use crate::objmeta::NameRule;
 use crate::patch::meta::{BuiltinPatchMeta, PatchMeta};
 
+mod autoscaling;
 mod config;
 mod crd;
 pub mod custom;
 mod event;
 mod namespace;
+mod networking;
 mod other;
 mod pod;
+mod policy;
 mod print;
+mod rules;
+mod service;
 mod workload;
 
+pub use autoscaling::{HorizontalPodAutoscaler, HorizontalPodAutoscalerV1};
 pub use config::{ConfigMap, Secret, MAX_DATA_SIZE};
 pub use crd::CustomResourceDefinition;
 pub use custom::{CustomDef, CustomResource, PrinterColumn};
 pub use event::{event_from_v1, event_to_v1, Event, EventV1};
 pub use namespace::Namespace;
+pub use networking::{Ingress, NetworkPolicy};
 pub use other::{ClusterRole, ClusterRoleBinding, Lease, Node, ServiceAccount};
 pub use pod::Pod;
+pub use policy::PodDisruptionBudget;
+pub use service::Service;
 pub use workload::{Deployment, ReplicaSet};
 
 /// The outcome of decoding an object.
