@@ -4,8 +4,7 @@
 use std::path::Path;
 
 use anyhow::Context;
-use controlplane::server::{self, ServerConfig};
-use test_clusters::sim::Simulator;
+use test_clusters::local::LocalCluster;
 
 use crate::cli::SimClusterArgs;
 
@@ -28,13 +27,9 @@ pub async fn run(data_dir: &Path, args: SimClusterArgs) -> anyhow::Result<()> {
     let state_dir = data_dir.join("clusters").join(&name);
     controlplane::fsutil::create_private_dir(&state_dir).with_context(|| format!("creating {}", state_dir.display()))?;
     let kubeconfig = data_dir.join(format!("{name}.kubeconfig"));
-    let srv =
-        server::start(ServerConfig::physical_cluster(&name, &state_dir, kubeconfig, args.listen), prometheus::Registry::new()).await?;
-    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    let nodes: i64 = def.node_groups.iter().map(|g| i64::from(g.count)).sum();
-    let simulator = Simulator::new(def);
-    test_clusters::driver::register_nodes(&srv.api, &simulator).await?;
-    let sim = tokio::spawn(test_clusters::driver::run(srv.api.clone(), simulator, stop_rx));
+    let nodes = def.node_count();
+    let cluster = LocalCluster::start(def, &state_dir, kubeconfig, args.listen).await?;
+    let srv = cluster.server();
     println!("simulated cluster {name} serving on {} ({nodes} nodes)", controlplane::kubeconfig::server_url(srv.addr));
     println!("kubeconfig: {}", srv.kubeconfig.display());
     println!("try: kubectl --kubeconfig {} get nodes", srv.kubeconfig.display());
@@ -43,8 +38,6 @@ pub async fn run(data_dir: &Path, args: SimClusterArgs) -> anyhow::Result<()> {
     super::shutdown_signal().await;
     super::sims::remove_pid(data_dir, &name);
     tracing::info!(cluster = %name, "shutting down");
-    let _ = stop_tx.send(true);
-    let _ = sim.await;
-    srv.shutdown().await?;
+    cluster.shutdown().await?;
     Ok(())
 }

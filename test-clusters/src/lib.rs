@@ -6,11 +6,18 @@
 //!   replicaset controllers, kube-scheduler and the kubelet would do, taking typed objects in
 //!   and returning [`sim::Action`]s out. It performs no I/O; a driver applies the actions
 //!   through a Kubernetes API.
+//! - [`local`] serves one simulated cluster from this process: an API server with the
+//!   [`driver`] applying the simulator's actions to it.
+//! - `harness` (feature `harness`, for tests only) runs a control plane and simulated
+//!   clusters in the test's process, for in-process tests of the controllers.
 #![warn(missing_docs)]
 
 pub mod config;
 pub mod driver;
 pub mod duration;
+#[cfg(feature = "harness")]
+pub mod harness;
+pub mod local;
 /// Resource quantities, shared with the scheduler and the syncer.
 pub use placement_api::quantity;
 pub mod sim;

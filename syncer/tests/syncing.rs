@@ -1,0 +1,243 @@
+//! The push-mode syncer against a real control plane and a simulated cluster, all in
+//! the test's process: started as `flotilla start` starts it, from a SyncTarget and its
+//! kubeconfig Secret, it copies an assigned Deployment down, reports the copy's status
+//! up (which the status aggregator sums into the workspace's Deployment), and removes
+//! the copy when the Deployment is deleted or unassigned. Each test writes the
+//! assignment itself, as the scheduler writes it: the WorkloadPlacement with the
+//! cluster's share, then the `state.workload.flotilla.io/<cluster>: Sync` label on the
+//! Deployment. Everything is read through kube-rs over HTTPS.
+//!
+//! The end-to-end tests of `tests/syncer_push.rs` cover the same ground through the
+//! `flotilla` binary, processes and kubectl; these take seconds, and fail with what
+//! they saw.
+
+use std::time::Duration;
+
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::Namespace;
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::ResourceExt;
+use placement_api::{WorkloadPlacement, CONDITION_AVAILABLE, SYNCED_GENERATION_ANNOTATION, SYNC_TARGET_LABEL, UPSTREAM_ANNOTATION};
+use runtime::AbortOnDrop;
+use serde_json::json;
+use test_clusters::harness::{deployment, wait_until, ControlPlane, SimCluster, DEADLINE};
+
+/// The product's heartbeat: no scheduler runs here, so nothing waits on one.
+const HEARTBEAT: Duration = Duration::from_secs(2);
+/// The product's resync: nothing here may need one to happen.
+const RESYNC: Duration = Duration::from_secs(30);
+/// The workspace the Deployments are applied to.
+const WS: &str = "demo";
+/// Two nodes of four cores; pods turn Ready 100 ms after they are bound.
+const EAST: &str = "name: east\nnodes: [{count: 2, cpu: \"4\", memory: 16Gi}]\nstartupDelay: 100ms\n";
+
+/// A control plane with workspace `demo`, the simulated cluster `east` registered in
+/// push mode, and the push-mode syncers and the status aggregator running; no
+/// scheduler. The controllers stop when what is returned is dropped.
+async fn fleet() -> (ControlPlane, SimCluster, Vec<AbortOnDrop<()>>) {
+    let east = SimCluster::start(EAST).await;
+    let cp = ControlPlane::start().await;
+    cp.register(&east).await;
+    cp.create_workspace(WS).await;
+    let controllers = vec![
+        AbortOnDrop(tokio::spawn(syncer::push::run(
+            cp.in_process(),
+            syncer::push::Options { heartbeat_interval: HEARTBEAT, resync: RESYNC },
+        ))),
+        AbortOnDrop(tokio::spawn(workspace_controllers::aggregate::run(cp.in_process(), RESYNC))),
+    ];
+    (cp, east, controllers)
+}
+
+fn deployments(cp: &ControlPlane) -> Api<Deployment> {
+    Api::namespaced(cp.client(WS), "default")
+}
+
+/// Creates the Deployment `name` in `demo/default`, assigned to `east` with all its
+/// replicas, in the order the scheduler writes it: the WorkloadPlacement first, so a
+/// syncer that sees the label also finds its share.
+async fn assign(cp: &ControlPlane, name: &str, replicas: i32) {
+    let label = placement_api::sync_state_label("east");
+    let wp: WorkloadPlacement = serde_json::from_value(json!({
+        "apiVersion": "scheduling.flotilla.io/v1alpha1",
+        "kind": "WorkloadPlacement",
+        "metadata": {"name": name, "labels": {&label: "Sync"}},
+        "spec": {
+            "workload": {"apiVersion": "apps/v1", "kind": "Deployment", "name": name},
+            "placement": "default",
+            "clusters": [{"name": "east", "replicas": replicas}],
+        },
+    }))
+    .expect("a valid WorkloadPlacement");
+    Api::<WorkloadPlacement>::namespaced(cp.client(WS), "default").create(&PostParams::default(), &wp).await.unwrap();
+    let mut d = deployment(name, replicas, "100m");
+    d.labels_mut().insert(label, "Sync".into());
+    deployments(cp).create(&PostParams::default(), &d).await.unwrap();
+}
+
+/// Waits until the copy of `name` on `east` passes `ok`, and returns it.
+async fn wait_copy(east: &SimCluster, name: &str, what: &str, ok: impl Fn(&Deployment) -> bool) -> Deployment {
+    wait_until(&format!("the copy of {name} {what}"), DEADLINE, || async {
+        let copy = east.copy(name).await?.ok_or("no copy yet")?;
+        if ok(&copy) {
+            Ok(copy)
+        } else {
+            Err(format!("{:?} {:?}", copy.metadata.annotations, copy.spec))
+        }
+    })
+    .await
+}
+
+/// The copy's first container image.
+fn image(d: &Deployment) -> Option<&str> {
+    d.spec.as_ref()?.template.spec.as_ref()?.containers.first()?.image.as_deref()
+}
+
+/// Waits until the WorkloadPlacement of `name` has one entry in its status, the
+/// cluster's report on its copy, and it reads `want`: the cluster, the replicas
+/// (all, updated, ready, available), the generation synced, and whether the copy has
+/// observed it.
+async fn wait_reported(cp: &ControlPlane, name: &str, want: &str) {
+    let placements: Api<WorkloadPlacement> = Api::namespaced(cp.client(WS), "default");
+    wait_until(&format!("the report on {name}'s copy: {want}"), DEADLINE, || async {
+        let wp = placements.get(name).await.map_err(|e| e.to_string())?;
+        let entries = wp.status.map(|s| s.clusters).unwrap_or_default();
+        let seen: Vec<String> = entries
+            .iter()
+            .map(|c| {
+                let counts = (c.replicas, c.updated_replicas, c.ready_replicas, c.available_replicas);
+                format!("{} {counts:?} generation {} observed {}", c.name, c.synced_generation, c.observed)
+            })
+            .collect();
+        if seen == [want] {
+            Ok(())
+        } else {
+            Err(format!("{seen:?}"))
+        }
+    })
+    .await;
+}
+
+/// Waits until the status of the workload `name` upstream reads `want`: observed
+/// generation, replicas, updated, ready, available, and the `Available` condition.
+async fn wait_upstream_status(cp: &ControlPlane, name: &str, want: &str) {
+    wait_until(&format!("{name}'s status upstream: {want}"), DEADLINE, || async {
+        let d = deployments(cp).get(name).await.map_err(|e| e.to_string())?;
+        let s = d.status.unwrap_or_default();
+        let available = s.conditions.iter().flatten().find(|c| c.type_ == CONDITION_AVAILABLE).map(|c| c.status.clone());
+        let seen = format!(
+            "observedGeneration={:?} replicas={:?} updated={:?} ready={:?} available={:?} Available={:?}",
+            s.observed_generation, s.replicas, s.updated_replicas, s.ready_replicas, s.available_replicas, available
+        );
+        if seen == want {
+            Ok(())
+        } else {
+            Err(seen)
+        }
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_assigned_deployment_runs_downstream_and_its_status_comes_back_up() {
+    let (cp, east, _controllers) = fleet().await;
+    assign(&cp, "web", 3).await;
+
+    // Down: one copy, in the namespace hashed from demo/default, with the share and
+    // the marks that lead back upstream, and none of the upstream's own.
+    let copy = wait_copy(&east, "web", "with 3 replicas", |c| c.spec.as_ref().and_then(|s| s.replicas) == Some(3)).await;
+    let ns = copy.namespace().unwrap_or_default();
+    assert!(ns.starts_with("flotilla-") && ns.len() == "flotilla-".len() + 12, "a hashed namespace: {ns}");
+    let annotation = |key: &str| copy.annotations().get(key).cloned();
+    assert_eq!(annotation(UPSTREAM_ANNOTATION).as_deref(), Some("demo/default/web"));
+    assert_eq!(annotation(SYNCED_GENERATION_ANNOTATION).as_deref(), Some("1"));
+    assert_eq!(copy.labels().get(SYNC_TARGET_LABEL).map(String::as_str), Some("east"));
+    assert!(!copy.labels().keys().any(|k| k.starts_with(placement_api::SYNC_STATE_LABEL_PREFIX)), "{:?}", copy.labels());
+    assert!(copy.finalizers().is_empty(), "{:?}", copy.finalizers());
+    let locator = Api::<Namespace>::all(east.client()).get(&ns).await.unwrap();
+    assert_eq!(
+        locator.annotations().get(placement_api::NAMESPACE_LOCATOR_ANNOTATION).map(String::as_str),
+        Some(r#"{"workspace":"demo","namespace":"default"}"#)
+    );
+    // The upstream Deployment waits for this cluster's copy to go before it can go.
+    let finalizers = deployments(&cp).get("web").await.unwrap().finalizers().to_vec();
+    assert_eq!(finalizers, [placement_api::syncer_finalizer("east")]);
+
+    // Up: the cluster's entry, then the Deployment's status summed from it.
+    wait_reported(&cp, "web", "east (3, 3, 3, 3) generation 1 observed true").await;
+    let rolled_out = |generation: i64| {
+        format!("observedGeneration=Some({generation}) replicas=Some(3) updated=Some(3) ready=Some(3) available=Some(3) Available=Some(\"True\")")
+    };
+    wait_upstream_status(&cp, "web", &rolled_out(1)).await;
+
+    // A new template goes down as a new generation and rolls out, and the status
+    // upstream says so only once the cluster has observed it.
+    let new_image = json!({"spec": {"template": {"spec": {"containers": [{"name": "app", "image": "nginx:1.28"}]}}}});
+    deployments(&cp).patch("web", &PatchParams::default(), &Patch::Strategic(new_image)).await.unwrap();
+    wait_copy(&east, "web", "running nginx:1.28 from generation 2", |c| {
+        image(c) == Some("nginx:1.28") && c.annotations().get(SYNCED_GENERATION_ANNOTATION).map(String::as_str) == Some("2")
+    })
+    .await;
+    wait_upstream_status(&cp, "web", &rolled_out(2)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deleting_or_unassigning_upstream_removes_the_copy_downstream() {
+    let (cp, east, _controllers) = fleet().await;
+    assign(&cp, "gone", 1).await;
+    assign(&cp, "moved", 1).await;
+    // Both run, as reported: the syncer reports from its watch of the copies, so it
+    // knows them. (It decides from that watch whether it has a copy to delete; a copy
+    // it has applied but not yet seen there is taken for none, its finalizer released
+    // at once, and the copy deleted only a moment later, as an orphan.)
+    for name in ["gone", "moved"] {
+        wait_reported(&cp, name, "east (1, 1, 1, 1) generation 1 observed true").await;
+        let fins = deployments(&cp).get(name).await.unwrap().finalizers().to_vec();
+        assert_eq!(fins, [placement_api::syncer_finalizer("east")], "{name} is held for east's copy");
+    }
+
+    // Deleted upstream: the syncer deletes its copy, then lets the Deployment go. (The
+    // control plane answers a delete that races another write of the object, the
+    // status aggregator's say, with 409 Conflict, where kube-apiserver tries again
+    // itself; so the test tries again.)
+    wait_until("gone's deletion accepted", DEADLINE, || async {
+        deployments(&cp).delete("gone", &DeleteParams::default()).await.map(|_| ()).map_err(|e| e.to_string())
+    })
+    .await;
+    wait_until("gone deleted upstream", DEADLINE, || async {
+        match deployments(&cp).get_opt("gone").await {
+            Ok(None) => Ok(()),
+            Ok(Some(d)) => Err(format!("still there, finalizers {:?}", d.finalizers())),
+            Err(e) => Err(e.to_string()),
+        }
+    })
+    .await;
+    let left = east.copy("gone").await.unwrap().map(|c| c.name_any());
+    assert_eq!(left, None, "the copy outlived its upstream");
+
+    // Unassigned (the label removed): the copy goes, and the finalizer with it.
+    let unlabel = json!({"metadata": {"labels": {placement_api::sync_state_label("east"): null}}});
+    deployments(&cp).patch("moved", &PatchParams::default(), &Patch::Merge(unlabel)).await.unwrap();
+    wait_until("moved's copy removed and its finalizer released", DEADLINE, || async {
+        let copy = east.copy("moved").await?.map(|c| c.name_any());
+        let fins = deployments(&cp).get("moved").await.map_err(|e| e.to_string())?.finalizers().to_vec();
+        if copy.is_none() && fins.is_empty() {
+            Ok(())
+        } else {
+            Err(format!("copy {copy:?}, finalizers {fins:?}"))
+        }
+    })
+    .await;
+
+    // Nothing of ours is left downstream, not even the namespace.
+    wait_until("the emptied namespace removed", DEADLINE, || async {
+        let lp = ListParams::default().labels(&format!("{SYNC_TARGET_LABEL}=east"));
+        let left = Api::<Namespace>::all(east.client()).list(&lp).await.map_err(|e| e.to_string())?;
+        if left.items.is_empty() {
+            Ok(())
+        } else {
+            Err(format!("{:?}", left.items.iter().map(|n| n.name_any()).collect::<Vec<_>>()))
+        }
+    })
+    .await;
+}

@@ -1,0 +1,52 @@
+//! One simulated cluster served by this process: the control plane's server as a single
+//! logical cluster, with the [`Simulator`] driving its nodes, pods and Deployment status
+//! through that server's admission path ([`driver`]).
+//!
+//! `flotilla sim-cluster` runs one as its own process; the in-process tests
+//! ([`crate::harness`], feature `harness`) run several beside a control plane.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use controlplane::server::{self, Server, ServerConfig};
+use tokio::sync::watch;
+
+use crate::driver;
+use crate::sim::Simulator;
+use crate::ClusterDef;
+
+/// A running simulated cluster.
+pub struct LocalCluster {
+    server: Server,
+    stop: watch::Sender<bool>,
+    simulation: tokio::task::JoinHandle<()>,
+}
+
+impl LocalCluster {
+    /// Starts the cluster `def` on `listen`, with its state in `state_dir` and its
+    /// kind-shaped kubeconfig written to `kubeconfig`. A restart on the same state dir
+    /// is the same cluster, with its workloads. The nodes of the definition are
+    /// registered before it returns, so a cluster announced as ready has them.
+    pub async fn start(def: ClusterDef, state_dir: &Path, kubeconfig: PathBuf, listen: SocketAddr) -> anyhow::Result<Self> {
+        let config = ServerConfig::physical_cluster(&def.name, state_dir, kubeconfig, listen);
+        let server = server::start(config, prometheus::Registry::new()).await?;
+        let simulator = Simulator::new(def);
+        driver::register_nodes(&server.api, &simulator).await?;
+        let (stop, stopped) = watch::channel(false);
+        let simulation = tokio::spawn(driver::run(server.api.clone(), simulator, stopped));
+        Ok(LocalCluster { server, stop, simulation })
+    }
+
+    /// The cluster's API server: its address and its admin kubeconfig.
+    pub fn server(&self) -> &Server {
+        &self.server
+    }
+
+    /// Stops the simulation, then the server, so that nothing writes to the store after
+    /// it has closed.
+    pub async fn shutdown(self) -> anyhow::Result<()> {
+        let _ = self.stop.send(true);
+        let _ = self.simulation.await;
+        self.server.shutdown().await
+    }
+}
