@@ -21,6 +21,11 @@ pub use placement_api::keys::CLUSTER_ANNOTATION;
 /// answering 409, matching the apiserver's patcher retry budget.
 const PATCH_RETRIES: usize = 5;
 
+/// How many times a delete is tried again after another write of its object landed
+/// first. kube-apiserver retries without a bound; this one is far above what any
+/// writer but a tight loop against the same object causes.
+const DELETE_RETRIES: usize = 100;
+
 /// `fieldValidation` query parameter.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum FieldValidation {
@@ -820,6 +825,24 @@ impl Api {
         if scope.wildcard() {
             return Err(ApiError::method_not_allowed("writes are not allowed through the wildcard workspace; use /clusters/<workspace>"));
         }
+        // A write that lands between the read and the delete is no reason to refuse the
+        // delete: it is tried again from the new state, as kube-apiserver's storage
+        // retries its conditional delete. A precondition the new state fails still
+        // answers 409, and so does an object written faster than it can be deleted.
+        let mut attempt = 0;
+        loop {
+            match self.delete_once(scope, name, opts).await {
+                Err(e) if e.reason == "Conflict" && attempt < DELETE_RETRIES && !e.message.starts_with("Precondition failed") => {
+                    attempt += 1;
+                    tokio::task::yield_now().await;
+                }
+                other => return other,
+            }
+        }
+    }
+
+    /// One attempt of [`Api::delete`], from the stored state it reads.
+    async fn delete_once(&self, scope: &Scope, name: &str, opts: &DeleteOptions) -> Result<Value, ApiError> {
         let current = self.entry(scope, name)?;
         let obj = &*current.value;
         if let Some(uid) = &opts.uid {

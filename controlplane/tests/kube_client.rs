@@ -1209,3 +1209,49 @@ async fn paginated_list_pages_are_one_consistent_snapshot() {
          the snapshot at {list_rv} is [p-2 (v=orig), p-3 (v=orig)], with no item newer than {list_rv}"
     );
 }
+
+/// A delete that races other writes of its object is carried out, never answered 409:
+/// the server tries it again from the new state, as kube-apiserver's storage does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_delete_racing_other_writes_is_never_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let srv = start(dir.path()).await;
+    let client = root_client(&srv).await;
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
+    for round in 0..20 {
+        let name = format!("raced-{round}");
+        cms.create(&PostParams::default(), &configmap(&name, &[], &[("n", "0")])).await.unwrap();
+        // Writers that patch the object as fast as they can until it is gone.
+        let written = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let writers: Vec<_> = (0..3)
+            .map(|w| {
+                let (cms, name, written) = (cms.clone(), name.clone(), written.clone());
+                tokio::spawn(async move {
+                    for i in 0.. {
+                        let patch = json!({"data": {format!("w{w}"): i.to_string()}});
+                        if cms.patch(&name, &PatchParams::default(), &Patch::Merge(&patch)).await.is_err() {
+                            return;
+                        }
+                        written.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    }
+                })
+            })
+            .collect();
+        wait_until("the writers to be writing", DEADLINE, || {
+            let n = written.load(std::sync::atomic::Ordering::Relaxed);
+            async move {
+                if n >= 3 {
+                    Ok(())
+                } else {
+                    Err(format!("{n} writes"))
+                }
+            }
+        })
+        .await;
+        let deleted = cms.delete(&name, &DeleteParams::default()).await;
+        assert!(deleted.is_ok(), "round {round}: the delete was refused: {deleted:?}");
+        for w in writers {
+            w.await.unwrap();
+        }
+    }
+}

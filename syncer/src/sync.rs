@@ -873,12 +873,25 @@ impl Syncer {
     }
 
     async fn clean_up_deleted(&self, key: &Key, d: &Deployment, has_copy: bool) -> Result<Next, Error> {
+        // The watch of the copies can be a few milliseconds behind this syncer's own
+        // writes: a copy applied just before the deletion may not be in it yet. The
+        // finalizer goes only once the cluster itself says there is no copy (unless it
+        // does not answer: the finalizer never waits for an unreachable cluster).
+        let has_copy = has_copy || (self.reach.unreachable().is_none() && self.copy_exists(key).await?);
         if has_copy {
             self.delete_copy(key, true).await?;
             // The copy's DELETED event queues this key again.
             return Ok(Next::Done);
         }
         self.release_finalizer(key, d).await
+    }
+
+    /// Whether the cluster holds a copy of `key`, read from the cluster, not the watch.
+    async fn copy_exists(&self, key: &Key) -> Result<bool, Error> {
+        match self.copy_api(key).get_metadata_opt(&key.name).await {
+            Ok(found) => Ok(found.is_some()),
+            Err(e) => Err(downstream(format!("reading {} {}/{}", key.kind.name(), transform::downstream_namespace(key), key.name))(e)),
+        }
     }
 
     async fn clean_up_unassigned(&self, key: &Key, has_copy: bool) -> Result<Next, Error> {

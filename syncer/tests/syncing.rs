@@ -186,24 +186,19 @@ async fn deleting_or_unassigning_upstream_removes_the_copy_downstream() {
     let (cp, east, _controllers) = fleet().await;
     assign(&cp, "gone", 1).await;
     assign(&cp, "moved", 1).await;
-    // Both run, as reported: the syncer reports from its watch of the copies, so it
-    // knows them. (It decides from that watch whether it has a copy to delete; a copy
-    // it has applied but not yet seen there is taken for none, its finalizer released
-    // at once, and the copy deleted only a moment later, as an orphan.)
-    for name in ["gone", "moved"] {
-        wait_reported(&cp, name, "east (1, 1, 1, 1) generation 1 observed true").await;
-        let fins = deployments(&cp).get(name).await.unwrap().finalizers().to_vec();
-        assert_eq!(fins, [placement_api::syncer_finalizer("east")], "{name} is held for east's copy");
-    }
-
-    // Deleted upstream: the syncer deletes its copy, then lets the Deployment go. (The
-    // control plane answers a delete that races another write of the object, the
-    // status aggregator's say, with 409 Conflict, where kube-apiserver tries again
-    // itself; so the test tries again.)
-    wait_until("gone's deletion accepted", DEADLINE, || async {
-        deployments(&cp).delete("gone", &DeleteParams::default()).await.map(|_| ()).map_err(|e| e.to_string())
+    // "gone" is deleted as soon as the syncer holds it, while its copy is being made
+    // and before the syncer's own watch of the copies may have seen it: the finalizer
+    // must still wait for the copy to go.
+    wait_until("gone held for east's copy", DEADLINE, || async {
+        let fins = deployments(&cp).get("gone").await.map_err(|e| e.to_string())?.finalizers().to_vec();
+        if fins == [placement_api::syncer_finalizer("east")] {
+            Ok(())
+        } else {
+            Err(format!("finalizers {fins:?}"))
+        }
     })
     .await;
+    deployments(&cp).delete("gone", &DeleteParams::default()).await.expect("a delete is accepted, even racing other writes");
     wait_until("gone deleted upstream", DEADLINE, || async {
         match deployments(&cp).get_opt("gone").await {
             Ok(None) => Ok(()),
@@ -215,7 +210,8 @@ async fn deleting_or_unassigning_upstream_removes_the_copy_downstream() {
     let left = east.copy("gone").await.unwrap().map(|c| c.name_any());
     assert_eq!(left, None, "the copy outlived its upstream");
 
-    // Unassigned (the label removed): the copy goes, and the finalizer with it.
+    // Unassigned (the label removed), once it runs: the copy goes, and the finalizer with it.
+    wait_reported(&cp, "moved", "east (1, 1, 1, 1) generation 1 observed true").await;
     let unlabel = json!({"metadata": {"labels": {placement_api::sync_state_label("east"): null}}});
     deployments(&cp).patch("moved", &PatchParams::default(), &Patch::Merge(unlabel)).await.unwrap();
     wait_until("moved's copy removed and its finalizer released", DEADLINE, || async {
