@@ -238,7 +238,7 @@ fn rt(
 }
 
 /// Every built-in resource type of a profile. Workspaces never run anything, so only
-/// a physical cluster serves nodes, pods and replicasets.
+/// a physical cluster serves nodes and pods.
 pub fn builtin_types(profile: Profile) -> Vec<ResourceType> {
     let mut types = workspace_types();
     if profile == Profile::PhysicalCluster {
@@ -247,18 +247,12 @@ pub fn builtin_types(profile: Profile) -> Vec<ResourceType> {
         let mut pod = rt("", "v1", "Pod", "pods", true, &["po"], kinds::Pod);
         pod.status = true;
         pod.categories = vec!["all".into()];
-        let mut rs = rt("apps", "v1", "ReplicaSet", "replicasets", true, &["rs"], kinds::ReplicaSet);
-        rs.status = true;
-        rs.categories = vec!["all".into()];
-        rs.scale =
-            Some(ScalePaths { spec_replicas: ".spec.replicas".into(), status_replicas: ".status.replicas".into(), label_selector: None });
         // A pull-mode syncer's manifest carries RBAC objects; a simulated cluster
         // stores them (and kubectl applies them) but authorizes by token alone.
         let rbac = "rbac.authorization.k8s.io";
         types.extend([
             node,
             pod,
-            rs,
             rt(rbac, "v1", "ClusterRole", "clusterroles", false, &[], kinds::ClusterRole),
             rt(rbac, "v1", "ClusterRoleBinding", "clusterrolebindings", false, &[], kinds::ClusterRoleBinding),
         ]);
@@ -293,6 +287,12 @@ fn workspace_types() -> Vec<ResourceType> {
     ingress.status = true;
     let mut pdb = rt("policy", "v1", "PodDisruptionBudget", "poddisruptionbudgets", true, &["pdb"], kinds::PodDisruptionBudget);
     pdb.status = true;
+    // A Deployment's rollout history: in a workspace, kept by the revisions controller.
+    let mut rs = rt("apps", "v1", "ReplicaSet", "replicasets", true, &["rs"], kinds::ReplicaSet);
+    rs.status = true;
+    rs.categories = vec!["all".into()];
+    rs.scale =
+        Some(ScalePaths { spec_replicas: ".spec.replicas".into(), status_replicas: ".status.replicas".into(), label_selector: None });
     fn hpa(version: &str, strategy: impl Strategy + 'static) -> ResourceType {
         let mut t = rt("autoscaling", version, "HorizontalPodAutoscaler", "horizontalpodautoscalers", true, &["hpa"], strategy);
         t.status = true;
@@ -307,6 +307,7 @@ fn workspace_types() -> Vec<ResourceType> {
         rt("", "v1", "Event", "events", true, &["ev"], kinds::Event),
         rt("events.k8s.io", "v1", "Event", "events", true, &["ev"], kinds::EventV1),
         deploy,
+        rs,
         rt("coordination.k8s.io", "v1", "Lease", "leases", true, &[], kinds::Lease),
         crd,
         service,
