@@ -11,6 +11,10 @@ pub use apimachinery::selector::SelectorError;
 
 /// A typed `metav1.LabelSelector`, checked and ready to match many label sets.
 pub fn compile(selector: &LabelSelector) -> Result<apimachinery::selector::LabelSelector, SelectorError> {
+    // Most Placements select every cluster; that needs no conversion.
+    if is_empty(selector) {
+        return Ok(apimachinery::selector::LabelSelector::everything());
+    }
     let value = serde_json::to_value(selector).map_err(|e| SelectorError::InvalidLabelSelector(e.to_string()))?;
     apimachinery::selector::LabelSelector::from_label_selector(&value)
 }

@@ -20,6 +20,8 @@
 //! unique, but not the hash a cluster computes from its Go structures, which nothing
 //! compares.
 
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
@@ -262,6 +264,20 @@ pub fn plan(d: &Deployment, owned: &[&ReplicaSet], taken: impl Fn(&str) -> bool)
     actions
 }
 
+/// A digest of everything [`plan`] reads: the Deployment's identity, spec, annotations
+/// and replica counts, and each owned ReplicaSet's version.
+fn fingerprint(d: &Deployment, owned: &[&ReplicaSet]) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    (&d.metadata.uid, d.metadata.generation, &d.metadata.annotations).hash(&mut h);
+    serde_json::to_string(&d.spec).unwrap_or_default().hash(&mut h);
+    d.status.as_ref().map(|s| (s.replicas, s.ready_replicas, s.available_replicas)).hash(&mut h);
+    for rs in owned {
+        (&rs.metadata.name, &rs.metadata.resource_version).hash(&mut h);
+    }
+    h.finish()
+}
+
 /// Whether `rs` is controlled by the Deployment with `uid`.
 fn controlled_by(rs: &ReplicaSet, uid: &str) -> bool {
     rs.metadata.owner_references.iter().flatten().any(|o| o.controller == Some(true) && o.uid == uid)
@@ -296,6 +312,7 @@ pub async fn run(base: Client, resync: Duration) {
             tx.clone(),
             "replicasets",
         );
+        let settled: Arc<Mutex<HashMap<Key, u64>>> = Arc::default();
         let d = deployments.clone();
         let _resync = runtime::AbortOnDrop(tokio::spawn(async move {
             let mut tick = tokio::time::interval(resync);
@@ -308,23 +325,44 @@ pub async fn run(base: Client, resync: Duration) {
         }));
         queue::run(rx, 4, |key| {
             let d = deployments.get(&key);
-            let replicasets = replicasets.clone();
+            let (replicasets, settled) = (replicasets.clone(), settled.clone());
             let base = base.clone();
             let span = tracing::info_span!("revisions", object = %key);
             async move {
-                let Some(d) = d else { return Ok::<_, Failed>(Next::Done) };
+                let Some(d) = d else {
+                    settled.lock().unwrap_or_else(|e| e.into_inner()).remove(&key);
+                    return Ok::<_, Failed>(Next::Done);
+                };
                 // Until the first list, a missing ReplicaSet may only be unseen yet.
                 if !replicasets.synced() {
                     return Ok(Next::After(Duration::from_millis(200)));
                 }
                 let uid = d.metadata.uid.clone().unwrap_or_default();
-                let here = |k: &ObjKey| k.workspace == key.workspace && k.namespace == key.namespace;
-                let in_namespace = replicasets.entries_where(|k, _| here(k));
-                let names: Vec<String> = in_namespace.iter().map(|k| k.name.clone()).collect();
-                let owned: Vec<_> = in_namespace.iter().filter_map(|k| replicasets.get(k)).filter(|rs| controlled_by(rs, &uid)).collect();
-                let owned_refs: Vec<&ReplicaSet> = owned.iter().map(|rs| &**rs).collect();
-                let actions = plan(&d, &owned_refs, |n| names.iter().any(|t| t == n));
-                apply(&base, &key, actions).await
+                // A Deployment's ReplicaSets are named after it: only those are looked
+                // at, so a pass costs the same however many share the namespace.
+                let prefix = format!("{}-", key.name);
+                let mine = |k: &ObjKey| k.name.starts_with(&prefix) && k.namespace == key.namespace && k.workspace == key.workspace;
+                let owned: Vec<_> = replicasets.values_where(mine).into_iter().filter(|rs| controlled_by(rs, &uid)).collect();
+                let mut owned_refs: Vec<&ReplicaSet> = owned.iter().map(|rs| &**rs).collect();
+                owned_refs.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
+                let taken = |n: &str| replicasets.get(&ObjKey::new(&key.workspace, &key.namespace, n)).is_some();
+                // Most events (labels, finalizers, the cluster's reports) change nothing
+                // a pass reads: those that leave its inputs as a settled pass saw them
+                // are skipped.
+                let inputs = fingerprint(&d, &owned_refs);
+                if settled.lock().unwrap_or_else(|e| e.into_inner()).get(&key) == Some(&inputs) {
+                    return Ok(Next::Done);
+                }
+                let actions = plan(&d, &owned_refs, taken);
+                let quiet = actions.is_empty();
+                let next = apply(&base, &key, actions).await?;
+                let mut settled = settled.lock().unwrap_or_else(|e| e.into_inner());
+                if quiet {
+                    settled.insert(key, inputs);
+                } else {
+                    settled.remove(&key);
+                }
+                Ok(next)
             }
             .instrument(span)
         })
