@@ -121,9 +121,16 @@ fn an_app_manifest_applies_and_prints_as_on_a_cluster() {
         assert!(all.lines().any(|l| l == name), "{name} missing from `get all`:\n{all}");
     }
     // The defaults kube-apiserver fills.
-    let spec = f.k(&["get", "svc", "web", "-o", "jsonpath={.spec.sessionAffinity}/{.spec.externalTrafficPolicy}/{.spec.allocateLoadBalancerNodePorts}/{.spec.ports[0].protocol}"]);
+    let spec = f.k(&[
+        "get",
+        "svc",
+        "web",
+        "-o",
+        "jsonpath={.spec.sessionAffinity}/{.spec.externalTrafficPolicy}/{.spec.allocateLoadBalancerNodePorts}/{.spec.ports[0].protocol}",
+    ]);
     assert_eq!(spec, "None/Cluster/true/TCP");
-    let types = f.k(&["get", "netpol", "web", "-o", "jsonpath={.spec.policyTypes}/{.spec.ingress[0].ports[0].protocol}/{.metadata.generation}"]);
+    let types =
+        f.k(&["get", "netpol", "web", "-o", "jsonpath={.spec.policyTypes}/{.spec.ingress[0].ports[0].protocol}/{.metadata.generation}"]);
     assert_eq!(types, r#"["Ingress"]/TCP/1"#);
     // Field selectors kubectl and kube-proxy use on Services.
     let lbs = f.k(&["get", "svc", "--field-selector", "spec.type=LoadBalancer", "-o", "name"]);
@@ -139,7 +146,9 @@ fn service_ports_merge_by_port_through_apply_patch_edit_and_server_side_apply() 
     // Client-side apply: a strategic merge patch keyed by port.
     let changed = APP.replace("targetPort: 8443", "targetPort: 9443");
     assert!(f.apply(&[], &changed).contains("service/web configured"));
-    let ports = |f: &Flotilla| f.k(&["get", "svc", "web", "-o", r#"jsonpath={range .spec.ports[*]}{.name}:{.port}>{.targetPort}/{.protocol} {end}"#]);
+    let ports = |f: &Flotilla| {
+        f.k(&["get", "svc", "web", "-o", r#"jsonpath={range .spec.ports[*]}{.name}:{.port}>{.targetPort}/{.protocol} {end}"#])
+    };
     assert_eq!(ports(&f).trim(), "http:80>80/TCP https:443>9443/TCP");
     let patched = f.k(&["patch", "svc", "web", "-p", r#"{"spec":{"ports":[{"port":443,"targetPort":7443}]}}"#]);
     assert!(patched.contains("patched"), "{patched}");
@@ -176,12 +185,19 @@ fn kubectl_expose_create_and_autoscale_make_companions() {
     f.apply(&[], APP);
     // kubectl expose sends JSON; the create subcommands and autoscale send protobuf.
     assert!(f.k(&["expose", "deployment", "web", "--name=web2", "--port=8080", "--target-port=80"]).contains("service/web2 exposed"));
-    let exposed = f.k(&["get", "svc", "web2", "-o", "jsonpath={.spec.type} {.spec.selector.app} {.spec.ports[0].port}>{.spec.ports[0].targetPort}"]);
+    let exposed =
+        f.k(&["get", "svc", "web2", "-o", "jsonpath={.spec.type} {.spec.selector.app} {.spec.ports[0].port}>{.spec.ports[0].targetPort}"]);
     assert_eq!(exposed, "ClusterIP web 8080>80");
     assert!(f.k(&["create", "service", "nodeport", "np", "--tcp=5678:8080", "--node-port=30080"]).contains("service/np created"));
     assert_eq!(row(&f, &["svc", "np"])[..5], ["np", "NodePort", "<none>", "<none>", "5678:30080/TCP"]);
     assert!(f.k(&["create", "ingress", "shop", "--rule=shop.example.com/cart*=web:80", "--class=nginx"]).contains("created"));
-    let ing = f.k(&["get", "ing", "shop", "-o", "jsonpath={.spec.ingressClassName} {.spec.rules[0].http.paths[0].path} {.spec.rules[0].http.paths[0].pathType}"]);
+    let ing = f.k(&[
+        "get",
+        "ing",
+        "shop",
+        "-o",
+        "jsonpath={.spec.ingressClassName} {.spec.rules[0].http.paths[0].path} {.spec.rules[0].http.paths[0].pathType}",
+    ]);
     assert_eq!(ing, "nginx /cart Prefix");
     assert!(f.k(&["create", "pdb", "half", "--selector=app=web", "--max-unavailable=50%"]).contains("created"));
     assert_eq!(row(&f, &["pdb", "half"])[..4], ["half", "N/A", "50%", "0"]);
@@ -194,12 +210,13 @@ fn kubectl_expose_create_and_autoscale_make_companions() {
     assert_eq!(v1["spec"]["targetCPUUtilizationPercentage"], 70, "{v1}");
     // A v1 update keeps what only v2 can say.
     f.k(&["patch", "hpa", "auto", "--type=merge", "-p", r#"{"spec":{"behavior":{"scaleDown":{"stabilizationWindowSeconds":60}}}}"#]);
-    let put = f.kubectl_stdin(&["replace", "--raw", "/apis/autoscaling/v1/namespaces/default/horizontalpodautoscalers/auto", "-f", "-"], &{
-        let mut v1 = v1.clone();
-        v1["spec"]["maxReplicas"] = serde_json::json!(7);
-        v1["metadata"].as_object_mut().unwrap().remove("resourceVersion");
-        v1.to_string()
-    });
+    let put =
+        f.kubectl_stdin(&["replace", "--raw", "/apis/autoscaling/v1/namespaces/default/horizontalpodautoscalers/auto", "-f", "-"], &{
+            let mut v1 = v1.clone();
+            v1["spec"]["maxReplicas"] = serde_json::json!(7);
+            v1["metadata"].as_object_mut().unwrap().remove("resourceVersion");
+            v1.to_string()
+        });
     assert!(put.ok, "{put:?}");
     let v2 = f.k(&["get", "hpa", "auto", "-o", "jsonpath={.spec.maxReplicas} {.spec.behavior.scaleDown.stabilizationWindowSeconds} {.spec.metrics[0].resource.target.averageUtilization}"]);
     assert_eq!(v2, "7 60 70");

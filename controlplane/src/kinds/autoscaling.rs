@@ -112,7 +112,12 @@ impl Strategy for HorizontalPodAutoscaler {
             NAME,
             col("Reference", "string", 0, "scaleTargetRef points to the target resource to scale."),
             col("Targets", "string", 0, "metrics contains the specifications for which to use to calculate the desired replica count."),
-            col("MinPods", "string", 0, "minReplicas is the lower limit for the number of replicas to which the autoscaler can scale down."),
+            col(
+                "MinPods",
+                "string",
+                0,
+                "minReplicas is the lower limit for the number of replicas to which the autoscaler can scale down.",
+            ),
             col("MaxPods", "string", 0, "maxReplicas is the upper limit for the number of replicas to which the autoscaler can scale up."),
             col("Replicas", "string", 0, "currentReplicas is current number of replicas of pods managed by this autoscaler."),
             AGE,
@@ -164,7 +169,8 @@ fn targets(obj: &Value) -> String {
                     match target.get("averageValue") {
                         Some(avg) => format!("{name}: {}/{}", text(now("averageValue")), text(Some(avg))),
                         None => {
-                            let goal = target.get("averageUtilization").and_then(Value::as_i64).map_or("<auto>".into(), |p| format!("{p}%"));
+                            let goal =
+                                target.get("averageUtilization").and_then(Value::as_i64).map_or("<auto>".into(), |p| format!("{p}%"));
                             format!("{name}: {}/{goal}", percent(now("averageUtilization")))
                         }
                     }
@@ -197,11 +203,19 @@ fn metric(field: &str, m: &Value) -> Vec<Cause> {
         return causes;
     };
     if m.get(own).is_none_or(Value::is_null) {
-        causes.push(Cause::new("FieldValueRequired", &format!("{field}.{own}"), "Required value: must populate information for the given metric source"));
+        causes.push(Cause::new(
+            "FieldValueRequired",
+            &format!("{field}.{own}"),
+            "Required value: must populate information for the given metric source",
+        ));
     }
     for other in METRIC_TYPES.iter().filter_map(|t| source_field(t)).filter(|o| *o != own) {
         if m.get(other).is_some_and(|v| !v.is_null()) {
-            causes.push(Cause::new("FieldValueForbidden", &format!("{field}.{other}"), "Forbidden: must populate the given metric source only"));
+            causes.push(Cause::new(
+                "FieldValueForbidden",
+                &format!("{field}.{other}"),
+                "Forbidden: must populate the given metric source only",
+            ));
         }
     }
     causes
@@ -253,7 +267,9 @@ fn cpu_metric(percent: i64) -> Value {
 
 /// Whether a v2 metric is the CPU utilization target that v1 can express.
 fn is_cpu_utilization(m: &Value) -> bool {
-    m["type"] == "Resource" && m.pointer("/resource/name") == Some(&json!("cpu")) && m.pointer("/resource/target/type") == Some(&json!("Utilization"))
+    m["type"] == "Resource"
+        && m.pointer("/resource/name") == Some(&json!("cpu"))
+        && m.pointer("/resource/target/type") == Some(&json!("Utilization"))
 }
 
 /// The v2 object a v1 one stands for. What v1 cannot say (other metrics, scaling
@@ -274,7 +290,8 @@ fn v1_to_v2(v1: &Value, stored: Option<&Value>) -> Value {
             }
         }
         let kept = stored.and_then(|o| o.pointer("/spec/metrics")).and_then(Value::as_array).into_iter().flatten();
-        let mut metrics: Vec<Value> = spec.get("targetCPUUtilizationPercentage").and_then(Value::as_i64).map(cpu_metric).into_iter().collect();
+        let mut metrics: Vec<Value> =
+            spec.get("targetCPUUtilizationPercentage").and_then(Value::as_i64).map(cpu_metric).into_iter().collect();
         metrics.extend(kept.filter(|m| !is_cpu_utilization(m)).cloned());
         if !metrics.is_empty() {
             s.insert("metrics".into(), Value::Array(metrics));
@@ -292,7 +309,10 @@ fn v1_to_v2(v1: &Value, stored: Option<&Value>) -> Value {
             }
         }
         if let Some(cpu) = status.get("currentCPUUtilizationPercentage").and_then(Value::as_i64) {
-            s.insert("currentMetrics".into(), json!([{"type": "Resource", "resource": {"name": "cpu", "current": {"averageUtilization": cpu}}}]));
+            s.insert(
+                "currentMetrics".into(),
+                json!([{"type": "Resource", "resource": {"name": "cpu", "current": {"averageUtilization": cpu}}}]),
+            );
         }
         if let Some(c) = stored.and_then(|o| o.pointer("/status/conditions")) {
             s.insert("conditions".into(), c.clone());
@@ -411,7 +431,8 @@ mod tests {
     fn targets_read_as_kubectl_prints_them() {
         let mut hpa = json!({"spec": {"metrics": [cpu_metric(80)]}});
         assert_eq!(targets(&hpa), "cpu: <unknown>/80%");
-        hpa["status"] = json!({"currentMetrics": [{"type": "Resource", "resource": {"name": "cpu", "current": {"averageUtilization": 12}}}]});
+        hpa["status"] =
+            json!({"currentMetrics": [{"type": "Resource", "resource": {"name": "cpu", "current": {"averageUtilization": 12}}}]});
         assert_eq!(targets(&hpa), "cpu: 12%/80%");
         hpa["spec"]["metrics"] = json!([cpu_metric(80), cpu_metric(70), cpu_metric(60)]);
         assert_eq!(targets(&hpa), "cpu: 12%/80%, cpu: <unknown>/70% + 1 more...");

@@ -180,7 +180,11 @@ fn backend(field: &str, b: &Value) -> Vec<Cause> {
         (None, Some(r)) => {
             for f in ["kind", "name"] {
                 if r.get(f).and_then(Value::as_str).is_none_or(str::is_empty) {
-                    causes.push(Cause::new("FieldValueRequired", &format!("{field}.resource.{f}"), format!("Required value: {f} is required")));
+                    causes.push(Cause::new(
+                        "FieldValueRequired",
+                        &format!("{field}.resource.{f}"),
+                        format!("Required value: {f} is required"),
+                    ));
                 }
             }
         }

@@ -189,24 +189,25 @@ impl Strategy for Service {
         match spec_str(obj, "externalTrafficPolicy") {
             "" if externally_accessible(obj) => causes.push(required("spec.externalTrafficPolicy")),
             "" => {}
-            policy if !externally_accessible(obj) => causes.push(invalid(
-                "spec.externalTrafficPolicy",
-                &json!(policy),
-                "may only be set for externally-accessible services",
-            )),
+            policy if !externally_accessible(obj) => {
+                causes.push(invalid("spec.externalTrafficPolicy", &json!(policy), "may only be set for externally-accessible services"))
+            }
             "Cluster" | "Local" => {}
             other => causes.push(unsupported("spec.externalTrafficPolicy", other, &["Cluster", "Local"])),
         }
         if ty != "LoadBalancer" && obj.pointer("/spec/allocateLoadBalancerNodePorts").is_some_and(|v| !v.is_null()) {
             causes.push(forbidden("spec.allocateLoadBalancerNodePorts", "may only be used when `type` is 'LoadBalancer'"));
         }
-        if ty != "LoadBalancer" && obj.pointer("/spec/loadBalancerSourceRanges").and_then(Value::as_array).is_some_and(|a| !a.is_empty())
-        {
+        if ty != "LoadBalancer" && obj.pointer("/spec/loadBalancerSourceRanges").and_then(Value::as_array).is_some_and(|a| !a.is_empty()) {
             causes.push(forbidden("spec.loadBalancerSourceRanges", "may only be used when `type` is 'LoadBalancer'"));
         }
         for (i, ip) in obj.pointer("/spec/externalIPs").and_then(Value::as_array).into_iter().flatten().enumerate() {
             if ip.as_str().and_then(|s| s.parse::<std::net::IpAddr>().ok()).is_none() {
-                causes.push(invalid(&format!("spec.externalIPs[{i}]"), ip, "must be a valid IP address, (e.g. 10.9.8.7 or 2001:db8::ffff)"));
+                causes.push(invalid(
+                    &format!("spec.externalIPs[{i}]"),
+                    ip,
+                    "must be a valid IP address, (e.g. 10.9.8.7 or 2001:db8::ffff)",
+                ));
             }
         }
         // An update keeps the cluster IP, unless the type moves to or from ExternalName.
@@ -277,7 +278,12 @@ impl Strategy for Service {
             NAME,
             col("Type", "string", 0, "type determines how the Service is exposed."),
             col("Cluster-IP", "string", 0, "clusterIP is the IP address of the service and is usually assigned randomly."),
-            col("External-IP", "string", 0, "externalIPs is a list of IP addresses for which nodes in the cluster will also accept traffic for this service."),
+            col(
+                "External-IP",
+                "string",
+                0,
+                "externalIPs is a list of IP addresses for which nodes in the cluster will also accept traffic for this service.",
+            ),
             col("Port(s)", "string", 0, "The list of ports that are exposed by this service."),
             AGE,
             col("Selector", "string", 1, "Route service traffic to pods with label keys and values matching this selector."),
@@ -316,7 +322,8 @@ impl Strategy for Service {
 /// The EXTERNAL-IP column: the external IPs, and for a load balancer its ingress
 /// addresses first (sorted), or `<pending>` while it has none.
 fn external_ip(obj: &Value) -> String {
-    let external: Vec<&str> = obj.pointer("/spec/externalIPs").and_then(Value::as_array).into_iter().flatten().filter_map(Value::as_str).collect();
+    let external: Vec<&str> =
+        obj.pointer("/spec/externalIPs").and_then(Value::as_array).into_iter().flatten().filter_map(Value::as_str).collect();
     match spec_str(obj, "type") {
         "ClusterIP" | "NodePort" if external.is_empty() => "<none>".into(),
         "ClusterIP" | "NodePort" => external.join(","),
