@@ -955,18 +955,36 @@ impl Api {
     /// PUT or PATCH of the scale subresource: the new Scale's `spec.replicas` is
     /// written to the object, with the object's own resourceVersion as precondition.
     pub async fn write_scale(&self, scope: &Scope, name: &str, scale_body: ScaleWrite, opts: &WriteOptions) -> Result<Value, ApiError> {
+        // A write that names no resourceVersion is tried again from the new state when
+        // another write of the object lands first, as patches are; one that names one
+        // is a precondition, and its conflict is the client's to see.
+        let conditional = match &scale_body {
+            ScaleWrite::Replace(v) => meta_str(v, "resourceVersion").is_some_and(|rv| !rv.is_empty()),
+            ScaleWrite::Patch(PatchKind::Json, doc) => doc.to_string().contains("resourceVersion"),
+            ScaleWrite::Patch(_, doc) => doc.pointer("/metadata/resourceVersion").is_some_and(|rv| !rv.is_null()),
+        };
+        let mut attempt = 0;
+        loop {
+            match self.write_scale_once(scope, name, &scale_body, opts).await {
+                Err(e) if e.reason == "Conflict" && !conditional && attempt < PATCH_RETRIES => attempt += 1,
+                other => return other,
+            }
+        }
+    }
+
+    async fn write_scale_once(&self, scope: &Scope, name: &str, scale_body: &ScaleWrite, opts: &WriteOptions) -> Result<Value, ApiError> {
         let paths = scope.rt.scale.clone().ok_or_else(|| ApiError::no_route("scale"))?;
         let current = self.entry(scope, name)?;
         let old_scale = scale_of(scope, &current.value)?;
         let new_scale = match scale_body {
-            ScaleWrite::Replace(v) => v,
-            ScaleWrite::Patch(PatchKind::Json, doc) => json_patch_apply(&old_scale, &doc, "Scale", scope.obj(name))?,
+            ScaleWrite::Replace(v) => v.clone(),
+            ScaleWrite::Patch(PatchKind::Json, doc) => json_patch_apply(&old_scale, doc, "Scale", scope.obj(name))?,
             ScaleWrite::Patch(kind, doc) => {
                 if !doc.is_object() {
                     return Err(ApiError::bad_request(format!("invalid {} patch: the patch must be a JSON object", kind.name())));
                 }
                 let mut v = old_scale.clone();
-                json_patch::merge(&mut v, &doc);
+                json_patch::merge(&mut v, doc);
                 v
             }
         };

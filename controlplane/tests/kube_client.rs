@@ -1255,3 +1255,52 @@ async fn a_delete_racing_other_writes_is_never_refused() {
         }
     }
 }
+
+/// A scale patch that races another writer of its object is carried out too: without
+/// a resourceVersion it is tried again from the new state, as patches are.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_scale_patch_racing_other_writes_is_never_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let srv = start(dir.path()).await;
+    let client = root_client(&srv).await;
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), "default");
+    deployments.create(&PostParams::default(), &deployment("scaled", 1)).await.unwrap();
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let written = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let writers: Vec<_> = (0..1)
+        .map(|w| {
+            let (deployments, stop, written) = (deployments.clone(), stop.clone(), written.clone());
+            tokio::spawn(async move {
+                for i in 0.. {
+                    if stop.load(std::sync::atomic::Ordering::Relaxed) {
+                        return;
+                    }
+                    let patch = json!({"metadata": {"labels": {format!("w{w}"): i.to_string()}}});
+                    deployments.patch("scaled", &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
+                    written.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                }
+            })
+        })
+        .collect();
+    wait_until("the writers to be writing", DEADLINE, || {
+        let n = written.load(std::sync::atomic::Ordering::Relaxed);
+        async move {
+            if n >= 3 {
+                Ok(())
+            } else {
+                Err(format!("{n} writes"))
+            }
+        }
+    })
+    .await;
+    for replicas in 2..22 {
+        let patch = json!({"spec": {"replicas": replicas}});
+        let scaled = deployments.patch_scale("scaled", &PatchParams::default(), &Patch::Merge(&patch)).await;
+        assert!(scaled.is_ok(), "scaling to {replicas} was refused: {scaled:?}");
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    for w in writers {
+        w.await.unwrap();
+    }
+    assert_eq!(deployments.get("scaled").await.unwrap().spec.unwrap().replicas, Some(21));
+}
