@@ -822,9 +822,11 @@ async fn watch_fanout(srv: &ServerProc, watchers: usize, writes: usize) -> anyho
         let api: Api<ConfigMap> = Api::namespaced(clients[i % clients.len()].clone(), "fanout");
         let (received, ready, rv) = (received.clone(), ready.clone(), rv.clone());
         tasks.push(tokio::spawn(async move {
-            let stream = api.watch(&WatchParams::default().timeout(240), &rv).await?;
+            // Every watcher reaches the barrier, even one whose watch failed to start,
+            // so that a failure fails the scenario instead of stopping it for good.
+            let stream = api.watch(&WatchParams::default().timeout(240), &rv).await;
             ready.wait().await;
-            let mut stream = stream.boxed();
+            let mut stream = stream.context("starting a watch")?.boxed();
             let mut got = 0;
             while let Some(ev) = stream.try_next().await? {
                 if let WatchEvent::Added(o) = ev {
@@ -847,8 +849,13 @@ async fn watch_fanout(srv: &ServerProc, watchers: usize, writes: usize) -> anyho
         acks.insert(name, (sent, Instant::now()));
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    for t in tasks {
-        tokio::time::timeout(Duration::from_secs(120), t).await???;
+    // One deadline for them all: a watch that the server cut would otherwise hold
+    // each wait for the whole of it, one after the other.
+    let ended = tokio::time::timeout(Duration::from_secs(120), futures::future::join_all(tasks))
+        .await
+        .with_context(|| format!("the {watchers} watchers did not all see the {writes} writes within 120 s"))?;
+    for t in ended {
+        t??;
     }
     let got = received.lock().unwrap();
     anyhow::ensure!(got.len() == watchers * writes, "expected {} events, got {}", watchers * writes, got.len());
