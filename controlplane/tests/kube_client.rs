@@ -1210,6 +1210,60 @@ async fn paginated_list_pages_are_one_consistent_snapshot() {
     );
 }
 
+/// Tasks that each patch a label of one object as fast as they can, until it is gone
+/// or they are stopped: other writes for the write under test to race.
+struct Writers {
+    stop: Arc<std::sync::atomic::AtomicBool>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl Writers {
+    /// `n` writers of `name`, each pausing `pause` between its writes, returned once
+    /// they have written a few times.
+    async fn start<K>(api: &Api<K>, name: &str, n: usize, pause: Duration) -> Self
+    where
+        K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
+    {
+        use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+        let (stop, written) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicUsize::new(0)));
+        let tasks = (0..n)
+            .map(|w| {
+                let (api, name, stop, written) = (api.clone(), name.to_string(), stop.clone(), written.clone());
+                tokio::spawn(async move {
+                    for i in 0.. {
+                        let patch = json!({"metadata": {"labels": {format!("w{w}"): i.to_string()}}});
+                        if stop.load(Ordering::Relaxed) || api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch)).await.is_err() {
+                            return;
+                        }
+                        written.fetch_add(1, Ordering::Relaxed);
+                        tokio::time::sleep(pause).await;
+                    }
+                })
+            })
+            .collect();
+        wait_until("the writers to be writing", DEADLINE, || {
+            let seen = written.load(Ordering::Relaxed);
+            async move {
+                if seen >= 3 * n {
+                    Ok(())
+                } else {
+                    Err(format!("{seen} writes"))
+                }
+            }
+        })
+        .await;
+        Self { stop, tasks }
+    }
+
+    /// Stops them (those whose object is gone have stopped already).
+    async fn stop(self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        for t in self.tasks {
+            t.await.unwrap();
+        }
+    }
+}
+
 /// A delete that races other writes of its object is carried out, never answered 409:
 /// the server tries it again from the new state, as kube-apiserver's storage does.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1221,38 +1275,10 @@ async fn a_delete_racing_other_writes_is_never_refused() {
     for round in 0..20 {
         let name = format!("raced-{round}");
         cms.create(&PostParams::default(), &configmap(&name, &[], &[("n", "0")])).await.unwrap();
-        // Writers that patch the object as fast as they can until it is gone.
-        let written = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-        let writers: Vec<_> = (0..3)
-            .map(|w| {
-                let (cms, name, written) = (cms.clone(), name.clone(), written.clone());
-                tokio::spawn(async move {
-                    for i in 0.. {
-                        let patch = json!({"data": {format!("w{w}"): i.to_string()}});
-                        if cms.patch(&name, &PatchParams::default(), &Patch::Merge(&patch)).await.is_err() {
-                            return;
-                        }
-                        written.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                    }
-                })
-            })
-            .collect();
-        wait_until("the writers to be writing", DEADLINE, || {
-            let n = written.load(std::sync::atomic::Ordering::Relaxed);
-            async move {
-                if n >= 3 {
-                    Ok(())
-                } else {
-                    Err(format!("{n} writes"))
-                }
-            }
-        })
-        .await;
+        let writers = Writers::start(&cms, &name, 3, Duration::ZERO).await;
         let deleted = cms.delete(&name, &DeleteParams::default()).await;
         assert!(deleted.is_ok(), "round {round}: the delete was refused: {deleted:?}");
-        for w in writers {
-            w.await.unwrap();
-        }
+        writers.stop().await;
     }
 }
 
@@ -1265,42 +1291,13 @@ async fn a_scale_patch_racing_other_writes_is_never_refused() {
     let client = root_client(&srv).await;
     let deployments: Api<Deployment> = Api::namespaced(client.clone(), "default");
     deployments.create(&PostParams::default(), &deployment("scaled", 1)).await.unwrap();
-    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let written = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    let writers: Vec<_> = (0..1)
-        .map(|w| {
-            let (deployments, stop, written) = (deployments.clone(), stop.clone(), written.clone());
-            tokio::spawn(async move {
-                for i in 0.. {
-                    if stop.load(std::sync::atomic::Ordering::Relaxed) {
-                        return;
-                    }
-                    let patch = json!({"metadata": {"labels": {format!("w{w}"): i.to_string()}}});
-                    deployments.patch("scaled", &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
-                    written.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                }
-            })
-        })
-        .collect();
-    wait_until("the writers to be writing", DEADLINE, || {
-        let n = written.load(std::sync::atomic::Ordering::Relaxed);
-        async move {
-            if n >= 3 {
-                Ok(())
-            } else {
-                Err(format!("{n} writes"))
-            }
-        }
-    })
-    .await;
+    // A writer that leaves gaps: each scale patch can get through once it retries.
+    let writers = Writers::start(&deployments, "scaled", 1, Duration::from_millis(1)).await;
     for replicas in 2..22 {
         let patch = json!({"spec": {"replicas": replicas}});
         let scaled = deployments.patch_scale("scaled", &PatchParams::default(), &Patch::Merge(&patch)).await;
         assert!(scaled.is_ok(), "scaling to {replicas} was refused: {scaled:?}");
     }
-    stop.store(true, std::sync::atomic::Ordering::Relaxed);
-    for w in writers {
-        w.await.unwrap();
-    }
+    writers.stop().await;
     assert_eq!(deployments.get("scaled").await.unwrap().spec.unwrap().replicas, Some(21));
 }
