@@ -85,8 +85,9 @@ impl Strategy for EventV1 {
         event_columns()
     }
 
+    /// A table gets the objects in this version's shape; the cells read the core fields.
     fn cells(&self, obj: &Value) -> Vec<Value> {
-        event_cells(obj)
+        event_cells(&event_from_v1(obj))
     }
 }
 
@@ -182,6 +183,15 @@ const RENAMES: [(&str, &str); 15] = [
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn both_versions_print_the_same_row() {
+        let core = json!({"metadata": {"name": "e", "creationTimestamp": "2026-01-01T00:00:00Z"}, "involvedObject": {"kind": "Deployment", "name": "web"},
+                          "reason": "Scheduled", "message": "placed", "type": "Normal", "source": {"component": "flotilla-scheduler"}, "count": 2});
+        let row = Event.cells(&core);
+        assert_eq!(row[3], "deployment/web");
+        assert_eq!(EventV1.cells(&event_to_v1(&core)), row);
+    }
 
     #[test]
     fn events_convert_both_ways() {
