@@ -829,16 +829,8 @@ impl Api {
         // delete: it is tried again from the new state, as kube-apiserver's storage
         // retries its conditional delete. A precondition the new state fails still
         // answers 409, and so does an object written faster than it can be deleted.
-        let mut attempt = 0;
-        loop {
-            match self.delete_once(scope, name, opts).await {
-                Err(e) if e.reason == "Conflict" && attempt < DELETE_RETRIES && !e.message.starts_with("Precondition failed") => {
-                    attempt += 1;
-                    tokio::task::yield_now().await;
-                }
-                other => return other,
-            }
-        }
+        let stale = |e: &ApiError| !e.message.starts_with("Precondition failed");
+        retry_conflicts(DELETE_RETRIES, stale, || self.delete_once(scope, name, opts)).await
     }
 
     /// One attempt of [`Api::delete`], from the stored state it reads.
@@ -963,13 +955,7 @@ impl Api {
             ScaleWrite::Patch(PatchKind::Json, doc) => doc.to_string().contains("resourceVersion"),
             ScaleWrite::Patch(_, doc) => doc.pointer("/metadata/resourceVersion").is_some_and(|rv| !rv.is_null()),
         };
-        let mut attempt = 0;
-        loop {
-            match self.write_scale_once(scope, name, &scale_body, opts).await {
-                Err(e) if e.reason == "Conflict" && !conditional && attempt < PATCH_RETRIES => attempt += 1,
-                other => return other,
-            }
-        }
+        retry_conflicts(PATCH_RETRIES, |_| !conditional, || self.write_scale_once(scope, name, &scale_body, opts)).await
     }
 
     async fn write_scale_once(&self, scope: &Scope, name: &str, scale_body: &ScaleWrite, opts: &WriteOptions) -> Result<Value, ApiError> {
@@ -1185,6 +1171,26 @@ fn refuse_oversized(scope: &Scope, name: &str, doc: &Value) -> Result<(), ApiErr
         )));
     }
     Ok(())
+}
+
+/// Runs `attempt` again, up to `budget` more times, while it fails with a 409 Conflict
+/// that `stale` says came from a write landing between its read and its write (and not
+/// from the client's own precondition). Each try reads the stored state afresh.
+async fn retry_conflicts<T, F, Fut>(budget: usize, stale: impl Fn(&ApiError) -> bool, mut attempt: F) -> Result<T, ApiError>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, ApiError>>,
+{
+    let mut tries = 0;
+    loop {
+        match attempt().await {
+            Err(e) if e.reason == "Conflict" && tries < budget && stale(&e) => {
+                tries += 1;
+                tokio::task::yield_now().await;
+            }
+            other => return other,
+        }
+    }
 }
 
 /// The body of a scale write.

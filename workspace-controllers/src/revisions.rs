@@ -264,13 +264,13 @@ pub fn plan(d: &Deployment, owned: &[&ReplicaSet], taken: impl Fn(&str) -> bool)
     actions
 }
 
-/// A digest of everything [`plan`] reads: the Deployment's identity, spec, annotations
-/// and replica counts, and each owned ReplicaSet's version.
+/// A digest of everything [`plan`] reads: the Deployment's identity, spec (its
+/// generation moves with every spec change), annotations and replica counts, and each
+/// owned ReplicaSet's version.
 fn fingerprint(d: &Deployment, owned: &[&ReplicaSet]) -> u64 {
     use std::hash::{Hash, Hasher};
     let mut h = std::collections::hash_map::DefaultHasher::new();
     (&d.metadata.uid, d.metadata.generation, &d.metadata.annotations).hash(&mut h);
-    serde_json::to_string(&d.spec).unwrap_or_default().hash(&mut h);
     d.status.as_ref().map(|s| (s.replicas, s.ready_replicas, s.available_replicas)).hash(&mut h);
     for rs in owned {
         (&rs.metadata.name, &rs.metadata.resource_version).hash(&mut h);
