@@ -51,6 +51,11 @@ pub const SYNCED_GENERATION_ANNOTATION: &str = "workload.flotilla.io/synced-gene
 /// Label on a ConfigMap or Secret whose assignment labels are managed for it because
 /// assigned pod templates reference it: they follow the workloads that need them.
 pub const REFERENCED_LABEL: &str = "workload.flotilla.io/referenced";
+/// Prefix of the per-cluster annotation a syncer writes on an upstream companion whose
+/// status flows up (a Service, an Ingress, a HorizontalPodAutoscaler): the `status` of
+/// its copy on that cluster, as compact JSON. The companion status controller sums the
+/// annotations of the clusters the object is assigned to into its `status`.
+pub const CLUSTER_STATUS_ANNOTATION_PREFIX: &str = "clusterstatus.workload.flotilla.io/";
 /// Label on a cluster's kubeconfig Secret in `root`, naming its SyncTarget.
 pub const KUBECONFIG_SECRET_LABEL: &str = "workload.flotilla.io/kubeconfig-for";
 /// Prefix of the per-cluster finalizer a syncer puts on the upstream objects it
@@ -81,6 +86,16 @@ pub fn sync_target_of_label(key: &str) -> Option<&str> {
     key.strip_prefix(SYNC_STATE_LABEL_PREFIX).filter(|t| !t.is_empty())
 }
 
+/// The annotation in which a cluster's syncer reports a companion's copy's status.
+pub fn cluster_status_annotation(sync_target: &str) -> String {
+    format!("{CLUSTER_STATUS_ANNOTATION_PREFIX}{sync_target}")
+}
+
+/// The cluster named by a cluster status annotation key, if it is one.
+pub fn sync_target_of_status_annotation(key: &str) -> Option<&str> {
+    key.strip_prefix(CLUSTER_STATUS_ANNOTATION_PREFIX).filter(|t| !t.is_empty())
+}
+
 /// The upstream finalizer of one cluster's syncer.
 pub fn syncer_finalizer(sync_target: &str) -> String {
     format!("{SYNCER_FINALIZER_PREFIX}{sync_target}")
@@ -101,6 +116,7 @@ mod tests {
         assert_eq!(sync_target_of_label(&sync_state_label("east")), Some("east"));
         assert_eq!(sync_target_of_label("state.workload.flotilla.io/"), None);
         assert_eq!(sync_target_of_label("app"), None);
+        assert_eq!(sync_target_of_status_annotation(&cluster_status_annotation("east")), Some("east"));
         assert_eq!(syncer_finalizer("west"), "workload.flotilla.io/syncer-west");
     }
 }
