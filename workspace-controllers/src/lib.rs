@@ -1,6 +1,8 @@
 //! The controllers that keep objects in the workspaces right, from what users, the
 //! scheduler and the syncers write: [`aggregate`] sums each workload's status from its
-//! clusters' reports, [`references`] labels the ConfigMaps and Secrets that assigned pod
+//! clusters' reports, [`companion_status`] sums the load balancer addresses and
+//! autoscaler replicas of its companions (Services, Ingresses, HorizontalPodAutoscalers)
+//! from theirs, [`references`] labels the ConfigMaps and Secrets that assigned pod
 //! templates need, so that they follow their workloads to the same clusters, and
 //! [`revisions`] keeps a Deployment's rollout history as ReplicaSets. One of each runs
 //! in the control plane's process.
@@ -8,5 +10,6 @@
 #![warn(missing_docs)]
 
 pub mod aggregate;
+pub mod companion_status;
 pub mod references;
 pub mod revisions;
