@@ -228,6 +228,8 @@ pub struct Api {
     pub store: Arc<dyn Store>,
     /// The served types.
     pub registry: Arc<Registry>,
+    /// Cluster IPs and node ports, in a physical cluster only ([`crate::allocator`]).
+    allocator: std::sync::OnceLock<crate::allocator::ServiceAllocator>,
 }
 
 /// A continue token: where the next page starts and the revision of the first page.
@@ -240,7 +242,19 @@ struct ContinueToken {
 impl Api {
     /// The engine over a store and registry.
     pub fn new(store: Arc<dyn Store>, registry: Arc<Registry>) -> Arc<Self> {
-        Arc::new(Self { store, registry })
+        Arc::new(Self { store, registry, allocator: Default::default() })
+    }
+
+    /// Makes every Service written from now on get its cluster IP and node ports from
+    /// `allocator`, as in a physical cluster; a second call changes nothing.
+    pub fn install_allocator(&self, allocator: crate::allocator::ServiceAllocator) {
+        let _ = self.allocator.set(allocator);
+    }
+
+    /// What a physical cluster allocates for a Service about to be stored, reserved
+    /// until the returned value is dropped (after the write).
+    fn allocate(&self, scope: &Scope, obj: &mut Value, old: Option<&Value>) -> Result<Option<crate::allocator::Held<'_>>, ApiError> {
+        self.allocator.get().map_or(Ok(None), |a| a.admit(&*self.store, scope, obj, old))
     }
 
     fn entry(&self, scope: &Scope, name: &str) -> Result<Entry, ApiError> {
@@ -401,6 +415,7 @@ impl Api {
             }
         }
         scope.rt.strategy.prepare_for_create(&mut obj);
+        let _allocated = self.allocate(scope, &mut obj, None)?;
         match applied {
             Some(managed) => {
                 objmeta::meta_mut(&mut obj).insert("managedFields".into(), managed);
@@ -512,6 +527,7 @@ impl Api {
             scope.rt.strategy.prepare_for_update(&mut obj, old);
             bump_generation(&scope.rt, old, &mut obj);
         }
+        let _allocated = if sub == Sub::Main { self.allocate(scope, &mut obj, Some(old))? } else { None };
         let now = objmeta::now_rfc3339();
         match applied_fields {
             Some(fields) => obj = self.merge_apply_fields(obj, fields),

@@ -8,6 +8,7 @@
 //! logical cluster), [`http`] (routing, negotiation) and [`server`] (running it).
 
 pub mod access;
+pub mod allocator;
 pub mod api;
 pub mod auth;
 pub mod authz;

@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 
+use crate::allocator::{Ipv4Cidr, ServiceAllocator};
 use crate::api::{Api, FieldValidation, Scope, WriteOptions};
 use crate::auth::Auth;
 use crate::http::{self, AppState};
@@ -39,6 +40,9 @@ pub struct ServerConfig {
     pub name: String,
     /// How far back watches can resume.
     pub event_window: WindowLimits,
+    /// The service range a single-cluster server allocates cluster IPs from; a control
+    /// plane allocates none.
+    pub service_cidr: Ipv4Cidr,
 }
 
 impl ServerConfig {
@@ -51,6 +55,7 @@ impl ServerConfig {
             single_cluster: false,
             name: "flotilla".into(),
             event_window: WindowLimits::CONTROL_PLANE,
+            service_cidr: Ipv4Cidr::default(),
         }
     }
 
@@ -64,6 +69,7 @@ impl ServerConfig {
             single_cluster: true,
             name: name.into(),
             event_window: WindowLimits::PHYSICAL_CLUSTER,
+            service_cidr: Ipv4Cidr::default(),
         }
     }
 }
@@ -200,6 +206,9 @@ pub async fn start(config: ServerConfig, prometheus: prometheus::Registry) -> an
     let profile = if config.single_cluster { Profile::PhysicalCluster } else { Profile::ControlPlane };
     let registry = Arc::new(Registry::new(profile));
     let api = Api::new(store, registry);
+    if profile == Profile::PhysicalCluster {
+        api.install_allocator(ServiceAllocator::new(config.service_cidr));
+    }
     bootstrap(&api).await.context("bootstrapping the root workspace")?;
 
     let auth = Arc::new(Auth::load_or_create(&config.data_dir).context("loading tokens")?);

@@ -44,7 +44,11 @@ fn headless(obj: &Value) -> bool {
 
 impl Strategy for Service {
     fn decode(&self, obj: Value, old: Option<&Value>, status_write: bool) -> Result<Decoded, String> {
-        decode_typed::<k8s_openapi::api::core::v1::Service>("Service", obj, old, status_write, decoded)
+        let mut d = decode_typed::<k8s_openapi::api::core::v1::Service>("Service", obj, old, status_write, decoded)?;
+        if let (Some(old), false) = (old, status_write) {
+            keep_allocated(&mut d.value, old);
+        }
+        Ok(d)
     }
 
     fn name_rule(&self) -> NameRule {
@@ -316,6 +320,50 @@ impl Strategy for Service {
             print::age_of(obj),
             json!(selector),
         ]
+    }
+}
+
+/// Puts back, on an update, what was allocated that the write leaves out, so that a
+/// client can send the same manifest again without reading the object first (kube's
+/// patchAllocatedValues, which runs before validation): the cluster IPs while both
+/// versions need one, the node ports (by port name, unless another port took the
+/// number) while both need them, and the health-check node port while both need one.
+fn keep_allocated(obj: &mut Value, old: &Value) {
+    let needs_ip = |s: &Value| spec_str(s, "type") != "ExternalName";
+    let needs_node_ports = |s: &Value| matches!(spec_str(s, "type"), "NodePort" | "LoadBalancer");
+    let needs_health_check = |s: &Value| spec_str(s, "type") == "LoadBalancer" && spec_str(s, "externalTrafficPolicy") == "Local";
+    if obj.get("spec").is_none_or(|s| !s.is_object()) {
+        return;
+    }
+    if needs_ip(old) && needs_ip(obj) {
+        if spec_str(obj, "clusterIP").is_empty() && !spec_str(old, "clusterIP").is_empty() {
+            obj["spec"]["clusterIP"] = old["spec"]["clusterIP"].clone();
+        }
+        let empty = obj.pointer("/spec/clusterIPs").and_then(Value::as_array).is_none_or(Vec::is_empty);
+        if empty && old.pointer("/spec/clusterIPs").and_then(Value::as_array).is_some_and(|a| !a.is_empty()) {
+            obj["spec"]["clusterIPs"] = old["spec"]["clusterIPs"].clone();
+        }
+    }
+    if needs_node_ports(old) && needs_node_ports(obj) {
+        let node_port = |p: &Value| p.get("nodePort").and_then(Value::as_i64).filter(|n| *n != 0);
+        let name = |p: &Value| p.get("name").and_then(Value::as_str).unwrap_or_default().to_string();
+        let used_by_new: std::collections::HashSet<i64> = ports(obj).iter().filter_map(node_port).collect();
+        let by_name: std::collections::HashMap<String, i64> = ports(old).iter().filter_map(|p| Some((name(p), node_port(p)?))).collect();
+        if let Some(Value::Array(ps)) = obj.pointer_mut("/spec/ports") {
+            for p in ps.iter_mut().filter(|p| node_port(p).is_none()) {
+                if let Some(np) = by_name.get(&name(p)).filter(|np| !used_by_new.contains(np)) {
+                    p["nodePort"] = json!(np);
+                }
+            }
+        }
+    }
+    if needs_health_check(old)
+        && needs_health_check(obj)
+        && obj.pointer("/spec/healthCheckNodePort").and_then(Value::as_i64).unwrap_or(0) == 0
+    {
+        if let Some(hc) = old.pointer("/spec/healthCheckNodePort").filter(|v| v.as_i64().unwrap_or(0) != 0) {
+            obj["spec"]["healthCheckNodePort"] = hc.clone();
+        }
     }
 }
 
