@@ -4,15 +4,16 @@
 //! token reaches exactly what its own syncer needs and nothing else:
 //! - in `root`: read its own SyncTarget (a get, or a list or watch pinned to its name
 //!   with `fieldSelector=metadata.name=<target>`) and write that SyncTarget's status;
-//! - through the wildcard view `/clusters/*`: list and watch Deployments,
-//!   WorkloadPlacements, ConfigMaps and Secrets, only with a label selector that pins
+//! - through the wildcard view `/clusters/*`: list and watch WorkloadPlacements and
+//!   the kinds a syncer copies ([`placement_api::synced`]), only with a label selector that pins
 //!   `state.workload.flotilla.io/<target>=Sync`, so every object it can see is assigned
 //!   to its cluster;
 //! - in a workspace: read a Deployment or WorkloadPlacement that is assigned to its
 //!   cluster or still carries its mark (the cluster's finalizer, or its status entry,
 //!   which it must be able to clean up after an unassignment); add or remove its own
 //!   finalizer on such a Deployment and nothing else; and replace its own entry of
-//!   such a WorkloadPlacement's `status.clusters` and nothing else.
+//!   such a WorkloadPlacement's `status.clusters` and nothing else; and write its own
+//!   cluster status annotation on an assigned companion, and nothing else.
 //!
 //! It never creates or deletes anything: [`check_write`] refuses both on the object,
 //! whichever verb or content type the request used.
@@ -26,6 +27,7 @@ use std::sync::Arc;
 use serde_json::Value;
 
 use placement_api::keys::ROOT_WORKSPACE;
+use placement_api::synced::Kind;
 
 use crate::access::{Decision, ReadCheck};
 use crate::api::WriteGuard;
@@ -43,7 +45,13 @@ fn is(r: &Request<'_>, group: &str, resource: &str) -> bool {
 
 /// The kinds a syncer watches across workspaces.
 fn assignable(r: &Request<'_>) -> bool {
-    is(r, "apps", "deployments") || is(r, SCHEDULING_GROUP, "workloadplacements") || is(r, "", "configmaps") || is(r, "", "secrets")
+    is(r, SCHEDULING_GROUP, "workloadplacements") || Kind::of_resource(r.group, r.resource).is_some()
+}
+
+/// The kinds that follow a Deployment, on whose objects a syncer reports its copy's
+/// status.
+fn companion(r: &Request<'_>) -> bool {
+    Kind::of_resource(r.group, r.resource).is_some_and(|k| k != Kind::Deployment)
 }
 
 fn forbidden(target: &str, r: &Request<'_>, why: &str) -> ApiError {
@@ -96,15 +104,15 @@ pub fn check_request(target: &str, r: &Request<'_>) -> Result<(), ApiError> {
         ("*", _, _) => Err(forbidden(
             target,
             r,
-            "through the wildcard view a syncer may only list and watch Deployments, WorkloadPlacements, ConfigMaps and Secrets",
+            "through the wildcard view a syncer may only list and watch WorkloadPlacements and the kinds it copies",
         )),
         (_, "get", None) if is(r, "apps", "deployments") || is(r, SCHEDULING_GROUP, "workloadplacements") => Ok(()),
-        (_, "patch" | "update", None) if is(r, "apps", "deployments") => Ok(()),
+        (_, "patch" | "update", None) if is(r, "apps", "deployments") || companion(r) => Ok(()),
         (_, "patch" | "update", Some("status")) if is(r, SCHEDULING_GROUP, "workloadplacements") => Ok(()),
         _ => Err(forbidden(
             target,
             r,
-            "in a workspace a syncer may read its Deployments and WorkloadPlacements, change its own finalizer on a Deployment, and write its own WorkloadPlacement status entry",
+            "in a workspace a syncer may read its Deployments and WorkloadPlacements, change its own finalizer on a Deployment, write its own WorkloadPlacement status entry, and its own cluster status annotation on what follows a Deployment",
         )),
     }
 }
@@ -232,6 +240,21 @@ pub fn check_update(target: &str, r: &Request<'_>, old: &Value, new: &Value) -> 
         }
         return Ok(());
     }
+    if companion(r) {
+        let mine = placement_api::cluster_status_annotation(target);
+        let others = |o: &mut Value| {
+            if let Some(a) = o.pointer_mut("/metadata/annotations").and_then(Value::as_object_mut) {
+                a.remove(&mine);
+                if a.is_empty() {
+                    o["metadata"].as_object_mut().map(|m| m.remove("annotations"));
+                }
+            }
+        };
+        if let Some(path) = first_difference(&comparable(old, others), &comparable(new, others), "") {
+            return Err(forbidden(target, r, &format!("a syncer may change only its own annotation {mine} here, not {path}")));
+        }
+        return Ok(());
+    }
     // Without this cluster's entry, and with an emptied list or status the same as none.
     let other_entries = |o: &mut Value| {
         let Some(status) = o.get_mut("status").and_then(Value::as_object_mut) else { return };
@@ -303,7 +326,16 @@ mod tests {
         let narrower = LabelSelector::parse("app=web,state.workload.flotilla.io/east in (Sync)").unwrap();
         let other = LabelSelector::parse("state.workload.flotilla.io/west=Sync").unwrap();
         let any = LabelSelector::parse("state.workload.flotilla.io/east").unwrap();
-        for resource in [("apps", "deployments"), ("", "secrets"), ("", "configmaps"), (SCHEDULING_GROUP, "workloadplacements")] {
+        let kinds = [
+            ("apps", "deployments"),
+            ("", "secrets"),
+            ("", "configmaps"),
+            (SCHEDULING_GROUP, "workloadplacements"),
+            ("", "services"),
+            ("networking.k8s.io", "ingresses"),
+            ("autoscaling", "horizontalpodautoscalers"),
+        ];
+        for resource in kinds {
             let r = req("*", "watch", resource.0, resource.1);
             assert!(check_request("east", &Request { labels: Some(&sync), ..r }).is_ok());
             assert!(check_request("east", &Request { labels: Some(&narrower), ..r }).is_ok());
@@ -372,5 +404,28 @@ mod tests {
         let bare = json!({"metadata": {"name": "web", "labels": {"state.workload.flotilla.io/east": "Sync"}}});
         let first = json!({"metadata": bare["metadata"], "status": {"clusters": [{"name": "east", "readyReplicas": 0}]}});
         assert!(check_update("east", &r, &bare, &first).is_ok(), "the first entry of a status that was not there");
+    }
+
+    #[test]
+    fn on_a_companion_it_writes_only_its_own_status_annotation() {
+        let r = req("demo", "patch", "", "services");
+        assert!(check_request("east", &r).is_ok());
+        assert_eq!(check_request("east", &req("demo", "patch", "", "pods")).unwrap_err().code, 403);
+        let svc = |annotations: Value, selector: &str| {
+            json!({"metadata": {"name": "web", "labels": {"state.workload.flotilla.io/east": "Sync"}, "annotations": annotations},
+                   "spec": {"selector": {"app": selector}}})
+        };
+        let before = svc(json!({"team": "a"}), "web");
+        let reported = svc(json!({"team": "a", "clusterstatus.workload.flotilla.io/east": "{}"}), "web");
+        assert!(check_update("east", &r, &before, &reported).is_ok());
+        let theirs = svc(json!({"team": "a", "clusterstatus.workload.flotilla.io/west": "{}"}), "web");
+        assert_eq!(check_update("east", &r, &before, &theirs).unwrap_err().code, 403, "west's annotation");
+        let e = check_update("east", &r, &before, &svc(json!({"team": "a"}), "evil")).unwrap_err();
+        assert!(e.message.ends_with("not spec.selector.app"), "{}", e.message);
+        let bare = json!({"metadata": {"name": "web", "labels": {"state.workload.flotilla.io/east": "Sync"}}});
+        let first = json!({"metadata": {"name": "web", "labels": bare["metadata"]["labels"], "annotations": {"clusterstatus.workload.flotilla.io/east": "{}"}}});
+        assert!(check_update("east", &r, &bare, &first).is_ok(), "the first annotation of an object that had none");
+        let unassigned = json!({"metadata": {"name": "web"}});
+        assert_eq!(check_update("east", &r, &unassigned, &unassigned).unwrap_err().code, 403);
     }
 }

@@ -1,5 +1,6 @@
-//! Which ConfigMaps and Secrets a pod template needs beside it: what the references
-//! controller labels for a workload's clusters, and what a syncer copies down with it.
+//! Which ConfigMaps, Secrets and ServiceAccount a pod template needs beside it: what
+//! the companions controller labels for a workload's clusters, and what a syncer
+//! copies down with it.
 
 use std::collections::BTreeSet;
 
@@ -15,6 +16,9 @@ pub struct References {
     pub config_maps: BTreeSet<String>,
     /// Secret names.
     pub secrets: BTreeSet<String>,
+    /// The ServiceAccount the pods run as, unless it is `default`, which every
+    /// namespace of every cluster has of its own.
+    pub service_account: Option<String>,
 }
 
 impl References {
@@ -59,6 +63,8 @@ impl References {
         for s in spec.image_pull_secrets.iter().flatten() {
             r.secrets.insert(s.name.clone());
         }
+        let account = spec.service_account_name.as_ref().or(spec.service_account.as_ref());
+        r.service_account = account.filter(|n| !n.is_empty() && n.as_str() != "default").cloned();
         r.config_maps.retain(|n| !n.is_empty());
         r.secrets.retain(|n| !n.is_empty());
         r
@@ -69,7 +75,8 @@ impl References {
         match kind {
             Kind::ConfigMap => self.config_maps.contains(name),
             Kind::Secret => self.secrets.contains(name),
-            Kind::Deployment | Kind::Namespace => false,
+            Kind::ServiceAccount => self.service_account.as_deref() == Some(name),
+            _ => false,
         }
     }
 }
@@ -91,12 +98,16 @@ mod tests {
             "volumes": [{"name": "v1", "configMap": {"name": "cm-vol"}}, {"name": "v2", "secret": {"secretName": "s-vol"}},
                         {"name": "v3", "projected": {"sources": [{"configMap": {"name": "cm-proj"}}, {"secret": {"name": "s-proj"}}]}},
                         {"name": "v4", "emptyDir": {}}],
-            "imagePullSecrets": [{"name": "s-pull"}]
+            "imagePullSecrets": [{"name": "s-pull"}],
+            "serviceAccountName": "runner"
         }))
         .unwrap();
         let r = References::of(&spec);
         assert_eq!(r.config_maps.iter().map(String::as_str).collect::<Vec<_>>(), ["cm-env", "cm-from", "cm-init", "cm-proj", "cm-vol"]);
         assert_eq!(r.secrets.iter().map(String::as_str).collect::<Vec<_>>(), ["s-env", "s-from", "s-proj", "s-pull", "s-vol"]);
         assert!(r.names(Kind::ConfigMap, "cm-vol") && !r.names(Kind::Secret, "cm-vol"));
+        assert!(r.names(Kind::ServiceAccount, "runner"));
+        let default: PodSpec = serde_json::from_value(json!({"containers": [], "serviceAccountName": "default"})).unwrap();
+        assert_eq!(References::of(&default).service_account, None, "every namespace has its own default account");
     }
 }

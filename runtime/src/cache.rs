@@ -167,7 +167,7 @@ pub fn spawn<K>(
     api: Api<K>,
     config: watcher::Config,
     ws: Workspace,
-    what: &'static str,
+    what: impl std::fmt::Display,
     mut on_change: impl FnMut(Change<K>) + Send + 'static,
 ) -> Arc<Cache<K>>
 where
@@ -194,7 +194,7 @@ pub fn spawn_indexed<K, I>(
     config: watcher::Config,
     index: impl Fn(&K) -> Option<I> + Send + Sync + 'static,
     mut on_change: impl FnMut(Change<K, I>) -> bool + Send + 'static,
-    what: &'static str,
+    what: impl std::fmt::Display,
 ) -> Arc<Cache<K, I>>
 where
     K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
@@ -202,7 +202,7 @@ where
 {
     let cache: Arc<Cache<K, I>> = Arc::new(Cache { map: DashMap::new(), synced: watch::channel(false).0 });
     let weak = Arc::downgrade(&cache);
-    let span = tracing::info_span!("watch", what);
+    let span = tracing::info_span!("watch", what = %what);
     tokio::spawn(
         async move {
             let mut stream = watcher::watcher(api, config).default_backoff().modify(|o: &mut K| o.meta_mut().managed_fields = None).boxed();

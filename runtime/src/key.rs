@@ -82,7 +82,7 @@ pub fn spawn<K>(
     kind: Kind,
     key_of: KeyOf,
     changed: mpsc::UnboundedSender<Key>,
-    what: &'static str,
+    what: impl std::fmt::Display,
 ) -> Arc<Cache<K>>
 where
     K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
@@ -100,7 +100,7 @@ pub fn spawn_indexed<K, I>(
     index: impl Fn(&K) -> Option<I> + Send + Sync + 'static,
     queue: impl Fn(&I, &K) -> Option<Key> + Send + Sync + 'static,
     changed: mpsc::UnboundedSender<Key>,
-    what: &'static str,
+    what: impl std::fmt::Display,
 ) -> Arc<Cache<K, I>>
 where
     K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,

@@ -50,7 +50,7 @@ use std::time::Duration;
 
 use jiff::Timestamp;
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::{ConfigMap, Namespace, ObjectReference, Secret};
+use k8s_openapi::api::core::v1::{Namespace, ObjectReference};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, ObjectMeta, Time};
 use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
 use kube::runtime::watcher;
@@ -127,22 +127,23 @@ struct Side<K> {
     copies: Arc<Cache<K, Place>>,
 }
 
-impl<K: Resource<DynamicType = ()> + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + Sync + 'static> Side<K> {
-    /// Watches the objects of `kind` upstream (through the wildcard view client, with
-    /// the first config: what is assigned) and downstream (with the second: this
-    /// syncer's copies). The upstream objects teach `locators` their downstream
-    /// namespaces, and a copy's changes queue the upstream object its place says it
-    /// is of.
+impl<K: Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + Sync + 'static> Side<K> {
+    /// Watches the objects of `kind` upstream (with the first API, through the
+    /// wildcard view, and the first config: what is assigned) and downstream (with the
+    /// second: this syncer's copies). The upstream objects teach `locators` their
+    /// downstream namespaces, and a copy's changes queue the upstream object its place
+    /// says it is of.
     fn spawn(
         kind: Kind,
-        (clients, configs): ([&Client; 2], [&watcher::Config; 2]),
+        apis: [Api<K>; 2],
+        configs: [&watcher::Config; 2],
         locators: &Arc<Locators>,
         tx: &mpsc::UnboundedSender<Key>,
-        what: [&'static str; 2],
     ) -> Self {
         let learning = locators.clone();
+        let [up_api, down_api] = apis;
         let up = cache::spawn_indexed(
-            Api::all(clients[0].clone()),
+            up_api,
             configs[0].clone(),
             move |o: &K| {
                 let key = Key::upstream(kind, o.meta())?;
@@ -151,11 +152,11 @@ impl<K: Resource<DynamicType = ()> + Clone + serde::de::DeserializeOwned + std::
             },
             |k: &Key, _: &K| Some(k.clone()),
             tx.clone(),
-            what[0],
+            format!("upstream {}", kind.row().plural),
         );
         let locators = locators.clone();
         let down = cache::spawn_indexed(
-            Api::all(clients[1].clone()),
+            down_api,
             configs[1].clone(),
             |o: &K| Place::of(o.meta()),
             move |place: &Place, o: &K| {
@@ -166,7 +167,7 @@ impl<K: Resource<DynamicType = ()> + Clone + serde::de::DeserializeOwned + std::
                 key
             },
             tx.clone(),
-            what[1],
+            format!("downstream {}", kind.row().plural),
         );
         Side { kind, upstream: up, copies: down }
     }
@@ -219,8 +220,8 @@ pub struct Syncer {
     /// The field manager of this cluster's entry in the WorkloadPlacement status.
     status_manager: String,
     deployments: Side<Deployment>,
-    config_maps: Side<ConfigMap>,
-    secrets: Side<Secret>,
+    /// Every other kind of the table ([`placement_api::synced`]), in its order.
+    companions: Vec<Side<DynamicObject>>,
     /// This syncer's namespaces downstream (labelled with its SyncTarget), by name.
     namespaces: Arc<Cache<Namespace, String>>,
     /// Which upstream namespace each downstream one holds.
@@ -232,9 +233,10 @@ pub struct Syncer {
     progress: crate::budget::Budget,
     /// Per Deployment, the versions last found covered (see [`Syncer::covers`]).
     covered: dashmap::DashMap<Key, Covered>,
-    /// Per ConfigMap and Secret, the upstream resourceVersion its copy was last found
-    /// to cover: a copy that no longer covers the same version drifted.
-    referenced_covered: dashmap::DashMap<Key, Option<String>>,
+    /// Per companion, the upstream resourceVersion its copy was last found to cover
+    /// (and for an autoscaler, its bounds): a copy that no longer covers the same
+    /// version drifted.
+    companion_covered: dashmap::DashMap<Key, Option<String>>,
     /// Events on the copies (drift reverted).
     recorder: Recorder,
     /// Whether the cluster answers; see [`Syncer::wait_for_cluster`].
@@ -312,10 +314,16 @@ impl Syncer {
             let mine = watcher::Config::default().labels(&format!("{SYNC_TARGET_LABEL}={target}"));
             let wildcard = clients::workspace(&upstream, "*");
             let locators = Arc::new(Locators::default());
-            let sides = ([&wildcard, &downstream], [&assigned, &mine]);
-            let deployments = Side::spawn(Kind::Deployment, sides, &locators, &tx, ["upstream deployments", "downstream deployments"]);
-            let config_maps = Side::spawn(Kind::ConfigMap, sides, &locators, &tx, ["upstream configmaps", "downstream configmaps"]);
-            let secrets = Side::spawn(Kind::Secret, sides, &locators, &tx, ["upstream secrets", "downstream secrets"]);
+            let configs = [&assigned, &mine];
+            let apis = [Api::all(wildcard.clone()), Api::all(downstream.clone())];
+            let deployments = Side::spawn(Kind::Deployment, apis, configs, &locators, &tx);
+            let companions = Kind::companions()
+                .map(|kind| {
+                    let ar = kind.api_resource();
+                    let apis = [Api::all_with(wildcard.clone(), &ar), Api::all_with(downstream.clone(), &ar)];
+                    Side::spawn(kind, apis, configs, &locators, &tx)
+                })
+                .collect();
             // A namespace's changes queue its key; a true locator on it teaches it.
             let learning = locators.clone();
             let namespaces = cache::spawn_indexed(
@@ -344,15 +352,14 @@ impl Syncer {
                 recorder: Recorder::new(downstream.clone(), format!("{FIELD_MANAGER}-{target}")),
                 downstream,
                 deployments,
-                config_maps,
-                secrets,
+                companions,
                 namespaces,
                 locators,
                 placements,
                 held: Default::default(),
                 progress: crate::budget::Budget::new(PROGRESS_REPORTS_PER_SECOND, PROGRESS_REPORTS_BURST),
                 covered: Default::default(),
-                referenced_covered: Default::default(),
+                companion_covered: Default::default(),
                 reach,
                 parked: Default::default(),
             });
@@ -417,17 +424,18 @@ impl Syncer {
 
     /// Whether every watch, on both sides, has listed completely.
     fn synced(&self) -> bool {
-        self.deployments.synced()
-            && self.config_maps.synced()
-            && self.secrets.synced()
-            && self.placements.synced()
-            && self.namespaces.synced()
+        self.deployments.synced() && self.companions.iter().all(Side::synced) && self.placements.synced() && self.namespaces.synced()
     }
 
     /// Every key this syncer knows of, on either side.
     fn keys(&self) -> impl Iterator<Item = Key> + '_ {
         let l = &self.locators;
-        self.deployments.keys(l).chain(self.config_maps.keys(l)).chain(self.secrets.keys(l))
+        self.deployments.keys(l).chain(self.companions.iter().flat_map(move |s| s.keys(l)))
+    }
+
+    /// The side of companion kind `kind`.
+    fn companion(&self, kind: Kind) -> Option<&Side<DynamicObject>> {
+        self.companions.iter().find(|s| s.kind == kind)
     }
 
     fn upstream_api<K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>>(&self, key: &Key) -> Api<K> {
@@ -438,23 +446,16 @@ impl Syncer {
         Api::namespaced_with(self.downstream.clone(), &transform::downstream_namespace(key), &key.kind.api_resource())
     }
 
-    /// The upstream object of a ConfigMap or Secret key, as JSON.
+    /// The upstream object of a companion's key, as JSON.
     fn upstream_value(&self, key: &Key) -> Option<Value> {
-        match key.kind {
-            Kind::Deployment => self.deployments.upstream.get(key).map(|o| to_value(&*o)),
-            Kind::ConfigMap => self.config_maps.upstream.get(key).map(|o| to_value(&*o)),
-            Kind::Secret => self.secrets.upstream.get(key).map(|o| to_value(&*o)),
-            Kind::Namespace => None,
-        }
+        self.companion(key.kind)?.upstream.get(key).map(|o| to_value(&*o))
     }
 
-    /// The downstream copy of `key`, as JSON.
+    /// The downstream copy of a companion's or a namespace's key, as JSON.
     fn copy_value(&self, key: &Key) -> Option<Value> {
         match key.kind {
-            Kind::Deployment => self.deployments.copy(key).map(|o| to_value(&*o)),
-            Kind::ConfigMap => self.config_maps.copy(key).map(|o| to_value(&*o)),
-            Kind::Secret => self.secrets.copy(key).map(|o| to_value(&*o)),
             Kind::Namespace => self.namespaces.get(&key.place().namespace).map(|o| to_value(&*o)),
+            kind => self.companion(kind)?.copy(key).map(|o| to_value(&*o)),
         }
     }
 
@@ -462,8 +463,8 @@ impl Syncer {
     pub async fn reconcile(&self, key: &Key) -> Result<Next, Error> {
         match key.kind {
             Kind::Deployment => self.reconcile_workload(key).await,
-            Kind::ConfigMap | Kind::Secret => self.reconcile_referenced(key).await,
             Kind::Namespace => self.reconcile_namespace(key).await,
+            _ => self.reconcile_companion(key).await,
         }
     }
 
@@ -476,7 +477,7 @@ impl Syncer {
             return Ok(Next::After(WAIT_FOR_PEER));
         }
         let name = key.place().namespace;
-        let holds_copies = self.deployments.any_copy_in(key) || self.config_maps.any_copy_in(key) || self.secrets.any_copy_in(key);
+        let holds_copies = self.deployments.any_copy_in(key) || self.companions.iter().any(|s| s.any_copy_in(key));
         if !holds_copies {
             return Ok(Next::Done);
         }
@@ -550,19 +551,31 @@ impl Syncer {
         }
     }
 
-    async fn reconcile_referenced(&self, key: &Key) -> Result<Next, Error> {
+    /// A companion ([`placement_api::synced`]): the copy says what the upstream object
+    /// says, less what the cluster allocates for itself; what was added under the
+    /// fields the syncer owns is removed; the copy's status goes up when the kind's
+    /// does.
+    async fn reconcile_companion(&self, key: &Key) -> Result<Next, Error> {
+        let row = key.kind.row();
         let copy = self.copy_value(key);
         match self.upstream_value(key) {
             Some(obj) if !deleting(&obj) => {
-                let desired = transform::downstream_object(&obj, key, &self.settings.sync_target, None);
-                let version = obj.pointer("/metadata/resourceVersion").and_then(Value::as_str).map(str::to_string);
+                let mut desired = transform::downstream_object(&obj, key, &self.settings.sync_target, None);
+                let mut version = obj.pointer("/metadata/resourceVersion").and_then(Value::as_str).map(str::to_string);
+                if key.kind == Kind::HorizontalPodAutoscaler {
+                    match self.divide_bounds(key, &obj, &mut desired) {
+                        Ok(Some((min, max))) => version = version.map(|v| format!("{v} {min}-{max}")),
+                        Ok(None) => {}
+                        Err(next) => return Ok(next),
+                    }
+                }
                 let covered = copy.as_ref().is_some_and(|c| transform::covers(c, &desired));
                 // What the copy covered last is what it should say now: it drifted.
                 // Otherwise, what it should say changed: an update.
-                let same_desired = self.referenced_covered.get(key).map(|v| *v == version);
+                let same_desired = self.companion_covered.get(key).map(|v| *v == version);
                 let mut drift = match (&copy, same_desired) {
                     _ if covered => None,
-                    (Some(c), Some(true)) => Some(Drift::Changed(transform::drift(c, &desired, key.kind == Kind::Secret))),
+                    (Some(c), Some(true)) => Some(Drift::Changed(transform::drift(c, &desired, row.secret))),
                     (None, Some(_)) => Some(Drift::Gone),
                     _ => None,
                 };
@@ -573,11 +586,11 @@ impl Syncer {
                         (to_value(&applied), Some(applied))
                     }
                 };
-                // Keys someone added to the data stay through an apply; they are taken
-                // out too. A copy's data has no defaults, so this is checked every time.
-                // It also takes out a key the workspace removed: a copy with one key
-                // more still covers what it should say, so no apply removed it.
-                if let Some((patched, lines)) = self.remove_extras(key, &now, &desired, &["data", "binaryData"]).await? {
+                // What someone added under the fields the syncer owns stays through an
+                // apply; it is taken out too. This is checked every time: it also takes
+                // out what the workspace removed, as a copy with a field more still
+                // covers what it should say, and no apply removed it.
+                if let Some((patched, lines)) = self.remove_extras(key, &now, &desired, row.owned).await? {
                     if same_desired == Some(true) && !lines.is_empty() {
                         if let Drift::Changed(all) = drift.get_or_insert_with(|| Drift::Changed(Vec::new())) {
                             all.extend(lines);
@@ -585,21 +598,80 @@ impl Syncer {
                     }
                     written = Some(patched);
                 }
-                self.referenced_covered.insert(key.clone(), version);
+                self.companion_covered.insert(key.clone(), version);
                 if let (Some(drift), Some(written)) = (drift, &written) {
                     self.report_copy_drift(key, written, drift);
+                }
+                if row.status_up {
+                    let now = written.as_ref().map(to_value).unwrap_or(now);
+                    self.report_companion_status(key, &obj, &now).await?;
                 }
                 Ok(Next::Done)
             }
             _ if !self.synced() => Ok(Next::After(WAIT_FOR_PEER)),
             _ => {
-                self.referenced_covered.remove(key);
+                self.companion_covered.remove(key);
                 if let Some(next) = self.wait_for_cluster(key) {
                     return Ok(next);
                 }
                 self.delete_copy(key, copy.is_some()).await?;
                 Ok(Next::Done)
             }
+        }
+    }
+
+    /// Gives the copy of autoscaler `key` (`upstream`, made into `desired`) this
+    /// cluster's part of its bounds, in proportion to this cluster's share of its
+    /// target's replicas ([`transform::divide_bounds`]). `Ok(None)`: the target is not
+    /// assigned here, and the bounds stay whole; `Err`: the target is assigned here but
+    /// its share is not known yet, so the copy waits.
+    fn divide_bounds(&self, key: &Key, upstream: &Value, desired: &mut Value) -> Result<Option<(i32, i32)>, Next> {
+        let Some(target) = upstream.pointer("/spec/scaleTargetRef/name").and_then(Value::as_str) else { return Ok(None) };
+        let deployment = Key::new(Kind::Deployment, &key.workspace, &key.namespace, target);
+        let Some(wp) = self.placements.get(&deployment) else {
+            return match self.deployments.upstream.get(&deployment) {
+                Some(_) => Err(Next::After(WAIT_FOR_PEER)),
+                None => Ok(None),
+            };
+        };
+        let shares: Vec<(&str, i32)> = wp.spec.clusters.iter().map(|c| (c.name.as_str(), c.replicas)).collect();
+        Ok(transform::divide_bounds(desired, &shares, &self.settings.sync_target))
+    }
+
+    /// Whether an autoscaler assigned to this cluster scales Deployment `key`: its
+    /// copy's replicas are then the cluster's autoscaler's to set.
+    fn autoscaled(&self, key: &Key) -> bool {
+        let Some(side) = self.companion(Kind::HorizontalPodAutoscaler) else { return false };
+        let here = side.upstream.values_where(|k| k.workspace == key.workspace && k.namespace == key.namespace);
+        here.iter().any(|h| {
+            let target = h.data.pointer("/spec/scaleTargetRef").unwrap_or(&Value::Null);
+            h.metadata.deletion_timestamp.is_none()
+                && target.get("kind").and_then(Value::as_str) == Some("Deployment")
+                && target.get("name").and_then(Value::as_str) == Some(key.name.as_str())
+        })
+    }
+
+    /// Reports the status of the copy of companion `key` (`copy`) upstream, in this
+    /// cluster's annotation on `object` ([`placement_api::cluster_status_annotation`]),
+    /// when it says something new. An empty status is not reported until the cluster
+    /// has said something else before: most Services never have one.
+    async fn report_companion_status(&self, key: &Key, object: &Value, copy: &Value) -> Result<(), Error> {
+        let annotation = placement_api::cluster_status_annotation(&self.settings.sync_target);
+        let status = copy.get("status").cloned().unwrap_or(Value::Null);
+        let reported = object.pointer("/metadata/annotations").and_then(|a| a.get(&annotation)).and_then(Value::as_str);
+        let now = status.to_string();
+        match reported {
+            Some(r) if r == now => return Ok(()),
+            None if transform::is_empty_status(&status) => return Ok(()),
+            _ => {}
+        }
+        let patch = json!({"metadata": {"annotations": {annotation: now}}});
+        let api: Api<DynamicObject> =
+            Api::namespaced_with(clients::workspace(&self.upstream, &key.workspace), &key.namespace, &key.kind.api_resource());
+        match api.patch(&key.name, &PatchParams::default(), &Patch::Merge(patch)).await {
+            Ok(_) => Ok(()),
+            Err(e) if is_not_found(&e) => Ok(()),
+            Err(e) => Err(upstream(format!("reporting the status of {key} on cluster {}", self.settings.sync_target))(e)),
         }
     }
 
@@ -631,6 +703,12 @@ impl Syncer {
         let Some(wp) = self.placements.get(key) else { return Ok(Next::After(WAIT_FOR_PEER)) };
         let Some(share) = wp.spec.clusters.iter().find(|c| &c.name == target).map(|c| c.replicas) else {
             return Ok(Next::After(WAIT_FOR_PEER));
+        };
+        // Once the copy runs, an autoscaler on the cluster sets its replicas, and
+        // what it set is what the copy should say.
+        let share = match copy.and_then(|c| c.spec.as_ref()?.replicas) {
+            Some(scaled) if self.autoscaled(key) => scaled,
+            _ => share,
         };
         if !d.metadata.finalizers.iter().flatten().any(|f| f == &self.finalizer) {
             // The scheduler's assignment carries it; a workload labelled some other
@@ -726,7 +804,9 @@ impl Syncer {
         desired: &Value,
         sections: &[&str],
     ) -> Result<Option<(DynamicObject, Vec<String>)>, Error> {
-        let extras = transform::extras(actual, desired, sections);
+        let mut extras = transform::extras(actual, desired, sections);
+        // What the cluster allocates or defaults for itself is never drift.
+        extras.retain(|e| !key.kind.cluster_owns(&e.path));
         if extras.is_empty() {
             return Ok(None);
         }
@@ -750,7 +830,7 @@ impl Syncer {
     fn report_copy_drift(&self, key: &Key, applied: &DynamicObject, drift: Drift) {
         let m = &applied.metadata;
         let involved = ObjectReference {
-            api_version: Some(key.kind.api_version().into()),
+            api_version: Some(key.kind.api_version()),
             kind: Some(key.kind.name().into()),
             name: Some(key.name.clone()),
             uid: m.uid.clone(),

@@ -66,7 +66,96 @@ pub fn downstream_object(upstream: &Value, key: &Key, sync_target: &str, replica
     if let (Some(replicas), Some(spec)) = (replicas, out.get_mut("spec").and_then(Value::as_object_mut)) {
         spec.insert("replicas".into(), json!(replicas));
     }
-    Value::Object(out)
+    let mut out = Value::Object(out);
+    for path in key.kind.row().cluster_owned {
+        strip(&mut out, path, &|v| !key.kind.keeps(path, v));
+    }
+    out
+}
+
+/// Removes from `v` the fields at `path` (dotted; `[*]` for every item of a list)
+/// whose value `remove` says goes.
+fn strip(v: &mut Value, path: &str, remove: &dyn Fn(&Value) -> bool) {
+    let (head, rest) = match path.split_once('.') {
+        Some((h, r)) => (h, Some(r)),
+        None => (path, None),
+    };
+    let (field, every) = match head.strip_suffix("[*]") {
+        Some(f) => (f, true),
+        None => (head, false),
+    };
+    let Some(obj) = v.as_object_mut() else { return };
+    match (rest, every) {
+        (None, false) => {
+            if obj.get(field).is_some_and(remove) {
+                obj.remove(field);
+            }
+        }
+        (Some(rest), false) => {
+            if let Some(child) = obj.get_mut(field) {
+                strip(child, rest, remove);
+            }
+        }
+        (Some(rest), true) => {
+            for item in obj.get_mut(field).and_then(Value::as_array_mut).into_iter().flatten() {
+                strip(item, rest, remove);
+            }
+        }
+        // A whole list is removed as a field is.
+        (None, true) => {}
+    }
+}
+
+/// This cluster's part of `total`, divided over the clusters in proportion to their
+/// shares (`shares`: every cluster's, by name), by largest remainder so that the parts
+/// add up to `total` (ties go to the cluster named first), and never below 1. `None`
+/// when `target` has no share.
+pub fn part_of(total: i32, shares: &[(&str, i32)], target: &str) -> Option<i32> {
+    let sum: i64 = shares.iter().map(|(_, s)| i64::from((*s).max(0))).sum();
+    let mut parts: Vec<(&str, i64, i64)> = shares
+        .iter()
+        .map(|(name, s)| {
+            let exact = i64::from(total.max(0)) * i64::from((*s).max(0));
+            match sum {
+                0 => (*name, 0, 0),
+                _ => (*name, exact / sum, exact % sum),
+            }
+        })
+        .collect();
+    let given: i64 = parts.iter().map(|p| p.1).sum();
+    let mut order: Vec<usize> = (0..parts.len()).collect();
+    order.sort_by(|a, b| parts[*b].2.cmp(&parts[*a].2).then(parts[*a].0.cmp(parts[*b].0)));
+    for i in order.into_iter().take(usize::try_from(i64::from(total.max(0)) - given).unwrap_or(0)) {
+        if sum > 0 {
+            parts[i].1 += 1;
+        }
+    }
+    let part = parts.iter().find(|p| p.0 == target)?.1;
+    Some(i32::try_from(part).unwrap_or(i32::MAX).max(1))
+}
+
+/// An autoscaler's copy with this cluster's bounds: `minReplicas` and `maxReplicas`
+/// divided as [`part_of`] divides them, the maximum never below the minimum.
+pub fn divide_bounds(copy: &mut Value, shares: &[(&str, i32)], target: &str) -> Option<(i32, i32)> {
+    let spec = copy.get_mut("spec")?.as_object_mut()?;
+    let min = spec.get("minReplicas").and_then(Value::as_i64).map_or(1, |v| i32::try_from(v).unwrap_or(1));
+    let max = spec.get("maxReplicas").and_then(Value::as_i64).and_then(|v| i32::try_from(v).ok())?;
+    let min = part_of(min, shares, target)?;
+    let max = part_of(max, shares, target)?.max(min);
+    spec.insert("minReplicas".into(), json!(min));
+    spec.insert("maxReplicas".into(), json!(max));
+    Some((min, max))
+}
+
+/// Whether a copy's status says nothing: absent, `{}`, or only empty objects and
+/// lists (a Service's `{"loadBalancer": {}}`).
+pub fn is_empty_status(status: &Value) -> bool {
+    match status {
+        Value::Null => true,
+        Value::Object(m) => m.values().all(is_empty_status),
+        Value::Array(a) => a.is_empty(),
+        _ => false,
+    }
 }
 
 /// Whether `actual` already says everything `desired` says: every field of `desired`
@@ -408,6 +497,49 @@ mod tests {
         );
         assert_eq!(extras(&json!({"s": [{"x": 1, "y": 2}]}), &json!({"s": [{"x": 1}]}), &["s"])[0].pointer, "/s/0/y");
         assert_eq!(extras(&json!({"s": [1, 2]}), &json!({"s": [1]}), &["s"]), [], "an apply replaces an unkeyed list");
+    }
+
+    #[test]
+    fn what_each_cluster_allocates_is_left_to_it() {
+        let key = Key::new(Kind::Service, "demo", "default", "web");
+        let svc = json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "web"}, "spec": {
+            "type": "LoadBalancer", "clusterIP": "10.0.0.7", "clusterIPs": ["10.0.0.7"], "healthCheckNodePort": 31000,
+            "externalTrafficPolicy": "Local", "selector": {"app": "web"},
+            "ports": [{"port": 80, "nodePort": 30080}, {"port": 443}]}});
+        let copy = downstream_object(&svc, &key, "east", None);
+        assert_eq!(
+            copy["spec"],
+            json!({"type": "LoadBalancer", "externalTrafficPolicy": "Local", "selector": {"app": "web"},
+                   "ports": [{"port": 80, "nodePort": 30080}, {"port": 443}]}),
+            "the cluster IPs and health check port go; a node port asked for stays"
+        );
+        let headless = json!({"spec": {"clusterIP": "None", "clusterIPs": ["None"], "selector": {"app": "db"}}});
+        let copy = downstream_object(&headless, &key, "east", None);
+        assert_eq!(copy["spec"]["clusterIP"], json!("None"), "a headless Service stays headless");
+        assert_eq!(copy["spec"]["clusterIPs"], json!(["None"]));
+        let ingress = json!({"spec": {"ingressClassName": "nginx"}});
+        let copy = downstream_object(&ingress, &Key::new(Kind::Ingress, "demo", "default", "web"), "east", None);
+        assert_eq!(copy["spec"]["ingressClassName"], json!("nginx"), "a class asked for stays");
+    }
+
+    #[test]
+    fn autoscaler_bounds_are_divided_by_share_and_never_below_one() {
+        let shares = [("east", 2), ("west", 1)];
+        assert_eq!(part_of(9, &shares, "east"), Some(6));
+        assert_eq!(part_of(9, &shares, "west"), Some(3));
+        // Remainders go to the largest, and the parts add up.
+        let three = [("a", 1), ("b", 1), ("c", 1)];
+        let parts: Vec<i32> = ["a", "b", "c"].iter().map(|t| part_of(10, &three, t).unwrap()).collect();
+        assert_eq!(parts, [4, 3, 3]);
+        assert_eq!(part_of(1, &shares, "west"), Some(1), "at least one each");
+        assert_eq!(part_of(5, &[("east", 0), ("west", 0)], "east"), Some(1), "no shares at all: the floor");
+        assert_eq!(part_of(5, &shares, "north"), None);
+        let mut hpa = json!({"spec": {"minReplicas": 2, "maxReplicas": 10, "scaleTargetRef": {"name": "web"}}});
+        assert_eq!(divide_bounds(&mut hpa, &shares, "west"), Some((1, 3)));
+        assert_eq!(hpa["spec"]["minReplicas"], json!(1));
+        assert_eq!(hpa["spec"]["maxReplicas"], json!(3));
+        let mut defaulted = json!({"spec": {"maxReplicas": 1}});
+        assert_eq!(divide_bounds(&mut defaulted, &shares, "east"), Some((1, 1)), "the maximum never below the minimum");
     }
 
     #[test]

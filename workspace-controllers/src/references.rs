@@ -1,26 +1,37 @@
-//! ConfigMaps and Secrets go where the workloads that need them go.
+//! Companions go where the workloads that need them go.
 //!
 //! This controller runs once, in the control plane process. In every namespace of
-//! every workspace it gives each ConfigMap and Secret that an assigned pod template
-//! references the assignment labels (`state.workload.flotilla.io/<target>=Sync`) of
-//! the Deployments that reference it, and the label `workload.flotilla.io/referenced`,
-//! which says that this controller manages those labels. When no assigned Deployment
-//! refers to the object any more, both go again.
+//! every workspace it gives each companion of an assigned Deployment the assignment
+//! labels (`state.workload.flotilla.io/<target>=Sync`) of the Deployments it follows,
+//! and the label `workload.flotilla.io/referenced`, which says that this controller
+//! manages those labels. When no assigned Deployment needs the object any more, both
+//! go again. Which objects follow which Deployment ([`Rule`], after the table of
+//! synced kinds, [`placement_api::synced`]):
+//! - a ConfigMap, Secret or ServiceAccount that its pod template names;
+//! - a Service whose selector matches its pod template's labels (a Service without a
+//!   selector selects no pods, and follows nothing);
+//! - a NetworkPolicy or PodDisruptionBudget whose selector matches them (an empty
+//!   selector matches every pod of the namespace);
+//! - an Ingress with a backend (a rule's or the default) that names such a Service;
+//! - a HorizontalPodAutoscaler whose scale target is the Deployment.
 //!
-//! The syncers then treat a referenced object like any assigned one: each watches only
+//! An object several Deployments need goes to the union of their clusters.
+//!
+//! The syncers then treat a companion like any assigned object: each watches only
 //! what is labelled for its own cluster, which is also all that a pull-mode syncer's
-//! token may read. A referenced object that does not exist yet is looked for again
-//! every [`MISSING_RETRY`].
+//! token may read. A named object that does not exist yet is looked for again every
+//! [`MISSING_RETRY`].
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use apimachinery::selector::LabelSelector;
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::{ConfigMap, Secret};
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use kube::runtime::watcher;
 use kube::Client;
+use placement_api::synced::Follows;
 use placement_api::{sync_state_label, sync_target_of_label, REFERENCED_LABEL, SYNC_STATE_SYNC};
 use serde_json::{json, Map, Value};
 use tokio::sync::mpsc;
@@ -34,7 +45,7 @@ use runtime::key::{self as cache, Cache};
 use runtime::queue::{self, Next};
 use runtime::Key;
 
-/// How often a referenced object that does not exist yet is looked for.
+/// How often a named object that does not exist yet is looked for.
 pub const MISSING_RETRY: Duration = Duration::from_secs(2);
 
 /// The clusters a workload is assigned to, from its labels.
@@ -47,87 +58,228 @@ pub fn assigned_targets(labels: Option<&BTreeMap<String, String>>) -> BTreeSet<S
         .collect()
 }
 
-/// All that [`wanted`] reads of one Deployment: the clusters it is assigned to, and
-/// what its pod template references.
+/// All that [`Index`] reads of one Deployment: the clusters it is assigned to, its pod
+/// template's labels, and what the template names.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Summary {
     targets: BTreeSet<String>,
+    pod_labels: BTreeMap<String, String>,
     references: Option<References>,
 }
 
 impl Summary {
     /// The summary of `d`.
     pub fn of(d: &Deployment) -> Self {
+        let template = d.spec.as_ref().map(|s| &s.template);
         Self {
             targets: assigned_targets(d.metadata.labels.as_ref()),
-            references: d.spec.as_ref().and_then(|s| s.template.spec.as_ref()).map(References::of),
+            pod_labels: template.and_then(|t| t.metadata.as_ref()).and_then(|m| m.labels.clone()).unwrap_or_default(),
+            references: template.and_then(|t| t.spec.as_ref()).map(References::of),
+        }
+    }
+
+    /// The objects the template names, as keys in `key`'s namespace.
+    fn named(&self, key: &Key) -> Vec<Key> {
+        let Some(r) = &self.references else { return Vec::new() };
+        let named = |kind: Kind, names: &mut dyn Iterator<Item = &String>| {
+            names.map(|n| Key::new(kind, &key.workspace, &key.namespace, n)).collect::<Vec<_>>()
+        };
+        [
+            named(Kind::ConfigMap, &mut r.config_maps.iter()),
+            named(Kind::Secret, &mut r.secrets.iter()),
+            named(Kind::ServiceAccount, &mut r.service_account.iter()),
+        ]
+        .concat()
+    }
+}
+
+/// What decides which Deployments an object that is not named by them follows.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Rule {
+    /// Pods whose labels this selector matches.
+    Selects(LabelSelector),
+    /// The Services of these names.
+    Backends(BTreeSet<String>),
+    /// The Deployment of this name.
+    ScaleTarget(String),
+    /// Nothing: an ExternalName Service or one without a selector, a scale target of
+    /// another kind, or a selector that does not parse.
+    Nothing,
+}
+
+impl Rule {
+    /// The rule of an object of `kind`, as JSON; `None` for kinds a template names.
+    pub fn of(kind: Kind, o: &Value) -> Option<Rule> {
+        let spec = o.get("spec").unwrap_or(&Value::Null);
+        let selector = |v: &Value| LabelSelector::from_label_selector(v).map_or(Rule::Nothing, Rule::Selects);
+        Some(match (kind.follows(), kind) {
+            (Follows::SelectsPods, Kind::Service) => {
+                let external = spec.get("type").and_then(Value::as_str) == Some("ExternalName");
+                match spec.get("selector").and_then(Value::as_object) {
+                    Some(m) if !m.is_empty() && !external => selector(&json!({"matchLabels": m})),
+                    _ => Rule::Nothing,
+                }
+            }
+            (Follows::SelectsPods, Kind::NetworkPolicy) => selector(spec.get("podSelector").unwrap_or(&json!({}))),
+            (Follows::SelectsPods, _) => selector(spec.get("selector").unwrap_or(&Value::Null)),
+            (Follows::Backends, _) => {
+                let service = |b: &Value| b.pointer("/service/name").and_then(Value::as_str).map(String::from);
+                let rules = spec.get("rules").and_then(Value::as_array).into_iter().flatten();
+                let paths = rules.flat_map(|r| r.pointer("/http/paths").and_then(Value::as_array).into_iter().flatten());
+                let names = paths.filter_map(|p| p.get("backend").and_then(service)).chain(spec.get("defaultBackend").and_then(service));
+                Rule::Backends(names.filter(|n| !n.is_empty()).collect())
+            }
+            (Follows::ScaleTarget, _) => {
+                let target = spec.get("scaleTargetRef").unwrap_or(&Value::Null);
+                let group = target.get("apiVersion").and_then(Value::as_str).and_then(|v| v.split_once('/')).map(|(g, _)| g);
+                let kind = target.get("kind").and_then(Value::as_str);
+                match (group, kind, target.get("name").and_then(Value::as_str)) {
+                    (Some("apps"), Some("Deployment"), Some(name)) if !name.is_empty() => Rule::ScaleTarget(name.into()),
+                    _ => Rule::Nothing,
+                }
+            }
+            (Follows::Named | Follows::Scheduled | Follows::Never, _) => return None,
+        })
+    }
+
+    /// Whether this rule follows Deployment `name` of `summary` directly (an Ingress
+    /// follows through its Services).
+    fn follows(&self, name: &str, summary: &Summary) -> bool {
+        match self {
+            Rule::Selects(s) => s.matches(&summary.pod_labels),
+            Rule::ScaleTarget(target) => target == name,
+            Rule::Backends(_) | Rule::Nothing => false,
         }
     }
 }
 
-impl Summary {
-    /// The ConfigMaps and Secrets that Deployment `key` references, as keys in its
-    /// namespace.
-    fn objects(&self, key: &Key) -> Vec<Key> {
-        let Some(r) = &self.references else { return Vec::new() };
-        let named = |kind: Kind, names: &BTreeSet<String>| {
-            names.iter().map(|n| Key::new(kind, &key.workspace, &key.namespace, n)).collect::<Vec<_>>()
-        };
-        [named(Kind::ConfigMap, &r.config_maps), named(Kind::Secret, &r.secrets)].concat()
+/// What the controller knows of one namespace of one workspace.
+#[derive(Debug, Default)]
+struct Namespace {
+    deployments: HashMap<String, Summary>,
+    rules: HashMap<(Kind, String), Rule>,
+}
+
+impl Namespace {
+    /// The Ingresses whose backends name Service `service`.
+    fn ingresses_of(&self, service: &str) -> impl Iterator<Item = &String> + '_ {
+        let service = service.to_string();
+        self.rules.iter().filter_map(move |((kind, name), rule)| match rule {
+            Rule::Backends(names) if *kind == Kind::Ingress && names.contains(&service) => Some(name),
+            _ => None,
+        })
+    }
+
+    fn is_empty(&self) -> bool {
+        self.deployments.is_empty() && self.rules.is_empty()
     }
 }
 
-/// Which Deployments reference each ConfigMap and Secret, kept up to date one
-/// Deployment event at a time, so that an event costs work in proportion to what it
-/// references rather than to the size of its namespace.
+/// Which Deployments each companion follows, per namespace, kept up to date one event
+/// at a time: an event costs work in proportion to its namespace, never to the whole
+/// control plane.
 #[derive(Debug, Default)]
 pub struct Index {
-    /// What each Deployment said when last seen.
-    summaries: HashMap<Key, Summary>,
-    /// The Deployments that reference each object.
-    referrers: HashMap<Key, BTreeSet<Key>>,
+    namespaces: HashMap<(String, String), Namespace>,
 }
 
 impl Index {
+    fn namespace(&mut self, key: &Key) -> &mut Namespace {
+        self.namespaces.entry((key.workspace.clone(), key.namespace.clone())).or_default()
+    }
+
+    fn forget_if_empty(&mut self, key: &Key) {
+        let at = (key.workspace.clone(), key.namespace.clone());
+        if self.namespaces.get(&at).is_some_and(Namespace::is_empty) {
+            self.namespaces.remove(&at);
+        }
+    }
+
     /// Takes in Deployment `key`'s summary after an event (`None`: it is gone), and
-    /// returns the objects whose labels may have to change: those it referenced before
-    /// or references now. Status writes, finalizers and the like change nothing and
-    /// return nothing.
+    /// returns the objects whose labels may have to change: those it needed before or
+    /// needs now. Status writes, finalizers and the like change nothing and return
+    /// nothing.
     pub fn update(&mut self, key: &Key, now: Option<Summary>) -> BTreeSet<Key> {
+        let ns = self.namespace(key);
         let old = match now {
-            Some(now) if self.summaries.get(key) == Some(&now) => return BTreeSet::new(),
-            Some(now) => self.summaries.insert(key.clone(), now),
-            None => self.summaries.remove(key),
+            Some(now) if ns.deployments.get(&key.name) == Some(&now) => return BTreeSet::new(),
+            Some(now) => ns.deployments.insert(key.name.clone(), now),
+            None => ns.deployments.remove(&key.name),
         };
-        let mut touched = BTreeSet::new();
-        for o in old.iter().flat_map(|s| s.objects(key)) {
-            if let Some(referrers) = self.referrers.get_mut(&o) {
-                referrers.remove(key);
-                if referrers.is_empty() {
-                    self.referrers.remove(&o);
+        let now = ns.deployments.get(&key.name);
+        let summaries: Vec<&Summary> = old.iter().chain(now).collect();
+        let mut touched: BTreeSet<Key> = summaries.iter().flat_map(|s| s.named(key)).collect();
+        let mut services = Vec::new();
+        for ((kind, name), rule) in &ns.rules {
+            if summaries.iter().any(|s| rule.follows(&key.name, s)) {
+                touched.insert(Key::new(*kind, &key.workspace, &key.namespace, name));
+                if *kind == Kind::Service {
+                    services.push(name.clone());
                 }
             }
-            touched.insert(o);
         }
-        if let Some(now) = self.summaries.get(key) {
-            for o in now.objects(key) {
-                self.referrers.entry(o.clone()).or_default().insert(key.clone());
-                touched.insert(o);
-            }
+        for s in services {
+            touched.extend(ns.ingresses_of(&s).map(|i| Key::new(Kind::Ingress, &key.workspace, &key.namespace, i)));
         }
+        self.forget_if_empty(key);
+        touched
+    }
+
+    /// Takes in the rule of companion `key` after an event (`None`: it is gone), and
+    /// returns the objects whose labels may have to change: itself, and for a Service
+    /// the Ingresses that name it.
+    pub fn update_rule(&mut self, key: &Key, now: Option<Rule>) -> BTreeSet<Key> {
+        let ns = self.namespace(key);
+        let at = (key.kind, key.name.clone());
+        let changed = match now {
+            Some(now) => ns.rules.insert(at, now.clone()) != Some(now),
+            None => ns.rules.remove(&at).is_some(),
+        };
+        let mut touched = BTreeSet::from([key.clone()]);
+        if changed && key.kind == Kind::Service {
+            touched.extend(ns.ingresses_of(&key.name).map(|i| Key::new(Kind::Ingress, &key.workspace, &key.namespace, i)));
+        }
+        self.forget_if_empty(key);
         touched
     }
 
     /// The clusters `object` must be on: the union of the clusters of the Deployments
-    /// that reference it.
+    /// it follows.
     pub fn wanted(&self, object: &Key) -> BTreeSet<String> {
-        let referrers = self.referrers.get(object).into_iter().flatten();
-        referrers.filter_map(|d| self.summaries.get(d)).flat_map(|s| s.targets.iter().cloned()).collect()
+        let Some(ns) = self.namespaces.get(&(object.workspace.clone(), object.namespace.clone())) else { return BTreeSet::new() };
+        let of = |follows: &dyn Fn(&String, &Summary) -> bool| {
+            ns.deployments.iter().filter(|(n, s)| follows(n, s)).flat_map(|(_, s)| s.targets.iter().cloned()).collect()
+        };
+        match object.kind.follows() {
+            Follows::Named => of(&|_, s| s.references.as_ref().is_some_and(|r| r.names(object.kind, &object.name))),
+            Follows::Backends => match ns.rules.get(&(object.kind, object.name.clone())) {
+                Some(Rule::Backends(services)) => services
+                    .iter()
+                    .filter_map(|svc| ns.rules.get(&(Kind::Service, svc.clone())))
+                    .flat_map(|rule| of(&|n, s| rule.follows(n, s)))
+                    .collect(),
+                _ => BTreeSet::new(),
+            },
+            Follows::SelectsPods | Follows::ScaleTarget => match ns.rules.get(&(object.kind, object.name.clone())) {
+                Some(rule) => of(&|n, s| rule.follows(n, s)),
+                None => BTreeSet::new(),
+            },
+            Follows::Scheduled | Follows::Never => BTreeSet::new(),
+        }
     }
 
-    /// Every object some Deployment references.
+    /// Every object some Deployment names, and every companion with a rule.
     pub fn objects(&self) -> Vec<Key> {
-        self.referrers.keys().cloned().collect()
+        let mut out = Vec::new();
+        for ((ws, namespace), ns) in &self.namespaces {
+            for (name, s) in &ns.deployments {
+                out.extend(s.named(&Key::new(Kind::Deployment, ws, namespace, name)));
+            }
+            out.extend(ns.rules.keys().map(|(kind, name)| Key::new(*kind, ws, namespace, name)));
+        }
+        out.sort();
+        out.dedup();
+        out
     }
 }
 
@@ -167,48 +319,52 @@ pub fn label_patch(labels: Option<&BTreeMap<String, String>>, targets: &BTreeSet
 struct Controller {
     base: Client,
     deployments: Arc<Cache<Deployment>>,
-    config_maps: Arc<Cache<ConfigMap>>,
-    secrets: Arc<Cache<Secret>>,
+    /// Per companion kind: the named ones labelled already, and every object of the
+    /// other kinds (their rules are read from them).
+    companions: HashMap<Kind, Arc<Cache<DynamicObject>>>,
     index: Mutex<Index>,
 }
 
 /// Runs until the task is dropped. `base` is a client of the control plane with no
 /// workspace path.
 pub async fn run(base: Client, resync: Duration) {
-    let span = tracing::info_span!("references");
+    let span = tracing::info_span!("companions");
     async move {
         let (tx, mut rx) = mpsc::unbounded_channel::<Key>();
         let wildcard = clients::workspace(&base, "*");
         let all = watcher::Config::default();
         let referenced = watcher::Config::default().labels(REFERENCED_LABEL);
+        let companions = Kind::companions()
+            .map(|kind| {
+                let config = if kind.follows() == Follows::Named { referenced.clone() } else { all.clone() };
+                let api = Api::all_with(wildcard.clone(), &kind.api_resource());
+                (kind, cache::spawn(api, config, kind, Key::upstream, tx.clone(), kind.row().plural))
+            })
+            .collect();
         let c = Arc::new(Controller {
             deployments: cache::spawn(Api::all(wildcard.clone()), all, Kind::Deployment, Key::upstream, tx.clone(), "deployments"),
-            config_maps: cache::spawn(
-                Api::all(wildcard.clone()),
-                referenced.clone(),
-                Kind::ConfigMap,
-                Key::upstream,
-                tx.clone(),
-                "referenced configmaps",
-            ),
-            secrets: cache::spawn(Api::all(wildcard), referenced, Kind::Secret, Key::upstream, tx.clone(), "referenced secrets"),
+            companions,
             index: Mutex::default(),
             base,
         });
-        // A Deployment event queues the objects it references, or referenced; an
-        // event on a labelled object queues that object.
+        // A Deployment event queues the objects it needed or needs; an event on a
+        // companion with a rule queues that object (and a Service's Ingresses).
         let (objects_tx, objects_rx) = mpsc::unbounded_channel::<Key>();
         let forward = {
             let (objects_tx, c) = (objects_tx.clone(), c.clone());
             runtime::AbortOnDrop(tokio::spawn(async move {
                 while let Some(k) = rx.recv().await {
-                    let touched = match k.kind {
-                        Kind::Deployment => {
+                    let touched = match k.kind.follows() {
+                        Follows::Scheduled => {
                             let now = c.deployments.get(&k).map(|d| Summary::of(&d));
-                            c.index.lock().unwrap_or_else(|e| e.into_inner()).update(&k, now)
+                            c.index().update(&k, now)
                         }
-                        Kind::ConfigMap | Kind::Secret => BTreeSet::from([k]),
-                        Kind::Namespace => BTreeSet::new(),
+                        Follows::Named => BTreeSet::from([k]),
+                        Follows::Never => BTreeSet::new(),
+                        _ => {
+                            let now = c.companions.get(&k.kind).and_then(|cache| cache.get(&k)).and_then(|o| Rule::of(k.kind, &o.data));
+                            c.index().update_rule(&k, now)
+                        }
                     };
                     for o in touched {
                         if objects_tx.send(o).is_err() {
@@ -225,9 +381,9 @@ pub async fn run(base: Client, resync: Duration) {
                 tick.tick().await;
                 loop {
                     tick.tick().await;
-                    let referenced = c.index.lock().unwrap_or_else(|e| e.into_inner()).objects();
-                    let labelled: BTreeSet<Key> = referenced.into_iter().chain(c.config_maps.keys()).chain(c.secrets.keys()).collect();
-                    for k in labelled {
+                    let known = c.index().objects();
+                    let labelled = c.companions.values().flat_map(|cache| cache.entries_where(|_, o| labelled(o)));
+                    for k in known.into_iter().chain(labelled).collect::<BTreeSet<_>>() {
                         let _ = objects_tx.send(k);
                     }
                 }
@@ -246,56 +402,55 @@ pub async fn run(base: Client, resync: Duration) {
     .await
 }
 
+/// Whether this controller manages `o`'s assignment labels.
+fn labelled(o: &DynamicObject) -> bool {
+    o.metadata.labels.as_ref().is_some_and(|l| l.contains_key(REFERENCED_LABEL))
+}
+
 impl Controller {
+    fn index(&self) -> std::sync::MutexGuard<'_, Index> {
+        self.index.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn synced(&self) -> bool {
+        self.deployments.synced() && self.companions.values().all(|c| c.synced())
+    }
+
+    fn api(&self, key: &Key) -> Api<DynamicObject> {
+        Api::namespaced_with(clients::workspace(&self.base, &key.workspace), &key.namespace, &key.kind.api_resource())
+    }
+
     async fn reconcile(&self, key: &Key) -> Result<Next, Failed> {
-        if !(self.deployments.synced() && self.config_maps.synced() && self.secrets.synced()) {
+        if !self.synced() {
             return Ok(Next::After(MISSING_RETRY));
         }
-        let targets = self.index.lock().unwrap_or_else(|e| e.into_inner()).wanted(key);
-        let Some(labels) = self.labels(key).await? else {
-            // It does not exist (yet): look again while something needs it.
-            return Ok(if targets.is_empty() { Next::Done } else { Next::After(MISSING_RETRY) });
-        };
+        let targets = self.index().wanted(key);
+        // A named object that does not exist (yet) is looked for again while something
+        // needs it; one with a rule comes back with its own events.
+        let missing = || if targets.is_empty() || key.kind.follows() != Follows::Named { Next::Done } else { Next::After(MISSING_RETRY) };
+        let Some(labels) = self.labels(key).await? else { return Ok(missing()) };
         let Some(patch) = label_patch(labels.as_ref(), &targets) else { return Ok(Next::Done) };
-        let client = clients::workspace(&self.base, &key.workspace);
-        let pp = PatchParams::default();
-        let result = match key.kind {
-            Kind::ConfigMap => {
-                Api::<ConfigMap>::namespaced(client, &key.namespace).patch(&key.name, &pp, &Patch::Merge(patch)).await.map(drop)
-            }
-            Kind::Secret => Api::<Secret>::namespaced(client, &key.namespace).patch(&key.name, &pp, &Patch::Merge(patch)).await.map(drop),
-            Kind::Deployment | Kind::Namespace => Ok(()),
-        };
-        match result {
-            Ok(()) => tracing::debug!(clusters = ?targets, "labelled"),
-            Err(e) if is_not_found(&e) => return Ok(if targets.is_empty() { Next::Done } else { Next::After(MISSING_RETRY) }),
+        match self.api(key).patch(&key.name, &PatchParams::default(), &Patch::Merge(patch)).await {
+            Ok(_) => tracing::debug!(clusters = ?targets, "labelled"),
+            Err(e) if is_not_found(&e) => return Ok(missing()),
             Err(e) => return Err(failed(format!("labelling {key}"))(e)),
         }
         Ok(Next::Done)
     }
 
-    /// The labels of a referenced object: from the cache if it is labelled already,
-    /// else read; `None` if it does not exist.
+    /// The labels of a companion: from the cache if it is there, else read; `None`
+    /// if it does not exist.
     async fn labels(&self, key: &Key) -> Result<Option<Option<BTreeMap<String, String>>>, Failed> {
-        let cached = match key.kind {
-            Kind::ConfigMap => self.config_maps.get(key).map(|o| o.metadata.labels.clone()),
-            Kind::Secret => self.secrets.get(key).map(|o| o.metadata.labels.clone()),
-            Kind::Deployment | Kind::Namespace => None,
-        };
-        if cached.is_some() {
-            return Ok(cached);
+        let cache = self.companions.get(&key.kind);
+        if let Some(o) = cache.and_then(|c| c.get(key)) {
+            return Ok(Some(o.metadata.labels.clone()));
         }
-        let client = clients::workspace(&self.base, &key.workspace);
-        let read = match key.kind {
-            Kind::ConfigMap => {
-                Api::<ConfigMap>::namespaced(client, &key.namespace).get_opt(&key.name).await.map(|o| o.map(|o| o.metadata.labels))
-            }
-            Kind::Secret => {
-                Api::<Secret>::namespaced(client, &key.namespace).get_opt(&key.name).await.map(|o| o.map(|o| o.metadata.labels))
-            }
-            Kind::Deployment | Kind::Namespace => Ok(None),
-        };
-        read.map_err(failed(format!("reading {key}")))
+        if key.kind.follows() != Follows::Named {
+            // The cache holds every object of these kinds.
+            return Ok(None);
+        }
+        let read = self.api(key).get_metadata_opt(&key.name).await;
+        read.map(|o| o.map(|o| o.metadata.labels)).map_err(failed(format!("reading {key}")))
     }
 }
 
@@ -366,7 +521,98 @@ mod tests {
             "another ConfigMap"
         );
         assert_eq!(index.update(&d, None), BTreeSet::from([cfg2, sec]), "gone");
-        assert!(index.objects().is_empty() && index.summaries.is_empty());
+        assert!(index.objects().is_empty() && index.namespaces.is_empty(), "nothing is kept of an empty namespace");
+    }
+
+    fn app(name: &str, targets: &[&str], pod_labels: &[(&str, &str)], account: Option<&str>) -> (Key, Summary) {
+        let labels: Map<String, Value> = targets.iter().map(|t| (sync_state_label(t), json!("Sync"))).collect();
+        let d: Deployment = serde_json::from_value(json!({
+            "metadata": {"name": name, "labels": labels},
+            "spec": {"selector": {}, "template": {
+                "metadata": {"labels": pod_labels.iter().map(|(k, v)| (k.to_string(), json!(v))).collect::<Map<_, _>>()},
+                "spec": {"containers": [{"name": "c"}], "serviceAccountName": account}}}
+        }))
+        .unwrap();
+        (key(Kind::Deployment, name), Summary::of(&d))
+    }
+
+    fn rule(index: &mut Index, kind: Kind, name: &str, o: Value) -> (Key, BTreeSet<Key>) {
+        let k = key(kind, name);
+        let touched = index.update_rule(&k, Rule::of(kind, &o));
+        (k, touched)
+    }
+
+    #[test]
+    fn companions_follow_by_selector_backend_scale_target_and_account() {
+        let mut index = Index::default();
+        let (web, w) = app("web", &["east"], &[("app", "web"), ("tier", "front")], Some("runner"));
+        let (api, a) = app("api", &["west"], &[("app", "api"), ("tier", "front")], None);
+        index.update(&web, Some(w));
+        index.update(&api, Some(a));
+        let (svc, _) = rule(&mut index, Kind::Service, "web", json!({"spec": {"selector": {"app": "web"}}}));
+        let (front, _) = rule(&mut index, Kind::Service, "front", json!({"spec": {"selector": {"tier": "front"}}}));
+        let (bare, _) = rule(&mut index, Kind::Service, "bare", json!({"spec": {"ports": [{"port": 80}]}}));
+        let (ext, _) = rule(&mut index, Kind::Service, "ext", json!({"spec": {"type": "ExternalName", "selector": {"app": "web"}}}));
+        let (ing, _) = rule(
+            &mut index,
+            Kind::Ingress,
+            "ing",
+            json!({"spec": {"rules": [{"http": {"paths": [{"backend": {"service": {"name": "web"}}}]}}]}}),
+        );
+        let (deflt, _) = rule(&mut index, Kind::Ingress, "default", json!({"spec": {"defaultBackend": {"service": {"name": "front"}}}}));
+        let (pdb, _) = rule(&mut index, Kind::PodDisruptionBudget, "pdb", json!({"spec": {"selector": {"matchLabels": {"app": "api"}}}}));
+        let (all, _) = rule(&mut index, Kind::NetworkPolicy, "all", json!({"spec": {"podSelector": {}}}));
+        let (hpa, _) = rule(
+            &mut index,
+            Kind::HorizontalPodAutoscaler,
+            "hpa",
+            json!({"spec": {"scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "web"}}}),
+        );
+        let (rs_hpa, _) = rule(
+            &mut index,
+            Kind::HorizontalPodAutoscaler,
+            "rs",
+            json!({"spec": {"scaleTargetRef": {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web"}}}),
+        );
+        let account = key(Kind::ServiceAccount, "runner");
+        for (k, want) in [
+            (&svc, &["east"][..]),
+            (&front, &["east", "west"]),
+            (&bare, &[]),
+            (&ext, &[]),
+            (&ing, &["east"]),
+            (&deflt, &["east", "west"]),
+            (&pdb, &["west"]),
+            (&all, &["east", "west"]),
+            (&hpa, &["east"]),
+            (&rs_hpa, &[]),
+            (&account, &["east"]),
+        ] {
+            assert_eq!(index.wanted(k), set(want), "{k}");
+        }
+
+        // web's pods change their labels: its Service, and the Ingress through it, are
+        // touched and no longer follow it.
+        let (_, relabelled) = app("web", &["east"], &[("app", "web2"), ("tier", "front")], Some("runner"));
+        let touched = index.update(&web, Some(relabelled));
+        for k in [&svc, &front, &ing, &deflt, &all, &hpa, &account] {
+            assert!(touched.contains(k), "{k} not in {touched:?}");
+        }
+        assert!(!touched.contains(&pdb), "api's budget has nothing to do with web: {touched:?}");
+        assert_eq!(index.wanted(&svc), set(&[]));
+        assert_eq!(index.wanted(&ing), set(&[]));
+        assert_eq!(index.wanted(&hpa), set(&["east"]), "the scale target is by name");
+
+        // The Service's selector is edited: the Ingress naming it is touched too.
+        let (_, touched) = rule(&mut index, Kind::Service, "web", json!({"spec": {"selector": {"app": "web2"}}}));
+        assert_eq!(touched, BTreeSet::from([svc.clone(), ing.clone()]));
+        assert_eq!(index.wanted(&ing), set(&["east"]));
+        // An unchanged Service touches only itself.
+        let (_, touched) = rule(&mut index, Kind::Service, "web", json!({"spec": {"selector": {"app": "web2"}}}));
+        assert_eq!(touched, BTreeSet::from([svc.clone()]));
+        // Deleted, the Ingress loses its clusters.
+        index.update_rule(&svc, None);
+        assert_eq!(index.wanted(&ing), set(&[]));
     }
 
     #[test]

@@ -1,0 +1,190 @@
+//! A Deployment's companions (its Services, Ingresses, ServiceAccount,
+//! PodDisruptionBudgets, NetworkPolicies and autoscalers) follow it to its clusters,
+//! end to end: `flotilla start` with the scheduler and two simulated clusters, driven
+//! with the real kubectl on every side.
+
+mod common;
+
+use common::fleet::{fleet, rollout, sim, wait_assignment, DEADLINE};
+use common::{tail, wait_for, wait_until, Flotilla, SimCluster};
+
+/// What follows the Deployments of [`APP`], upstream.
+const COMPANIONS: &str = "svc,ing,pdb,netpol,sa,hpa";
+
+/// Two Deployments, `web` on east and `api` on west (by their Placements), with
+/// companions: some follow `web` alone, `front` follows both, `lonely` neither.
+const APP: &str = r#"apiVersion: scheduling.flotilla.io/v1alpha1
+kind: Placement
+metadata: {name: on-east}
+spec: {clusterSelector: {matchLabels: {region: east}}}
+---
+apiVersion: scheduling.flotilla.io/v1alpha1
+kind: Placement
+metadata: {name: on-west}
+spec: {clusterSelector: {matchLabels: {region: west}}}
+---
+apiVersion: v1
+kind: ServiceAccount
+metadata: {name: web-runner}
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: web, annotations: {scheduling.flotilla.io/placement: on-east}}
+spec:
+  replicas: 2
+  selector: {matchLabels: {app: web}}
+  template:
+    metadata: {labels: {app: web, tier: front}}
+    spec:
+      serviceAccountName: web-runner
+      containers: [{name: app, image: "nginx:1.27", resources: {requests: {cpu: 100m}}}]
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: api, annotations: {scheduling.flotilla.io/placement: on-west}}
+spec:
+  replicas: 1
+  selector: {matchLabels: {app: api}}
+  template:
+    metadata: {labels: {app: api, tier: front}}
+    spec:
+      containers: [{name: app, image: "nginx:1.27", resources: {requests: {cpu: 100m}}}]
+---
+apiVersion: v1
+kind: Service
+metadata: {name: web}
+spec:
+  selector: {app: web}
+  ports: [{name: http, port: 80, targetPort: 8080}, {name: https, port: 443, targetPort: 8443}]
+---
+apiVersion: v1
+kind: Service
+metadata: {name: front}
+spec:
+  selector: {tier: front}
+  ports: [{port: 80}]
+---
+apiVersion: v1
+kind: Service
+metadata: {name: lonely}
+spec:
+  selector: {app: nobody}
+  ports: [{port: 80}]
+---
+apiVersion: networking.k8s.io/v1
+kind: Ingress
+metadata: {name: web}
+spec:
+  rules:
+  - host: web.example.com
+    http:
+      paths: [{path: /, pathType: Prefix, backend: {service: {name: web, port: {number: 80}}}}]
+---
+apiVersion: policy/v1
+kind: PodDisruptionBudget
+metadata: {name: web}
+spec: {minAvailable: 1, selector: {matchLabels: {app: web}}}
+---
+apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata: {name: web}
+spec:
+  podSelector: {matchLabels: {app: web}}
+  ingress: [{ports: [{port: 8080}]}]
+"#;
+
+/// The companions' copies on `c`, as `kind/name`, sorted.
+fn companions_on(c: &SimCluster) -> Vec<String> {
+    let label = format!("workload.flotilla.io/sync-target={}", c.name);
+    let o = c.kubectl(&["get", COMPANIONS, "-A", "-l", &label, "-o", "name"]);
+    let mut names: Vec<String> = o.stdout.lines().map(|l| l.trim().to_string()).filter(|l| !l.is_empty()).collect();
+    names.sort();
+    names
+}
+
+fn wait_companions(f: &Flotilla, c: &SimCluster, want: &[&str]) {
+    let mut want: Vec<String> = want.iter().map(|s| s.to_string()).collect();
+    want.sort();
+    wait_for(&format!("the companions on {}", c.name), DEADLINE, || {
+        let got = companions_on(c);
+        if got == want {
+            Ok(())
+        } else {
+            Err(format!("{got:?}, want {want:?}\n--- server log tail ---\n{}", tail(&f.log())))
+        }
+    });
+}
+
+/// The Flotilla namespace of workspace `demo`'s namespace `default` on `c`.
+fn copy_namespace(c: &SimCluster) -> String {
+    let o = c.kubectl(&["get", "deploy", "-A", "-l", "workload.flotilla.io/sync-target", "-o", "jsonpath={.items[0].metadata.namespace}"]);
+    o.stdout.trim().to_string()
+}
+
+const WEB_ON_EAST: [&str; 6] = [
+    "ingress.networking.k8s.io/web",
+    "networkpolicy.networking.k8s.io/web",
+    "poddisruptionbudget.policy/web",
+    "service/front",
+    "service/web",
+    "serviceaccount/web-runner",
+];
+
+#[test]
+fn companions_follow_their_deployments_to_their_clusters_and_nowhere_else() {
+    let (east, west) = (sim("east", 4), sim("west", 4));
+    let f = fleet(&[], &[(&east, &["region=east"]), (&west, &["region=west"])]);
+    f.apply(&["--context", "demo", "-n", "default"], APP);
+    wait_assignment(&f, "web", |a| a == "east=2");
+    wait_assignment(&f, "api", |a| a == "west=1");
+    wait_companions(&f, &east, &WEB_ON_EAST);
+    wait_companions(&f, &west, &["service/front"]);
+    rollout(&f, "web");
+
+    // What the clusters allocate for themselves is theirs; what the user asked for
+    // is copied as it is, with both ports keyed by name.
+    let ns = copy_namespace(&east);
+    let ports = east.k(&["-n", &ns, "get", "svc", "web", "-o", r#"jsonpath={range .spec.ports[*]}{.name}:{.port}>{.targetPort} {end}"#]);
+    assert_eq!(ports.trim(), "http:80>8080 https:443>8443");
+    // Upstream, each companion carries the labels of the clusters it follows to.
+    let labelled = |cluster: &str| {
+        let sel = format!("state.workload.flotilla.io/{cluster}=Sync");
+        let mut names: Vec<String> =
+            f.k(&["--context", "demo", "get", COMPANIONS, "-l", &sel, "-o", "name"]).lines().map(String::from).collect();
+        names.sort();
+        names
+    };
+    assert_eq!(labelled("east"), WEB_ON_EAST.to_vec());
+    assert_eq!(labelled("west"), ["service/front"]);
+
+    // Drift on a copy is reverted: a selector edited downstream goes back.
+    let o = east.kubectl(&["-n", &ns, "patch", "svc", "web", "--type=merge", "-p", r#"{"spec":{"selector":{"app":"evil"}}}"#]);
+    assert!(o.ok, "{o:?}");
+    wait_until(
+        "the copy's selector reverted",
+        DEADLINE,
+        || east.k(&["-n", &ns, "get", "svc", "web", "-o", "jsonpath={.spec.selector.app}"]),
+        |s| s.trim() == "web",
+    );
+
+    // A companion deleted upstream is deleted on every cluster.
+    let o = f.kubectl(&["--context", "demo", "delete", "svc", "front"]);
+    assert!(o.ok, "{o:?}");
+    let without_front: Vec<&str> = WEB_ON_EAST.iter().copied().filter(|n| *n != "service/front").collect();
+    wait_companions(&f, &east, &without_front);
+    wait_companions(&f, &west, &[]);
+
+    // The Deployment deleted: what only it needed goes from its cluster, and upstream
+    // loses its labels but stays.
+    let o = f.kubectl(&["--context", "demo", "delete", "deploy", "web", "--timeout=45s"]);
+    assert!(o.ok, "{o:?}");
+    wait_companions(&f, &east, &[]);
+    wait_until(
+        "the upstream labels removed",
+        DEADLINE,
+        || f.k(&["--context", "demo", "get", COMPANIONS, "-l", "workload.flotilla.io/referenced", "-o", "name"]),
+        |l| l.trim().is_empty(),
+    );
+    let left = f.k(&["--context", "demo", "get", "svc,ing,pdb,netpol", "-o", "name"]);
+    assert_eq!(left.lines().count(), 5, "the upstream objects stay: {left}");
+}
