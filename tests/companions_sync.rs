@@ -188,3 +188,103 @@ fn companions_follow_their_deployments_to_their_clusters_and_nowhere_else() {
     let left = f.k(&["--context", "demo", "get", "svc,ing,pdb,netpol", "-o", "name"]);
     assert_eq!(left.lines().count(), 5, "the upstream objects stay: {left}");
 }
+
+/// A Deployment with a Service and an Ingress, placed by the default Placement.
+const MOVABLE: &str = r#"apiVersion: apps/v1
+kind: Deployment
+metadata: {name: web}
+spec:
+  replicas: 2
+  selector: {matchLabels: {app: web}}
+  template:
+    metadata: {labels: {app: web}}
+    spec:
+      containers: [{name: app, image: "nginx:1.27", resources: {requests: {cpu: 100m}}}]
+---
+apiVersion: v1
+kind: Service
+metadata: {name: web}
+spec:
+  selector: {app: web}
+  ports: [{port: 80}]
+---
+apiVersion: networking.k8s.io/v1
+kind: Ingress
+metadata: {name: web}
+spec:
+  defaultBackend: {service: {name: web, port: {number: 80}}}
+"#;
+
+#[test]
+fn companions_move_with_their_deployment_when_its_cluster_is_lost() {
+    let mut east = sim("east", 8);
+    let west = sim("west", 4);
+    let f = fleet(&common::fleet::FAST, &[(&east, &[]), (&west, &[])]);
+    f.apply(&["--context", "demo", "-n", "default"], MOVABLE);
+    assert_eq!(wait_assignment(&f, "web", |a| !a.is_empty()), "east=2");
+    let both = ["ingress.networking.k8s.io/web", "service/web"];
+    wait_companions(&f, &east, &both);
+    wait_companions(&f, &west, &[]);
+
+    east.kill9();
+    wait_assignment(&f, "web", |a| a == "west=2");
+    wait_companions(&f, &west, &both);
+    rollout(&f, "web");
+
+    // Back, the lost cluster removes its stale companions.
+    east.launch();
+    wait_companions(&f, &east, &[]);
+    wait_companions(&f, &west, &both);
+}
+
+#[test]
+fn an_autoscaler_is_divided_over_its_clusters_and_owns_their_replicas() {
+    let (east, west) = (sim("east", 4), sim("west", 4));
+    let f = fleet(&[], &[(&east, &[]), (&west, &[])]);
+    let spread = "apiVersion: scheduling.flotilla.io/v1alpha1\nkind: Placement\nmetadata: {name: spread}\nspec: {numberOfClusters: 2, replicaScheduling: Divide}\n";
+    let app = MOVABLE.replace(
+        "metadata: {name: web}\nspec:\n  replicas: 2",
+        "metadata: {name: web, annotations: {scheduling.flotilla.io/placement: spread}}\nspec:\n  replicas: 4",
+    );
+    let hpa = r#"apiVersion: autoscaling/v2
+kind: HorizontalPodAutoscaler
+metadata: {name: web}
+spec:
+  scaleTargetRef: {apiVersion: apps/v1, kind: Deployment, name: web}
+  minReplicas: 2
+  maxReplicas: 10
+  metrics: [{type: Resource, resource: {name: cpu, target: {type: Utilization, averageUtilization: 60}}}]
+"#;
+    f.apply(&["--context", "demo", "-n", "default"], &format!("{spread}---\n{app}---\n{hpa}"));
+    wait_assignment(&f, "web", |a| a == "east=2 west=2");
+    let bounds = |c: &SimCluster| {
+        let label = format!("workload.flotilla.io/sync-target={}", c.name);
+        c.k(&["get", "hpa", "-A", "-l", &label, "-o", "jsonpath={.items[*].spec.minReplicas}-{.items[*].spec.maxReplicas}"])
+    };
+    for c in [&east, &west] {
+        wait_until(&format!("{}'s autoscaler with its half of the bounds", c.name), DEADLINE, || bounds(c), |b| b == "1-5");
+    }
+
+    // The cluster's autoscaler scales its copy: the syncer leaves what it set, through
+    // a later change of the same Deployment.
+    let ns = copy_namespace(&east);
+    let o = east.kubectl(&["-n", &ns, "scale", "deploy", "web", "--replicas=4"]);
+    assert!(o.ok, "{o:?}");
+    f.k(&["--context", "demo", "annotate", "deploy", "web", "team=shop"]);
+    let copy =
+        |c: &SimCluster| c.k(&["-n", &ns, "get", "deploy", "web", "-o", r#"jsonpath={.metadata.annotations.team}:{.spec.replicas}"#]);
+    wait_until("east's copy updated, with the autoscaler's replicas", DEADLINE, || copy(&east), |c| c == "shop:4");
+
+    // Each cluster's autoscaler reports; upstream shows the sums.
+    for (c, replicas) in [(&east, 4), (&west, 2)] {
+        let status = format!(r#"{{"status":{{"currentReplicas":{replicas},"desiredReplicas":{replicas}}}}}"#);
+        let o = c.kubectl(&["-n", &ns, "patch", "hpa", "web", "--subresource=status", "--type=merge", "-p", &status]);
+        assert!(o.ok, "{o:?}");
+    }
+    wait_until(
+        "the upstream autoscaler's status, summed",
+        DEADLINE,
+        || f.k(&["--context", "demo", "get", "hpa", "web", "-o", "jsonpath={.status.currentReplicas}/{.status.desiredReplicas}"]),
+        |s| s == "6/6",
+    );
+}
