@@ -45,7 +45,11 @@ fn headless(obj: &Value) -> bool {
 impl Strategy for Service {
     fn decode(&self, obj: Value, old: Option<&Value>, status_write: bool) -> Result<Decoded, String> {
         let mut d = decode_typed::<k8s_openapi::api::core::v1::Service>("Service", obj, old, status_write, decoded)?;
+        // Both run before validation in kube-apiserver (PrepareForUpdate, and the
+        // storage's patchAllocatedValues), so a type change or a replace that leaves out
+        // what the cluster allocated is valid.
         if let (Some(old), false) = (old, status_write) {
+            drop_type_dependent_fields(&mut d.value, old);
             keep_allocated(&mut d.value, old);
         }
         Ok(d)
@@ -229,44 +233,7 @@ impl Strategy for Service {
     /// (dropTypeDependentFields): node ports when no longer needed, the cluster IP when
     /// the Service becomes an ExternalName, and the load balancer's fields and status.
     fn prepare_for_update(&self, obj: &mut Value, old: &Value) {
-        let (was, is) = (spec_str(old, "type").to_string(), spec_str(obj, "type").to_string());
-        if was == is {
-            return;
-        }
-        let unchanged = |obj: &Value, field: &str| obj.pointer(&format!("/spec/{field}")) == old.pointer(&format!("/spec/{field}"));
-        if is == "ExternalName" {
-            for f in ["clusterIP", "clusterIPs", "ipFamilies", "ipFamilyPolicy"] {
-                if unchanged(obj, f) {
-                    obj["spec"].as_object_mut().map(|s| s.remove(f));
-                }
-            }
-        }
-        if matches!(is.as_str(), "ClusterIP" | "ExternalName") {
-            let old_ports = ports(old).to_vec();
-            if let Some(Value::Array(ps)) = obj.pointer_mut("/spec/ports") {
-                for p in ps.iter_mut() {
-                    let same = old_ports.iter().any(|o| o.get("port") == p.get("port") && o.get("nodePort") == p.get("nodePort"));
-                    if same {
-                        p.as_object_mut().map(|m| m.remove("nodePort"));
-                    }
-                }
-            }
-        }
-        if was == "LoadBalancer" {
-            for f in ["allocateLoadBalancerNodePorts", "loadBalancerClass", "healthCheckNodePort"] {
-                if unchanged(obj, f) {
-                    obj["spec"].as_object_mut().map(|s| s.remove(f));
-                }
-            }
-        }
-        if !externally_accessible(obj) && unchanged(obj, "externalTrafficPolicy") {
-            obj["spec"].as_object_mut().map(|s| s.remove("externalTrafficPolicy"));
-        }
-        if is != "LoadBalancer" {
-            if let Some(status) = obj.get_mut("status").and_then(Value::as_object_mut) {
-                status.remove("loadBalancer");
-            }
-        }
+        drop_type_dependent_fields(obj, old);
     }
 
     fn selectable_fields(&self) -> &'static [&'static str] {
@@ -320,6 +287,56 @@ impl Strategy for Service {
             print::age_of(obj),
             json!(selector),
         ]
+    }
+}
+
+/// What a change of type leaves behind goes, unless the write set it itself
+/// (dropTypeDependentFields): node ports when no longer needed, the cluster IP when
+/// the Service becomes an ExternalName, and the load balancer's fields and status (an
+/// empty `loadBalancer`, as kube-apiserver leaves it). A write that leaves the type
+/// out means ClusterIP, its default.
+fn drop_type_dependent_fields(obj: &mut Value, old: &Value) {
+    let was = spec_str(old, "type").to_string();
+    let is = match spec_str(obj, "type") {
+        "" => "ClusterIP".to_string(),
+        ty => ty.to_string(),
+    };
+    if was == is {
+        return;
+    }
+    let unchanged = |obj: &Value, field: &str| obj.pointer(&format!("/spec/{field}")) == old.pointer(&format!("/spec/{field}"));
+    if is == "ExternalName" {
+        for f in ["clusterIP", "clusterIPs", "ipFamilies", "ipFamilyPolicy"] {
+            if unchanged(obj, f) {
+                obj["spec"].as_object_mut().map(|s| s.remove(f));
+            }
+        }
+    }
+    if matches!(is.as_str(), "ClusterIP" | "ExternalName") {
+        let old_ports = ports(old).to_vec();
+        if let Some(Value::Array(ps)) = obj.pointer_mut("/spec/ports") {
+            for p in ps.iter_mut() {
+                let same = old_ports.iter().any(|o| o.get("port") == p.get("port") && o.get("nodePort") == p.get("nodePort"));
+                if same {
+                    p.as_object_mut().map(|m| m.remove("nodePort"));
+                }
+            }
+        }
+    }
+    if was == "LoadBalancer" {
+        for f in ["allocateLoadBalancerNodePorts", "loadBalancerClass", "healthCheckNodePort"] {
+            if unchanged(obj, f) {
+                obj["spec"].as_object_mut().map(|s| s.remove(f));
+            }
+        }
+    }
+    if !externally_accessible(obj) && unchanged(obj, "externalTrafficPolicy") {
+        obj["spec"].as_object_mut().map(|s| s.remove("externalTrafficPolicy"));
+    }
+    if is != "LoadBalancer" {
+        if let Some(status) = obj.get_mut("status").and_then(Value::as_object_mut) {
+            status.insert("loadBalancer".into(), json!({}));
+        }
     }
 }
 
