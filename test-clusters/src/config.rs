@@ -12,6 +12,9 @@
 //!     pods: 110         # optional, default 110 (the kubelet's default maxPods)
 //!     labels: {}        # optional
 //! startupDelay: 300ms   # optional, default 1s
+//! serviceCIDR: 10.96.0.0/16                      # optional, this is the default
+//! loadBalancerPool: 172.18.255.200-172.18.255.219 # optional: a range, a CIDR, or a list of them
+//! ingressAddress: 172.18.255.10                  # optional: an IP address or a host name
 //! ```
 //!
 //! `labels` describe the cluster as a whole (they go on its SyncTarget); node group labels go
@@ -19,12 +22,21 @@
 //! runs and turns Ready; it is a Go duration. The 1s default is long enough for
 //! `kubectl rollout status` to show intermediate states and short enough for tests.
 //!
+//! `serviceCIDR` is the range Services get their cluster IPs from (kube-apiserver's
+//! `--service-cluster-ip-range`; kind's default). `loadBalancerPool` holds the addresses
+//! that Services of type LoadBalancer get, as MetalLB's address pools do; without one they
+//! stay `<pending>`, as on a kind cluster with no load-balancer provider. `ingressAddress`
+//! is what every Ingress reports as its address; without one Ingresses report none.
+//!
 //! Unknown fields are errors, and every error names the file, the cluster and the field.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+use std::net::{IpAddr, Ipv4Addr};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use controlplane::allocator::Ipv4Cidr;
 use serde::Deserialize;
 
 use crate::duration;
@@ -47,6 +59,76 @@ pub struct ClusterDef {
     pub node_groups: Vec<NodeGroup>,
     /// Time from a pod's first kubelet sync until it runs and is Ready.
     pub startup_delay: Duration,
+    /// The range cluster IPs are allocated from.
+    pub service_cidr: Ipv4Cidr,
+    /// The addresses Services of type LoadBalancer get (empty: they stay pending).
+    pub load_balancer_pool: AddressPool,
+    /// The address (an IP or a host name) every Ingress reports, if any.
+    pub ingress_address: Option<String>,
+}
+
+/// IPv4 addresses to hand out, as ranges in the order they are handed out, such as
+/// MetalLB's `IPAddressPool` lists them: `172.18.255.200-172.18.255.219` or a CIDR
+/// (every address of it).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct AddressPool {
+    ranges: Vec<(Ipv4Addr, Ipv4Addr)>,
+}
+
+impl AddressPool {
+    /// Parses ranges (`first-last`) and CIDRs; they must not overlap.
+    pub fn parse<'a>(items: impl IntoIterator<Item = &'a str>) -> Result<Self, String> {
+        let mut ranges: Vec<(Ipv4Addr, Ipv4Addr)> = Vec::new();
+        for item in items {
+            let item = item.trim();
+            let ip = |s: &str| s.trim().parse::<Ipv4Addr>().map_err(|_| format!("{item:?}: {:?} is not an IPv4 address", s.trim()));
+            let range = if let Some((first, last)) = item.split_once('-') {
+                let (first, last) = (ip(first)?, ip(last)?);
+                if first > last {
+                    return Err(format!("{item:?}: the first address is after the last"));
+                }
+                (first, last)
+            } else if let Some((net, prefix)) = item.split_once('/') {
+                let base = u32::from(ip(net)?);
+                let prefix: u32 = prefix.parse().ok().filter(|p| *p <= 32).ok_or_else(|| format!("{item:?}: bad prefix length"))?;
+                let size = 1u64 << (32 - prefix);
+                if u64::from(base) % size != 0 {
+                    return Err(format!("{item:?}: the address has host bits set"));
+                }
+                (Ipv4Addr::from(base), Ipv4Addr::from((u64::from(base) + size - 1) as u32))
+            } else {
+                let one = ip(item)?;
+                (one, one)
+            };
+            if let Some(other) = ranges.iter().find(|(a, b)| range.0 <= *b && *a <= range.1) {
+                return Err(format!("{item:?} overlaps {}-{}", other.0, other.1));
+            }
+            ranges.push(range);
+        }
+        Ok(Self { ranges })
+    }
+
+    /// Whether the pool has no address.
+    pub fn is_empty(&self) -> bool {
+        self.ranges.is_empty()
+    }
+
+    /// Whether `ip` is in the pool.
+    pub fn contains(&self, ip: Ipv4Addr) -> bool {
+        self.ranges.iter().any(|(a, b)| (*a..=*b).contains(&ip))
+    }
+
+    /// Every address, in the order they are handed out.
+    pub fn addresses(&self) -> impl Iterator<Item = Ipv4Addr> + '_ {
+        self.ranges.iter().flat_map(|(a, b)| (u32::from(*a)..=u32::from(*b)).map(Ipv4Addr::from))
+    }
+}
+
+impl fmt::Display for AddressPool {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let parts: Vec<String> = self.ranges.iter().map(|(a, b)| if a == b { a.to_string() } else { format!("{a}-{b}") }).collect();
+        f.write_str(&parts.join(", "))
+    }
 }
 
 /// A group of identical nodes.
@@ -153,6 +235,20 @@ struct RawCluster {
     nodes: Vec<serde_yaml::Value>,
     #[serde(default)]
     startup_delay: Option<String>,
+    #[serde(default, rename = "serviceCIDR")]
+    service_cidr: Option<String>,
+    #[serde(default)]
+    load_balancer_pool: Option<OneOrMany>,
+    #[serde(default)]
+    ingress_address: Option<String>,
+}
+
+/// A string, or a list of them.
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum OneOrMany {
+    One(String),
+    Many(Vec<String>),
 }
 
 #[derive(Deserialize)]
@@ -283,7 +379,31 @@ fn validate(raw: RawCluster, source_name: &str, label: &str) -> Result<ClusterDe
         None => DEFAULT_STARTUP_DELAY,
         Some(text) => duration::parse(text).map_err(|e| invalid("startupDelay", e.to_string()))?,
     };
-    Ok(ClusterDef { name: raw.name, labels: raw.labels, node_groups, startup_delay })
+    let service_cidr = match &raw.service_cidr {
+        None => Ipv4Cidr::default(),
+        Some(text) => text.parse().map_err(|e| invalid("serviceCIDR", e))?,
+    };
+    let load_balancer_pool = match &raw.load_balancer_pool {
+        None => Ok(AddressPool::default()),
+        Some(OneOrMany::One(one)) => AddressPool::parse([one.as_str()]),
+        Some(OneOrMany::Many(many)) => AddressPool::parse(many.iter().map(String::as_str)),
+    }
+    .map_err(|e| invalid("loadBalancerPool", e))?;
+    if let Some(address) = &raw.ingress_address {
+        let hostname = apimachinery::objmeta::dns1123_subdomain(address);
+        if address.parse::<IpAddr>().is_err() && hostname.is_err() {
+            return Err(invalid("ingressAddress", format!("{address:?} is neither an IP address nor a DNS host name")));
+        }
+    }
+    Ok(ClusterDef {
+        name: raw.name,
+        labels: raw.labels,
+        node_groups,
+        startup_delay,
+        service_cidr,
+        load_balancer_pool,
+        ingress_address: raw.ingress_address,
+    })
 }
 
 /// A DNS-1123 label, as the apiserver checks names (shared with the control plane).
@@ -344,6 +464,48 @@ startupDelay: 300ms
         assert_eq!(a.startup_delay, DEFAULT_STARTUP_DELAY);
         assert_eq!(a.allocatable().cpu_millis, 3500);
         assert_eq!(defs[1].node_groups[0].memory_bytes, 1_000_000_000);
+    }
+
+    #[test]
+    fn service_and_address_fields_have_defaults_and_shapes() {
+        let plain = &parse(EAST, "east.yaml").unwrap()[0];
+        assert_eq!(plain.service_cidr.to_string(), "10.96.0.0/16");
+        assert!(plain.load_balancer_pool.is_empty());
+        assert_eq!(plain.ingress_address, None);
+
+        let one = "name: e\nnodes: [{count: 1, cpu: 1, memory: 1Gi}]\nserviceCIDR: 10.200.0.0/20\n\
+                   loadBalancerPool: 172.18.255.200-172.18.255.202\ningressAddress: 172.18.255.10";
+        let e = &parse(one, "one.yaml").unwrap()[0];
+        assert_eq!(e.service_cidr.to_string(), "10.200.0.0/20");
+        assert_eq!(
+            e.load_balancer_pool.addresses().map(|a| a.to_string()).collect::<Vec<_>>(),
+            ["172.18.255.200", "172.18.255.201", "172.18.255.202"]
+        );
+        assert_eq!(e.ingress_address.as_deref(), Some("172.18.255.10"));
+
+        let many =
+            "name: e\nnodes: [{count: 1, cpu: 1, memory: 1Gi}]\nloadBalancerPool: [10.0.0.8/30, 10.0.1.1]\ningressAddress: lb.example.com";
+        let e = &parse(many, "many.yaml").unwrap()[0];
+        assert_eq!(e.load_balancer_pool.to_string(), "10.0.0.8-10.0.0.11, 10.0.1.1");
+        assert!(
+            e.load_balancer_pool.contains("10.0.0.11".parse().unwrap()) && !e.load_balancer_pool.contains("10.0.0.12".parse().unwrap())
+        );
+        assert_eq!(e.ingress_address.as_deref(), Some("lb.example.com"));
+    }
+
+    #[test]
+    fn bad_service_and_address_fields_are_named() {
+        let base = "name: e\nnodes: [{count: 1, cpu: 1, memory: 1Gi}]\n";
+        let e = error_of(&format!("{base}serviceCIDR: 10.96.0.0/8"));
+        assert!(e.starts_with("bad.yaml: cluster \"e\": serviceCIDR: "), "{e}");
+        let e = error_of(&format!("{base}loadBalancerPool: 172.18.255.250-172.18.255.200"));
+        assert!(e.contains("loadBalancerPool: \"172.18.255.250-172.18.255.200\": the first address is after the last"), "{e}");
+        let e = error_of(&format!("{base}loadBalancerPool: [10.0.0.0/30, 10.0.0.2-10.0.0.9]"));
+        assert!(e.contains("loadBalancerPool: \"10.0.0.2-10.0.0.9\" overlaps 10.0.0.0-10.0.0.3"), "{e}");
+        let e = error_of(&format!("{base}loadBalancerPool: fd00::1-fd00::9"));
+        assert!(e.contains("is not an IPv4 address"), "{e}");
+        let e = error_of(&format!("{base}ingressAddress: not a host"));
+        assert!(e.contains("ingressAddress: \"not a host\" is neither"), "{e}");
     }
 
     fn error_of(text: &str) -> String {
@@ -436,5 +598,26 @@ startupDelay: 300ms
         assert_eq!(small.allocatable(), Resources::new(1000, 2 << 30, 10));
         let regions: BTreeSet<_> = loaded["demo.yaml"].iter().map(|d| d.labels["region"].clone()).collect();
         assert_eq!(regions.len(), 2);
+        // Every cluster of the demo fleet has its own addresses, and east.yaml and
+        // west.yaml are the demo's east and west.
+        let demo = &loaded["demo.yaml"];
+        let ingress: BTreeSet<_> = demo.iter().map(|d| d.ingress_address.clone().expect("an ingress address")).collect();
+        assert_eq!(ingress.len(), 3);
+        for (i, a) in demo.iter().enumerate() {
+            assert!(!a.load_balancer_pool.is_empty(), "{}", a.name);
+            for b in &demo[i + 1..] {
+                assert!(
+                    a.load_balancer_pool.addresses().all(|ip| !b.load_balancer_pool.contains(ip)),
+                    "{} and {} share addresses",
+                    a.name,
+                    b.name
+                );
+            }
+        }
+        for file in ["east.yaml", "west.yaml"] {
+            let single = &loaded[file][0];
+            let in_demo = demo.iter().find(|d| d.name == single.name).unwrap();
+            assert_eq!((&single.load_balancer_pool, &single.ingress_address), (&in_demo.load_balancer_pool, &in_demo.ingress_address));
+        }
     }
 }

@@ -129,8 +129,15 @@ pub async fn register_nodes(api: &Api, sim: &Simulator) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Runs the simulation, and the cluster's load-balancer provider beside it
+/// ([`crate::load_balancer`]), until `stop` turns true or the store closes.
+pub async fn run(api: Arc<Api>, sim: Simulator, stop: watch::Receiver<bool>) {
+    let def = sim.def().clone();
+    tokio::join!(simulate(api.clone(), sim, stop.clone()), crate::load_balancer::run(api, &def, stop));
+}
+
 /// Runs the simulation until `stop` turns true or the store closes.
-pub async fn run(api: Arc<Api>, mut sim: Simulator, mut stop: watch::Receiver<bool>) {
+async fn simulate(api: Arc<Api>, mut sim: Simulator, mut stop: watch::Receiver<bool>) {
     let span = tracing::info_span!("simulator", cluster = %sim.def().name);
     async move {
         loop {

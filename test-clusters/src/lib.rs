@@ -7,7 +7,8 @@
 //!   and returning [`sim::Action`]s out. It performs no I/O; a driver applies the actions
 //!   through a Kubernetes API.
 //! - [`local`] serves one simulated cluster from this process: an API server with the
-//!   [`driver`] applying the simulator's actions to it.
+//!   [`driver`] applying the simulator's actions to it, and the [`load_balancer`]
+//!   provider giving addresses to its LoadBalancer Services and Ingresses.
 //! - `harness` (feature `harness`, for tests only) runs a control plane and simulated
 //!   clusters in the test's process, for in-process tests of the controllers.
 #![warn(missing_docs)]
@@ -17,10 +18,11 @@ pub mod driver;
 pub mod duration;
 #[cfg(feature = "harness")]
 pub mod harness;
+pub mod load_balancer;
 pub mod local;
 /// Resource quantities, shared with the scheduler and the syncer.
 pub use placement_api::quantity;
 pub mod sim;
 
-pub use config::{ClusterDef, ConfigError, NodeGroup};
+pub use config::{AddressPool, ClusterDef, ConfigError, NodeGroup};
 pub use quantity::{QuantityError, Resources};

@@ -28,7 +28,8 @@ impl LocalCluster {
     /// is the same cluster, with its workloads. The nodes of the definition are
     /// registered before it returns, so a cluster announced as ready has them.
     pub async fn start(def: ClusterDef, state_dir: &Path, kubeconfig: PathBuf, listen: SocketAddr) -> anyhow::Result<Self> {
-        let config = ServerConfig::physical_cluster(&def.name, state_dir, kubeconfig, listen);
+        let mut config = ServerConfig::physical_cluster(&def.name, state_dir, kubeconfig, listen);
+        config.service_cidr = def.service_cidr;
         let server = server::start(config, prometheus::Registry::new()).await?;
         let simulator = Simulator::new(def);
         driver::register_nodes(&server.api, &simulator).await?;
