@@ -220,6 +220,20 @@ fn kubectl_expose_create_and_autoscale_make_companions() {
     assert!(put.ok, "{put:?}");
     let v2 = f.k(&["get", "hpa", "auto", "-o", "jsonpath={.spec.maxReplicas} {.spec.behavior.scaleDown.stabilizationWindowSeconds} {.spec.metrics[0].resource.target.averageUtilization}"]);
     assert_eq!(v2, "7 60 70");
+    // Each spec change, through either version, bumped the generation; a status
+    // write does not.
+    assert_eq!(f.k(&["get", "hpa", "auto", "-o", "jsonpath={.metadata.generation}"]), "3");
+    let o = f.kubectl(&[
+        "patch",
+        "hpa",
+        "auto",
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        r#"{"status":{"currentReplicas":2,"desiredReplicas":2}}"#,
+    ]);
+    assert!(o.ok, "{o:?}");
+    assert_eq!(f.k(&["get", "hpa", "auto", "-o", "jsonpath={.metadata.generation} {.status.currentReplicas}"]), "3 2");
 }
 
 #[test]

@@ -103,6 +103,12 @@ impl Strategy for HorizontalPodAutoscaler {
         causes
     }
 
+    /// As kube-apiserver does with its HPAGeneration feature: a spec change bumps the
+    /// generation, which the autoscaler reports back as `status.observedGeneration`.
+    fn generation_changed(&self, old: &Value, new: &Value) -> Option<bool> {
+        super::networking::spec_changed(old, new)
+    }
+
     fn patch_meta(&self) -> &dyn PatchMeta {
         &AtomicLists
     }
@@ -378,6 +384,12 @@ impl Strategy for HorizontalPodAutoscalerV1 {
 
     fn validate(&self, obj: &Value, old: Option<&Value>) -> Vec<Cause> {
         HorizontalPodAutoscaler.validate(obj, old)
+    }
+
+    /// As kube-apiserver does with its HPAGeneration feature: a spec change bumps the
+    /// generation, which the autoscaler reports back as `status.observedGeneration`.
+    fn generation_changed(&self, old: &Value, new: &Value) -> Option<bool> {
+        super::networking::spec_changed(old, new)
     }
 
     fn patch_meta(&self) -> &dyn PatchMeta {
