@@ -288,3 +288,58 @@ spec:
         |s| s == "6/6",
     );
 }
+
+/// A simulated cluster with a load-balancer pool and an Ingress address of its own.
+fn sim_with_pool(name: &str, octet: u8) -> SimCluster {
+    SimCluster::start(&format!(
+        "name: {name}\nnodes:\n  - {{count: 2, cpu: \"4\", memory: 16Gi, pods: 110}}\nstartupDelay: 200ms\n\
+         loadBalancerPool: 172.18.{octet}.200-172.18.{octet}.219\ningressAddress: 172.18.{octet}.10\n"
+    ))
+}
+
+#[test]
+fn a_load_balancer_shows_the_addresses_of_every_cluster_it_runs_on() {
+    let (east, west) = (sim_with_pool("east", 255), sim_with_pool("west", 254));
+    let f = fleet(&[], &[(&east, &[]), (&west, &[])]);
+    let spread = "apiVersion: scheduling.flotilla.io/v1alpha1\nkind: Placement\nmetadata: {name: spread}\nspec: {numberOfClusters: 2, replicaScheduling: Divide}\n";
+    let app = MOVABLE
+        .replace(
+            "metadata: {name: web}\nspec:\n  replicas: 2",
+            "metadata: {name: web, annotations: {scheduling.flotilla.io/placement: spread}}\nspec:\n  replicas: 2",
+        )
+        .replace("  selector: {app: web}\n  ports: [{port: 80}]", "  type: LoadBalancer\n  selector: {app: web}\n  ports: [{port: 80}]");
+    assert!(app.contains("LoadBalancer") && app.contains("spread"), "{app}");
+    f.apply(&["--context", "demo", "-n", "default"], &format!("{spread}---\n{app}"));
+    wait_assignment(&f, "web", |a| a == "east=1 west=1");
+    // Each cluster allocated its own cluster IP and node port, and its pool's address.
+    let ns = copy_namespace(&east);
+    for (c, lb) in [(&east, "172.18.255.200"), (&west, "172.18.254.200")] {
+        let copy = wait_until(
+            &format!("{}'s load balancer", c.name),
+            DEADLINE,
+            || {
+                c.k(&[
+                    "-n",
+                    &ns,
+                    "get",
+                    "svc",
+                    "web",
+                    "-o",
+                    "jsonpath={.spec.clusterIP} {.spec.ports[0].nodePort} {.status.loadBalancer.ingress[0].ip}",
+                ])
+            },
+            |s| s.ends_with(lb),
+        );
+        let parts: Vec<&str> = copy.split(' ').collect();
+        assert!(parts[0].starts_with("10.96.") && parts[1].parse::<u16>().is_ok_and(|p| (30000..=32767).contains(&p)), "{copy}");
+    }
+    // Upstream, kubectl shows where the app is reachable: every cluster's address.
+    let external = |kind: &str, column: usize| {
+        let row = f.k(&["--context", "demo", "get", kind, "web", "--no-headers"]);
+        row.split_whitespace().nth(column).unwrap_or_default().to_string()
+    };
+    wait_until("the Service's addresses upstream", DEADLINE, || external("svc", 3), |a| a == "172.18.254.200,172.18.255.200");
+    wait_until("the Ingress's addresses upstream", DEADLINE, || external("ing", 3), |a| a == "172.18.254.10,172.18.255.10");
+    // The workspace allocated nothing of its own.
+    assert_eq!(external("svc", 2), "<none>", "no cluster IP in a workspace");
+}
