@@ -343,3 +343,64 @@ fn a_load_balancer_shows_the_addresses_of_every_cluster_it_runs_on() {
     // The workspace allocated nothing of its own.
     assert_eq!(external("svc", 2), "<none>", "no cluster IP in a workspace");
 }
+
+#[test]
+fn a_companion_whose_place_someone_else_holds_is_reported_and_left_alone() {
+    let east = sim("east", 4);
+    let f = fleet(&[], &[(&east, &[])]);
+    let deployment = MOVABLE.split("---").next().unwrap();
+    f.apply(&["--context", "demo", "-n", "default"], deployment);
+    wait_assignment(&f, "web", |a| a == "east=2");
+    let ns = wait_until("the copy's namespace", DEADLINE, || copy_namespace(&east), |n| !n.is_empty());
+    // Someone else's Service of the same name, in the Flotilla namespace.
+    let theirs = format!("apiVersion: v1\nkind: Service\nmetadata: {{name: web, namespace: {ns}}}\nspec:\n  selector: {{app: theirs}}\n  ports: [{{port: 9090}}]\n");
+    east.apply(&theirs);
+    f.apply(&["--context", "demo", "-n", "default"], MOVABLE);
+
+    let condition = |f: &Flotilla| {
+        f.k(&[
+            "--context",
+            "demo",
+            "get",
+            "wp",
+            "web",
+            "-o",
+            r#"jsonpath={.status.conditions[?(@.type=="CompanionsSynced")].status} {.status.conditions[?(@.type=="CompanionsSynced")].message}"#,
+        ])
+    };
+    let refused = wait_until("the refusal on the WorkloadPlacement", DEADLINE, || condition(&f), |c| c.starts_with("False"));
+    assert!(refused.contains("east: Service web:") && refused.contains("is not Flotilla's"), "{refused}");
+    let event = wait_until(
+        "the Event on the Service",
+        DEADLINE,
+        || {
+            f.k(&[
+                "--context",
+                "demo",
+                "get",
+                "events",
+                "--field-selector",
+                "reason=CompanionRefused,involvedObject.kind=Service",
+                "-o",
+                "jsonpath={.items[*].message}",
+            ])
+        },
+        |e| !e.is_empty(),
+    );
+    assert!(event.contains("cluster east") && event.contains("delete or rename that object"), "{event}");
+    // Left alone; the Ingress, whose place is free, is applied.
+    assert_eq!(east.k(&["-n", &ns, "get", "svc", "web", "-o", "jsonpath={.spec.selector.app}"]), "theirs");
+    wait_companions(&f, &east, &["ingress.networking.k8s.io/web"]);
+    // kubectl get wp -o wide lists what follows the workload.
+    let wide = f.k(&["--context", "demo", "get", "wp", "web", "-o", "wide", "--no-headers"]);
+    let listed = wide.split_whitespace().find(|c| c.contains("Service/web")).unwrap_or_default();
+    let mut listed: Vec<&str> = listed.split(',').collect();
+    listed.sort();
+    assert_eq!(listed, ["Ingress/web", "Service/web"], "{wide}");
+
+    // Their object goes: ours is applied, and the condition clears.
+    let o = east.kubectl(&["-n", &ns, "delete", "svc", "web"]);
+    assert!(o.ok, "{o:?}");
+    wait_companions(&f, &east, &["ingress.networking.k8s.io/web", "service/web"]);
+    wait_until("the WorkloadPlacement's condition cleared", DEADLINE, || condition(&f), |c| c.starts_with("True"));
+}

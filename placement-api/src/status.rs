@@ -12,7 +12,8 @@ use std::borrow::Cow;
 use std::collections::BTreeSet;
 
 use crate::{
-    ClusterSyncStatus, WorkloadPlacement, WorkloadPlacementStatus, CONDITION_AVAILABLE, CONDITION_SYNCED, SYNCED_GENERATION_ANNOTATION,
+    ClusterSyncStatus, WorkloadPlacement, WorkloadPlacementStatus, CONDITION_AVAILABLE, CONDITION_COMPANIONS_SYNCED, CONDITION_SYNCED,
+    SYNCED_GENERATION_ANNOTATION,
 };
 use k8s_openapi::api::apps::v1::{Deployment, DeploymentCondition, DeploymentStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
@@ -159,8 +160,11 @@ pub fn aggregator_fields(status: &WorkloadPlacementStatus) -> serde_json::Value 
     if let Some(r) = &status.ready {
         fields.insert("ready".into(), r.clone().into());
     }
-    let conditions: Vec<&Condition> =
-        status.conditions.iter().filter(|c| c.type_ == CONDITION_SYNCED || c.type_ == CONDITION_AVAILABLE).collect();
+    let conditions: Vec<&Condition> = status
+        .conditions
+        .iter()
+        .filter(|c| [CONDITION_SYNCED, CONDITION_AVAILABLE, CONDITION_COMPANIONS_SYNCED].contains(&c.type_.as_str()))
+        .collect();
     fields.insert("conditions".into(), serde_json::to_value(conditions).unwrap_or_default());
     fields.into()
 }
@@ -174,8 +178,12 @@ fn derive(status: &mut WorkloadPlacementStatus, wp: &WorkloadPlacement, generati
     let (mut ready, mut desired) = (0, 0);
     let mut behind: Vec<String> = Vec::new();
     let mut unavailable = Vec::new();
+    let mut refused = Vec::new();
     for a in assigned {
         let e = entry(&a.name);
+        if let Some(c) = e.and_then(|e| e.conditions.iter().find(|c| c.type_ == CONDITION_COMPANIONS_SYNCED && c.status == "False")) {
+            refused.push(format!("{}: {}", a.name, c.message));
+        }
         let r = e.map_or(0, |e| e.ready_replicas);
         summary.push(format!("{}={}/{}", a.name, r, a.replicas));
         ready += r;
@@ -202,8 +210,26 @@ fn derive(status: &mut WorkloadPlacementStatus, wp: &WorkloadPlacement, generati
         observed_generation: Some(generation),
     };
     if assigned.is_empty() {
-        status.conditions.retain(|c| c.type_ != CONDITION_SYNCED && c.type_ != CONDITION_AVAILABLE);
+        status.conditions.retain(|c| ![CONDITION_SYNCED, CONDITION_AVAILABLE, CONDITION_COMPANIONS_SYNCED].contains(&c.type_.as_str()));
         return;
+    }
+    // Only a workload with companions says whether they synced.
+    if status.companions.is_empty() && refused.is_empty() {
+        status.conditions.retain(|c| c.type_ != CONDITION_COMPANIONS_SYNCED);
+    } else if refused.is_empty() {
+        let n = status.companions.len();
+        set_condition(
+            &mut status.conditions,
+            cond(
+                CONDITION_COMPANIONS_SYNCED,
+                true,
+                "CompanionsSynced",
+                if n == 1 { "1 companion follows the workload".to_string() } else { format!("{n} companions follow the workload") },
+            ),
+        );
+    } else {
+        let message = refused.join("; ");
+        set_condition(&mut status.conditions, cond(CONDITION_COMPANIONS_SYNCED, false, "CompanionRefused", message));
     }
     let synced = if behind.is_empty() {
         cond(CONDITION_SYNCED, true, "AllClustersSynced", format!("generation {generation} runs on every assigned cluster"))
@@ -397,6 +423,32 @@ mod tests {
         let s = report(&p, "east", Some(e), 3, &t(0));
         let synced = s.conditions.iter().find(|c| c.type_ == CONDITION_SYNCED).unwrap();
         assert_eq!(synced.message, "generation 3 not yet observed on: east (DownstreamError: connection refused)");
+    }
+
+    #[test]
+    fn a_companion_a_cluster_refused_is_named_on_the_placement() {
+        let mut p = wp(&[("east", 2), ("west", 1)]);
+        let companions = |s: &WorkloadPlacementStatus| s.conditions.iter().find(|c| c.type_ == CONDITION_COMPANIONS_SYNCED).cloned();
+        let s = report(&p, "east", Some(cluster_entry("east", &copy(1, 1, 1, 2, true), t(0))), 1, &t(0));
+        assert_eq!(companions(&s), None, "a workload without companions says nothing of them");
+        p.status = Some(WorkloadPlacementStatus { companions: vec!["Service/web".into()], ..s });
+        let s = derived(&p, 1, &t(1));
+        let c = companions(&s).unwrap();
+        assert_eq!((c.status.as_str(), c.message.as_str()), ("True", "1 companion follows the workload"));
+        let mut e = cluster_entry("west", &copy(1, 1, 1, 1, true), t(2));
+        e.conditions.push(Condition {
+            type_: CONDITION_COMPANIONS_SYNCED.into(),
+            status: "False".into(),
+            reason: "CompanionRefused".into(),
+            message: "Service web: it is someone else's".into(),
+            last_transition_time: t(2),
+            observed_generation: None,
+        });
+        p.status = Some(s);
+        let s = report(&p, "west", Some(e), 1, &t(2));
+        let c = companions(&s).unwrap();
+        assert_eq!((c.status.as_str(), c.message.as_str()), ("False", "west: Service web: it is someone else's"));
+        assert!(aggregator_fields(&s)["conditions"].as_array().unwrap().iter().any(|c| c["type"] == CONDITION_COMPANIONS_SYNCED));
     }
 
     #[test]

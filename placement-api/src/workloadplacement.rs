@@ -26,6 +26,13 @@ use serde::{Deserialize, Serialize};
     ),
     printcolumn(name = "Ready", type_ = "string", json_path = ".status.ready"),
     printcolumn(name = "Placement", type_ = "string", json_path = ".spec.placement", priority = "1"),
+    printcolumn(
+        name = "Companions",
+        type_ = "string",
+        json_path = ".status.companions[*]",
+        description = "What follows the workload to its clusters",
+        priority = "1"
+    ),
     printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
 )]
 #[serde(rename_all = "camelCase")]
@@ -82,6 +89,13 @@ pub struct WorkloadPlacementStatus {
     /// Ready/desired replicas over all clusters, for `kubectl get`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ready: Option<String>,
+    /// What follows the workload to its clusters, as `Kind/name` in the workload's
+    /// namespace, sorted (the companions controller's): its Services, Ingresses,
+    /// ServiceAccount, PodDisruptionBudgets, NetworkPolicies, autoscalers, and the
+    /// ConfigMaps and Secrets it references.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "set"))]
+    pub companions: Vec<String>,
 }
 
 /// One cluster's report on its copy of the workload.

@@ -1,4 +1,5 @@
-//! Events on the downstream copies, for the physical cluster's users: when the syncer
+//! Events on the downstream copies, for the physical cluster's users, and on upstream
+//! companions the cluster refused, for the workspace's users. When the syncer
 //! puts back a copy that someone changed or deleted there, a Warning `DriftReverted`
 //! on the copy says what it reverted (`kubectl describe` or `kubectl get events` in the
 //! copy's namespace shows it beside the edit).
@@ -34,5 +35,10 @@ impl Recorder {
     /// or for a namespace, that namespace).
     pub fn warn(&self, namespace: &str, involved: ObjectReference, reason: &'static str, message: String) {
         self.0.record(None, namespace, involved, Type::Warning, reason, message);
+    }
+
+    /// Queues a Warning Event on an upstream object of `workspace`, in `namespace`.
+    pub fn warn_in(&self, workspace: &str, namespace: &str, involved: ObjectReference, reason: &'static str, message: String) {
+        self.0.record(Some(workspace), namespace, involved, Type::Warning, reason, message);
     }
 }

@@ -56,8 +56,8 @@ use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams
 use kube::runtime::watcher;
 use kube::{Client, Resource};
 use placement_api::{
-    sync_state_label, syncer_finalizer, ClusterSyncStatus, WorkloadPlacement, CONDITION_SYNCED, NAMESPACE_LOCATOR_ANNOTATION,
-    SYNC_STATE_SYNC, SYNC_TARGET_LABEL,
+    sync_state_label, syncer_finalizer, ClusterSyncStatus, WorkloadPlacement, CONDITION_COMPANIONS_SYNCED, CONDITION_SYNCED,
+    NAMESPACE_LOCATOR_ANNOTATION, SYNC_STATE_SYNC, SYNC_TARGET_LABEL, UPSTREAM_ANNOTATION,
 };
 use serde_json::{json, Value};
 use tokio::sync::mpsc;
@@ -103,6 +103,11 @@ const PROGRESS_HOLD: Duration = Duration::from_secs(1);
 /// rollout ends on never waits.
 const PROGRESS_REPORTS_PER_SECOND: u32 = 10;
 const PROGRESS_REPORTS_BURST: u32 = 10;
+/// How long a companion whose place on the cluster someone else's object holds waits
+/// before it is tried again.
+const REFUSED_RETRY: Duration = Duration::from_secs(10);
+/// The reason of a False `CompanionsSynced`, and of the Event on the companion.
+pub const REASON_COMPANION_REFUSED: &str = "CompanionRefused";
 /// The reason of the `Synced` condition in a cluster's entry when the cluster refuses
 /// or cannot be reached.
 pub const REASON_DOWNSTREAM_ERROR: &str = "DownstreamError";
@@ -243,6 +248,12 @@ pub struct Syncer {
     reach: Reachability,
     /// Keys whose cleanup waits for the cluster to answer again.
     parked: dashmap::DashSet<Key>,
+    /// Companions this cluster holds someone else's object for, and why.
+    refused: dashmap::DashMap<Key, String>,
+    /// Events on upstream objects (a companion refused here).
+    upstream_events: Recorder,
+    /// Queues keys again (the workloads whose entries name a refused companion).
+    requeue: mpsc::UnboundedSender<Key>,
 }
 
 /// What a copy was last found to cover its desired state against: the share, and
@@ -344,6 +355,7 @@ impl Syncer {
             // A WorkloadPlacement has its workload's name: its changes queue the workload.
             let placements =
                 cache::spawn(Api::all(wildcard), assigned, Kind::Deployment, Key::upstream, tx.clone(), "upstream workloadplacements");
+            let upstream_client = upstream.clone();
             let syncer = Arc::new(Syncer {
                 finalizer: syncer_finalizer(target),
                 status_manager: status_field_manager(target),
@@ -362,6 +374,9 @@ impl Syncer {
                 companion_covered: Default::default(),
                 reach,
                 parked: Default::default(),
+                refused: Default::default(),
+                upstream_events: Recorder::new(upstream_client, format!("{FIELD_MANAGER}-{target}")),
+                requeue: tx.clone(),
             });
             started(syncer.clone());
             // Keys parked while the cluster did not answer go back to the queue when it does.
@@ -582,10 +597,27 @@ impl Syncer {
                 let (now, mut written) = match copy {
                     Some(c) if covered => (c, None),
                     _ => {
-                        let applied = self.apply_copy(key, desired.clone()).await?;
+                        // A copy neither seen nor applied before may be someone else's
+                        // object of the same name: it is applied without taking their
+                        // fields, and left alone if it is theirs.
+                        let force = copy.is_some() || same_desired.is_some();
+                        let applied = match self.apply_copy(key, desired.clone(), force).await {
+                            Ok(applied) => applied,
+                            Err(Error::Downstream { source, .. }) if !force && is_conflict(&source) => {
+                                match self.foreign(key, &source).await? {
+                                    None => self.apply_copy(key, desired.clone(), true).await?,
+                                    Some(cause) => return Ok(self.refuse(key, &obj, cause)),
+                                }
+                            }
+                            Err(e) => return Err(e),
+                        };
                         (to_value(&applied), Some(applied))
                     }
                 };
+                if self.refused.remove(key).is_some() {
+                    tracing::info!("the companion applies on this cluster again");
+                    self.requeue_followers(key);
+                }
                 // What someone added under the fields the syncer owns stays through an
                 // apply; it is taken out too. This is checked every time: it also takes
                 // out what the workspace removed, as a copy with a field more still
@@ -611,6 +643,9 @@ impl Syncer {
             _ if !self.synced() => Ok(Next::After(WAIT_FOR_PEER)),
             _ => {
                 self.companion_covered.remove(key);
+                if self.refused.remove(key).is_some() {
+                    self.requeue_followers(key);
+                }
                 if let Some(next) = self.wait_for_cluster(key) {
                     return Ok(next);
                 }
@@ -618,6 +653,100 @@ impl Syncer {
                 Ok(Next::Done)
             }
         }
+    }
+
+    /// Why the object at the copy's place is someone else's, after an apply that
+    /// conflicted with their fields (`conflict`); `None` when it is this syncer's own
+    /// copy (its `workload.flotilla.io/upstream` annotation names `key`), whose fields
+    /// someone changed: drift, to be reverted.
+    async fn foreign(&self, key: &Key, conflict: &kube::Error) -> Result<Option<String>, Error> {
+        let ns = transform::downstream_namespace(key);
+        let found = self.copy_api(key).get_metadata_opt(&key.name).await.map_err(downstream(format!(
+            "reading {} {ns}/{}",
+            key.kind.name(),
+            key.name
+        )))?;
+        let claim = found.as_ref().and_then(|o| o.metadata.annotations.as_ref()?.get(UPSTREAM_ANNOTATION).cloned());
+        if claim.as_deref() == Some(key.copy_annotation().as_str()) {
+            return Ok(None);
+        }
+        let why = match conflict {
+            kube::Error::Api(s) => s.message.clone(),
+            e => e.to_string(),
+        };
+        Ok(Some(format!(
+            "{} {ns}/{} exists on cluster {} and is not Flotilla's ({why})",
+            key.kind.name(),
+            key.name,
+            self.settings.sync_target
+        )))
+    }
+
+    /// Leaves companion `key` (`upstream`) unapplied because `cause`: says so in the
+    /// entries of the WorkloadPlacements that list it, and in a Warning Event on it,
+    /// and looks again in [`REFUSED_RETRY`] (the other object may go).
+    fn refuse(&self, key: &Key, upstream: &Value, cause: String) -> Next {
+        let first = self.refused.insert(key.clone(), cause.clone()).as_ref() != Some(&cause);
+        if first {
+            tracing::warn!(cause = %cause, "a companion cannot be applied on this cluster; leaving the object there alone");
+            let involved = ObjectReference {
+                api_version: Some(key.kind.api_version()),
+                kind: Some(key.kind.name().into()),
+                name: Some(key.name.clone()),
+                namespace: Some(key.namespace.clone()),
+                uid: upstream.pointer("/metadata/uid").and_then(Value::as_str).map(String::from),
+                ..Default::default()
+            };
+            let message =
+                format!("{cause}; delete or rename that object on cluster {}, and this one is applied there", self.settings.sync_target);
+            self.upstream_events.warn_in(&key.workspace, &key.namespace, involved, REASON_COMPANION_REFUSED, message);
+            self.requeue_followers(key);
+        }
+        Next::After(REFUSED_RETRY)
+    }
+
+    /// Queues the Deployments whose WorkloadPlacements list companion `key`, so their
+    /// entries say whether it applies here.
+    fn requeue_followers(&self, key: &Key) {
+        let listed = format!("{}/{}", key.kind.name(), key.name);
+        let here = self.placements.entries_where(|k, wp| {
+            k.workspace == key.workspace
+                && k.namespace == key.namespace
+                && wp.status.as_ref().is_some_and(|s| s.companions.contains(&listed))
+        });
+        for k in here {
+            let _ = self.requeue.send(k);
+        }
+    }
+
+    /// This cluster's `CompanionsSynced` condition for a workload whose
+    /// WorkloadPlacement is `wp`: False naming each companion it lists that this cluster
+    /// refused, True when it lists some and none was refused, none when it lists none.
+    fn companions_condition(&self, key: &Key, wp: &WorkloadPlacement, generation: Option<i64>) -> Option<Condition> {
+        let listed = wp.status.as_ref().map(|s| s.companions.as_slice()).unwrap_or_default();
+        if listed.is_empty() {
+            return None;
+        }
+        let refused: Vec<String> = listed
+            .iter()
+            .filter_map(|l| {
+                let (kind, name) = l.split_once('/')?;
+                let kind = Kind::all().find(|k| k.name() == kind)?;
+                self.refused.get(&Key::new(kind, &key.workspace, &key.namespace, name)).map(|c| format!("{} {name}: {}", kind.name(), *c))
+            })
+            .collect();
+        let (status, reason, message) = match refused.is_empty() {
+            true => ("True", "CompanionsApplied", format!("{} of {} applied", listed.len(), listed.len())),
+            false => ("False", REASON_COMPANION_REFUSED, refused.join("; ")),
+        };
+        Some(Condition {
+            type_: CONDITION_COMPANIONS_SYNCED.into(),
+            status: status.into(),
+            reason: reason.into(),
+            message,
+            last_transition_time: now(),
+            observed_generation: generation,
+        })
     }
 
     /// Gives the copy of autoscaler `key` (`upstream`, made into `desired`) this
@@ -677,8 +806,10 @@ impl Syncer {
 
     /// Server-side applies a copy. Its namespace is applied only when the copy's apply
     /// finds it missing, so a new copy in a namespace that exists costs one request.
-    async fn apply_copy(&self, key: &Key, desired: Value) -> Result<DynamicObject, Error> {
-        let ssa = PatchParams::apply(FIELD_MANAGER).force();
+    /// Without `force`, a field another manager owns and sets otherwise fails the apply
+    /// with a conflict: the first apply of a copy this syncer has no record of.
+    async fn apply_copy(&self, key: &Key, desired: Value, force: bool) -> Result<DynamicObject, Error> {
+        let ssa = if force { PatchParams::apply(FIELD_MANAGER).force() } else { PatchParams::apply(FIELD_MANAGER) };
         let ns = transform::downstream_namespace(key);
         let applying = || format!("applying {} {ns}/{}", key.kind.name(), key.name);
         match self.copy_api(key).patch(&key.name, &ssa, &Patch::Apply(&desired)).await {
@@ -768,7 +899,7 @@ impl Syncer {
                     }
                     e
                 };
-                let mut applied = self.apply_copy(key, desired.clone()).await.map_err(restore)?;
+                let mut applied = self.apply_copy(key, desired.clone(), true).await.map_err(restore)?;
                 if let Some(Drift::Changed(lines)) = drift.as_mut() {
                     // What someone added stays through an apply; it is taken out too.
                     if let Some((patched, more)) =
@@ -784,7 +915,15 @@ impl Syncer {
                 applied.try_parse::<Deployment>().unwrap_or_default()
             }
         };
-        let entry = status::cluster_entry(target, &current, now());
+        let mut entry = status::cluster_entry(target, &current, now());
+        if let Some(mut c) = self.companions_condition(key, &wp, d.metadata.generation) {
+            // The transition time stays while the status does.
+            let reported = wp.status.as_ref().and_then(|s| s.clusters.iter().find(|e| &e.name == target));
+            if let Some(old) = reported.and_then(|e| e.conditions.iter().find(|o| o.type_ == c.type_ && o.status == c.status)) {
+                c.last_transition_time = old.last_transition_time.clone();
+            }
+            entry.conditions.push(c);
+        }
         if let Some(left) = self.hold(key, &wp, &entry, share) {
             // The copy's next status update queues this key again, earlier.
             return Ok(Next::After(left));

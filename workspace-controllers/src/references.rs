@@ -32,7 +32,7 @@ use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use kube::runtime::watcher;
 use kube::Client;
 use placement_api::synced::Follows;
-use placement_api::{sync_state_label, sync_target_of_label, REFERENCED_LABEL, SYNC_STATE_SYNC};
+use placement_api::{sync_state_label, sync_target_of_label, WorkloadPlacement, REFERENCED_LABEL, SYNC_STATE_SYNC};
 use serde_json::{json, Map, Value};
 use tokio::sync::mpsc;
 use tracing::Instrument;
@@ -268,6 +268,51 @@ impl Index {
         }
     }
 
+    /// The Deployments of `object`'s namespace that it follows (an Ingress through
+    /// its Services), by name.
+    pub fn followed(&self, object: &Key) -> BTreeSet<String> {
+        let Some(ns) = self.namespaces.get(&(object.workspace.clone(), object.namespace.clone())) else { return BTreeSet::new() };
+        let by_rule =
+            |rule: &Rule| -> Vec<String> { ns.deployments.iter().filter(|(n, s)| rule.follows(n, s)).map(|(n, _)| n.clone()).collect() };
+        match (object.kind.follows(), ns.rules.get(&(object.kind, object.name.clone()))) {
+            (Follows::Named, _) => ns
+                .deployments
+                .iter()
+                .filter(|(_, s)| s.references.as_ref().is_some_and(|r| r.names(object.kind, &object.name)))
+                .map(|(n, _)| n.clone())
+                .collect(),
+            (Follows::Backends, Some(Rule::Backends(services))) => {
+                services.iter().filter_map(|svc| ns.rules.get(&(Kind::Service, svc.clone()))).flat_map(by_rule).collect()
+            }
+            (_, Some(rule)) => by_rule(rule).into_iter().collect(),
+            _ => BTreeSet::new(),
+        }
+    }
+
+    /// What follows Deployment `key`: the objects its template names, and the
+    /// companions whose rules follow it.
+    pub fn companions_of(&self, key: &Key) -> Vec<Key> {
+        let Some(ns) = self.namespaces.get(&(key.workspace.clone(), key.namespace.clone())) else { return Vec::new() };
+        let Some(summary) = ns.deployments.get(&key.name) else { return Vec::new() };
+        let at = |kind: Kind, name: &str| Key::new(kind, &key.workspace, &key.namespace, name);
+        let mut out = summary.named(key);
+        let mut services = Vec::new();
+        for ((kind, name), rule) in &ns.rules {
+            if rule.follows(&key.name, summary) {
+                out.push(at(*kind, name));
+                if *kind == Kind::Service {
+                    services.push(name.clone());
+                }
+            }
+        }
+        for s in services {
+            out.extend(ns.ingresses_of(&s).map(|i| at(Kind::Ingress, i)));
+        }
+        out.sort();
+        out.dedup();
+        out
+    }
+
     /// Every object some Deployment names, and every companion with a rule.
     pub fn objects(&self) -> Vec<Key> {
         let mut out = Vec::new();
@@ -322,8 +367,14 @@ struct Controller {
     /// Per companion kind: the named ones labelled already, and every object of the
     /// other kinds (their rules are read from them).
     companions: HashMap<Kind, Arc<Cache<DynamicObject>>>,
+    /// The WorkloadPlacements, whose `status.companions` this controller keeps, under
+    /// their Deployments' keys.
+    placements: Arc<Cache<WorkloadPlacement>>,
     index: Mutex<Index>,
 }
+
+/// The field manager of a WorkloadPlacement's `status.companions`.
+pub const FIELD_MANAGER: &str = "flotilla-companions";
 
 /// Runs until the task is dropped. `base` is a client of the control plane with no
 /// workspace path.
@@ -341,29 +392,48 @@ pub async fn run(base: Client, resync: Duration) {
                 (kind, cache::spawn(api, config, kind, Key::upstream, tx.clone(), kind.row().plural))
             })
             .collect();
+        // A WorkloadPlacement's changes come as its Deployment's key, on a channel of
+        // their own: they only refresh its list.
+        let (placements_tx, mut placements_rx) = mpsc::unbounded_channel::<Key>();
         let c = Arc::new(Controller {
-            deployments: cache::spawn(Api::all(wildcard.clone()), all, Kind::Deployment, Key::upstream, tx.clone(), "deployments"),
+            deployments: cache::spawn(Api::all(wildcard.clone()), all.clone(), Kind::Deployment, Key::upstream, tx.clone(), "deployments"),
+            placements: cache::spawn(Api::all(wildcard.clone()), all, Kind::Deployment, Key::upstream, placements_tx, "workloadplacements"),
             companions,
             index: Mutex::default(),
             base,
         });
         // A Deployment event queues the objects it needed or needs; an event on a
-        // companion with a rule queues that object (and a Service's Ingresses).
+        // companion with a rule queues that object (and a Service's Ingresses). Each
+        // also queues the Deployments whose lists of companions may change.
         let (objects_tx, objects_rx) = mpsc::unbounded_channel::<Key>();
+        let (lists_tx, lists_rx) = mpsc::unbounded_channel::<Key>();
         let forward = {
-            let (objects_tx, c) = (objects_tx.clone(), c.clone());
+            let (objects_tx, lists_tx, c) = (objects_tx.clone(), lists_tx.clone(), c.clone());
             runtime::AbortOnDrop(tokio::spawn(async move {
                 while let Some(k) = rx.recv().await {
-                    let touched = match k.kind.follows() {
+                    let deployment = |name: &String| Key::new(Kind::Deployment, &k.workspace, &k.namespace, name);
+                    let (touched, lists): (BTreeSet<Key>, Vec<Key>) = match k.kind.follows() {
                         Follows::Scheduled => {
                             let now = c.deployments.get(&k).map(|d| Summary::of(&d));
-                            c.index().update(&k, now)
+                            let touched = c.index().update(&k, now);
+                            let lists = if touched.is_empty() { vec![] } else { vec![k.clone()] };
+                            (touched, lists)
                         }
-                        Follows::Named => BTreeSet::from([k]),
-                        Follows::Never => BTreeSet::new(),
+                        Follows::Named => {
+                            let lists = c.index().followed(&k).iter().map(deployment).collect();
+                            (BTreeSet::from([k.clone()]), lists)
+                        }
+                        Follows::Never => (BTreeSet::new(), vec![]),
                         _ => {
                             let now = c.companions.get(&k.kind).and_then(|cache| cache.get(&k)).and_then(|o| Rule::of(k.kind, &o.data));
-                            c.index().update_rule(&k, now)
+                            let mut index = c.index();
+                            let mut followed = index.followed(&k);
+                            let touched = index.update_rule(&k, now);
+                            // An Ingress naming a changed Service changes lists too.
+                            for t in &touched {
+                                followed.extend(index.followed(t));
+                            }
+                            (touched, followed.iter().map(deployment).collect())
                         }
                     };
                     for o in touched {
@@ -371,6 +441,17 @@ pub async fn run(base: Client, resync: Duration) {
                             return;
                         }
                     }
+                    for d in lists {
+                        let _ = lists_tx.send(d);
+                    }
+                }
+            }))
+        };
+        let placements = {
+            let lists_tx = lists_tx.clone();
+            runtime::AbortOnDrop(tokio::spawn(async move {
+                while let Some(k) = placements_rx.recv().await {
+                    let _ = lists_tx.send(k);
                 }
             }))
         };
@@ -390,13 +471,19 @@ pub async fn run(base: Client, resync: Duration) {
             }))
         };
         drop(tx);
-        queue::run(objects_rx, 4, |object| {
+        drop(lists_tx);
+        let labels = queue::run(objects_rx, 4, |object| {
             let c = c.clone();
             let span = tracing::info_span!("label", object = %object);
             async move { c.reconcile(&object).await }.instrument(span)
-        })
-        .await;
-        drop((forward, resync));
+        });
+        let lists = queue::run(lists_rx, 2, |deployment| {
+            let c = c.clone();
+            let span = tracing::info_span!("companions of", workload = %deployment);
+            async move { c.refresh_list(&deployment).await }.instrument(span)
+        });
+        tokio::join!(labels, lists);
+        drop((forward, resync, placements));
     }
     .instrument(span)
     .await
@@ -434,6 +521,31 @@ impl Controller {
             Ok(_) => tracing::debug!(clusters = ?targets, "labelled"),
             Err(e) if is_not_found(&e) => return Ok(missing()),
             Err(e) => return Err(failed(format!("labelling {key}"))(e)),
+        }
+        Ok(Next::Done)
+    }
+
+    /// Keeps `status.companions` of Deployment `key`'s WorkloadPlacement: what follows
+    /// it and exists (a named object that does not exist yet is not listed).
+    async fn refresh_list(&self, key: &Key) -> Result<Next, Failed> {
+        if !self.synced() || !self.placements.synced() {
+            return Ok(Next::After(MISSING_RETRY));
+        }
+        let Some(wp) = self.placements.get(key) else { return Ok(Next::Done) };
+        let companions = self.index().companions_of(key);
+        let exists = |k: &Key| self.companions.get(&k.kind).is_some_and(|c| c.get(k).is_some());
+        let list: Vec<String> = companions.iter().filter(|k| exists(k)).map(|k| format!("{}/{}", k.kind.name(), k.name)).collect();
+        let mut list = list;
+        list.sort();
+        if wp.status.as_ref().map(|s| &s.companions) == Some(&list) || (wp.status.is_none() && list.is_empty()) {
+            return Ok(Next::Done);
+        }
+        let api: Api<WorkloadPlacement> = Api::namespaced(clients::workspace(&self.base, &key.workspace), &key.namespace);
+        let status = if list.is_empty() { json!({}) } else { json!({"companions": list}) };
+        match clients::apply_placement_status(&api, &key.name, FIELD_MANAGER, status).await {
+            Ok(_) => tracing::debug!(companions = list.len(), "listed"),
+            Err(e) if is_not_found(&e) => {}
+            Err(e) => return Err(failed(format!("listing the companions of {key}"))(e)),
         }
         Ok(Next::Done)
     }
@@ -575,6 +687,22 @@ mod tests {
             json!({"spec": {"scaleTargetRef": {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web"}}}),
         );
         let account = key(Kind::ServiceAccount, "runner");
+        let names = |keys: Vec<Key>| keys.iter().map(|k| format!("{}/{}", k.kind.name(), k.name)).collect::<Vec<_>>();
+        assert_eq!(
+            names(index.companions_of(&web)),
+            [
+                "ServiceAccount/runner",
+                "Service/front",
+                "Service/web",
+                "Ingress/default",
+                "Ingress/ing",
+                "NetworkPolicy/all",
+                "HorizontalPodAutoscaler/hpa"
+            ]
+        );
+        assert_eq!(index.followed(&deflt), set(&["api", "web"]), "through the Service it names");
+        assert_eq!(index.followed(&account), set(&["web"]));
+        assert_eq!(index.followed(&bare), set(&[]));
         for (k, want) in [
             (&svc, &["east"][..]),
             (&front, &["east", "west"]),
