@@ -278,7 +278,7 @@ pub struct StartArgs {
     /// How often each push-mode syncer reports its cluster's heartbeat and capacity.
     #[arg(long, default_value = "2s", value_parser = duration)]
     pub heartbeat_interval: std::time::Duration,
-    /// How often the syncers, the status aggregator and the references controller look
+    /// How often the syncers, the status aggregator and the companions controller look
     /// at every object again, events or not (the scheduler looks at every workload every
     /// 60 s).
     #[arg(long, default_value = "30s", value_parser = duration)]

@@ -1,6 +1,6 @@
 //! The key of one object of a kind Flotilla syncs: its [`Kind`] and its [`ObjKey`];
 //! and watch caches whose changes queue such keys on a channel, for the controllers
-//! (the syncers, the references controller) whose work is per object of those kinds.
+//! (the syncers, the companions controller) whose work is per object of those kinds.
 
 use std::fmt::{self, Debug};
 use std::hash::Hash;

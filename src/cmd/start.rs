@@ -66,7 +66,7 @@ where
     let options = syncer::push::Options { heartbeat_interval: args.heartbeat_interval, resync: args.resync };
     let aggregator = runtime::AbortOnDrop(tokio::spawn(workspace_controllers::aggregate::run(client(), args.resync)));
     let companion_status = runtime::AbortOnDrop(tokio::spawn(workspace_controllers::companion_status::run(client(), args.resync)));
-    let references = runtime::AbortOnDrop(tokio::spawn(workspace_controllers::references::run(client(), args.resync)));
+    let companions = runtime::AbortOnDrop(tokio::spawn(workspace_controllers::companions::run(client(), args.resync)));
     let revisions = runtime::AbortOnDrop(tokio::spawn(workspace_controllers::revisions::run(client(), args.resync)));
     let scheduling = (!args.no_scheduler).then(|| -> anyhow::Result<_> {
         let options = scheduler::Options {
@@ -107,7 +107,7 @@ where
     // The controllers stop before what `started` runs (`up`'s clusters) and before the
     // server, so none of them writes to the store after it has shut down, and none
     // warns that a cluster or the server went away.
-    drop((syncers, references, revisions, aggregator, companion_status));
+    drop((syncers, companions, revisions, aggregator, companion_status));
     drop(kept);
     srv.shutdown().await?;
     failed.map_or(Ok(()), Err)

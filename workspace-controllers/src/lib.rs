@@ -2,8 +2,9 @@
 //! scheduler and the syncers write: [`aggregate`] sums each workload's status from its
 //! clusters' reports, [`companion_status`] sums the load balancer addresses and
 //! autoscaler replicas of its companions (Services, Ingresses, HorizontalPodAutoscalers)
-//! from theirs, [`references`] labels the ConfigMaps and Secrets that assigned pod
-//! templates need, so that they follow their workloads to the same clusters, and
+//! from theirs, [`companions`] labels what follows each assigned workload (its
+//! Services, Ingresses, ServiceAccount, disruption budgets, network policies,
+//! autoscalers, ConfigMaps and Secrets), so that it goes to the same clusters, and
 //! [`revisions`] keeps a Deployment's rollout history as ReplicaSets. One of each runs
 //! in the control plane's process.
 
@@ -11,5 +12,5 @@
 
 pub mod aggregate;
 pub mod companion_status;
-pub mod references;
+pub mod companions;
 pub mod revisions;
