@@ -141,6 +141,33 @@ fn companions_follow_their_deployments_to_their_clusters_and_nowhere_else() {
     wait_companions(&f, &west, &["service/front"]);
     rollout(&f, "web");
 
+    // Operators see what follows each workload, in flotilla status and its JSON.
+    let listed = wait_for("web's companions in flotilla status", DEADLINE, || {
+        let o = f.flotilla(&["status", "-o", "json", "--workspace", "demo"]);
+        let v: serde_json::Value = serde_json::from_str(&o.stdout).map_err(|e| format!("{e}: {o:?}"))?;
+        let web = v["workspaces"][0]["workloads"].as_array().into_iter().flatten().find(|w| w["name"] == "web").cloned();
+        let companions = web.map(|w| w["companions"].clone()).unwrap_or_default();
+        if companions.as_array().is_some_and(|c| c.len() == 6) {
+            Ok(companions)
+        } else {
+            Err(format!("{companions}"))
+        }
+    });
+    assert_eq!(
+        listed,
+        serde_json::json!([
+            "Ingress/web",
+            "NetworkPolicy/web",
+            "PodDisruptionBudget/web",
+            "Service/front",
+            "Service/web",
+            "ServiceAccount/web-runner"
+        ])
+    );
+    let text = f.flotilla(&["status", "--workspace", "demo"]).stdout;
+    let row = text.lines().find(|l| l.starts_with("default     web ")).unwrap_or_default();
+    assert_eq!(row.split_whitespace().nth(5), Some("6"), "the COMPANIONS column counts them:\n{text}");
+
     // What the clusters allocate for themselves is theirs; what the user asked for
     // is copied as it is, with both ports keyed by name.
     let ns = copy_namespace(&east);

@@ -91,6 +91,11 @@ pub struct WorkloadStatus {
     pub reason: Option<String>,
     /// Its clusters, with each one's share and how much of it is ready.
     pub clusters: Vec<Share>,
+    /// What follows it to its clusters, as `Kind/name`.
+    pub companions: Vec<String>,
+    /// Why a cluster left some of them unapplied, when one did.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub companions_refused: Option<String>,
 }
 
 /// A workload's share on one cluster.
@@ -336,7 +341,12 @@ fn workload_status(namespace: String, name: String, d: &Deployment, wp: Option<&
             }
         }
     };
-    WorkloadStatus { namespace, name, replicas, ready_replicas, state, reason, clusters }
+    let mut companions = wp.and_then(|wp| wp.status.as_ref()).map(|s| s.companions.clone()).unwrap_or_default();
+    companions.sort();
+    let conds = wp.and_then(|wp| wp.status.as_ref()).map(|s| s.conditions.as_slice()).unwrap_or_default();
+    let companions_refused =
+        condition(conds, placement_api::CONDITION_COMPANIONS_SYNCED).filter(|c| c.status == "False").map(|c| c.message.clone());
+    WorkloadStatus { namespace, name, replicas, ready_replicas, state, reason, clusters, companions, companions_refused }
 }
 
 /// The fleet as text or JSON.
@@ -389,7 +399,7 @@ fn render_text(fleet: &FleetStatus) -> String {
             out.push_str(&format!("No workloads. Apply Deployments with `kubectl --context {} apply -f FILE`.\n", ws.name));
             continue;
         }
-        let rows: Vec<[String; 5]> = ws
+        let rows: Vec<[String; 6]> = ws
             .workloads
             .iter()
             .map(|w| {
@@ -398,14 +408,22 @@ fn render_text(fleet: &FleetStatus) -> String {
                 } else {
                     w.clusters.iter().map(|s| format!("{} {}/{}", s.name, s.ready_replicas, s.replicas)).collect::<Vec<_>>().join(", ")
                 };
-                let state = match &w.reason {
+                let mut state = match &w.reason {
                     Some(r) => format!("{}: {r}", w.state),
                     None => w.state.clone(),
                 };
-                [w.namespace.clone(), w.name.clone(), format!("{}/{}", w.ready_replicas, w.replicas), clusters, state]
+                if let Some(why) = &w.companions_refused {
+                    state.push_str(&format!("; companions refused: {why}"));
+                }
+                let companions = match (w.companions.len(), &w.companions_refused) {
+                    (0, None) => "-".to_string(),
+                    (n, None) => n.to_string(),
+                    (n, Some(_)) => format!("{n} (refused)"),
+                };
+                [w.namespace.clone(), w.name.clone(), format!("{}/{}", w.ready_replicas, w.replicas), clusters, companions, state]
             })
             .collect();
-        out.push_str(&super::format_table(&["NAMESPACE", "WORKLOAD", "READY", "CLUSTERS (ready/assigned)", "STATUS"], &rows));
+        out.push_str(&super::format_table(&["NAMESPACE", "WORKLOAD", "READY", "CLUSTERS (ready/assigned)", "COMPANIONS", "STATUS"], &rows));
     }
     out
 }
@@ -511,14 +529,17 @@ mod tests {
                 "web",
                 json!([{"name": "east", "replicas": 3}, {"name": "west", "replicas": 3}]),
                 json!({"clusters": [{"name": "east", "readyReplicas": 3, "availableReplicas": 3}, {"name": "west", "readyReplicas": 3, "availableReplicas": 3}],
-                       "conditions": [cond("Scheduled", "True", ""), cond("Available", "True", "6/6")]}),
+                       "conditions": [cond("Scheduled", "True", ""), cond("Available", "True", "6/6")],
+                       "companions": ["Ingress/web", "Service/web"]}),
             ),
             placement("huge", json!([]), json!({"conditions": [cond("Scheduled", "False", "0/3 clusters fit: 3 Insufficient cpu")]})),
             placement(
                 "moving",
                 json!([{"name": "west", "replicas": 2}]),
                 json!({"clusters": [{"name": "east", "readyReplicas": 1, "availableReplicas": 1}],
-                       "conditions": [cond("Scheduled", "True", ""), cond("Available", "False", "1/2 replicas ready")]}),
+                       "conditions": [cond("Scheduled", "True", ""), cond("Available", "False", "1/2 replicas ready"),
+                                      cond("CompanionsSynced", "False", "west: Service moving: someone else's")],
+                       "companions": ["Service/moving"]}),
             ),
         ];
         let fleet = assemble(now, vec![], &["demo".to_string(), "empty".to_string()], Some("demo"), deployments, placements);
@@ -539,8 +560,14 @@ mod tests {
         assert_eq!(shares, [("west", 0, 2), ("east", 1, 0)], "the cluster it leaves comes last, with no share");
         assert!(fleet.workspaces[1].workloads.is_empty() && fleet.workspaces[1].name == "empty");
         let text = render_text(&fleet);
-        assert!(text.contains("default     web        6/6     east 3/3, west 3/3          Available"), "{text}");
+        assert!(text.contains("default     web        6/6     east 3/3, west 3/3          2             Available\n"), "{text}");
+        assert!(
+            text.contains("1 (refused)   Progressing: 1/2 replicas ready; companions refused: west: Service moving: someone else's"),
+            "{text}"
+        );
+        assert!(text.contains("default     new        0/1     -                           -             Pending"), "{text}");
         let json = serde_json::to_value(&fleet).unwrap();
+        assert_eq!(json["workspaces"][0]["workloads"][3]["companions"], json!(["Ingress/web", "Service/web"]));
         assert_eq!(
             json["workspaces"][0]["workloads"][3]["clusters"][0],
             json!({"name": "east", "replicas": 3, "readyReplicas": 3, "availableReplicas": 3})
