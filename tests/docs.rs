@@ -256,6 +256,17 @@ fn the_readme_tour_runs_as_written() {
     let west = r.kubectl(r#"--context root get st west -o 'jsonpath={.status.conditions[?(@.type=="Ready")].status}'"#);
     assert_eq!(west, "True");
     assert!(r.kubectl("describe deploy huge").contains("FailedScheduling"));
+    // web's Service moved with it: the addresses are those of its clusters now, and
+    // none is west's (its pool is 172.18.254.0/24 in the demo fleet).
+    let clusters = r.kubectl("get wp web -o 'jsonpath={.spec.clusters[*].name}'");
+    assert!(!clusters.contains("west"), "{clusters}");
+    let addresses = wait_until(
+        "web's Service addresses, one per cluster",
+        SETTLE,
+        || r.kubectl("get svc web -o 'jsonpath={.status.loadBalancer.ingress[*].ip}'"),
+        |a| a.split(' ').count() == clusters.split(' ').count(),
+    );
+    assert!(!addresses.contains("172.18.254."), "{addresses}");
 }
 
 #[test]
