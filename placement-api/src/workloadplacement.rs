@@ -90,11 +90,10 @@ pub struct WorkloadPlacementStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ready: Option<String>,
     /// What follows the workload to its clusters, as `Kind/name` in the workload's
-    /// namespace (the companions controller's; a set): its Services, Ingresses,
+    /// namespace, sorted (the companions controller's): its Services, Ingresses,
     /// ServiceAccount, PodDisruptionBudgets, NetworkPolicies, autoscalers, and the
     /// ConfigMaps and Secrets it references.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[schemars(extend("x-kubernetes-list-type" = "set"))]
     pub companions: Vec<String>,
 }
 

@@ -341,8 +341,7 @@ fn workload_status(namespace: String, name: String, d: &Deployment, wp: Option<&
             }
         }
     };
-    let mut companions = wp.and_then(|wp| wp.status.as_ref()).map(|s| s.companions.clone()).unwrap_or_default();
-    companions.sort();
+    let companions = wp.and_then(|wp| wp.status.as_ref()).map(|s| s.companions.clone()).unwrap_or_default();
     let conds = wp.and_then(|wp| wp.status.as_ref()).map(|s| s.conditions.as_slice()).unwrap_or_default();
     let companions_refused =
         condition(conds, placement_api::CONDITION_COMPANIONS_SYNCED).filter(|c| c.status == "False").map(|c| c.message.clone());

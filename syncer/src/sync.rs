@@ -786,7 +786,9 @@ impl Syncer {
     /// has said something else before: most Services never have one.
     async fn report_companion_status(&self, key: &Key, object: &Value, copy: &Value) -> Result<(), Error> {
         let annotation = placement_api::cluster_status_annotation(&self.settings.sync_target);
-        let status = copy.get("status").cloned().unwrap_or(Value::Null);
+        // A copy without a status has nothing to say yet (an apply's answer may not
+        // carry it); what was reported stays.
+        let Some(status) = copy.get("status").filter(|s| s.is_object()).cloned() else { return Ok(()) };
         let reported = object.pointer("/metadata/annotations").and_then(|a| a.get(&annotation)).and_then(Value::as_str);
         let now = status.to_string();
         match reported {

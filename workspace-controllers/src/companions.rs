@@ -373,7 +373,8 @@ struct Controller {
     index: Mutex<Index>,
 }
 
-/// The field manager of a WorkloadPlacement's `status.companions`.
+/// The field manager of a WorkloadPlacement's `status.companions`, which this
+/// controller writes with merge patches.
 pub const FIELD_MANAGER: &str = "flotilla-companions";
 
 /// Runs until the task is dropped. `base` is a client of the control plane with no
@@ -541,8 +542,12 @@ impl Controller {
             return Ok(Next::Done);
         }
         let api: Api<WorkloadPlacement> = Api::namespaced(clients::workspace(&self.base, &key.workspace), &key.namespace);
-        let status = if list.is_empty() { json!({}) } else { json!({"companions": list}) };
-        match clients::apply_placement_status(&api, &key.name, FIELD_MANAGER, status).await {
+        // A merge patch replaces the list whole, so it reads in order; the field is
+        // this controller's alone.
+        let companions = if list.is_empty() { Value::Null } else { json!(list) };
+        let patch = json!({"status": {"companions": companions}});
+        let pp = PatchParams { field_manager: Some(FIELD_MANAGER.into()), ..Default::default() };
+        match api.patch_status(&key.name, &pp, &Patch::Merge(patch)).await {
             Ok(_) => tracing::debug!(companions = list.len(), "listed"),
             Err(e) if is_not_found(&e) => {}
             Err(e) => return Err(failed(format!("listing the companions of {key}"))(e)),
