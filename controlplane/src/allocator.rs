@@ -3,7 +3,7 @@
 //! (pkg/registry/core/service/storage/alloc.go, ipallocator, portallocator).
 //!
 //! A workspace runs no proxy and allocates nothing: only the physical-cluster profile
-//! installs a [`ServiceAllocator`] in the engine ([`crate::api::Api::install_allocator`]),
+//! installs a [`ServiceAllocator`] in the engine (`Api::install_allocator`),
 //! which calls [`ServiceAllocator::admit`] on every create and update of the main
 //! resource, after admission and just before the write.
 //!
@@ -23,8 +23,8 @@ use std::sync::Mutex;
 use rand::Rng;
 use serde_json::{json, Value};
 
-use crate::api::Scope;
 use crate::error::{ApiError, Cause, ObjRef};
+use crate::registry::ResourceType;
 use crate::store::Store;
 
 /// kube-apiserver's default `--service-node-port-range`.
@@ -162,21 +162,27 @@ impl ServiceAllocator {
         self.range
     }
 
-    /// Gives a Service about to be stored in `scope` what it needs: `obj` is the
+    /// Gives a Service about to be stored (its type, workspace and namespace) what it needs: `obj` is the
     /// admitted object, `old` the stored one of an update. Anything other than a
     /// Service, and an update that leaves the spec as it was, pass untouched.
-    pub fn admit(&self, store: &dyn Store, scope: &Scope, obj: &mut Value, old: Option<&Value>) -> Result<Option<Held<'_>>, ApiError> {
-        if !scope.rt.group.is_empty() || scope.rt.plural != "services" {
+    pub fn admit(
+        &self,
+        store: &dyn Store,
+        (rt, workspace, namespace): (&ResourceType, &str, &str),
+        obj: &mut Value,
+        old: Option<&Value>,
+    ) -> Result<Option<Held<'_>>, ApiError> {
+        if !rt.group.is_empty() || rt.plural != "services" {
             return Ok(None);
         }
         if old.is_some_and(|old| old.get("spec") == obj.get("spec")) {
             return Ok(None);
         }
         let name = obj.pointer("/metadata/name").and_then(Value::as_str).unwrap_or_default().to_string();
-        let own_key = scope.rt.key(&scope.workspace, &scope.namespace, &name);
+        let own_key = rt.key(workspace, namespace, &name);
         let mut in_flight = self.in_flight.lock().unwrap_or_else(|e| e.into_inner());
         let mut used = in_flight.clone();
-        let (stored, _) = store.list(&scope.rt.prefix(Some(&scope.workspace), None), None, None);
+        let (stored, _) = store.list(&rt.prefix(Some(workspace), None), None, None);
         for (_, entry) in stored.iter().filter(|(key, _)| *key != own_key) {
             used.add_service(&entry.value);
         }

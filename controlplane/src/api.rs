@@ -254,7 +254,7 @@ impl Api {
     /// What a physical cluster allocates for a Service about to be stored, reserved
     /// until the returned value is dropped (after the write).
     fn allocate(&self, scope: &Scope, obj: &mut Value, old: Option<&Value>) -> Result<Option<crate::allocator::Held<'_>>, ApiError> {
-        self.allocator.get().map_or(Ok(None), |a| a.admit(&*self.store, scope, obj, old))
+        self.allocator.get().map_or(Ok(None), |a| a.admit(&*self.store, (&scope.rt, &scope.workspace, &scope.namespace), obj, old))
     }
 
     fn entry(&self, scope: &Scope, name: &str) -> Result<Entry, ApiError> {
