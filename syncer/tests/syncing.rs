@@ -237,3 +237,100 @@ async fn deleting_or_unassigning_upstream_removes_the_copy_downstream() {
     })
     .await;
 }
+
+/// An object of companion kind `kind` that follows Deployment `web` (pods labelled
+/// `app: web`, which names `web-config`, `web-secret` and `web-runner`). Every kind of
+/// the table of synced kinds has one: a kind added to the table without one does not
+/// compile here.
+fn follower_of_web(kind: placement_api::synced::Kind) -> serde_json::Value {
+    use placement_api::synced::Kind;
+    let pods = json!({"matchLabels": {"app": "web"}});
+    let spec = match kind {
+        Kind::ConfigMap => return json!({"data": {"greeting": "hello"}}),
+        Kind::Secret => return json!({"stringData": {"password": "s3cret"}}),
+        Kind::ServiceAccount => return json!({}),
+        Kind::Service => json!({"selector": {"app": "web"}, "ports": [{"port": 80}]}),
+        Kind::Ingress => json!({"defaultBackend": {"service": {"name": "web-service", "port": {"number": 80}}}}),
+        Kind::NetworkPolicy => json!({"podSelector": pods}),
+        Kind::PodDisruptionBudget => json!({"maxUnavailable": 1, "selector": pods}),
+        Kind::HorizontalPodAutoscaler => {
+            json!({"scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "web"}, "minReplicas": 2, "maxReplicas": 4})
+        }
+        Kind::Deployment | Kind::Namespace => unreachable!("not a companion"),
+    };
+    json!({"spec": spec})
+}
+
+/// The name of `web`'s follower of `kind`.
+fn follower_name(kind: placement_api::synced::Kind) -> String {
+    format!("web-{}", kind.label()).replace("web-configmap", "web-config").replace("web-serviceaccount", "web-runner")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_kind_of_the_table_follows_its_deployment_down_and_goes_with_it() {
+    use kube::api::{ApiResource, DynamicObject};
+    use placement_api::synced::Kind;
+    let (cp, east, mut controllers) = fleet().await;
+    controllers.push(AbortOnDrop(tokio::spawn(workspace_controllers::companions::run(cp.in_process(), RESYNC))));
+    let api = |ar: &ApiResource| Api::<DynamicObject>::namespaced_with(cp.client(WS), "default", ar);
+    for kind in Kind::companions() {
+        let ar = kind.api_resource();
+        let mut o: DynamicObject = serde_json::from_value(follower_of_web(kind)).unwrap();
+        o.types = Some(kube::api::TypeMeta { api_version: ar.api_version.clone(), kind: ar.kind.clone() });
+        o.metadata.name = Some(follower_name(kind));
+        api(&ar).create(&PostParams::default(), &o).await.unwrap_or_else(|e| panic!("{kind:?}: {e}"));
+    }
+    // web names its ConfigMap, Secret and ServiceAccount; the others select it.
+    let mut web = deployment("web", 2, "100m");
+    let pod = web.spec.as_mut().unwrap().template.spec.as_mut().unwrap();
+    pod.service_account_name = Some("web-runner".into());
+    pod.containers[0].env_from =
+        Some(serde_json::from_value(json!([{"configMapRef": {"name": "web-config"}}, {"secretRef": {"name": "web-secret"}}])).unwrap());
+    let label = placement_api::sync_state_label("east");
+    let wp: WorkloadPlacement = serde_json::from_value(json!({
+        "metadata": {"name": "web", "labels": {&label: "Sync"}},
+        "spec": {"workload": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "web"}, "placement": "default",
+                 "clusters": [{"name": "east", "replicas": 2}]},
+    }))
+    .unwrap();
+    Api::<WorkloadPlacement>::namespaced(cp.client(WS), "default").create(&PostParams::default(), &wp).await.unwrap();
+    web.labels_mut().insert(label, "Sync".into());
+    deployments(&cp).create(&PostParams::default(), &web).await.unwrap();
+    let ns = wait_copy(&east, "web", "made", |_| true).await.namespace().unwrap_or_default();
+
+    let copies = |want: bool| {
+        let (east, ns) = (east.client(), ns.clone());
+        async move {
+            let mut wrong = Vec::new();
+            for kind in Kind::companions() {
+                let found = Api::<DynamicObject>::namespaced_with(east.clone(), &ns, &kind.api_resource())
+                    .get_opt(&follower_name(kind))
+                    .await
+                    .map_err(|e| e.to_string())?;
+                if found.is_some() != want {
+                    wrong.push(format!("{kind:?}"));
+                }
+            }
+            if wrong.is_empty() {
+                Ok(())
+            } else {
+                Err(format!("{} for {wrong:?}", if want { "no copy yet" } else { "a copy still" }))
+            }
+        }
+    };
+    wait_until("a copy of every companion on east", DEADLINE, || copies(true)).await;
+    let hpa = Api::<DynamicObject>::namespaced_with(east.client(), &ns, &Kind::HorizontalPodAutoscaler.api_resource());
+    let bounds = hpa.get(&follower_name(Kind::HorizontalPodAutoscaler)).await.unwrap();
+    assert_eq!(
+        (bounds.data["spec"]["minReplicas"].clone(), bounds.data["spec"]["maxReplicas"].clone()),
+        (json!(2), json!(4)),
+        "one cluster: whole bounds"
+    );
+
+    // The Deployment goes: so does every companion's copy, and upstream they stay.
+    deployments(&cp).delete("web", &DeleteParams::default()).await.unwrap();
+    wait_until("every companion's copy gone", DEADLINE, || copies(false)).await;
+    for kind in Kind::companions() {
+        assert!(api(&kind.api_resource()).get_opt(&follower_name(kind)).await.unwrap().is_some(), "{kind:?} stays upstream");
+    }
+}
