@@ -2,9 +2,9 @@
 //!
 //! Upstream, it watches through the wildcard view only what is labelled
 //! `state.workload.flotilla.io/<target>=Sync`: Deployments, their WorkloadPlacements,
-//! and the ConfigMaps and Secrets their pod templates reference (labelled by
-//! [`crate::references`]). Downstream, it watches only the copies it made (labelled
-//! with its SyncTarget). Every change on either side queues the upstream object's key,
+//! and their companions, every other kind of the table of synced kinds
+//! ([`placement_api::synced`], labelled by the control plane's companions controller).
+//! Downstream, it watches only the copies it made (labelled with its SyncTarget). Every change on either side queues the upstream object's key,
 //! and [`Syncer::reconcile`] makes the downstream side match what is assigned now:
 //! - assigned: for a Deployment, make sure the per-cluster finalizer is on the upstream
 //!   object (the scheduler puts it on in the write that assigns the cluster);
@@ -13,7 +13,13 @@
 //!   report the copy's status in this cluster's WorkloadPlacement entry, once the
 //!   cluster has observed the copy's generation (or after [`OBSERVE_GRACE`]), and
 //!   while it rolls out at most once per [`PROGRESS_HOLD`], and for all copies at most
-//!   [`PROGRESS_REPORTS_PER_SECOND`] reports a second;
+//!   [`PROGRESS_REPORTS_PER_SECOND`] reports a second; for a companion whose status
+//!   flows up, report its copy's status in this cluster's annotation on it; for an
+//!   autoscaler, divide its bounds by this cluster's share, and leave the replicas of
+//!   the Deployment it scales to the cluster's autoscaler;
+//! - a companion whose place on the cluster holds someone else's object: leave that
+//!   object alone, and say so on the companion and in the entries of the workloads it
+//!   follows (see [`Syncer::refuse`]);
 //! - a Deployment being deleted upstream: delete the copy, then release the finalizer;
 //! - no longer assigned, or a copy with no upstream object (left behind while this
 //!   cluster was away): release the finalizer if it is still there, then remove this
