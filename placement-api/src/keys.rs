@@ -73,8 +73,8 @@ pub const CONDITION_CLUSTER_REACHABLE: &str = "ClusterReachable";
 pub const CONDITION_SCHEDULED: &str = "Scheduled";
 /// Condition type on WorkloadPlacements: every assigned cluster has the current spec.
 pub const CONDITION_SYNCED: &str = "Synced";
-/// Condition type on WorkloadPlacements, and in a cluster's entry: every companion
-/// could be applied on the clusters (one that could not is named, with its cause).
+/// Condition type on WorkloadPlacements, and in a cluster's entry, there only while
+/// a cluster refuses a companion (False, naming it and the cause).
 pub const CONDITION_COMPANIONS_SYNCED: &str = "CompanionsSynced";
 /// Condition type on WorkloadPlacements: every assigned cluster reports Available.
 pub const CONDITION_AVAILABLE: &str = "Available";

@@ -213,20 +213,10 @@ fn derive(status: &mut WorkloadPlacementStatus, wp: &WorkloadPlacement, generati
         status.conditions.retain(|c| ![CONDITION_SYNCED, CONDITION_AVAILABLE, CONDITION_COMPANIONS_SYNCED].contains(&c.type_.as_str()));
         return;
     }
-    // Only a workload with companions says whether they synced.
-    if status.companions.is_empty() && refused.is_empty() {
+    // Said only while a cluster refuses a companion: a workload whose companions all
+    // apply costs no write for them here.
+    if refused.is_empty() {
         status.conditions.retain(|c| c.type_ != CONDITION_COMPANIONS_SYNCED);
-    } else if refused.is_empty() {
-        let n = status.companions.len();
-        set_condition(
-            &mut status.conditions,
-            cond(
-                CONDITION_COMPANIONS_SYNCED,
-                true,
-                "CompanionsSynced",
-                if n == 1 { "1 companion follows the workload".to_string() } else { format!("{n} companions follow the workload") },
-            ),
-        );
     } else {
         let message = refused.join("; ");
         set_condition(&mut status.conditions, cond(CONDITION_COMPANIONS_SYNCED, false, "CompanionRefused", message));
@@ -433,8 +423,7 @@ mod tests {
         assert_eq!(companions(&s), None, "a workload without companions says nothing of them");
         p.status = Some(WorkloadPlacementStatus { companions: vec!["Service/web".into()], ..s });
         let s = derived(&p, 1, &t(1));
-        let c = companions(&s).unwrap();
-        assert_eq!((c.status.as_str(), c.message.as_str()), ("True", "1 companion follows the workload"));
+        assert_eq!(companions(&s), None, "nor does one whose companions all apply");
         let mut e = cluster_entry("west", &copy(1, 1, 1, 1, true), t(2));
         e.conditions.push(Condition {
             type_: CONDITION_COMPANIONS_SYNCED.into(),
@@ -449,6 +438,10 @@ mod tests {
         let c = companions(&s).unwrap();
         assert_eq!((c.status.as_str(), c.message.as_str()), ("False", "west: Service web: it is someone else's"));
         assert!(aggregator_fields(&s)["conditions"].as_array().unwrap().iter().any(|c| c["type"] == CONDITION_COMPANIONS_SYNCED));
+        // The refusal ends: the condition goes.
+        p.status = Some(s);
+        let s = report(&p, "west", Some(cluster_entry("west", &copy(1, 1, 1, 1, true), t(3))), 1, &t(3));
+        assert_eq!(companions(&s), None);
     }
 
     #[test]

@@ -726,13 +726,14 @@ impl Syncer {
     }
 
     /// This cluster's `CompanionsSynced` condition for a workload whose
-    /// WorkloadPlacement is `wp`: False naming each companion it lists that this cluster
-    /// refused, True when it lists some and none was refused, none when it lists none.
+    /// WorkloadPlacement is `wp`: False, naming each companion it lists that this
+    /// cluster refused; none when it refused none, so that a workload whose companions
+    /// all apply costs no write more than one without.
     fn companions_condition(&self, key: &Key, wp: &WorkloadPlacement, generation: Option<i64>) -> Option<Condition> {
-        let listed = wp.status.as_ref().map(|s| s.companions.as_slice()).unwrap_or_default();
-        if listed.is_empty() {
+        if self.refused.is_empty() {
             return None;
         }
+        let listed = wp.status.as_ref().map(|s| s.companions.as_slice()).unwrap_or_default();
         let refused: Vec<String> = listed
             .iter()
             .filter_map(|l| {
@@ -741,15 +742,11 @@ impl Syncer {
                 self.refused.get(&Key::new(kind, &key.workspace, &key.namespace, name)).map(|c| format!("{} {name}: {}", kind.name(), *c))
             })
             .collect();
-        let (status, reason, message) = match refused.is_empty() {
-            true => ("True", "CompanionsApplied", format!("{} of {} applied", listed.len(), listed.len())),
-            false => ("False", REASON_COMPANION_REFUSED, refused.join("; ")),
-        };
-        Some(Condition {
+        (!refused.is_empty()).then(|| Condition {
             type_: CONDITION_COMPANIONS_SYNCED.into(),
-            status: status.into(),
-            reason: reason.into(),
-            message,
+            status: "False".into(),
+            reason: REASON_COMPANION_REFUSED.into(),
+            message: refused.join("; "),
             last_transition_time: now(),
             observed_generation: generation,
         })

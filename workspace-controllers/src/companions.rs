@@ -45,6 +45,10 @@ use runtime::key::{self as cache, Cache};
 use runtime::queue::{self, Next};
 use runtime::Key;
 
+/// How many companions are labelled at once. A failover relabels every companion of
+/// every workload that moved at once: each label is one small patch, and the new
+/// clusters' syncers wait for them.
+const LABELLERS: usize = 16;
 /// How often a named object that does not exist yet is looked for.
 pub const MISSING_RETRY: Duration = Duration::from_secs(2);
 
@@ -473,7 +477,7 @@ pub async fn run(base: Client, resync: Duration) {
         };
         drop(tx);
         drop(lists_tx);
-        let labels = queue::run(objects_rx, 4, |object| {
+        let labels = queue::run(objects_rx, LABELLERS, |object| {
             let c = c.clone();
             let span = tracing::info_span!("label", object = %object);
             async move { c.reconcile(&object).await }.instrument(span)
