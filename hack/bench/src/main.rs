@@ -19,6 +19,7 @@ use kube::api::{Api, DynamicObject, PostParams, WatchEvent, WatchParams};
 use kube::core::{ApiResource, GroupVersionKind};
 use serde_json::json;
 
+mod companions;
 mod hostile;
 mod plot;
 mod report;
@@ -47,10 +48,15 @@ struct Args {
     #[arg(long)]
     publish: bool,
     /// Run one group of scenarios only: `syncer` is both `syncer-latency` and
-    /// `syncer-steady`; `scheduler` is both `scheduler-assign` and `scheduler-failover`.
-    #[arg(long, value_parser = ["controlplane", "sim", "syncer", "syncer-latency", "syncer-steady", "scheduler", "scheduler-assign", "scheduler-failover", "scale", "hostile-bodies"])]
+    /// `syncer-steady`; `scheduler` is both `scheduler-assign` and `scheduler-failover`;
+    /// `companions` (apps of a Deployment and four companions) is both
+    /// `companions-apply` and `companions-failover`.
+    #[arg(long, value_parser = ["controlplane", "sim", "syncer", "syncer-latency", "syncer-steady", "scheduler", "scheduler-assign", "scheduler-failover", "companions", "companions-apply", "companions-failover", "scale", "hostile-bodies"])]
     only: Option<String>,
 }
+
+/// `flotilla start`'s default heartbeat interval and grace, s.
+const DEFAULT_HEARTBEAT: (u64, u64) = (2, 8);
 
 /// Requests sent before each control-plane measurement and not counted.
 const WARMUP_REQUESTS: usize = 200;
@@ -76,6 +82,7 @@ struct Sizes {
     failover_deployments: usize,
     /// Heartbeat (interval, grace) settings the failover runs at: the defaults first.
     failover_settings: Vec<(u64, u64)>,
+    companions: companions::Sizes,
     scale: scale::Sizes,
     hostile: hostile::Sizes,
 }
@@ -101,6 +108,7 @@ impl Sizes {
                 sched_deployments: 1_000,
                 failover_deployments: 100,
                 failover_settings: vec![(2, 8)],
+                companions: companions::Sizes { clusters: 3, apps: 100, failover_apps: 100 },
                 scale: scale::Sizes { workspaces: 20, deployments_per_workspace: 5, clusters: 4, window_secs: 10 },
                 hostile: hostile::Sizes { repeats: 2, floor_repeats: 20, gets: 200, heartbeats: 30, window_secs: 3, senders: 16, worst: 3 },
             }
@@ -123,6 +131,7 @@ impl Sizes {
                 sched_deployments: 10_000,
                 failover_deployments: 1_000,
                 failover_settings: vec![(2, 8), (1, 4)],
+                companions: companions::Sizes { clusters: 10, apps: 1_000, failover_apps: 1_000 },
                 scale: scale::Sizes { workspaces: 1_000, deployments_per_workspace: 10, clusters: 100, window_secs: 30 },
                 hostile: hostile::Sizes {
                     repeats: 10,
@@ -384,6 +393,18 @@ async fn main() -> anyhow::Result<()> {
                 let r = failover_rows(&args.flotilla, &s, Duration::from_secs(*interval), Duration::from_secs(*grace), &mut report).await;
                 report.outcome(&format!("scheduler-failover at {interval} s / {grace} s"), r);
             }
+        }
+        if selected("companions-apply") {
+            report.calibrate("companions-apply").await;
+            let r = companions::rows_apply(&args.flotilla, s.companions, &mut report).await;
+            report.outcome("companions-apply", r);
+        }
+        // At the default heartbeat only: the bare Deployments' failover has the others.
+        if selected("companions-failover") {
+            let (interval, grace) = (Duration::from_secs(DEFAULT_HEARTBEAT.0), Duration::from_secs(DEFAULT_HEARTBEAT.1));
+            report.calibrate("companions-failover").await;
+            let r = companions::rows_failover(&args.flotilla, s.companions, interval, grace, &mut report).await;
+            report.outcome("companions-failover", r);
         }
         if run == 1 && selected("scale") {
             report.calibrate("scale").await;
@@ -701,9 +722,9 @@ async fn scheduler_assign_rows(bin: &Path, s: &Sizes, report: &mut Report) -> an
 }
 
 async fn failover_rows(bin: &Path, s: &Sizes, interval: Duration, grace: Duration, report: &mut Report) -> anyhow::Result<()> {
-    let f = scheduler::failover(bin, s.failover_deployments, interval, grace).await?;
+    let f = scheduler::failover(bin, s.failover_deployments, interval, grace, false).await?;
     let (i, g) = (f.heartbeat_interval_s, f.grace_s);
-    let defaults = (i, g) == (2, 8);
+    let defaults = (i, g) == DEFAULT_HEARTBEAT;
     // The target is for 1,000 Deployments at the default heartbeat.
     let target = defaults && f.deployments >= 1_000;
     let slug = format!("{i}s-{g}s");
@@ -715,6 +736,7 @@ async fn failover_rows(bin: &Path, s: &Sizes, interval: Duration, grace: Duratio
         target: defaults.then_some(g as f64 + 5.0),
         moved: f.moved.clone(),
         available: f.available.clone(),
+        available_label: "Available elsewhere",
     });
     let mut row = Row::new(
         format!("scheduler_failover/{slug}"),
@@ -1134,6 +1156,15 @@ fn flotilla_cli(bin: &Path, data_dir: &Path, args: &[&str]) -> anyhow::Result<()
     Ok(())
 }
 
+/// A simulated cluster with room for 2,000 one-replica Deployments (four nodes of 500
+/// pods), registered in push mode with the control plane of `data_dir`.
+fn registered_sim(bin: &Path, data_dir: &Path, name: &str) -> anyhow::Result<ServerProc> {
+    let yaml = format!("name: {name}\nnodes:\n  - {{count: 4, cpu: \"64\", memory: 256Gi, pods: 500}}\nstartupDelay: 50ms\n");
+    let sim = ServerProc::sim(bin, name, &yaml)?;
+    flotilla_cli(bin, data_dir, &["cluster", "register", name, "--kubeconfig", sim.kubeconfig.to_str().unwrap()])?;
+    Ok(sim)
+}
+
 /// The syncer's latencies, in push mode: `deployments` one-replica Deployments spread
 /// over `clusters` simulated clusters, each assigned as the scheduler does (label and
 /// WorkloadPlacement, the WorkloadPlacement first). Measured from just before the
@@ -1156,9 +1187,7 @@ async fn syncer_latency(bin: &Path, clusters: usize, deployments: usize) -> anyh
     let mut watches = Vec::new();
     for i in 0..clusters {
         let name = format!("c{i}");
-        let yaml = format!("name: {name}\nnodes:\n  - {{count: 4, cpu: \"64\", memory: 256Gi, pods: 500}}\nstartupDelay: 50ms\n");
-        let sim = ServerProc::sim(bin, &name, &yaml)?;
-        flotilla_cli(bin, &data_dir, &["cluster", "register", &name, "--kubeconfig", sim.kubeconfig.to_str().unwrap()])?;
+        let sim = registered_sim(bin, &data_dir, &name)?;
         let api: Api<Deployment> = Api::all(sim.client(&format!("kind-{name}"), None).await?);
         let (created, down_available) = (created.clone(), down_available.clone());
         watches.push(watch_applied(api, WatchParams::default().labels("workload.flotilla.io/sync-target"), move |d: Deployment, now| {

@@ -89,6 +89,8 @@ pub struct Timeline {
     pub target: Option<f64>,
     pub moved: Vec<f64>,
     pub available: Vec<f64>,
+    /// What `available` counts, for example "Available elsewhere".
+    pub available_label: &'static str,
 }
 
 impl Timeline {
@@ -512,7 +514,7 @@ impl Report {
                 log_x: false,
                 series: vec![
                     plot::Series { name: "reassigned".into(), points: plot::cumulative(&t.moved) },
-                    plot::Series { name: "Available elsewhere".into(), points: plot::cumulative(&t.available) },
+                    plot::Series { name: t.available_label.into(), points: plot::cumulative(&t.available) },
                 ],
                 markers,
             };
@@ -753,6 +755,7 @@ mod tests {
                 target: Some(13.0),
                 moved: vec![7.0, 9.0],
                 available: vec![10.0, end],
+                available_label: "Available elsewhere",
             });
             r.timeline(Timeline {
                 setting: "beat 1 s / grace 4 s".into(),
@@ -762,6 +765,7 @@ mod tests {
                 target: None,
                 moved: vec![3.0, 5.0],
                 available: vec![6.0, end - 4.0],
+                available_label: "Available elsewhere",
             });
         }
         let md = r.write(dir.path(), "bench/").unwrap();

@@ -6,7 +6,8 @@
 //!   plane's alone, with no syncer or cluster process sharing the two cores.
 //! - [`failover`]: real simulated clusters and push-mode syncers; one cluster that
 //!   hosts every Deployment is killed with SIGKILL, and the clock runs until each
-//!   Deployment is Available on another cluster.
+//!   Deployment is Available on another cluster (and, for apps with companions, until
+//!   its companions exist there too).
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -16,7 +17,7 @@ use kube::api::{Patch, PatchParams};
 
 use super::*;
 
-const STATE_LABEL_PREFIX: &str = "state.workload.flotilla.io/";
+pub(crate) const STATE_LABEL_PREFIX: &str = "state.workload.flotilla.io/";
 
 /// The SyncTargets of `root`.
 fn sync_targets(root: kube::Client) -> Api<DynamicObject> {
@@ -136,7 +137,7 @@ fn commit_figures(before: &str, after: &str) -> (f64, f64, f64) {
 }
 
 /// The API writes between two readings of `/metrics`, per Deployment, most first.
-fn per_deployment(before: &str, after: &str, deployments: usize) -> Vec<(String, f64)> {
+pub(crate) fn per_deployment(before: &str, after: &str, deployments: usize) -> Vec<(String, f64)> {
     let (w0, w1) = (writes(before), writes(after));
     let mut out: Vec<(String, f64)> =
         w1.iter().map(|(k, n)| (k.clone(), (n - w0.get(k).unwrap_or(&0.0)) / deployments as f64)).filter(|(_, n)| *n > 0.0).collect();
@@ -352,6 +353,16 @@ pub struct FailoverFigures {
     /// Every Deployment's reassignment and Available-elsewhere time, s from the kill.
     pub moved: Vec<f64>,
     pub available: Vec<f64>,
+    /// Every app's time, s from the kill, to Available elsewhere with its companions
+    /// copied to its new clusters (the Available time for a bare Deployment); the
+    /// last, and the p50, p99 and max of each app's from Available to that.
+    pub done: Vec<f64>,
+    pub all_done_s: f64,
+    pub done_s: (f64, f64, f64),
+    pub done_after_available_s: (f64, f64, f64),
+    /// Each app, from the kill to its companions assigned to its new clusters upstream
+    /// (by the companions controller), s (p50, p99, max); none without companions.
+    pub companions_assigned_s: (f64, f64, f64),
     /// Each Deployment, from its move to Available on its new cluster, s (p50, p99, max).
     pub move_to_available_s: (f64, f64, f64),
     /// Surviving clusters declared NotReady at any point (they all beat on time).
@@ -376,14 +387,26 @@ struct Standing {
     available: Option<Instant>,
     /// The clusters that report it Available.
     available_on: Vec<String>,
+    /// The clusters it is assigned to.
+    assigned: Vec<String>,
 }
 
 /// Kill a cluster that hosts `deployments` one-replica Deployments, with two empty
 /// clusters ready to take them, and time the failover from the SIGKILL: the lost
 /// cluster seen NotReady, each Deployment's WorkloadPlacement no longer naming it,
 /// and each Deployment reported Available (availableReplicas ≥ 1) by its new
-/// cluster's syncer in the WorkloadPlacement's status.
-pub async fn failover(bin: &Path, deployments: usize, interval: Duration, grace: Duration) -> anyhow::Result<FailoverFigures> {
+/// cluster's syncer in the WorkloadPlacement's status. With `companions`, each
+/// Deployment is an app with its four companions ([`companions::kinds`]), all on the
+/// lost cluster before the kill, and an app is done once its Deployment is Available
+/// elsewhere and this process's watches on its new clusters have seen its companions.
+pub async fn failover(
+    bin: &Path,
+    deployments: usize,
+    interval: Duration,
+    grace: Duration,
+    companions: bool,
+) -> anyhow::Result<FailoverFigures> {
+    use crate::companions::{copied, create_app, kinds, watch_assigned, watch_copies, Copies, Seen, COMPANIONS};
     const LOST: &str = "lost";
     let (i, g) = (format!("{}s", interval.as_secs()), format!("{}s", grace.as_secs()));
     let cp = ServerProc::spawn(
@@ -406,15 +429,23 @@ pub async fn failover(bin: &Path, deployments: usize, interval: Duration, grace:
     };
     let lost = sim(LOST)?;
     register(&lost, LOST)?;
+    let copies: Copies = Arc::default();
+    let mut watches = Vec::new();
+    if companions {
+        watches.extend(watch_copies(&lost, LOST, &COMPANIONS, &copies).await?);
+    }
     flotilla_cli(bin, &data_dir, &["workspace", "create", "bench"])?;
     let ws = cp.client("bench", None).await?;
-    let upstream: Api<Deployment> = Api::namespaced(ws.clone(), "default");
+    let labelled: Copies = Arc::default();
+    if companions {
+        watches.extend(watch_assigned(&ws, &COMPANIONS, &labelled));
+    }
 
     let standing: Arc<Mutex<HashMap<String, Standing>>> = Arc::default();
     let seen = standing.clone();
     // Typed, and not as a DynamicObject: the harness decodes every change of 1,000
     // WorkloadPlacements on the cores it measures, so it decodes them the cheaper way.
-    let placements: Api<placement_api::WorkloadPlacement> = Api::namespaced(ws, "default");
+    let placements: Api<placement_api::WorkloadPlacement> = Api::namespaced(ws.clone(), "default");
     let watch = watch_applied(placements, WatchParams::default(), move |wp: placement_api::WorkloadPlacement, now| {
         let assigned: Vec<String> = wp.spec.clusters.iter().map(|c| c.name.clone()).collect();
         let available_on: Vec<String> =
@@ -429,29 +460,44 @@ pub async fn failover(bin: &Path, deployments: usize, interval: Duration, grace:
             s.available = Some(now);
         }
         s.available_on = available_on;
+        s.assigned = assigned;
     });
-    futures::stream::iter(0..deployments)
-        .map(|i| {
-            let api = upstream.clone();
-            async move {
-                api.create(&PostParams::default(), &bench_deployment(&format!("d{i:04}"), 1)?).await?;
-                anyhow::Ok(())
-            }
+    let names: Vec<String> = (0..deployments).map(|i| format!("d{i:04}")).collect();
+    futures::stream::iter(&names)
+        .map(|name| {
+            let ws = &ws;
+            async move { create_app(ws, "default", name, kinds(companions)).await }
         })
         .buffer_unordered(16)
         .try_collect::<Vec<_>>()
         .await?;
     let on_lost = || standing.lock().unwrap().values().filter(|s| s.available_on == [LOST]).count();
+    let lost_cluster = [LOST.to_string()];
+    let companions_on_lost = || {
+        let copies = copies.lock().unwrap();
+        names.iter().filter(|n| !companions || copied(&copies, &lost_cluster, &COMPANIONS, n).is_some()).count()
+    };
     wait_until(
         Duration::from_secs(300),
         Duration::from_millis(200),
-        || on_lost() >= deployments,
-        || format!("after 300 s only {}/{deployments} Deployments were Available on {LOST}", on_lost()),
+        || on_lost() >= deployments && companions_on_lost() >= deployments,
+        || {
+            format!(
+                "after 300 s only {}/{deployments} Deployments were Available on {LOST}, {} with their companions there",
+                on_lost(),
+                companions_on_lost()
+            )
+        },
     )
     .await?;
     let spares = [sim("spare-a")?, sim("spare-b")?];
     register(&spares[0], "spare-a")?;
     register(&spares[1], "spare-b")?;
+    if companions {
+        for (spare, name) in spares.iter().zip(["spare-a", "spare-b"]) {
+            watches.extend(watch_copies(spare, name, &COMPANIONS, &copies).await?);
+        }
+    }
     let spares_ready = || ["spare-a", "spare-b"].iter().all(|c| ready.lock().unwrap().contains_key(*c));
     wait_until(Duration::from_secs(60), Duration::from_millis(100), spares_ready, || "the spare clusters were not Ready after 60 s".into())
         .await?;
@@ -472,15 +518,26 @@ pub async fn failover(bin: &Path, deployments: usize, interval: Duration, grace:
     let cpu_before = cpu();
     let killed = Instant::now();
     drop(lost);
-    let done = || standing.lock().unwrap().values().filter(|s| s.available.is_some()).count();
+    // When an app was whole elsewhere: its Deployment Available, its companions copied.
+    let whole_at = |name: &str, s: &Standing, copies: &Seen| -> Option<Instant> {
+        let available = s.available?;
+        let copied_at = if companions { copied(copies, &s.assigned, &COMPANIONS, name)? } else { available };
+        Some(available.max(copied_at))
+    };
+    let done = || {
+        let copies = copies.lock().unwrap();
+        standing.lock().unwrap().iter().filter(|(n, s)| whole_at(n, s, &copies).is_some()).count()
+    };
+    let available = || standing.lock().unwrap().values().filter(|s| s.available.is_some()).count();
     wait_until(
         grace + Duration::from_secs(120),
         Duration::from_millis(20),
         || done() >= deployments,
         || {
             format!(
-                "{:.0} s after the kill only {}/{deployments} Deployments were Available elsewhere",
+                "{:.0} s after the kill only {}/{deployments} Deployments were Available elsewhere, {} with their companions there",
                 killed.elapsed().as_secs_f64(),
+                available(),
                 done()
             )
         },
@@ -490,6 +547,9 @@ pub async fn failover(bin: &Path, deployments: usize, interval: Duration, grace:
     let cpu_secs = cpu().iter().zip(cpu_before).map(|((name, after), (_, before))| (name.to_string(), after - before)).collect();
     watch.abort();
     readiness.abort();
+    for w in &watches {
+        w.abort();
+    }
     let writes_per_deployment = per_deployment(&metrics_before, &metrics_after, deployments);
     let deferred = |m: &str| counter_total(m, "flotilla_syncer_progress_reports_deferred_total");
     let progress_reports_deferred = deferred(&metrics_after) - deferred(&metrics_before);
@@ -500,6 +560,13 @@ pub async fn failover(bin: &Path, deployments: usize, interval: Duration, grace:
     let moved: Vec<f64> = standing.values().filter_map(|s| s.moved.map(since)).collect();
     let available: Vec<f64> = standing.values().filter_map(|s| s.available.map(since)).collect();
     let lag: Vec<f64> = standing.values().filter_map(|s| Some(s.available?.saturating_duration_since(s.moved?).as_secs_f64())).collect();
+    let copies = copies.lock().unwrap().clone();
+    let whole: Vec<(Instant, Instant)> = standing.iter().filter_map(|(n, s)| Some((s.available?, whole_at(n, s, &copies)?))).collect();
+    let done: Vec<f64> = whole.iter().map(|(_, w)| since(*w)).collect();
+    let done_after_available: Vec<f64> = whole.iter().map(|(a, w)| w.duration_since(*a).as_secs_f64()).collect();
+    let labelled = labelled.lock().unwrap().clone();
+    let companions_assigned: Vec<f64> =
+        standing.iter().filter_map(|(n, s)| copied(&labelled, &s.assigned, &COMPANIONS, n)).map(since).collect();
     drop(cp);
     drop(spares);
     Ok(FailoverFigures {
@@ -513,6 +580,11 @@ pub async fn failover(bin: &Path, deployments: usize, interval: Duration, grace:
         available_s: summarize(available.clone()),
         moved,
         available,
+        all_done_s: done.iter().copied().fold(0.0, f64::max),
+        done_s: summarize(done.clone()),
+        done,
+        done_after_available_s: summarize(done_after_available),
+        companions_assigned_s: summarize(companions_assigned),
         move_to_available_s: summarize(lag),
         false_not_ready,
         writes_per_deployment,
