@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs the benchmark harness against a build in the bench-release profile (the
 # release profile with thin LTO; see Cargo.toml).
-#   hack/bench.sh             full sizes, 3 runs of each scenario (about 15 minutes)
+#   hack/bench.sh             full sizes, 3 runs of each scenario (about 22 minutes)
 #   hack/bench.sh --quick     smaller sizes, one run, under 3 minutes; CI runs this
 #   hack/bench.sh --publish   full run, then the report into docs/benchmarks.md and
 #                             the plots into docs/bench/
