@@ -431,3 +431,35 @@ fn a_companion_whose_place_someone_else_holds_is_reported_and_left_alone() {
     wait_companions(&f, &east, &["ingress.networking.k8s.io/web", "service/web"]);
     wait_until("the WorkloadPlacement's condition gone", DEADLINE, || condition(&f), |c| c.trim().is_empty());
 }
+
+#[test]
+fn an_autoscalers_bounds_follow_a_change_of_shares_at_once() {
+    let (east, west) = (sim("east", 4), sim("west", 4));
+    // No scheduler, and no resync within the test: the shares are written by hand,
+    // and only their change may move the bounds.
+    let f = common::fleet::unready_fleet(&["--no-scheduler", "--resync", "1h"], &[(&east, &[]), (&west, &[])]);
+    let shares = |east: u32, west: u32| {
+        format!(
+            "apiVersion: scheduling.flotilla.io/v1alpha1\nkind: WorkloadPlacement\nmetadata:\n  name: web\n  labels: {{state.workload.flotilla.io/east: Sync, state.workload.flotilla.io/west: Sync}}\n\
+             spec:\n  workload: {{apiVersion: apps/v1, kind: Deployment, name: web}}\n  placement: default\n  clusters: [{{name: east, replicas: {east}}}, {{name: west, replicas: {west}}}]\n"
+        )
+    };
+    let app = MOVABLE.split("---").next().unwrap().replace(
+        "metadata: {name: web}\nspec:\n  replicas: 2",
+        "metadata: {name: web, labels: {state.workload.flotilla.io/east: Sync, state.workload.flotilla.io/west: Sync}}\nspec:\n  replicas: 4",
+    );
+    let hpa = "apiVersion: autoscaling/v2\nkind: HorizontalPodAutoscaler\nmetadata: {name: web}\nspec:\n  scaleTargetRef: {apiVersion: apps/v1, kind: Deployment, name: web}\n  minReplicas: 2\n  maxReplicas: 10\n";
+    f.apply(&["--context", "demo", "-n", "default"], &format!("{}---\n{app}---\n{hpa}", shares(2, 2)));
+    let bounds = |c: &SimCluster| {
+        let label = format!("workload.flotilla.io/sync-target={}", c.name);
+        c.k(&["get", "hpa", "-A", "-l", &label, "-o", "jsonpath={.items[*].spec.minReplicas}-{.items[*].spec.maxReplicas}"])
+    };
+    for c in [&east, &west] {
+        wait_until(&format!("{}'s half of the bounds", c.name), DEADLINE, || bounds(c), |b| b == "1-5");
+    }
+    // Three quarters to east: 2 of the minimum (1.5, and the tie goes to the first
+    // cluster) and 8 of the maximum; west keeps at least one.
+    f.apply(&["--context", "demo", "-n", "default"], &shares(3, 1));
+    wait_until("east's bounds after the change of shares", DEADLINE, || bounds(&east), |b| b == "2-8");
+    wait_until("west's bounds after the change of shares", DEADLINE, || bounds(&west), |b| b == "1-2");
+}

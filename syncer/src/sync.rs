@@ -770,14 +770,15 @@ impl Syncer {
         Ok(transform::divide_bounds(desired, &shares, &self.settings.sync_target))
     }
 
-    /// Whether an autoscaler assigned to this cluster scales Deployment `key`: its
-    /// copy's replicas are then the cluster's autoscaler's to set.
-    fn autoscaled(&self, key: &Key) -> bool {
-        let Some(side) = self.companion(Kind::HorizontalPodAutoscaler) else { return false };
-        let here = side.upstream.values_where(|k| k.workspace == key.workspace && k.namespace == key.namespace);
-        here.iter().any(|h| {
+    /// The autoscalers assigned to this cluster that scale Deployment `key`: while
+    /// there is one, the copy's replicas are the cluster's autoscaler's to set.
+    fn autoscalers_of(&self, key: &Key) -> Vec<Key> {
+        let Some(side) = self.companion(Kind::HorizontalPodAutoscaler) else { return Vec::new() };
+        side.upstream.entries_where(|k, h| {
             let target = h.data.pointer("/spec/scaleTargetRef").unwrap_or(&Value::Null);
-            h.metadata.deletion_timestamp.is_none()
+            k.workspace == key.workspace
+                && k.namespace == key.namespace
+                && h.metadata.deletion_timestamp.is_none()
                 && target.get("kind").and_then(Value::as_str) == Some("Deployment")
                 && target.get("name").and_then(Value::as_str) == Some(key.name.as_str())
         })
@@ -841,11 +842,17 @@ impl Syncer {
             return Ok(Next::After(WAIT_FOR_PEER));
         };
         // Once the copy runs, an autoscaler on the cluster sets its replicas, and
-        // what it set is what the copy should say.
+        // what it set is what the copy should say. The autoscalers' bounds follow the
+        // shares, which may have just changed: they are looked at again too (an
+        // unchanged one costs no write).
+        let autoscalers = self.autoscalers_of(key);
         let share = match copy.and_then(|c| c.spec.as_ref()?.replicas) {
-            Some(scaled) if self.autoscaled(key) => scaled,
+            Some(scaled) if !autoscalers.is_empty() => scaled,
             _ => share,
         };
+        for a in autoscalers {
+            let _ = self.requeue.send(a);
+        }
         if !d.metadata.finalizers.iter().flatten().any(|f| f == &self.finalizer) {
             // The scheduler's assignment carries it; a workload labelled some other
             // way (by hand, or before it did) gets it here.
