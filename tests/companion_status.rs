@@ -36,27 +36,14 @@ spec:
   maxReplicas: 10
 "#;
 
-/// The cells of the one row `kubectl get <what> --no-headers` prints in workspace
-/// `demo`, split on runs of two or more spaces (a TARGETS cell such as
-/// "cpu: <unknown>/80%" holds one space).
-fn row(f: &Flotilla, what: &[&str]) -> Vec<String> {
-    let mut args = vec!["--context", "demo", "get"];
-    args.extend_from_slice(what);
-    args.push("--no-headers");
-    let out = f.k(&args);
-    let lines: Vec<&str> = out.lines().filter(|l| !l.trim().is_empty()).collect();
-    assert_eq!(lines.len(), 1, "kubectl {args:?} printed:\n{out}");
-    lines[0].split("  ").map(str::trim).filter(|c| !c.is_empty()).map(String::from).collect()
-}
-
 /// The EXTERNAL-IP cell of Service `web` (NAME TYPE CLUSTER-IP EXTERNAL-IP PORT(S) AGE).
 fn external_ip(f: &Flotilla) -> String {
-    row(f, &["svc", "web"]).get(3).cloned().unwrap_or_default()
+    f.row(&["--context", "demo", "svc", "web"]).get(3).cloned().unwrap_or_default()
 }
 
 /// The REPLICAS cell of autoscaler `web` (NAME REFERENCE TARGETS MINPODS MAXPODS REPLICAS AGE).
 fn hpa_replicas(f: &Flotilla) -> String {
-    row(f, &["hpa", "web"]).get(5).cloned().unwrap_or_default()
+    f.row(&["--context", "demo", "hpa", "web"]).get(5).cloned().unwrap_or_default()
 }
 
 /// Writes `cluster`'s report of `object`'s status, as its syncer does.
@@ -90,7 +77,7 @@ fn companions_status_is_the_sum_of_their_assigned_clusters_reports() {
     assert_eq!(lb, r#"{"loadBalancer":{}}"#);
 
     // The autoscaler: each cluster's scales its own share; the workspace shows the sum.
-    assert_eq!(hpa_replicas(&f), "0", "no cluster has reported: {:?}", row(&f, &["hpa", "web"]));
+    assert_eq!(hpa_replicas(&f), "0", "no cluster has reported: {:?}", f.row(&["--context", "demo", "hpa", "web"]));
     report(&f, "hpa/web", "east", r#"{"currentReplicas":2,"desiredReplicas":2}"#);
     report(&f, "hpa/web", "west", r#"{"currentReplicas":3,"desiredReplicas":4}"#);
     wait_until("the autoscaler's replicas summed", DEADLINE, || hpa_replicas(&f), |r| r == "5");

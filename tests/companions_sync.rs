@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::fleet::{fleet, rollout, sim, wait_assignment, DEADLINE};
+use common::fleet::{events, fleet, rollout, sim, wait_assignment, DEADLINE};
 use common::{tail, wait_for, wait_until, Flotilla, SimCluster};
 
 /// What follows the Deployments of [`APP`], upstream.
@@ -397,24 +397,8 @@ fn a_companion_whose_place_someone_else_holds_is_reported_and_left_alone() {
     };
     let refused = wait_until("the refusal on the WorkloadPlacement", DEADLINE, || condition(&f), |c| c.starts_with("False"));
     assert!(refused.contains("east: Service web:") && refused.contains("is not Flotilla's"), "{refused}");
-    let event = wait_until(
-        "the Event on the Service",
-        DEADLINE,
-        || {
-            f.k(&[
-                "--context",
-                "demo",
-                "get",
-                "events",
-                "--field-selector",
-                "reason=CompanionRefused,involvedObject.kind=Service",
-                "-o",
-                "jsonpath={.items[*].message}",
-            ])
-        },
-        |e| !e.is_empty(),
-    );
-    assert!(event.contains("cluster east") && event.contains("delete or rename that object"), "{event}");
+    let event = wait_until("the Event on the Service", DEADLINE, || events(&f, "CompanionRefused"), |e| !e.is_empty());
+    assert!(event.starts_with("web: ") && event.contains("cluster east") && event.contains("delete or rename that object"), "{event}");
     // Left alone; the Ingress, whose place is free, is applied.
     assert_eq!(east.k(&["-n", &ns, "get", "svc", "web", "-o", "jsonpath={.spec.selector.app}"]), "theirs");
     wait_companions(&f, &east, &["ingress.networking.k8s.io/web"]);

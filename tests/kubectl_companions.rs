@@ -68,18 +68,6 @@ spec:
   maxReplicas: 6
 "#;
 
-/// The cells of the one row `kubectl get <what> --no-headers` prints, split on runs of
-/// two or more spaces (cells such as "80, 443" hold one space).
-fn row(f: &Flotilla, what: &[&str]) -> Vec<String> {
-    let mut args = vec!["get"];
-    args.extend_from_slice(what);
-    args.push("--no-headers");
-    let out = f.k(&args);
-    let lines: Vec<&str> = out.lines().filter(|l| !l.trim().is_empty()).collect();
-    assert_eq!(lines.len(), 1, "kubectl {args:?} printed:\n{out}");
-    lines[0].split("  ").map(str::trim).filter(|c| !c.is_empty()).map(String::from).collect()
-}
-
 #[test]
 fn an_app_manifest_applies_and_prints_as_on_a_cluster() {
     let f = Flotilla::start();
@@ -105,15 +93,15 @@ fn an_app_manifest_applies_and_prints_as_on_a_cluster() {
     assert_eq!(versions(&f), before, "a second apply stored something:\n{again}");
 
     // A workspace allocates no address: no cluster IP, and a load balancer pending.
-    let svc = row(&f, &["svc", "web", "-o", "wide"]);
+    let svc = f.row(&["svc", "web", "-o", "wide"]);
     assert_eq!(svc[..5], ["web", "LoadBalancer", "<none>", "<pending>", "80/TCP,443/TCP"], "{svc:?}");
     assert_eq!(svc.last().map(String::as_str), Some("app=web"), "{svc:?}");
-    let ing = row(&f, &["ingress", "web"]);
+    let ing = f.row(&["ingress", "web"]);
     assert_eq!(ing[..4], ["web", "<none>", "web.example.com", "80, 443"], "{ing:?}");
-    assert_eq!(row(&f, &["netpol", "web"])[..2], ["web", "app=web"]);
-    assert_eq!(row(&f, &["pdb", "web"])[..4], ["web", "1", "N/A", "0"]);
+    assert_eq!(f.row(&["netpol", "web"])[..2], ["web", "app=web"]);
+    assert_eq!(f.row(&["pdb", "web"])[..4], ["web", "1", "N/A", "0"]);
     // No metric named: the CPU target that autoscaling/v2 defaults.
-    assert_eq!(row(&f, &["hpa", "web"])[..6], ["web", "Deployment/web", "cpu: <unknown>/80%", "2", "6", "0"]);
+    assert_eq!(f.row(&["hpa", "web"])[..6], ["web", "Deployment/web", "cpu: <unknown>/80%", "2", "6", "0"]);
 
     // Services and autoscalers are in the "all" category, as on a cluster.
     let all = f.k(&["get", "all", "-o", "name"]);
@@ -189,7 +177,7 @@ fn kubectl_expose_create_and_autoscale_make_companions() {
         f.k(&["get", "svc", "web2", "-o", "jsonpath={.spec.type} {.spec.selector.app} {.spec.ports[0].port}>{.spec.ports[0].targetPort}"]);
     assert_eq!(exposed, "ClusterIP web 8080>80");
     assert!(f.k(&["create", "service", "nodeport", "np", "--tcp=5678:8080", "--node-port=30080"]).contains("service/np created"));
-    assert_eq!(row(&f, &["svc", "np"])[..5], ["np", "NodePort", "<none>", "<none>", "5678:30080/TCP"]);
+    assert_eq!(f.row(&["svc", "np"])[..5], ["np", "NodePort", "<none>", "<none>", "5678:30080/TCP"]);
     assert!(f.k(&["create", "ingress", "shop", "--rule=shop.example.com/cart*=web:80", "--class=nginx"]).contains("created"));
     let ing = f.k(&[
         "get",
@@ -200,10 +188,10 @@ fn kubectl_expose_create_and_autoscale_make_companions() {
     ]);
     assert_eq!(ing, "nginx /cart Prefix");
     assert!(f.k(&["create", "pdb", "half", "--selector=app=web", "--max-unavailable=50%"]).contains("created"));
-    assert_eq!(row(&f, &["pdb", "half"])[..4], ["half", "N/A", "50%", "0"]);
+    assert_eq!(f.row(&["pdb", "half"])[..4], ["half", "N/A", "50%", "0"]);
     // kubectl 1.32 autoscales through autoscaling/v1; the v2 object holds its CPU target.
     assert!(f.k(&["autoscale", "deployment", "web", "--name=auto", "--min=2", "--max=5", "--cpu-percent=70"]).contains("autoscaled"));
-    assert_eq!(row(&f, &["hpa", "auto"])[..5], ["auto", "Deployment/web", "cpu: <unknown>/70%", "2", "5"]);
+    assert_eq!(f.row(&["hpa", "auto"])[..5], ["auto", "Deployment/web", "cpu: <unknown>/70%", "2", "5"]);
     let v1 = f.k(&["get", "--raw", "/apis/autoscaling/v1/namespaces/default/horizontalpodautoscalers/auto"]);
     let v1: serde_json::Value = serde_json::from_str(&v1).unwrap();
     assert_eq!(v1["apiVersion"], "autoscaling/v1", "{v1}");

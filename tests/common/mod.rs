@@ -130,6 +130,18 @@ impl Flotilla {
         must(self.kubectl(args), args, &self.log())
     }
 
+    /// The cells of the one row `kubectl get <what> --no-headers` prints, split on runs
+    /// of two or more spaces (cells such as "80, 443" or "cpu: <unknown>/80%" hold one).
+    pub fn row(&self, what: &[&str]) -> Vec<String> {
+        let mut args = vec!["get"];
+        args.extend_from_slice(what);
+        args.push("--no-headers");
+        let out = self.k(&args);
+        let lines: Vec<&str> = out.lines().filter(|l| !l.trim().is_empty()).collect();
+        assert_eq!(lines.len(), 1, "kubectl {args:?} printed:\n{out}");
+        lines[0].split("  ").map(str::trim).filter(|c| !c.is_empty()).map(String::from).collect()
+    }
+
     /// Applies a manifest from a string; must succeed.
     pub fn apply(&self, args: &[&str], manifest: &str) -> String {
         let mut all = vec!["apply", "-f", "-"];
