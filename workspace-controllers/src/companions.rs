@@ -82,18 +82,21 @@ impl Summary {
         }
     }
 
-    /// The objects the template names, as keys in `key`'s namespace.
-    fn named(&self, key: &Key) -> Vec<Key> {
+    /// The objects the template names.
+    fn named(&self) -> Vec<Obj> {
         let Some(r) = &self.references else { return Vec::new() };
-        let named = |kind: Kind, names: &mut dyn Iterator<Item = &String>| {
-            names.map(|n| Key::new(kind, &key.workspace, &key.namespace, n)).collect::<Vec<_>>()
-        };
+        let named = |kind: Kind, names: &mut dyn Iterator<Item = &String>| names.map(|n| (kind, n.clone())).collect::<Vec<_>>();
         [
             named(Kind::ConfigMap, &mut r.config_maps.iter()),
             named(Kind::Secret, &mut r.secrets.iter()),
             named(Kind::ServiceAccount, &mut r.service_account.iter()),
         ]
         .concat()
+    }
+
+    /// Its pod template's labels, as pairs.
+    fn pairs(&self) -> impl Iterator<Item = Pair> + '_ {
+        self.pod_labels.iter().map(|(k, v)| (k.clone(), v.clone()))
     }
 }
 
@@ -115,7 +118,10 @@ impl Rule {
     /// The rule of an object of `kind`, as JSON; `None` for kinds a template names.
     pub fn of(kind: Kind, o: &Value) -> Option<Rule> {
         let spec = o.get("spec").unwrap_or(&Value::Null);
-        let selector = |v: &Value| LabelSelector::from_label_selector(v).map_or(Rule::Nothing, Rule::Selects);
+        let selector = |v: &Value| match LabelSelector::from_label_selector(v) {
+            Ok(s) if !s.matches_nothing() => Rule::Selects(s),
+            _ => Rule::Nothing,
+        };
         Some(match (kind.follows(), kind) {
             (Follows::SelectsPods, Kind::Service) => {
                 let external = spec.get("type").and_then(Value::as_str) == Some("ExternalName");
@@ -155,23 +161,156 @@ impl Rule {
             Rule::Backends(_) | Rule::Nothing => false,
         }
     }
+
+    /// The label every pod a selector rule matches must have (the first `key=value`
+    /// it requires), under which it is indexed; `None` for a selector that pins no
+    /// label (empty, or only other operators), which any pod may match.
+    fn pinned(selector: &LabelSelector) -> Option<Pair> {
+        selector.requirements().iter().find_map(|r| selector.requires_exact_match(r.key()).map(|v| (r.key().to_string(), v.to_string())))
+    }
 }
 
-/// What the controller knows of one namespace of one workspace.
+/// A companion of one namespace: its kind and name.
+type Obj = (Kind, String);
+/// A label: key and value.
+type Pair = (String, String);
+
+fn add<K: std::hash::Hash + Eq, V: Ord>(map: &mut HashMap<K, BTreeSet<V>>, k: K, v: V) {
+    map.entry(k).or_default().insert(v);
+}
+
+fn take<K: std::hash::Hash + Eq, V: Ord>(map: &mut HashMap<K, BTreeSet<V>>, k: K, v: &V) {
+    if let std::collections::hash_map::Entry::Occupied(mut e) = map.entry(k) {
+        e.get_mut().remove(v);
+        if e.get().is_empty() {
+            e.remove();
+        }
+    }
+}
+
+/// What the controller knows of one namespace of one workspace, indexed both ways, so
+/// that an event costs work in proportion to the objects it concerns, not to the
+/// namespace: a namespace of a thousand apps is as cheap per event as one of one.
 #[derive(Debug, Default)]
 struct Namespace {
     deployments: HashMap<String, Summary>,
-    rules: HashMap<(Kind, String), Rule>,
+    /// The Deployments, by each label of their pods.
+    by_pod_label: HashMap<Pair, BTreeSet<String>>,
+    /// The Deployments, by each object their template names.
+    by_named: HashMap<Obj, BTreeSet<String>>,
+    rules: HashMap<Obj, Rule>,
+    /// The objects with a selector, by the label it pins ([`Rule::pinned`]).
+    selecting: HashMap<Option<Pair>, BTreeSet<Obj>>,
+    /// The autoscalers, by the Deployment they scale.
+    scaling: HashMap<String, BTreeSet<String>>,
+    /// The Ingresses, by each Service they name.
+    routing: HashMap<String, BTreeSet<String>>,
 }
 
 impl Namespace {
+    /// Puts Deployment `name` in with `summary` (`None`: takes it out); returns what it
+    /// had.
+    fn set_deployment(&mut self, name: &str, summary: Option<Summary>) -> Option<Summary> {
+        let old = match summary {
+            Some(s) => self.deployments.insert(name.to_string(), s),
+            None => self.deployments.remove(name),
+        };
+        if let Some(old) = &old {
+            for pair in old.pairs() {
+                take(&mut self.by_pod_label, pair, &name.to_string());
+            }
+            for o in old.named() {
+                take(&mut self.by_named, o, &name.to_string());
+            }
+        }
+        if let Some(now) = self.deployments.get(name) {
+            let (pairs, named): (Vec<Pair>, Vec<Obj>) = (now.pairs().collect(), now.named());
+            for pair in pairs {
+                add(&mut self.by_pod_label, pair, name.to_string());
+            }
+            for o in named {
+                add(&mut self.by_named, o, name.to_string());
+            }
+        }
+        old
+    }
+
+    /// Puts companion `obj`'s rule in (`None`: takes it out); returns the one it had.
+    fn set_rule(&mut self, obj: &Obj, rule: Option<Rule>) -> Option<Rule> {
+        let old = match rule {
+            Some(r) => self.rules.insert(obj.clone(), r),
+            None => self.rules.remove(obj),
+        };
+        for (rule, adding) in [(old.as_ref(), false), (self.rules.get(obj), true)] {
+            let Some(rule) = rule.cloned() else { continue };
+            match rule {
+                Rule::Selects(s) if adding => add(&mut self.selecting, Rule::pinned(&s), obj.clone()),
+                Rule::Selects(s) => take(&mut self.selecting, Rule::pinned(&s), obj),
+                Rule::ScaleTarget(t) if adding => add(&mut self.scaling, t, obj.1.clone()),
+                Rule::ScaleTarget(t) => take(&mut self.scaling, t, &obj.1),
+                Rule::Backends(services) => {
+                    for svc in services {
+                        if adding {
+                            add(&mut self.routing, svc, obj.1.clone());
+                        } else {
+                            take(&mut self.routing, svc, &obj.1);
+                        }
+                    }
+                }
+                Rule::Nothing => {}
+            }
+        }
+        old
+    }
+
     /// The Ingresses whose backends name Service `service`.
     fn ingresses_of(&self, service: &str) -> impl Iterator<Item = &String> + '_ {
-        let service = service.to_string();
-        self.rules.iter().filter_map(move |((kind, name), rule)| match rule {
-            Rule::Backends(names) if *kind == Kind::Ingress && names.contains(&service) => Some(name),
-            _ => None,
-        })
+        self.routing.get(service).into_iter().flatten()
+    }
+
+    /// The objects whose rules follow Deployment `name` of `summary`: directly, and
+    /// Ingresses through such Services.
+    fn following(&self, name: &str, summary: &Summary) -> Vec<Obj> {
+        let pinned = summary.pod_labels.iter().filter_map(|(k, v)| self.selecting.get(&Some((k.clone(), v.clone()))));
+        let selecting = pinned.chain(self.selecting.get(&None)).flatten();
+        let scaling = self.scaling.get(name).into_iter().flatten().map(|h| (Kind::HorizontalPodAutoscaler, h.clone()));
+        let direct: BTreeSet<Obj> =
+            selecting.filter(|o| self.rules.get(*o).is_some_and(|r| r.follows(name, summary))).cloned().chain(scaling).collect();
+        let routed: Vec<Obj> = direct
+            .iter()
+            .filter(|(kind, _)| *kind == Kind::Service)
+            .flat_map(|(_, svc)| self.ingresses_of(svc).map(|i| (Kind::Ingress, i.clone())))
+            .collect();
+        direct.into_iter().chain(routed).collect()
+    }
+
+    /// The Deployments that `rule` follows directly, by name.
+    fn followed_by<'a>(&'a self, rule: &Rule) -> Vec<&'a String> {
+        let matching = |names: Vec<&'a String>| -> Vec<&'a String> {
+            names.into_iter().filter(|n| self.deployments.get(*n).is_some_and(|s| rule.follows(n, s))).collect()
+        };
+        match rule {
+            Rule::Selects(s) => match Rule::pinned(s) {
+                Some(pair) => matching(self.by_pod_label.get(&pair).into_iter().flatten().collect()),
+                None => matching(self.deployments.keys().collect()),
+            },
+            Rule::ScaleTarget(t) => self.deployments.get_key_value(t).map(|(n, _)| n).into_iter().collect(),
+            Rule::Backends(_) | Rule::Nothing => Vec::new(),
+        }
+    }
+
+    /// The Deployments that `obj` follows (an Ingress through its Services), by name.
+    fn followed(&self, obj: &Obj) -> BTreeSet<&String> {
+        match (obj.0.follows(), self.rules.get(obj)) {
+            (Follows::Named, _) => self.by_named.get(obj).into_iter().flatten().collect(),
+            (Follows::Backends, Some(Rule::Backends(services))) => services
+                .iter()
+                .filter_map(|svc| self.rules.get(&(Kind::Service, svc.clone())))
+                .flat_map(|rule| self.followed_by(rule))
+                .collect(),
+            (Follows::SelectsPods | Follows::ScaleTarget, Some(rule)) => self.followed_by(rule).into_iter().collect(),
+            _ => BTreeSet::new(),
+        }
     }
 
     fn is_empty(&self) -> bool {
@@ -180,8 +319,9 @@ impl Namespace {
 }
 
 /// Which Deployments each companion follows, per namespace, kept up to date one event
-/// at a time: an event costs work in proportion to its namespace, never to the whole
-/// control plane.
+/// at a time: an event costs work in proportion to the objects it concerns, never to
+/// its namespace or to the whole control plane (an object whose selector pins no label
+/// is the exception: any pod of its namespace may match it).
 #[derive(Debug, Default)]
 pub struct Index {
     namespaces: HashMap<(String, String), Namespace>,
@@ -190,6 +330,10 @@ pub struct Index {
 impl Index {
     fn namespace(&mut self, key: &Key) -> &mut Namespace {
         self.namespaces.entry((key.workspace.clone(), key.namespace.clone())).or_default()
+    }
+
+    fn get(&self, key: &Key) -> Option<&Namespace> {
+        self.namespaces.get(&(key.workspace.clone(), key.namespace.clone()))
     }
 
     fn forget_if_empty(&mut self, key: &Key) {
@@ -205,26 +349,16 @@ impl Index {
     /// nothing.
     pub fn update(&mut self, key: &Key, now: Option<Summary>) -> BTreeSet<Key> {
         let ns = self.namespace(key);
-        let old = match now {
-            Some(now) if ns.deployments.get(&key.name) == Some(&now) => return BTreeSet::new(),
-            Some(now) => ns.deployments.insert(key.name.clone(), now),
-            None => ns.deployments.remove(&key.name),
-        };
-        let now = ns.deployments.get(&key.name);
-        let summaries: Vec<&Summary> = old.iter().chain(now).collect();
-        let mut touched: BTreeSet<Key> = summaries.iter().flat_map(|s| s.named(key)).collect();
-        let mut services = Vec::new();
-        for ((kind, name), rule) in &ns.rules {
-            if summaries.iter().any(|s| rule.follows(&key.name, s)) {
-                touched.insert(Key::new(*kind, &key.workspace, &key.namespace, name));
-                if *kind == Kind::Service {
-                    services.push(name.clone());
-                }
-            }
+        if now.is_some() && ns.deployments.get(&key.name) == now.as_ref() {
+            return BTreeSet::new();
         }
-        for s in services {
-            touched.extend(ns.ingresses_of(&s).map(|i| Key::new(Kind::Ingress, &key.workspace, &key.namespace, i)));
-        }
+        let old = ns.set_deployment(&key.name, now);
+        let ns = &*ns;
+        let summaries = old.iter().chain(ns.deployments.get(&key.name));
+        let touched = summaries
+            .flat_map(|s| s.named().into_iter().chain(ns.following(&key.name, s)))
+            .map(|(kind, name)| Key::new(kind, &key.workspace, &key.namespace, &name))
+            .collect();
         self.forget_if_empty(key);
         touched
     }
@@ -234,11 +368,11 @@ impl Index {
     /// the Ingresses that name it.
     pub fn update_rule(&mut self, key: &Key, now: Option<Rule>) -> BTreeSet<Key> {
         let ns = self.namespace(key);
-        let at = (key.kind, key.name.clone());
-        let changed = match now {
-            Some(now) => ns.rules.insert(at, now.clone()) != Some(now),
-            None => ns.rules.remove(&at).is_some(),
-        };
+        let obj = (key.kind, key.name.clone());
+        let changed = ns.rules.get(&obj) != now.as_ref();
+        if changed {
+            ns.set_rule(&obj, now);
+        }
         let mut touched = BTreeSet::from([key.clone()]);
         if changed && key.kind == Kind::Service {
             touched.extend(ns.ingresses_of(&key.name).map(|i| Key::new(Kind::Ingress, &key.workspace, &key.namespace, i)));
@@ -250,68 +384,29 @@ impl Index {
     /// The clusters `object` must be on: the union of the clusters of the Deployments
     /// it follows.
     pub fn wanted(&self, object: &Key) -> BTreeSet<String> {
-        let Some(ns) = self.namespaces.get(&(object.workspace.clone(), object.namespace.clone())) else { return BTreeSet::new() };
-        let of = |follows: &dyn Fn(&String, &Summary) -> bool| {
-            ns.deployments.iter().filter(|(n, s)| follows(n, s)).flat_map(|(_, s)| s.targets.iter().cloned()).collect()
-        };
-        match object.kind.follows() {
-            Follows::Named => of(&|_, s| s.references.as_ref().is_some_and(|r| r.names(object.kind, &object.name))),
-            Follows::Backends => match ns.rules.get(&(object.kind, object.name.clone())) {
-                Some(Rule::Backends(services)) => services
-                    .iter()
-                    .filter_map(|svc| ns.rules.get(&(Kind::Service, svc.clone())))
-                    .flat_map(|rule| of(&|n, s| rule.follows(n, s)))
-                    .collect(),
-                _ => BTreeSet::new(),
-            },
-            Follows::SelectsPods | Follows::ScaleTarget => match ns.rules.get(&(object.kind, object.name.clone())) {
-                Some(rule) => of(&|n, s| rule.follows(n, s)),
-                None => BTreeSet::new(),
-            },
-            Follows::Scheduled | Follows::Never => BTreeSet::new(),
-        }
+        let Some(ns) = self.get(object) else { return BTreeSet::new() };
+        let followed = ns.followed(&(object.kind, object.name.clone()));
+        followed.into_iter().filter_map(|n| ns.deployments.get(n)).flat_map(|s| s.targets.iter().cloned()).collect()
     }
 
     /// The Deployments of `object`'s namespace that it follows (an Ingress through
     /// its Services), by name.
     pub fn followed(&self, object: &Key) -> BTreeSet<String> {
-        let Some(ns) = self.namespaces.get(&(object.workspace.clone(), object.namespace.clone())) else { return BTreeSet::new() };
-        let by_rule =
-            |rule: &Rule| -> Vec<String> { ns.deployments.iter().filter(|(n, s)| rule.follows(n, s)).map(|(n, _)| n.clone()).collect() };
-        match (object.kind.follows(), ns.rules.get(&(object.kind, object.name.clone()))) {
-            (Follows::Named, _) => ns
-                .deployments
-                .iter()
-                .filter(|(_, s)| s.references.as_ref().is_some_and(|r| r.names(object.kind, &object.name)))
-                .map(|(n, _)| n.clone())
-                .collect(),
-            (Follows::Backends, Some(Rule::Backends(services))) => {
-                services.iter().filter_map(|svc| ns.rules.get(&(Kind::Service, svc.clone()))).flat_map(by_rule).collect()
-            }
-            (_, Some(rule)) => by_rule(rule).into_iter().collect(),
-            _ => BTreeSet::new(),
-        }
+        let Some(ns) = self.get(object) else { return BTreeSet::new() };
+        ns.followed(&(object.kind, object.name.clone())).into_iter().cloned().collect()
     }
 
     /// What follows Deployment `key`: the objects its template names, and the
     /// companions whose rules follow it.
     pub fn companions_of(&self, key: &Key) -> Vec<Key> {
-        let Some(ns) = self.namespaces.get(&(key.workspace.clone(), key.namespace.clone())) else { return Vec::new() };
+        let Some(ns) = self.get(key) else { return Vec::new() };
         let Some(summary) = ns.deployments.get(&key.name) else { return Vec::new() };
-        let at = |kind: Kind, name: &str| Key::new(kind, &key.workspace, &key.namespace, name);
-        let mut out = summary.named(key);
-        let mut services = Vec::new();
-        for ((kind, name), rule) in &ns.rules {
-            if rule.follows(&key.name, summary) {
-                out.push(at(*kind, name));
-                if *kind == Kind::Service {
-                    services.push(name.clone());
-                }
-            }
-        }
-        for s in services {
-            out.extend(ns.ingresses_of(&s).map(|i| at(Kind::Ingress, i)));
-        }
+        let mut out: Vec<Key> = summary
+            .named()
+            .into_iter()
+            .chain(ns.following(&key.name, summary))
+            .map(|(kind, name)| Key::new(kind, &key.workspace, &key.namespace, &name))
+            .collect();
         out.sort();
         out.dedup();
         out
@@ -321,10 +416,8 @@ impl Index {
     pub fn objects(&self) -> Vec<Key> {
         let mut out = Vec::new();
         for ((ws, namespace), ns) in &self.namespaces {
-            for (name, s) in &ns.deployments {
-                out.extend(s.named(&Key::new(Kind::Deployment, ws, namespace, name)));
-            }
-            out.extend(ns.rules.keys().map(|(kind, name)| Key::new(*kind, ws, namespace, name)));
+            let named = ns.by_named.keys();
+            out.extend(named.chain(ns.rules.keys()).map(|(kind, name)| Key::new(*kind, ws, namespace, name)));
         }
         out.sort();
         out.dedup();
@@ -750,6 +843,132 @@ mod tests {
         // Deleted, the Ingress loses its clusters.
         index.update_rule(&svc, None);
         assert_eq!(index.wanted(&ing), set(&[]));
+    }
+
+    /// The index against the rules read the slow way, over a random series of
+    /// events in one namespace: after each, every object's clusters are what a scan of
+    /// every Deployment gives, every Deployment's companions are those that follow it,
+    /// and every object whose clusters changed was among those the event returned.
+    #[test]
+    fn the_index_agrees_with_a_scan_of_the_namespace_after_every_event() {
+        let mut seed = 0x2545_f491_4f6c_dd1du64;
+        let mut next = move |n: usize| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            (seed % n as u64) as usize
+        };
+        let values = ["a", "b", "c"];
+        let selector = |r: usize, v: usize, w: usize| match r {
+            0 => json!({}),
+            1 => json!({"matchLabels": {"app": values[v]}}),
+            2 => json!({"matchLabels": {"app": values[v], "tier": values[w]}}),
+            3 => json!({"matchExpressions": [{"key": "tier", "operator": "In", "values": [values[v], values[w]]}]}),
+            _ => {
+                json!({"matchLabels": {"tier": values[v]}, "matchExpressions": [{"key": "app", "operator": "NotIn", "values": [values[w]]}]})
+            }
+        };
+        let names = ["d0", "d1", "d2", "d3"];
+        let objects: Vec<Key> = [
+            (Kind::Service, "s0"),
+            (Kind::Service, "s1"),
+            (Kind::NetworkPolicy, "n0"),
+            (Kind::PodDisruptionBudget, "p0"),
+            (Kind::HorizontalPodAutoscaler, "h0"),
+            (Kind::Ingress, "i0"),
+            (Kind::Ingress, "i1"),
+            (Kind::ServiceAccount, "a0"),
+            (Kind::ConfigMap, "c0"),
+        ]
+        .iter()
+        .map(|(k, n)| key(*k, n))
+        .collect();
+        let mut index = Index::default();
+        let mut deployments: BTreeMap<String, Summary> = BTreeMap::new();
+        let mut rules: BTreeMap<Key, Rule> = BTreeMap::new();
+        let follows = |deployments: &BTreeMap<String, Summary>, rules: &BTreeMap<Key, Rule>, o: &Key, name: &str| {
+            let s = &deployments[name];
+            match (o.kind.follows(), rules.get(o)) {
+                (Follows::Named, _) => s.references.as_ref().is_some_and(|r| r.names(o.kind, &o.name)),
+                (Follows::Backends, Some(Rule::Backends(services))) => {
+                    services.iter().any(|svc| rules.get(&key(Kind::Service, svc)).is_some_and(|r| r.follows(name, s)))
+                }
+                (_, Some(rule)) => rule.follows(name, s),
+                _ => false,
+            }
+        };
+        let scan = |deployments: &BTreeMap<String, Summary>, rules: &BTreeMap<Key, Rule>, o: &Key| -> BTreeSet<String> {
+            deployments.iter().filter(|(n, _)| follows(deployments, rules, o, n)).flat_map(|(_, s)| s.targets.clone()).collect()
+        };
+        let mut wanted: BTreeMap<Key, BTreeSet<String>> = objects.iter().map(|o| (o.clone(), BTreeSet::new())).collect();
+        for step in 0..3_000 {
+            let touched = match next(3) {
+                0 => {
+                    let name = names[next(names.len())];
+                    let targets: Vec<&str> = ["east", "west"].into_iter().filter(|_| next(2) == 0).collect();
+                    let labels = [("app", values[next(3)]), ("tier", values[next(3)])];
+                    let account = ["a0", "other"][next(2)];
+                    let (k, s) = app(name, &targets, &labels[..1 + next(2)], Some(account).filter(|_| next(3) > 0));
+                    let s = if next(2) == 0 {
+                        let with_config: Deployment = deployment(&[], "c0", "x");
+                        Summary { references: Summary::of(&with_config).references, ..s }
+                    } else {
+                        s
+                    };
+                    deployments.insert(name.to_string(), s.clone());
+                    index.update(&k, Some(s))
+                }
+                1 => {
+                    let name = names[next(names.len())];
+                    deployments.remove(name);
+                    index.update(&key(Kind::Deployment, name), None)
+                }
+                _ => {
+                    let o = objects[next(objects.len() - 2)].clone();
+                    let (r, v, w) = (next(5), next(3), next(3));
+                    let body = match o.kind {
+                        Kind::Service => json!({"spec": {"selector": selector(1 + next(2), v, w)["matchLabels"]}}),
+                        Kind::NetworkPolicy => json!({"spec": {"podSelector": selector(r, v, w)}}),
+                        Kind::HorizontalPodAutoscaler => {
+                            json!({"spec": {"scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": names[v]}}})
+                        }
+                        Kind::Ingress => {
+                            let service = ["s0", "s1", "s9"][v];
+                            json!({"spec": {"defaultBackend": {"service": {"name": service}}}})
+                        }
+                        _ => json!({"spec": {"selector": selector(r, v, w)}}),
+                    };
+                    let rule = (next(5) > 0).then(|| Rule::of(o.kind, &body).unwrap());
+                    match &rule {
+                        Some(r) => rules.insert(o.clone(), r.clone()),
+                        None => rules.remove(&o),
+                    };
+                    index.update_rule(&o, rule)
+                }
+            };
+            for o in &objects {
+                let now = scan(&deployments, &rules, o);
+                assert_eq!(index.wanted(o), now, "step {step}: the clusters of {o}");
+                if wanted[o] != now {
+                    assert!(touched.contains(o), "step {step}: {o} moved from {:?} to {now:?}, but was not returned", wanted[o]);
+                }
+                wanted.insert(o.clone(), now);
+            }
+            for name in deployments.keys() {
+                let mut expected: Vec<Key> = objects.iter().filter(|o| follows(&deployments, &rules, o, name)).cloned().collect();
+                expected.sort();
+                let found: Vec<Key> =
+                    index.companions_of(&key(Kind::Deployment, name)).into_iter().filter(|k| objects.contains(k)).collect();
+                assert_eq!(found, expected, "step {step}: the companions of {name}");
+            }
+        }
+        for name in names {
+            index.update(&key(Kind::Deployment, name), None);
+        }
+        for o in &objects {
+            index.update_rule(o, None);
+        }
+        assert!(index.namespaces.is_empty(), "every index entry goes with its object: {:?}", index.namespaces);
     }
 
     #[test]
