@@ -13,6 +13,7 @@ pub mod cache;
 pub mod clients;
 pub mod errors;
 pub mod events;
+pub mod followers;
 pub mod key;
 pub mod leader;
 pub mod queue;

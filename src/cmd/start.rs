@@ -63,10 +63,14 @@ where
             "default",
         )
     };
-    let options = syncer::push::Options { heartbeat_interval: args.heartbeat_interval, resync: args.resync };
+    // The companions controller tells this process's syncers at once where each
+    // companion goes, before its labels say so.
+    let followers = std::sync::Arc::new(runtime::followers::Followers::default());
+    let options =
+        syncer::push::Options { heartbeat_interval: args.heartbeat_interval, resync: args.resync, followers: Some(followers.clone()) };
     let aggregator = runtime::AbortOnDrop(tokio::spawn(workspace_controllers::aggregate::run(client(), args.resync)));
     let companion_status = runtime::AbortOnDrop(tokio::spawn(workspace_controllers::companion_status::run(client(), args.resync)));
-    let companions = runtime::AbortOnDrop(tokio::spawn(workspace_controllers::companions::run(client(), args.resync)));
+    let companions = runtime::AbortOnDrop(tokio::spawn(workspace_controllers::companions::run(client(), args.resync, followers)));
     let revisions = runtime::AbortOnDrop(tokio::spawn(workspace_controllers::revisions::run(client(), args.resync)));
     let scheduling = (!args.no_scheduler).then(|| -> anyhow::Result<_> {
         let options = scheduler::Options {

@@ -39,7 +39,7 @@ pub async fn run(args: SyncerArgs) -> anyhow::Result<()> {
         }
         other => anyhow::Error::from(other).context(format!("reading SyncTarget {name} from the control plane")),
     })?;
-    let settings = syncer::sync::Settings { sync_target: name.clone(), resync: args.resync };
+    let settings = syncer::sync::Settings { sync_target: name.clone(), resync: args.resync, followers: None };
     println!("syncer for {name} running (heartbeat every {:?}, resync every {:?})", args.heartbeat_interval, args.resync);
     println!("ready");
     let task = runtime::AbortOnDrop(tokio::spawn(syncer::run_with_heartbeat(settings, args.heartbeat_interval, base, root, downstream)));

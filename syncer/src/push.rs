@@ -6,6 +6,7 @@
 //! that syncer restarted after a pause, and never reaches the others.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures::{FutureExt, StreamExt};
@@ -15,6 +16,7 @@ use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::runtime::{reflector, watcher, WatchStreamExt};
 use kube::Client;
 use placement_api::{SyncMode, SyncTarget};
+use runtime::followers::Followers;
 use tracing::Instrument;
 
 use crate::sync::Settings;
@@ -30,6 +32,9 @@ pub struct Options {
     pub heartbeat_interval: Duration,
     /// Resync interval.
     pub resync: Duration,
+    /// Where companions go, from the companions controller of this process, if it runs
+    /// one ([`runtime::followers`]).
+    pub followers: Option<Arc<Followers>>,
 }
 
 /// Runs push-mode syncers for the SyncTargets of the control plane that `base` reaches
@@ -103,7 +108,7 @@ async fn supervise(name: String, kubeconfig: String, base: Client, root: Client,
                     continue;
                 }
             };
-            let settings = Settings { sync_target: name.clone(), resync: options.resync };
+            let settings = Settings { sync_target: name.clone(), resync: options.resync, followers: options.followers.clone() };
             let task = AbortOnDrop(tokio::spawn(crate::run_with_heartbeat(
                 settings,
                 options.heartbeat_interval,

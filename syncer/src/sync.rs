@@ -77,6 +77,7 @@ use crate::key::{CopyKey, Key, Kind, Place};
 use crate::naming::{Locators, NamespaceLocator};
 use crate::queue::{self, Next};
 use crate::{clients, status, transform};
+use runtime::followers::Followers;
 
 /// The field manager of everything the syncer applies downstream.
 pub const FIELD_MANAGER: &str = "flotilla-syncer";
@@ -125,6 +126,9 @@ pub struct Settings {
     pub sync_target: String,
     /// How often every object is looked at again, events or not.
     pub resync: Duration,
+    /// Where companions go, as the companions controller of this process publishes it
+    /// ahead of their labels; `None` in a process without one (pull mode).
+    pub followers: Option<Arc<Followers>>,
 }
 
 /// How many differences a drift report names at most.
@@ -385,6 +389,9 @@ impl Syncer {
                 requeue: tx.clone(),
             });
             started(syncer.clone());
+            if let Some(f) = &settings.followers {
+                f.subscribe(target, tx.clone());
+            }
             // Keys parked while the cluster did not answer go back to the queue when it does.
             let unpark = {
                 let s = syncer.clone();
@@ -445,13 +452,27 @@ impl Syncer {
 
     /// Whether every watch, on both sides, has listed completely.
     fn synced(&self) -> bool {
-        self.deployments.synced() && self.companions.iter().all(Side::synced) && self.placements.synced() && self.namespaces.synced()
+        self.deployments.synced()
+            && self.companions.iter().all(Side::synced)
+            && self.placements.synced()
+            && self.namespaces.synced()
+            && self.settings.followers.as_ref().is_none_or(|f| f.synced())
     }
 
     /// Every key this syncer knows of, on either side.
     fn keys(&self) -> impl Iterator<Item = Key> + '_ {
         let l = &self.locators;
-        self.deployments.keys(l).chain(self.companions.iter().flat_map(move |s| s.keys(l)))
+        let published = self.settings.followers.iter().flat_map(|f| f.keys_for(&self.settings.sync_target));
+        self.deployments.keys(l).chain(self.companions.iter().flat_map(move |s| s.keys(l))).chain(published)
+    }
+
+    /// Whether a companion of `kind` assigned here in the upstream namespace of `ns`
+    /// (a namespace key), by label or as published, has a copy.
+    fn any_companion_copy_in(&self, kind: Kind, ns: &Key) -> bool {
+        let Some(side) = self.companion(kind) else { return false };
+        let published =
+            self.settings.followers.iter().flat_map(|f| f.in_namespace(&self.settings.sync_target, kind, &ns.workspace, &ns.namespace));
+        side.any_copy_in(ns) || published.into_iter().any(|k| side.copy(&k).is_some())
     }
 
     /// The side of companion kind `kind`.
@@ -467,9 +488,36 @@ impl Syncer {
         Api::namespaced_with(self.downstream.clone(), &transform::downstream_namespace(key), &key.kind.api_resource())
     }
 
-    /// The upstream object of a companion's key, as JSON.
-    fn upstream_value(&self, key: &Key) -> Option<Value> {
-        self.companion(key.kind)?.upstream.get(key).map(|o| to_value(&*o))
+    /// The upstream object of a companion's key, as JSON: if it is labelled for this
+    /// cluster, or published for it ([`runtime::followers`]). When both caches hold it,
+    /// the later version: both watch this control plane, whose resourceVersions are
+    /// its store's revisions, so they compare. A published object that neither cache
+    /// holds (one a template names, not labelled yet) is read.
+    async fn upstream_value(&self, key: &Key) -> Result<Option<Value>, Error> {
+        let Some(side) = self.companion(key.kind) else { return Ok(None) };
+        let labelled = side.upstream.get(key);
+        let target = &self.settings.sync_target;
+        let published = self.settings.followers.as_ref().filter(|f| f.wants(key, target));
+        let cached = published.and_then(|f| f.get(key, target));
+        let revision = |o: &DynamicObject| o.metadata.resource_version.as_deref().and_then(|v| v.parse::<u64>().ok());
+        let newest = match (labelled, cached) {
+            (Some(l), Some(p)) if revision(&p) > revision(&l) => p,
+            (Some(l), _) => l,
+            (None, Some(p)) => p,
+            (None, None) if published.is_some() => {
+                let api: Api<DynamicObject> =
+                    Api::namespaced_with(clients::workspace(&self.upstream, &key.workspace), &key.namespace, &key.kind.api_resource());
+                match api.get_opt(&key.name).await.map_err(upstream(format!("reading {key}")))? {
+                    Some(o) => Arc::new(o),
+                    None => return Ok(None),
+                }
+            }
+            (None, None) => return Ok(None),
+        };
+        if published.is_some() {
+            self.locators.learn(&key.workspace, &key.namespace);
+        }
+        Ok(Some(to_value(&*newest)))
     }
 
     /// The downstream copy of a companion's or a namespace's key, as JSON.
@@ -498,7 +546,7 @@ impl Syncer {
             return Ok(Next::After(WAIT_FOR_PEER));
         }
         let name = key.place().namespace;
-        let holds_copies = self.deployments.any_copy_in(key) || self.companions.iter().any(|s| s.any_copy_in(key));
+        let holds_copies = self.deployments.any_copy_in(key) || self.companions.iter().any(|s| self.any_companion_copy_in(s.kind, key));
         if !holds_copies {
             return Ok(Next::Done);
         }
@@ -579,7 +627,7 @@ impl Syncer {
     async fn reconcile_companion(&self, key: &Key) -> Result<Next, Error> {
         let row = key.kind.row();
         let copy = self.copy_value(key);
-        match self.upstream_value(key) {
+        match self.upstream_value(key).await? {
             Some(obj) if !deleting(&obj) => {
                 let mut desired = transform::downstream_object(&obj, key, &self.settings.sync_target, None);
                 let mut version = obj.pointer("/metadata/resourceVersion").and_then(Value::as_str).map(str::to_string);
@@ -774,14 +822,21 @@ impl Syncer {
     /// there is one, the copy's replicas are the cluster's autoscaler's to set.
     fn autoscalers_of(&self, key: &Key) -> Vec<Key> {
         let Some(side) = self.companion(Kind::HorizontalPodAutoscaler) else { return Vec::new() };
-        side.upstream.entries_where(|k, h| {
+        let scales = |h: &DynamicObject| {
             let target = h.data.pointer("/spec/scaleTargetRef").unwrap_or(&Value::Null);
-            k.workspace == key.workspace
-                && k.namespace == key.namespace
-                && h.metadata.deletion_timestamp.is_none()
+            h.metadata.deletion_timestamp.is_none()
                 && target.get("kind").and_then(Value::as_str) == Some("Deployment")
                 && target.get("name").and_then(Value::as_str) == Some(key.name.as_str())
-        })
+        };
+        let mut found = side.upstream.entries_where(|k, h| k.workspace == key.workspace && k.namespace == key.namespace && scales(h));
+        if let Some(f) = &self.settings.followers {
+            let target = &self.settings.sync_target;
+            let published = f.in_namespace(target, Kind::HorizontalPodAutoscaler, &key.workspace, &key.namespace);
+            let more: Vec<Key> =
+                published.into_iter().filter(|k| !found.contains(k) && f.get(k, target).is_some_and(|h| scales(&h))).collect();
+            found.extend(more);
+        }
+        found
     }
 
     /// Reports the status of the copy of companion `key` (`copy`) upstream, in this

@@ -9,8 +9,8 @@
 //! was made from.
 
 use placement_api::{
-    CLUSTER_ANNOTATION, NAMESPACE_LOCATOR_ANNOTATION, SYNCED_GENERATION_ANNOTATION, SYNC_STATE_LABEL_PREFIX, SYNC_TARGET_LABEL,
-    UPSTREAM_ANNOTATION,
+    CLUSTER_ANNOTATION, NAMESPACE_LOCATOR_ANNOTATION, REFERENCED_LABEL, SYNCED_GENERATION_ANNOTATION, SYNC_STATE_LABEL_PREFIX,
+    SYNC_TARGET_LABEL, UPSTREAM_ANNOTATION,
 };
 use serde_json::{json, Map, Value};
 
@@ -33,7 +33,9 @@ pub fn downstream_namespace(key: &Key) -> String {
 pub fn downstream_object(upstream: &Value, key: &Key, sync_target: &str, replicas: Option<i32>) -> Value {
     let meta = upstream.get("metadata").cloned().unwrap_or_default();
     let mut labels: Map<String, Value> = meta.get("labels").and_then(Value::as_object).cloned().unwrap_or_default();
-    labels.retain(|k, _| !k.starts_with(SYNC_STATE_LABEL_PREFIX));
+    // Where it is assigned, and that the companions controller keeps that, are said
+    // upstream only: the copy does not change when they do.
+    labels.retain(|k, _| !k.starts_with(SYNC_STATE_LABEL_PREFIX) && k != REFERENCED_LABEL);
     labels.insert(SYNC_TARGET_LABEL.into(), json!(sync_target));
     let mut annotations: Map<String, Value> = meta.get("annotations").and_then(Value::as_object).cloned().unwrap_or_default();
     annotations.retain(|k, _| !upstream_only_annotation(k));
@@ -367,7 +369,7 @@ mod tests {
                 "creationTimestamp": "2026-01-01T00:00:00Z", "finalizers": ["workload.flotilla.io/syncer-east"],
                 "ownerReferences": [{"apiVersion": "v1", "kind": "ConfigMap", "name": "o", "uid": "x"}],
                 "managedFields": [{"manager": "kubectl"}],
-                "labels": {"app": "web", "state.workload.flotilla.io/east": "Sync"},
+                "labels": {"app": "web", "state.workload.flotilla.io/east": "Sync", "workload.flotilla.io/referenced": "true"},
                 "annotations": {"kcp.io/cluster": "demo", "team": "a", "deployment.kubernetes.io/revision": "2",
                                 "kubectl.kubernetes.io/last-applied-configuration": "{}"}
             },

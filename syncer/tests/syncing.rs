@@ -11,6 +11,7 @@
 //! `flotilla` binary, processes and kubectl; these take seconds, and fail with what
 //! they saw.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::Deployment;
@@ -18,6 +19,7 @@ use k8s_openapi::api::core::v1::Namespace;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::ResourceExt;
 use placement_api::{WorkloadPlacement, CONDITION_AVAILABLE, SYNCED_GENERATION_ANNOTATION, SYNC_TARGET_LABEL, UPSTREAM_ANNOTATION};
+use runtime::followers::Followers;
 use runtime::AbortOnDrop;
 use serde_json::json;
 use test_clusters::harness::{deployment, wait_until, ControlPlane, SimCluster, DEADLINE};
@@ -35,6 +37,11 @@ const EAST: &str = "name: east\nnodes: [{count: 2, cpu: \"4\", memory: 16Gi}]\ns
 /// push mode, and the push-mode syncers and the status aggregator running; no
 /// scheduler. The controllers stop when what is returned is dropped.
 async fn fleet() -> (ControlPlane, SimCluster, Vec<AbortOnDrop<()>>) {
+    fleet_with(None).await
+}
+
+/// [`fleet`], whose syncers also carry the companions that `followers` publishes.
+async fn fleet_with(followers: Option<Arc<Followers>>) -> (ControlPlane, SimCluster, Vec<AbortOnDrop<()>>) {
     let east = SimCluster::start(EAST).await;
     let cp = ControlPlane::start().await;
     cp.register(&east).await;
@@ -42,7 +49,7 @@ async fn fleet() -> (ControlPlane, SimCluster, Vec<AbortOnDrop<()>>) {
     let controllers = vec![
         AbortOnDrop(tokio::spawn(syncer::push::run(
             cp.in_process(),
-            syncer::push::Options { heartbeat_interval: HEARTBEAT, resync: RESYNC },
+            syncer::push::Options { heartbeat_interval: HEARTBEAT, resync: RESYNC, followers },
         ))),
         AbortOnDrop(tokio::spawn(workspace_controllers::aggregate::run(cp.in_process(), RESYNC))),
     ];
@@ -268,10 +275,52 @@ fn follower_name(kind: placement_api::synced::Kind) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_kind_of_the_table_follows_its_deployment_down_and_goes_with_it() {
+    every_kind_follows(Path::Labels).await;
+}
+
+/// The same without a single label: the companions controller of the process may not
+/// write any (its label patches are refused), and the syncer carries what it publishes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_kind_of_the_table_follows_as_published_by_the_companions_controller_before_any_label() {
+    every_kind_follows(Path::Published).await;
+}
+
+/// How the syncer learns where companions go.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Path {
+    /// From their labels only, as in pull mode.
+    Labels,
+    /// From what the companions controller of the process publishes only.
+    Published,
+}
+
+/// A client of the control plane in process that refuses every patch but of a
+/// WorkloadPlacement: what the companions controller writes besides labels.
+fn refusing_label_patches(cp: &ControlPlane) -> kube::Client {
+    let inner = cp.in_process();
+    let service = tower::service_fn(move |req: http::Request<kube::client::Body>| {
+        let inner = inner.clone();
+        async move {
+            if req.method() == http::Method::PATCH && !req.uri().path().contains("/workloadplacements/") {
+                let status = json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "Forbidden", "code": 403,
+                                    "message": "this test lets no label be written"});
+                let body = kube::client::Body::from(serde_json::to_vec(&status).unwrap());
+                let refused = http::Response::builder().status(403).header("content-type", "application/json").body(body).unwrap();
+                return Ok::<_, kube::Error>(refused);
+            }
+            inner.send(req).await
+        }
+    });
+    kube::Client::new(service, "default")
+}
+
+async fn every_kind_follows(path: Path) {
     use kube::api::{ApiResource, DynamicObject};
     use placement_api::synced::Kind;
-    let (cp, east, mut controllers) = fleet().await;
-    controllers.push(AbortOnDrop(tokio::spawn(workspace_controllers::companions::run(cp.in_process(), RESYNC))));
+    let followers = Arc::new(Followers::default());
+    let (cp, east, mut controllers) = fleet_with((path == Path::Published).then(|| followers.clone())).await;
+    let controller_client = if path == Path::Published { refusing_label_patches(&cp) } else { cp.in_process() };
+    controllers.push(AbortOnDrop(tokio::spawn(workspace_controllers::companions::run(controller_client, RESYNC, followers))));
     let api = |ar: &ApiResource| Api::<DynamicObject>::namespaced_with(cp.client(WS), "default", ar);
     for kind in Kind::companions() {
         let ar = kind.api_resource();
@@ -331,6 +380,10 @@ async fn every_kind_of_the_table_follows_its_deployment_down_and_goes_with_it() 
     deployments(&cp).delete("web", &DeleteParams::default()).await.unwrap();
     wait_until("every companion's copy gone", DEADLINE, || copies(false)).await;
     for kind in Kind::companions() {
-        assert!(api(&kind.api_resource()).get_opt(&follower_name(kind)).await.unwrap().is_some(), "{kind:?} stays upstream");
+        let upstream = api(&kind.api_resource()).get_opt(&follower_name(kind)).await.unwrap();
+        let upstream = upstream.unwrap_or_else(|| panic!("{kind:?} stays upstream"));
+        if path == Path::Published {
+            assert!(upstream.labels().get(&placement_api::sync_state_label("east")).is_none(), "{kind:?} was never labelled");
+        }
     }
 }

@@ -41,6 +41,7 @@ use placement_api::references::References;
 use placement_api::synced::Kind;
 use runtime::clients;
 use runtime::errors::{failed, is_not_found, Failed};
+use runtime::followers::Followers;
 use runtime::key::{self as cache, Cache};
 use runtime::queue::{self, Next};
 use runtime::Key;
@@ -475,8 +476,9 @@ struct Controller {
 pub const FIELD_MANAGER: &str = "flotilla-companions";
 
 /// Runs until the task is dropped. `base` is a client of the control plane with no
-/// workspace path.
-pub async fn run(base: Client, resync: Duration) {
+/// workspace path. Where each companion must be is also published in `followers`, for
+/// the push-mode syncers of this process ([`runtime::followers`]).
+pub async fn run(base: Client, resync: Duration, followers: Arc<Followers>) {
     let span = tracing::info_span!("companions");
     async move {
         let (tx, mut rx) = mpsc::unbounded_channel::<Key>();
@@ -500,6 +502,7 @@ pub async fn run(base: Client, resync: Duration) {
             index: Mutex::default(),
             base,
         });
+        followers.attach(c.companions.clone());
         // A Deployment event queues the objects it needed or needs; an event on a
         // companion with a rule queues that object (and a Service's Ingresses). Each
         // also queues the Deployments whose lists of companions may change.
@@ -507,8 +510,21 @@ pub async fn run(base: Client, resync: Duration) {
         let (lists_tx, lists_rx) = mpsc::unbounded_channel::<Key>();
         let forward = {
             let (objects_tx, lists_tx, c) = (objects_tx.clone(), lists_tx.clone(), c.clone());
+            let followers = followers.clone();
             runtime::AbortOnDrop(tokio::spawn(async move {
-                while let Some(k) = rx.recv().await {
+                let mut tick = tokio::time::interval(Duration::from_millis(100));
+                loop {
+                    // What is published is complete once every cache has listed and
+                    // this task has taken in all that their lists queued.
+                    let k = tokio::select! {
+                        k = rx.recv() => match k { Some(k) => k, None => return },
+                        _ = tick.tick(), if !followers.synced() => {
+                            if c.synced() && rx.is_empty() {
+                                followers.set_synced();
+                            }
+                            continue;
+                        }
+                    };
                     let deployment = |name: &String| Key::new(Kind::Deployment, &k.workspace, &k.namespace, name);
                     let (touched, lists): (BTreeSet<Key>, Vec<Key>) = match k.kind.follows() {
                         Follows::Scheduled => {
@@ -534,6 +550,12 @@ pub async fn run(base: Client, resync: Duration) {
                             (touched, followed.iter().map(deployment).collect())
                         }
                     };
+                    {
+                        let index = c.index();
+                        for o in &touched {
+                            followers.publish(o, index.wanted(o), *o == k);
+                        }
+                    }
                     for o in touched {
                         if objects_tx.send(o).is_err() {
                             return;
