@@ -7,11 +7,13 @@
 //! which calls [`ServiceAllocator::admit`] on every create and update of the main
 //! resource, after admission and just before the write.
 //!
-//! What is in use is computed from the stored Services at each allocation, so a delete,
-//! a type change, a namespace's cascade or a restart frees or keeps values with no
-//! bookkeeping of its own. Allocations are serialized by one lock, and a value handed
-//! out stays reserved ([`Held`]) until the write that carries it has been stored or has
-//! failed, so two concurrent creates never receive the same value.
+//! What is in use is what the stored Services hold: listed once per workspace, then
+//! kept up to date from the store's events (creates, updates, deletes, a namespace's
+//! cascade alike), which are read before each allocation, so an allocation costs the
+//! same with ten Services as with ten thousand, and a restart lists again. Allocations
+//! are serialized by one lock, and a value handed out stays reserved ([`Held`]) until
+//! the write that carries it has been stored or has failed, so two concurrent creates
+//! never receive the same value.
 
 use std::collections::{HashMap, HashSet};
 use std::fmt;
@@ -25,7 +27,7 @@ use serde_json::{json, Value};
 
 use crate::error::{ApiError, Cause, ObjRef};
 use crate::registry::ResourceType;
-use crate::store::Store;
+use crate::store::{EventType, Store, WatchStream};
 
 /// kube-apiserver's default `--service-node-port-range`.
 pub const NODE_PORTS: RangeInclusive<u16> = 30000..=32767;
@@ -127,13 +129,128 @@ impl Taken {
     }
 }
 
+/// Whether a cluster IP or a node port is in use, for [`assign`].
+pub trait InUse {
+    /// Whether `ip` is taken.
+    fn ip(&self, ip: &Ipv4Addr) -> bool;
+    /// Whether node port `port` is taken.
+    fn port(&self, port: u16) -> bool;
+}
+
+impl InUse for Taken {
+    fn ip(&self, ip: &Ipv4Addr) -> bool {
+        self.ips.contains(ip)
+    }
+    fn port(&self, port: u16) -> bool {
+        self.ports.contains(&port)
+    }
+}
+
+/// What the stored Services of one workspace hold, by key and counted by value, kept
+/// up to date from the store's events.
+struct Stored {
+    events: WatchStream,
+    by_key: HashMap<String, Taken>,
+    ips: HashMap<Ipv4Addr, u32>,
+    ports: HashMap<u16, u32>,
+}
+
+impl Stored {
+    /// Lists the Services under `prefix`, and watches them from there.
+    fn list(store: &dyn Store, prefix: &str) -> Result<Self, ApiError> {
+        let (entries, rev) = store.list(prefix, None, None);
+        let events = store.watch(prefix, rev).map_err(|e| ApiError::internal(format!("watching the Services to allocate from: {e}")))?;
+        let mut stored = Stored { events, by_key: HashMap::new(), ips: HashMap::new(), ports: HashMap::new() };
+        for (key, entry) in entries {
+            stored.set(key, Some(&entry.value));
+        }
+        Ok(stored)
+    }
+
+    /// Takes in the Service stored at `key` now (`None`: deleted).
+    fn set(&mut self, key: String, svc: Option<&Value>) {
+        if let Some(old) = self.by_key.remove(&key) {
+            for ip in &old.ips {
+                count_down(&mut self.ips, ip);
+            }
+            for port in &old.ports {
+                count_down(&mut self.ports, port);
+            }
+        }
+        let Some(svc) = svc else { return };
+        let mut now = Taken::default();
+        now.add_service(svc);
+        for ip in &now.ips {
+            *self.ips.entry(*ip).or_default() += 1;
+        }
+        for port in &now.ports {
+            *self.ports.entry(*port).or_default() += 1;
+        }
+        if !now.ips.is_empty() || !now.ports.is_empty() {
+            self.by_key.insert(key, now);
+        }
+    }
+
+    /// Takes in every write stored since the last call; `false` when the events were
+    /// lost (the window moved past them), and the Services must be listed again.
+    fn catch_up(&mut self) -> bool {
+        while let Some(ev) = self.events.try_next() {
+            let Ok(ev) = ev else { return false };
+            let now = (ev.kind != EventType::Deleted).then(|| ev.object());
+            self.set(ev.key.clone(), now.as_deref());
+        }
+        true
+    }
+}
+
+fn count_down<K: std::hash::Hash + Eq>(counts: &mut HashMap<K, u32>, k: &K) {
+    if let Some(n) = counts.get_mut(k) {
+        *n -= 1;
+        if *n == 0 {
+            counts.remove(k);
+        }
+    }
+}
+
+/// What one allocation sees as taken: what is stored but what the Service being
+/// written holds itself, and what writes in flight were handed.
+struct View<'a> {
+    stored: &'a Stored,
+    own: Option<&'a Taken>,
+    in_flight: &'a Taken,
+}
+
+impl InUse for View<'_> {
+    fn ip(&self, ip: &Ipv4Addr) -> bool {
+        let own = self.own.is_some_and(|o| o.ips.contains(ip)) as u32;
+        self.in_flight.ips.contains(ip) || self.stored.ips.get(ip).is_some_and(|n| *n > own)
+    }
+    fn port(&self, port: u16) -> bool {
+        let own = self.own.is_some_and(|o| o.ports.contains(&port)) as u32;
+        self.in_flight.ports.contains(&port) || self.stored.ports.get(&port).is_some_and(|n| *n > own)
+    }
+}
+
+#[derive(Default)]
+struct State {
+    /// Per workspace's Services (by store prefix), what they hold.
+    stored: HashMap<String, Stored>,
+    /// Values handed out to writes that are not stored yet.
+    in_flight: Taken,
+}
+
 /// The allocator of one physical cluster's cluster IPs and node ports.
-#[derive(Debug)]
 pub struct ServiceAllocator {
     range: Ipv4Cidr,
-    /// Values handed out to writes that are not stored yet. The lock also serializes
-    /// allocations: the stored Services are read and the new values reserved under it.
-    in_flight: Mutex<Taken>,
+    /// What is taken. The lock also serializes allocations: the store's events are
+    /// read and the new values reserved under it.
+    state: Mutex<State>,
+}
+
+impl fmt::Debug for ServiceAllocator {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ServiceAllocator").field("range", &self.range).finish_non_exhaustive()
+    }
 }
 
 /// Values reserved for a write until it has been stored (or has failed); dropping it
@@ -147,14 +264,14 @@ pub struct Held<'a> {
 
 impl Drop for Held<'_> {
     fn drop(&mut self) {
-        self.allocator.in_flight.lock().unwrap_or_else(|e| e.into_inner()).remove(&self.taken);
+        self.allocator.state.lock().unwrap_or_else(|e| e.into_inner()).in_flight.remove(&self.taken);
     }
 }
 
 impl ServiceAllocator {
     /// An allocator of cluster IPs from `range` and node ports from [`NODE_PORTS`].
     pub fn new(range: Ipv4Cidr) -> Self {
-        Self { range, in_flight: Mutex::new(Taken::default()) }
+        Self { range, state: Mutex::default() }
     }
 
     /// The service range.
@@ -180,12 +297,16 @@ impl ServiceAllocator {
         }
         let name = obj.pointer("/metadata/name").and_then(Value::as_str).unwrap_or_default().to_string();
         let own_key = rt.key(workspace, namespace, &name);
-        let mut in_flight = self.in_flight.lock().unwrap_or_else(|e| e.into_inner());
-        let mut used = in_flight.clone();
-        let (stored, _) = store.list(&rt.prefix(Some(workspace), None), None, None);
-        for (_, entry) in stored.iter().filter(|(key, _)| *key != own_key) {
-            used.add_service(&entry.value);
+        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let prefix = rt.prefix(Some(workspace), None);
+        let caught_up = state.stored.get_mut(&prefix).is_some_and(Stored::catch_up);
+        if !caught_up {
+            let listed = Stored::list(store, &prefix)?;
+            state.stored.insert(prefix.clone(), listed);
         }
+        let State { stored, in_flight } = &mut *state;
+        let stored = &stored[&prefix];
+        let used = View { stored, own: stored.by_key.get(&own_key), in_flight };
         let mut rng = rand::rng();
         let taken = assign(obj, old, self.range, &used, &mut |n| rng.random_range(0..n)).map_err(|refusal| refusal.into_error(&name))?;
         in_flight.extend(&taken);
@@ -266,7 +387,7 @@ pub fn assign(
     obj: &mut Value,
     old: Option<&Value>,
     range: Ipv4Cidr,
-    used: &Taken,
+    used: &dyn InUse,
     random: &mut dyn FnMut(u32) -> u32,
 ) -> Result<Taken, Refusal> {
     let mut taken = Taken::default();
@@ -281,7 +402,7 @@ fn assign_cluster_ip(
     obj: &mut Value,
     old: Option<&Value>,
     range: Ipv4Cidr,
-    used: &Taken,
+    used: &dyn InUse,
     random: &mut dyn FnMut(u32) -> u32,
     taken: &mut Taken,
 ) -> Result<(), Refusal> {
@@ -329,7 +450,7 @@ fn assign_cluster_ip(
         (requested, Some(kept)) if requested == kept => kept,
         ("", None) => {
             let size = range.size();
-            let free = pick(size, band(size, 16, 256, 16), random, |i| used.ips.contains(&range.nth(i)));
+            let free = pick(size, band(size, 16, 256, 16), random, |i| used.ip(&range.nth(i)));
             let ip = free.map(|i| range.nth(i)).ok_or_else(|| Refusal::Internal("failed to allocate a serviceIP: range is full".into()))?;
             taken.ips.insert(ip);
             ip.to_string()
@@ -356,7 +477,7 @@ fn assign_cluster_ip(
             if !range.contains(ip) {
                 return Err(failed(format!("the provided IP ({ip}) is not in the valid range. The range of valid IPs is {range}")));
             }
-            if used.ips.contains(&ip) {
+            if used.ip(&ip) {
                 return Err(failed("provided IP is already allocated".into()));
             }
             taken.ips.insert(ip);
@@ -378,7 +499,7 @@ fn assign_cluster_ip(
 fn assign_node_ports(
     obj: &mut Value,
     old: Option<&Value>,
-    used: &Taken,
+    used: &dyn InUse,
     random: &mut dyn FnMut(u32) -> u32,
     taken: &mut Taken,
 ) -> Result<(), Refusal> {
@@ -392,7 +513,7 @@ fn assign_node_ports(
     let mut next_free = |taken: &Taken| {
         let free = pick(size, lower, random, |i| {
             let port = NODE_PORTS.start() + i as u16;
-            used.ports.contains(&port) || taken.ports.contains(&port)
+            used.port(port) || taken.ports.contains(&port)
         });
         free.map(|i| NODE_PORTS.start() + i as u16).ok_or_else(|| Refusal::Internal("failed to allocate a nodePort: range is full".into()))
     };
@@ -418,7 +539,7 @@ fn assign_node_ports(
                 },
             };
             if !kept.ports.contains(&node_port) && !taken.ports.contains(&node_port) {
-                if used.ports.contains(&node_port) {
+                if used.port(node_port) {
                     return Err(invalid(&format!("spec.ports[{i}].nodePort"), node_port, "provided port is already allocated"));
                 }
                 taken.ports.insert(node_port);
@@ -452,7 +573,7 @@ fn assign_node_ports(
     }
     let health_check = match requested {
         Some(np) if Some(np) == old_health_check => np,
-        Some(np) if used.ports.contains(&np) || taken.ports.contains(&np) => {
+        Some(np) if used.port(np) || taken.ports.contains(&np) => {
             return Err(Refusal::Internal(format!(
                 "failed to allocate requested HealthCheck NodePort {np}: provided port is already allocated"
             )))

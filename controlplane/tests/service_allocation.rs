@@ -113,6 +113,15 @@ async fn concurrent_creates_in_a_physical_cluster_never_share_an_ip_or_a_node_po
     services.delete("s1", &Default::default()).await.unwrap();
     let reused = services.create(&PostParams::default(), &service("reused", "ClusterIP", json!({"clusterIP": taken_ip}))).await.unwrap();
     assert_eq!(cluster_ip(&reused), taken_ip);
+    // A NodePort Service made a ClusterIP one frees its node port.
+    let s2 = services.get("s2").await.unwrap();
+    let mut plain = service("s2", "ClusterIP", json!({}));
+    plain.metadata.resource_version = s2.metadata.resource_version.clone();
+    let plain = services.replace("s2", &PostParams::default(), &plain).await.unwrap();
+    assert!(node_ports(&plain).is_empty(), "{:?}", node_ports(&plain));
+    let freed = json!({"ports": [{"name": "http", "port": 80, "nodePort": taken_port}]});
+    let moved = services.create(&PostParams::default(), &service("moved", "NodePort", freed)).await.unwrap();
+    assert_eq!(node_ports(&moved), vec![taken_port]);
     srv.shutdown().await.unwrap();
 }
 

@@ -180,6 +180,41 @@ impl WatchStream {
         self.last
     }
 
+    /// The next event if one has been published already, without waiting: `None` when
+    /// there is none yet (or the store shut down), `Err(Expired)` when this watcher fell
+    /// out of the window. A write's event is published before the write returns, so
+    /// after a write this stream yields it.
+    pub fn try_next(&mut self) -> Option<Result<Arc<Event>, StoreError>> {
+        loop {
+            if let Some(ev) = self.replay.pop_front() {
+                self.last = ev.rev;
+                return Some(Ok(ev));
+            }
+            match self.rx.try_recv() {
+                Ok(ev) => {
+                    if ev.rev <= self.last {
+                        continue;
+                    }
+                    self.last = ev.rev;
+                    if ev.key.starts_with(&self.prefix) {
+                        return Some(Ok(ev));
+                    }
+                }
+                Err(broadcast::error::TryRecvError::Lagged(_)) => {
+                    let inner = self.window.lock();
+                    match Window::replay(&inner, &self.prefix, self.last) {
+                        Ok(replay) => {
+                            self.replay = replay;
+                            self.rx = self.window.tx.subscribe();
+                        }
+                        Err(e) => return Some(Err(e)),
+                    }
+                }
+                Err(broadcast::error::TryRecvError::Empty | broadcast::error::TryRecvError::Closed) => return None,
+            }
+        }
+    }
+
     /// The next event, `Err(Expired)` when this watcher fell out of the window, or
     /// `None` when the store shut down.
     pub async fn next(&mut self) -> Option<Result<Arc<Event>, StoreError>> {
