@@ -186,31 +186,17 @@ impl WatchStream {
     /// after a write this stream yields it.
     pub fn try_next(&mut self) -> Option<Result<Arc<Event>, StoreError>> {
         loop {
-            if let Some(ev) = self.replay.pop_front() {
-                self.last = ev.rev;
+            if let Some(ev) = self.replayed() {
                 return Some(Ok(ev));
             }
-            match self.rx.try_recv() {
-                Ok(ev) => {
-                    if ev.rev <= self.last {
-                        continue;
-                    }
-                    self.last = ev.rev;
-                    if ev.key.starts_with(&self.prefix) {
-                        return Some(Ok(ev));
-                    }
-                }
-                Err(broadcast::error::TryRecvError::Lagged(_)) => {
-                    let inner = self.window.lock();
-                    match Window::replay(&inner, &self.prefix, self.last) {
-                        Ok(replay) => {
-                            self.replay = replay;
-                            self.rx = self.window.tx.subscribe();
-                        }
-                        Err(e) => return Some(Err(e)),
-                    }
-                }
-                Err(broadcast::error::TryRecvError::Empty | broadcast::error::TryRecvError::Closed) => return None,
+            let received = match self.rx.try_recv() {
+                Ok(ev) => Received::Event(ev),
+                Err(broadcast::error::TryRecvError::Lagged(_)) => Received::Lagged,
+                Err(broadcast::error::TryRecvError::Empty) => return None,
+                Err(broadcast::error::TryRecvError::Closed) => Received::Closed,
+            };
+            if let Some(out) = self.take(received) {
+                return out;
             }
         }
     }
@@ -219,39 +205,61 @@ impl WatchStream {
     /// `None` when the store shut down.
     pub async fn next(&mut self) -> Option<Result<Arc<Event>, StoreError>> {
         loop {
-            if let Some(ev) = self.replay.pop_front() {
-                self.last = ev.rev;
+            if let Some(ev) = self.replayed() {
                 return Some(Ok(ev));
             }
-            match self.rx.recv().await {
-                Ok(ev) => {
-                    if ev.rev <= self.last {
-                        continue;
-                    }
-                    if !ev.key.starts_with(&self.prefix) {
-                        // Still progress: a bookmark may claim this revision.
-                        self.last = ev.rev;
-                        continue;
-                    }
-                    self.last = ev.rev;
-                    return Some(Ok(ev));
-                }
-                Err(broadcast::error::RecvError::Lagged(_)) => {
-                    // Too slow for the live channel: catch up from the window, which
-                    // holds far more history, and resubscribe.
-                    let inner = self.window.lock();
-                    match Window::replay(&inner, &self.prefix, self.last) {
-                        Ok(replay) => {
-                            self.replay = replay;
-                            self.rx = self.window.tx.subscribe();
-                        }
-                        Err(e) => return Some(Err(e)),
-                    }
-                }
-                Err(broadcast::error::RecvError::Closed) => return None,
+            let received = match self.rx.recv().await {
+                Ok(ev) => Received::Event(ev),
+                Err(broadcast::error::RecvError::Lagged(_)) => Received::Lagged,
+                Err(broadcast::error::RecvError::Closed) => Received::Closed,
+            };
+            if let Some(out) = self.take(received) {
+                return out;
             }
         }
     }
+
+    /// The next event replayed from the window, if any is left.
+    fn replayed(&mut self) -> Option<Arc<Event>> {
+        let ev = self.replay.pop_front()?;
+        self.last = ev.rev;
+        Some(ev)
+    }
+
+    /// Takes in what the live channel gave: `Some` is what to return, `None` means
+    /// read on.
+    fn take(&mut self, received: Received) -> Option<Option<Result<Arc<Event>, StoreError>>> {
+        match received {
+            Received::Event(ev) if ev.rev <= self.last => None,
+            Received::Event(ev) => {
+                // An event under another prefix is still progress: a bookmark may
+                // claim its revision.
+                self.last = ev.rev;
+                ev.key.starts_with(&self.prefix).then_some(Some(Ok(ev)))
+            }
+            Received::Lagged => {
+                // Too slow for the live channel: catch up from the window, which holds
+                // far more history, and resubscribe.
+                let inner = self.window.lock();
+                match Window::replay(&inner, &self.prefix, self.last) {
+                    Ok(replay) => {
+                        self.replay = replay;
+                        self.rx = self.window.tx.subscribe();
+                        None
+                    }
+                    Err(e) => Some(Some(Err(e))),
+                }
+            }
+            Received::Closed => Some(None),
+        }
+    }
+}
+
+/// What the live channel gave a [`WatchStream`].
+enum Received {
+    Event(Arc<Event>),
+    Lagged,
+    Closed,
 }
 
 #[cfg(test)]
@@ -291,6 +299,23 @@ mod tests {
         assert!(matches!(w.subscribe("", 4), Err(StoreError::Expired { oldest: 5, .. })));
         let mut s = w.subscribe("", 5).unwrap();
         assert_eq!(s.next().await.unwrap().unwrap().rev, 6);
+    }
+
+    #[test]
+    fn try_next_takes_what_is_published_without_waiting_and_catches_up_after_a_lag() {
+        let w = Window::new(0, WindowLimits::CONTROL_PLANE);
+        w.publish(vec![ev(1, "a/x"), ev(2, "b/y")]);
+        let mut s = w.subscribe("a/", 0).unwrap();
+        assert_eq!(s.try_next().unwrap().unwrap().rev, 1);
+        assert!(s.try_next().is_none(), "b/y is another prefix, and nothing else is there");
+        w.publish(vec![ev(3, "b/z")]);
+        assert!(s.try_next().is_none());
+        assert_eq!(s.progress(), 3, "it has passed b/z live");
+        // More than the live channel holds: the stream catches up from the window.
+        let many = BROADCAST_CAPACITY as Revision + 10;
+        w.publish((4..4 + many).map(|r| ev(r, "a/k")).collect());
+        let seen: Vec<Revision> = std::iter::from_fn(|| s.try_next().map(|e| e.unwrap().rev)).collect();
+        assert_eq!(seen, (4..4 + many).collect::<Vec<_>>());
     }
 
     #[tokio::test]
