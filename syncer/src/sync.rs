@@ -452,11 +452,14 @@ impl Syncer {
 
     /// Whether every watch, on both sides, has listed completely.
     fn synced(&self) -> bool {
-        self.deployments.synced()
-            && self.companions.iter().all(Side::synced)
-            && self.placements.synced()
-            && self.namespaces.synced()
-            && self.settings.followers.as_ref().is_none_or(|f| f.synced())
+        self.deployments.synced() && self.companions.iter().all(Side::synced) && self.placements.synced() && self.namespaces.synced()
+    }
+
+    /// Whether a companion's absence from both views means it is not assigned here:
+    /// [`Syncer::synced`], and what the companions controller publishes is complete.
+    /// Only a companion's copy waits for the controller; nothing else does.
+    fn companions_synced(&self) -> bool {
+        self.synced() && self.settings.followers.as_ref().is_none_or(|f| f.synced())
     }
 
     /// Every key this syncer knows of, on either side.
@@ -694,7 +697,7 @@ impl Syncer {
                 }
                 Ok(Next::Done)
             }
-            _ if !self.synced() => Ok(Next::After(WAIT_FOR_PEER)),
+            _ if !self.companions_synced() => Ok(Next::After(WAIT_FOR_PEER)),
             _ => {
                 self.companion_covered.remove(key);
                 if self.refused.remove(key).is_some() {
