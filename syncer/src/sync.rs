@@ -248,10 +248,11 @@ pub struct Syncer {
     progress: crate::budget::Budget,
     /// Per Deployment, the versions last found covered (see [`Syncer::covers`]).
     covered: dashmap::DashMap<Key, Covered>,
-    /// Per companion, the upstream resourceVersion its copy was last found to cover
-    /// (and for an autoscaler, its bounds): a copy that no longer covers the same
-    /// version drifted.
-    companion_covered: dashmap::DashMap<Key, Option<String>>,
+    /// Per companion, a digest of what its copy was last found to cover or was
+    /// applied with: a copy that no longer covers the same desired state drifted, and
+    /// a new desired state is applied even over a copy that covers it, so what the
+    /// workspace removed (a label, an annotation) goes from the copy too.
+    companion_covered: dashmap::DashMap<Key, u64>,
     /// Events on the copies (drift reverted).
     recorder: Recorder,
     /// Whether the cluster answers; see [`Syncer::wait_for_cluster`].
@@ -311,6 +312,14 @@ impl Covered {
 
 pub(crate) fn now() -> Time {
     Time(Timestamp::from_second(Timestamp::now().as_second()).unwrap_or_else(|_| Timestamp::now()))
+}
+
+/// A digest of a desired copy, to tell whether it changed.
+fn digest(desired: &Value) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::hash::DefaultHasher::new();
+    desired.to_string().hash(&mut h);
+    h.finish()
 }
 
 fn to_value<K: serde::Serialize>(o: &K) -> Value {
@@ -633,18 +642,17 @@ impl Syncer {
         match self.upstream_value(key).await? {
             Some(obj) if !deleting(&obj) => {
                 let mut desired = transform::downstream_object(&obj, key, &self.settings.sync_target, None);
-                let mut version = obj.pointer("/metadata/resourceVersion").and_then(Value::as_str).map(str::to_string);
                 if key.kind == Kind::HorizontalPodAutoscaler {
-                    match self.divide_bounds(key, &obj, &mut desired) {
-                        Ok(Some((min, max))) => version = version.map(|v| format!("{v} {min}-{max}")),
-                        Ok(None) => {}
-                        Err(next) => return Ok(next),
+                    if let Err(next) = self.divide_bounds(key, &obj, &mut desired) {
+                        return Ok(next);
                     }
                 }
-                let covered = copy.as_ref().is_some_and(|c| transform::covers(c, &desired));
+                let version = digest(&desired);
                 // What the copy covered last is what it should say now: it drifted.
-                // Otherwise, what it should say changed: an update.
+                // Otherwise, what it should say changed: an update, applied even if
+                // the copy covers it, to take out what is no longer said.
                 let same_desired = self.companion_covered.get(key).map(|v| *v == version);
+                let covered = same_desired != Some(false) && copy.as_ref().is_some_and(|c| transform::covers(c, &desired));
                 let mut drift = match (&copy, same_desired) {
                     _ if covered => None,
                     (Some(c), Some(true)) => Some(Drift::Changed(transform::drift(c, &desired, row.secret))),

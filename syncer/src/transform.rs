@@ -9,8 +9,8 @@
 //! was made from.
 
 use placement_api::{
-    CLUSTER_ANNOTATION, NAMESPACE_LOCATOR_ANNOTATION, REFERENCED_LABEL, SYNCED_GENERATION_ANNOTATION, SYNC_STATE_LABEL_PREFIX,
-    SYNC_TARGET_LABEL, UPSTREAM_ANNOTATION,
+    CLUSTER_ANNOTATION, CLUSTER_STATUS_ANNOTATION_PREFIX, NAMESPACE_LOCATOR_ANNOTATION, REFERENCED_LABEL, SYNCED_GENERATION_ANNOTATION,
+    SYNC_STATE_LABEL_PREFIX, SYNC_TARGET_LABEL, UPSTREAM_ANNOTATION,
 };
 use serde_json::{json, Map, Value};
 
@@ -18,9 +18,13 @@ use crate::key::{CopyKey, Key, Kind};
 use crate::naming::NamespaceLocator;
 
 /// Annotations that describe the upstream object's own history, not what should run:
-/// kubectl's client-side apply record and the deployment controller's revision.
+/// kubectl's client-side apply record, the deployment controller's revision, and what
+/// the clusters reported of their copies' status.
 fn upstream_only_annotation(key: &str) -> bool {
-    key == CLUSTER_ANNOTATION || key == "kubectl.kubernetes.io/last-applied-configuration" || key.starts_with("deployment.kubernetes.io/")
+    key == CLUSTER_ANNOTATION
+        || key == "kubectl.kubernetes.io/last-applied-configuration"
+        || key.starts_with("deployment.kubernetes.io/")
+        || key.starts_with(CLUSTER_STATUS_ANNOTATION_PREFIX)
 }
 
 /// The downstream namespace of an upstream object.
@@ -370,7 +374,7 @@ mod tests {
                 "ownerReferences": [{"apiVersion": "v1", "kind": "ConfigMap", "name": "o", "uid": "x"}],
                 "managedFields": [{"manager": "kubectl"}],
                 "labels": {"app": "web", "state.workload.flotilla.io/east": "Sync", "workload.flotilla.io/referenced": "true"},
-                "annotations": {"kcp.io/cluster": "demo", "team": "a", "deployment.kubernetes.io/revision": "2",
+                "annotations": {"kcp.io/cluster": "demo", "team": "a", "deployment.kubernetes.io/revision": "2", "clusterstatus.workload.flotilla.io/west": "{}",
                                 "kubectl.kubernetes.io/last-applied-configuration": "{}"}
             },
             "spec": {"replicas": 5, "selector": {"matchLabels": {"app": "web"}}, "template": {"metadata": {"labels": {"app": "web"}}}},

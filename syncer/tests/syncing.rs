@@ -376,6 +376,29 @@ async fn every_kind_follows(path: Path) {
         "one cluster: whole bounds"
     );
 
+    // A label added upstream reaches the copy, and goes from it when it goes upstream.
+    let services = api(&Kind::Service.api_resource());
+    let service_name = follower_name(Kind::Service);
+    let service_copy = Api::<DynamicObject>::namespaced_with(east.client(), &ns, &Kind::Service.api_resource());
+    for (value, want) in [(json!("yes"), Some("yes")), (serde_json::Value::Null, None)] {
+        let patch = json!({"metadata": {"labels": {"team": value}}});
+        services.patch(&service_name, &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
+        wait_until(&format!("the copy's label team={want:?}"), DEADLINE, || {
+            let service_copy = service_copy.clone();
+            let service_name = service_name.clone();
+            async move {
+                let copy = service_copy.get(&service_name).await.map_err(|e| e.to_string())?;
+                let team = copy.labels().get("team").cloned();
+                if team.as_deref() == want {
+                    Ok(())
+                } else {
+                    Err(format!("the copy's labels are {:?}", copy.labels()))
+                }
+            }
+        })
+        .await;
+    }
+
     // The Deployment goes: so does every companion's copy, and upstream they stay.
     deployments(&cp).delete("web", &DeleteParams::default()).await.unwrap();
     wait_until("every companion's copy gone", DEADLINE, || copies(false)).await;
