@@ -652,13 +652,22 @@ impl Syncer {
                 // Otherwise, what it should say changed: an update, applied even if
                 // the copy covers it, to take out what is no longer said.
                 let same_desired = self.companion_covered.get(key).map(|v| *v == version);
-                let covered = same_desired != Some(false) && copy.as_ref().is_some_and(|c| transform::covers(c, &desired));
-                let mut drift = match (&copy, same_desired) {
+                let mut copy = copy;
+                let mut covered = same_desired != Some(false) && copy.as_ref().is_some_and(|c| transform::covers(c, &desired));
+                let drift_of = |copy: &Option<Value>, covered: bool| match (copy, same_desired) {
                     _ if covered => None,
                     (Some(c), Some(true)) => Some(Drift::Changed(transform::drift(c, &desired, row.secret))),
                     (None, Some(_)) => Some(Drift::Gone),
                     _ => None,
                 };
+                let mut drift = drift_of(&copy, covered);
+                if drift.is_some() {
+                    // The watch of the copies may not have caught up with this
+                    // syncer's own last write yet: the cluster decides.
+                    copy = self.read_copy(key).await?;
+                    covered = same_desired != Some(false) && copy.as_ref().is_some_and(|c| transform::covers(c, &desired));
+                    drift = drift_of(&copy, covered);
+                }
                 let (now, mut written) = match copy {
                     Some(c) if covered => (c, None),
                     _ => {
@@ -1184,6 +1193,15 @@ impl Syncer {
     }
 
     /// Whether the cluster holds a copy of `key`, read from the cluster, not the watch.
+    /// The copy of companion `key` as the cluster has it now, not as the watch last
+    /// said.
+    async fn read_copy(&self, key: &Key) -> Result<Option<Value>, Error> {
+        let read = self.copy_api(key).get_opt(&key.name).await;
+        let read =
+            read.map_err(downstream(format!("reading {} {}/{}", key.kind.name(), transform::downstream_namespace(key), key.name)))?;
+        Ok(read.map(|o| to_value(&o)))
+    }
+
     async fn copy_exists(&self, key: &Key) -> Result<bool, Error> {
         match self.copy_api(key).get_metadata_opt(&key.name).await {
             Ok(found) => Ok(found.is_some()),
