@@ -249,10 +249,11 @@ pub struct Syncer {
     /// Per Deployment, the versions last found covered (see [`Syncer::covers`]).
     covered: dashmap::DashMap<Key, Covered>,
     /// Per companion, a digest of what its copy was last found to cover or was
-    /// applied with: a copy that no longer covers the same desired state drifted, and
-    /// a new desired state is applied even over a copy that covers it, so what the
-    /// workspace removed (a label, an annotation) goes from the copy too.
-    companion_covered: dashmap::DashMap<Key, u64>,
+    /// applied with, and the upstream resourceVersion it was made from: a new desired
+    /// state is applied even over a copy that covers it, so what the workspace removed
+    /// (a label, an annotation) goes from the copy too; and a copy that no longer
+    /// covers it while nothing changed upstream drifted.
+    companion_covered: dashmap::DashMap<Key, (u64, Option<String>)>,
     /// Events on the copies (drift reverted).
     recorder: Recorder,
     /// Whether the cluster answers; see [`Syncer::wait_for_cluster`].
@@ -647,27 +648,24 @@ impl Syncer {
                         return Ok(next);
                     }
                 }
-                let version = digest(&desired);
-                // What the copy covered last is what it should say now: it drifted.
-                // Otherwise, what it should say changed: an update, applied even if
-                // the copy covers it, to take out what is no longer said.
-                let same_desired = self.companion_covered.get(key).map(|v| *v == version);
-                let mut copy = copy;
-                let mut covered = same_desired != Some(false) && copy.as_ref().is_some_and(|c| transform::covers(c, &desired));
-                let drift_of = |copy: &Option<Value>, covered: bool| match (copy, same_desired) {
+                let upstream_version = obj.pointer("/metadata/resourceVersion").and_then(Value::as_str).map(str::to_string);
+                let version = (digest(&desired), upstream_version);
+                let last = self.companion_covered.get(key).map(|v| v.clone());
+                // What it should say changed: an update, applied even if the copy
+                // covers it, to take out what is no longer said.
+                let same_desired = last.as_ref().map(|(d, _)| *d == version.0);
+                let covered = same_desired != Some(false) && copy.as_ref().is_some_and(|c| transform::covers(c, &desired));
+                // Nothing changed upstream since the copy covered it last: it drifted.
+                // After an upstream write (a relabel too), a copy the watch does not
+                // show yet may be this syncer's own, just applied: it is applied again
+                // rather than reported.
+                let same_upstream = last.map(|v| v == version);
+                let mut drift = match (&copy, same_upstream) {
                     _ if covered => None,
                     (Some(c), Some(true)) => Some(Drift::Changed(transform::drift(c, &desired, row.secret))),
-                    (None, Some(_)) => Some(Drift::Gone),
+                    (None, Some(true)) => Some(Drift::Gone),
                     _ => None,
                 };
-                let mut drift = drift_of(&copy, covered);
-                if drift.is_some() {
-                    // The watch of the copies may not have caught up with this
-                    // syncer's own last write yet: the cluster decides.
-                    copy = self.read_copy(key).await?;
-                    covered = same_desired != Some(false) && copy.as_ref().is_some_and(|c| transform::covers(c, &desired));
-                    drift = drift_of(&copy, covered);
-                }
                 let (now, mut written) = match copy {
                     Some(c) if covered => (c, None),
                     _ => {
@@ -1193,15 +1191,6 @@ impl Syncer {
     }
 
     /// Whether the cluster holds a copy of `key`, read from the cluster, not the watch.
-    /// The copy of companion `key` as the cluster has it now, not as the watch last
-    /// said.
-    async fn read_copy(&self, key: &Key) -> Result<Option<Value>, Error> {
-        let read = self.copy_api(key).get_opt(&key.name).await;
-        let read =
-            read.map_err(downstream(format!("reading {} {}/{}", key.kind.name(), transform::downstream_namespace(key), key.name)))?;
-        Ok(read.map(|o| to_value(&o)))
-    }
-
     async fn copy_exists(&self, key: &Key) -> Result<bool, Error> {
         match self.copy_api(key).get_metadata_opt(&key.name).await {
             Ok(found) => Ok(found.is_some()),
