@@ -820,20 +820,21 @@ impl Syncer {
 
     /// Gives the copy of autoscaler `key` (`upstream`, made into `desired`) this
     /// cluster's part of its bounds, in proportion to this cluster's share of its
-    /// target's replicas ([`transform::divide_bounds`]). `Ok(None)`: the target is not
-    /// assigned here, and the bounds stay whole; `Err`: the target is assigned here but
+    /// target's replicas ([`transform::divide_bounds`]). When the target is not
+    /// assigned here, the bounds stay whole; `Err`: the target is assigned here but
     /// its share is not known yet, so the copy waits.
-    fn divide_bounds(&self, key: &Key, upstream: &Value, desired: &mut Value) -> Result<Option<(i32, i32)>, Next> {
-        let Some(target) = upstream.pointer("/spec/scaleTargetRef/name").and_then(Value::as_str) else { return Ok(None) };
+    fn divide_bounds(&self, key: &Key, upstream: &Value, desired: &mut Value) -> Result<(), Next> {
+        let Some(target) = upstream.pointer("/spec/scaleTargetRef/name").and_then(Value::as_str) else { return Ok(()) };
         let deployment = Key::new(Kind::Deployment, &key.workspace, &key.namespace, target);
         let Some(wp) = self.placements.get(&deployment) else {
             return match self.deployments.upstream.get(&deployment) {
                 Some(_) => Err(Next::After(WAIT_FOR_PEER)),
-                None => Ok(None),
+                None => Ok(()),
             };
         };
         let shares: Vec<(&str, i32)> = wp.spec.clusters.iter().map(|c| (c.name.as_str(), c.replicas)).collect();
-        Ok(transform::divide_bounds(desired, &shares, &self.settings.sync_target))
+        transform::divide_bounds(desired, &shares, &self.settings.sync_target);
+        Ok(())
     }
 
     /// The autoscalers assigned to this cluster that scale Deployment `key`: while
