@@ -14,6 +14,9 @@
 
 pub mod conformance;
 mod doc;
+mod etcd;
+pub mod local_etcd;
+mod mirror;
 mod sqlite;
 mod window;
 
@@ -23,6 +26,7 @@ use futures::future::BoxFuture;
 use serde_json::Value;
 
 pub use doc::{Doc, DocMeta, OwnerUid};
+pub use etcd::{EtcdConfig, EtcdStore, EtcdTls, DEFAULT_COMPACTION_INTERVAL, DEFAULT_REQUEST_TIMEOUT};
 pub use sqlite::SqliteStore;
 pub use window::{Event, EventType, WatchStream, WindowLimits, EVENT_WINDOW};
 
@@ -97,6 +101,21 @@ pub enum StoreError {
     /// The write could not be made durable; nothing was changed.
     #[error("storage failure: {0}")]
     Backend(String),
+    /// The backend cannot take writes now (etcd without quorum, or unreachable);
+    /// nothing was changed, and the same write can be retried.
+    #[error("{0}")]
+    Unavailable(String),
+    /// The backend did not answer in time; the write may or may not have been applied.
+    #[error("{0}")]
+    Timeout(String),
+}
+
+/// Sets `metadata.resourceVersion` to `rev`, where the value has metadata.
+pub(crate) fn stamp(mut value: Value, rev: Revision) -> Value {
+    if let Some(meta) = value.get_mut("metadata").and_then(Value::as_object_mut) {
+        meta.insert("resourceVersion".into(), Value::String(rev.to_string()));
+    }
+    value
 }
 
 /// A revisioned, watchable key-value store.
@@ -123,4 +142,9 @@ pub trait Store: Send + Sync + 'static {
     /// Events for keys under `prefix` with a revision greater than `from`, then
     /// live events, or `Expired` when `from` has left the window.
     fn watch(&self, prefix: &str, from: Revision) -> Result<WatchStream, StoreError>;
+    /// Whether reads are current: `Err` says why they may not be (the backend is out
+    /// of reach, and reads serve the data as of the revision named).
+    fn health(&self) -> Result<(), String> {
+        Ok(())
+    }
 }

@@ -11,20 +11,19 @@
 //! shared `Arc`s with the event window), loaded once at start-up, and is updated only
 //! after a batch commits, so a reader can never see a write that is not yet durable.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{mpsc, Arc, RwLock};
+use std::sync::{mpsc, Arc};
 
 use futures::future::BoxFuture;
 use futures::FutureExt;
 use prometheus::{Histogram, HistogramOpts, IntCounter};
 use rusqlite::{params, Connection};
-use serde_json::Value;
 use tokio::sync::oneshot;
 
-use super::window::{Window, WindowLimits};
-use super::{Doc, Entry, Event, EventType, Revision, Store, StoreError, WatchStream, WriteOp};
+use super::mirror::{Index, Mirror, Stored};
+use super::window::WindowLimits;
+use super::{stamp, Doc, Entry, Event, EventType, Revision, Store, StoreError, WatchStream, WriteOp};
 
 /// Upper bound on writes per transaction. Large enough that 32+ concurrent clients
 /// share one fsync, small enough that one huge burst doesn't delay its first writer.
@@ -32,21 +31,6 @@ const MAX_BATCH: usize = 512;
 
 /// How long opening a store waits for another connection to let go of the file.
 const OPEN_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
-
-/// What the index keeps per key: the revision and the serialized document.
-#[derive(Debug, Clone)]
-struct Stored {
-    rev: Revision,
-    doc: Arc<Doc>,
-}
-
-impl Stored {
-    fn entry(&self) -> Entry {
-        Entry { rev: self.rev, value: self.doc.value(), doc: Some(self.doc.clone()) }
-    }
-}
-
-type Index = BTreeMap<String, Stored>;
 
 /// How the writer's commits go: how often it commits, how many writes share a commit
 /// (group commit at work, or not), and how long a commit with its fsync takes, which
@@ -87,10 +71,8 @@ struct Request {
 
 /// The SQLite-backed [`Store`].
 pub struct SqliteStore {
-    index: Arc<RwLock<Index>>,
-    rev: Arc<AtomicU64>,
+    mirror: Arc<Mirror>,
     metrics: CommitMetrics,
-    window: Arc<Window>,
     tx: mpsc::Sender<Request>,
 }
 
@@ -147,17 +129,15 @@ impl SqliteStore {
             conn.query_row("SELECT COALESCE(MAX(value), 0) FROM meta WHERE name = 'revision'", [], |r| r.get(0)).map_err(backend)?;
         let max_rev = index.values().map(|e| e.rev).max().unwrap_or(0).max(stored as Revision);
 
-        let index = Arc::new(RwLock::new(index));
-        let rev = Arc::new(AtomicU64::new(max_rev));
-        let window = Window::new(max_rev, limits);
+        let mirror = Mirror::new(index, max_rev, limits);
         let (tx, rx) = mpsc::channel();
         let metrics = CommitMetrics::new();
-        let writer = Writer { conn, index: index.clone(), rev: rev.clone(), window: window.clone(), metrics: metrics.clone() };
+        let writer = Writer { conn, mirror: mirror.clone(), metrics: metrics.clone() };
         std::thread::Builder::new()
             .name("store-writer".into())
             .spawn(move || writer.run(rx))
             .map_err(|e| StoreError::Backend(format!("spawning the writer thread: {e}")))?;
-        Ok(Arc::new(Self { index, rev, window, tx, metrics }))
+        Ok(Arc::new(Self { mirror, tx, metrics }))
     }
 
     /// Registers the commit metrics (`flotilla_store_commit_*`) with `registry`.
@@ -167,43 +147,14 @@ impl SqliteStore {
         registry.register(Box::new(self.metrics.failures.clone()))
     }
 
-    fn read(&self) -> std::sync::RwLockReadGuard<'_, Index> {
-        self.index.read().unwrap_or_else(|e| e.into_inner())
-    }
-
     /// How many keys are stored.
     pub fn len(&self) -> usize {
-        self.read().len()
+        self.mirror.read().len()
     }
 
     /// Whether the store holds no keys.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
-    }
-}
-
-impl SqliteStore {
-    fn list_locked(
-        &self,
-        index: &Index,
-        prefix: &str,
-        start_after: Option<&str>,
-        limit: Option<usize>,
-    ) -> (Vec<(String, Entry)>, Revision) {
-        use std::ops::Bound;
-
-        // Read the revision under the same lock as the data, so the list is a consistent snapshot.
-        let rev = self.rev.load(Ordering::Acquire);
-        let lower = match start_after {
-            Some(k) if k >= prefix => Bound::Excluded(k.to_string()),
-            _ => Bound::Included(prefix.to_string()),
-        };
-        let iter = index.range((lower, Bound::Unbounded)).take_while(|(k, _)| k.starts_with(prefix)).map(|(k, e)| (k.clone(), e.entry()));
-        let items = match limit {
-            Some(n) => iter.take(n).collect(),
-            None => iter.collect(),
-        };
-        (items, rev)
     }
 }
 
@@ -223,59 +174,37 @@ impl Store for SqliteStore {
     }
 
     fn get(&self, key: &str) -> Option<Entry> {
-        self.read().get(key).map(Stored::entry)
+        self.mirror.get(key)
     }
 
     fn get_doc(&self, key: &str) -> Option<Arc<Doc>> {
-        self.read().get(key).map(|s| s.doc.clone())
+        self.mirror.get_doc(key)
     }
 
     fn list(&self, prefix: &str, start_after: Option<&str>, limit: Option<usize>) -> (Vec<(String, Entry)>, Revision) {
-        let index = self.read();
-        self.list_locked(&index, prefix, start_after, limit)
+        self.mirror.list(prefix, start_after, limit)
     }
 
     fn list_docs(&self, prefix: &str) -> (Vec<(String, Arc<Doc>)>, Revision) {
-        let index = self.read();
-        let rev = self.rev.load(Ordering::Acquire);
-        let items =
-            index.range(prefix.to_string()..).take_while(|(k, _)| k.starts_with(prefix)).map(|(k, e)| (k.clone(), e.doc.clone())).collect();
-        (items, rev)
+        self.mirror.list_docs(prefix)
     }
 
     fn list_at(&self, prefix: &str, start_after: Option<&str>, rev: Revision) -> Result<Vec<(String, Entry)>, StoreError> {
-        let index = self.read();
-        let undo = self.window.events_after(rev)?;
-        let in_range = |k: &str| k.starts_with(prefix) && start_after.is_none_or(|s| k > s);
-        let (current, _) = self.list_locked(&index, prefix, start_after, None);
-        let mut view: BTreeMap<String, Option<Entry>> = current.into_iter().map(|(k, e)| (k, Some(e))).collect();
-        // Newest first, so the last write to each key is the oldest event after `rev`,
-        // whose previous value is the key's state at `rev`.
-        for ev in undo.iter().rev().filter(|e| in_range(&e.key)) {
-            let before = ev.prev().map(|p| Entry {
-                rev: p.pointer("/metadata/resourceVersion").and_then(|v| v.as_str()).and_then(|v| v.parse().ok()).unwrap_or(0),
-                value: p,
-                doc: None,
-            });
-            view.insert(ev.key.clone(), before);
-        }
-        Ok(view.into_iter().filter_map(|(k, e)| e.map(|e| (k, e))).collect())
+        self.mirror.list_at(prefix, start_after, rev)
     }
 
     fn revision(&self) -> Revision {
-        self.rev.load(Ordering::Acquire)
+        self.mirror.revision()
     }
 
     fn watch(&self, prefix: &str, from: Revision) -> Result<WatchStream, StoreError> {
-        self.window.subscribe(prefix, from)
+        self.mirror.watch(prefix, from)
     }
 }
 
 struct Writer {
     conn: Connection,
-    index: Arc<RwLock<Index>>,
-    rev: Arc<AtomicU64>,
-    window: Arc<Window>,
+    mirror: Arc<Mirror>,
     metrics: CommitMetrics,
 }
 
@@ -302,7 +231,7 @@ impl Writer {
     fn commit_batch(&mut self, batch: Vec<Request>) {
         let started = std::time::Instant::now();
         let writes = batch.len();
-        let base = self.rev.load(Ordering::Acquire);
+        let base = self.mirror.revision();
         let mut next = base;
         // Changes made earlier in this batch, which later requests must see.
         let mut overlay: HashMap<String, Option<Stored>> = HashMap::new();
@@ -323,7 +252,7 @@ impl Writer {
                     let key = op.key().to_string();
                     let current = match overlay.get(&key) {
                         Some(e) => e.clone(),
-                        None => self.index.read().unwrap_or_else(|e| e.into_inner()).get(&key).cloned(),
+                        None => self.mirror.current(&key),
                     };
                     let result = match stage(op, current, next + 1) {
                         Ok((entry, event)) => {
@@ -366,22 +295,10 @@ impl Writer {
             return;
         }
 
-        {
-            let mut index = self.index.write().unwrap_or_else(|e| e.into_inner());
-            for (key, entry) in overlay {
-                match entry {
-                    Some(e) => index.insert(key, e),
-                    None => index.remove(&key),
-                };
-            }
-            self.rev.store(next, Ordering::Release);
-            // Publish under the index lock: a reader holding the index then always finds
-            // every event up to the index's revision in the window (list_at relies on it).
-            // And publish before answering, so a client that watches from its own write's
-            // revision never waits on an event still in flight.
-            let events = staged.iter().filter_map(|s| s.result.as_ref().ok().map(|(_, ev)| ev.clone())).collect();
-            self.window.publish(events);
-        }
+        // Publish before answering, so a client that watches from its own write's
+        // revision never waits on an event still in flight.
+        let events = staged.iter().filter_map(|s| s.result.as_ref().ok().map(|(_, ev)| ev.clone())).collect();
+        self.mirror.apply(overlay, next, events);
         for s in staged {
             let _ = s.reply.send(s.result.map(|(entry, _)| entry));
         }
@@ -433,17 +350,10 @@ fn within_limit(key: &str, doc: Arc<Doc>) -> Result<Arc<Doc>, StoreError> {
     }
 }
 
-fn stamp(mut value: Value, rev: Revision) -> Value {
-    if let Some(meta) = value.get_mut("metadata").and_then(Value::as_object_mut) {
-        meta.insert("resourceVersion".into(), Value::String(rev.to_string()));
-    }
-    value
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
+    use serde_json::{json, Value};
 
     fn obj(name: &str) -> Value {
         json!({"metadata": {"name": name}})

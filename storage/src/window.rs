@@ -99,20 +99,22 @@ struct Inner {
     bytes: usize,
     /// Every event with a revision above this one is still in `events`.
     oldest: Revision,
+    /// The live fan-out. It lives under the lock so that [`Window::reset`] can end
+    /// every open watch by replacing it.
+    tx: broadcast::Sender<Arc<Event>>,
 }
 
 /// The shared window and its broadcast channel.
 pub(crate) struct Window {
     inner: Mutex<Inner>,
     limits: WindowLimits,
-    tx: broadcast::Sender<Arc<Event>>,
 }
 
 impl Window {
     /// A window that starts empty at `rev`: watches from `rev` or later can be served.
     pub(crate) fn new(rev: Revision, limits: WindowLimits) -> Arc<Self> {
         let (tx, _) = broadcast::channel(BROADCAST_CAPACITY);
-        Arc::new(Self { inner: Mutex::new(Inner { events: VecDeque::new(), bytes: 0, oldest: rev }), limits, tx })
+        Arc::new(Self { inner: Mutex::new(Inner { events: VecDeque::new(), bytes: 0, oldest: rev, tx }), limits })
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
@@ -128,7 +130,7 @@ impl Window {
             inner.bytes += event_bytes(&ev);
             inner.events.push_back(ev.clone());
             // No receivers is not an error: nobody is watching right now.
-            let _ = self.tx.send(ev);
+            let _ = inner.tx.send(ev);
         }
         // The newest event always stays, so a watch from the current revision works.
         while inner.events.len() > 1 && (inner.events.len() > self.limits.events || inner.bytes > self.limits.bytes) {
@@ -139,13 +141,24 @@ impl Window {
         }
     }
 
+    /// Forgets every event and starts again empty at `rev`: every open watch ends (its
+    /// channel closes) and a watch from before `rev` is `Expired`, so that watchers
+    /// relist after the data was replaced wholesale.
+    pub(crate) fn reset(&self, rev: Revision) {
+        let mut inner = self.lock();
+        inner.events.clear();
+        inner.bytes = 0;
+        inner.oldest = rev;
+        inner.tx = broadcast::channel(BROADCAST_CAPACITY).0;
+    }
+
     /// Starts a watch on keys under `prefix` from revision `from` (exclusive).
     pub(crate) fn subscribe(self: &Arc<Self>, prefix: &str, from: Revision) -> Result<WatchStream, StoreError> {
         let inner = self.lock();
         let replay = Self::replay(&inner, prefix, from)?;
         // Subscribing under the lock means nothing published after the replay snapshot
         // can be missed, and nothing in it is received twice (we also skip by revision).
-        let rx = self.tx.subscribe();
+        let rx = inner.tx.subscribe();
         Ok(WatchStream { replay, rx, prefix: prefix.to_string(), last: from, window: self.clone() })
     }
 
@@ -244,13 +257,21 @@ impl WatchStream {
                 match Window::replay(&inner, &self.prefix, self.last) {
                     Ok(replay) => {
                         self.replay = replay;
-                        self.rx = self.window.tx.subscribe();
+                        self.rx = inner.tx.subscribe();
                         None
                     }
                     Err(e) => Some(Some(Err(e))),
                 }
             }
-            Received::Closed => Some(None),
+            Received::Closed => {
+                // The window was reset (the data replaced after a gap) rather than
+                // shut down when it starts after this watcher: it must relist.
+                let inner = self.window.lock();
+                match inner.oldest > self.last {
+                    true => Some(Some(Err(StoreError::Expired { requested: self.last, oldest: inner.oldest }))),
+                    false => Some(None),
+                }
+            }
         }
     }
 }
@@ -316,6 +337,22 @@ mod tests {
         w.publish((4..4 + many).map(|r| ev(r, "a/k")).collect());
         let seen: Vec<Revision> = std::iter::from_fn(|| s.try_next().map(|e| e.unwrap().rev)).collect();
         assert_eq!(seen, (4..4 + many).collect::<Vec<_>>());
+    }
+
+    #[tokio::test]
+    async fn a_reset_expires_open_watches_and_old_revisions() {
+        let w = Window::new(0, WindowLimits::CONTROL_PLANE);
+        w.publish(vec![ev(1, "a/x")]);
+        let mut s = w.subscribe("a/", 1).unwrap();
+        w.reset(7);
+        match s.next().await {
+            Some(Err(StoreError::Expired { requested: 1, oldest: 7 })) => {}
+            other => panic!("an open watch must be told to relist, got {:?}", other.map(|r| r.map(|e| e.rev))),
+        }
+        assert!(matches!(w.subscribe("", 6), Err(StoreError::Expired { oldest: 7, .. })));
+        let mut s = w.subscribe("a/", 7).unwrap();
+        w.publish(vec![ev(8, "a/y")]);
+        assert_eq!(s.next().await.unwrap().unwrap().rev, 8, "a watch from the reset revision follows what comes after");
     }
 
     #[tokio::test]

@@ -1,0 +1,179 @@
+//! A local etcd cluster of one or more members, run from the `etcd` binary on PATH:
+//! what `flotilla up --ha` starts, and what the tests of the etcd store run against.
+//!
+//! Each member gets its own data dir under one directory, listens on loopback, and
+//! logs to `<dir>/<name>.log`. A member can be killed (SIGKILL, as a crash) and
+//! started again on the same data, which is how the drills take etcd members away.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// How to get the etcd binary, for the message when it is missing.
+pub const INSTALL_HINT: &str = "install it with `sudo apt-get install etcd-server` (Debian, Ubuntu), or put an etcd 3.4 or later on PATH";
+
+/// How long a member may take to answer after it starts.
+const START_DEADLINE: Duration = Duration::from_secs(30);
+
+/// One member: its name, its two loopback ports, and its process while it runs.
+#[derive(Debug)]
+pub struct Member {
+    /// `m0`, `m1`, ...
+    pub name: String,
+    /// The port clients use.
+    pub client_port: u16,
+    /// The port the other members use.
+    pub peer_port: u16,
+    child: Option<Child>,
+}
+
+impl Member {
+    /// `http://127.0.0.1:<client_port>`.
+    pub fn client_url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.client_port)
+    }
+
+    fn peer_url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.peer_port)
+    }
+
+    /// Whether the member's process is running.
+    pub fn running(&mut self) -> bool {
+        matches!(self.child.as_mut().map(|c| c.try_wait()), Some(Ok(None)))
+    }
+}
+
+/// A running local etcd cluster; its members are killed when it is dropped.
+#[derive(Debug)]
+pub struct LocalEtcd {
+    dir: PathBuf,
+    binary: PathBuf,
+    /// The members, in order.
+    pub members: Vec<Member>,
+}
+
+/// The etcd binary on PATH, or what to do about its absence.
+pub fn find_binary() -> Result<PathBuf, String> {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path)
+        .map(|d| d.join("etcd"))
+        .find(|p| p.is_file())
+        .ok_or_else(|| format!("no etcd binary on PATH: {INSTALL_HINT}"))
+}
+
+/// Loopback ports nobody listens on now, for tests: (client, peer) per member.
+pub fn free_ports(members: usize) -> std::io::Result<Vec<(u16, u16)>> {
+    // Hold every listener until all ports are chosen, so no two are the same.
+    let listeners = (0..members * 2).map(|_| std::net::TcpListener::bind("127.0.0.1:0")).collect::<std::io::Result<Vec<_>>>()?;
+    let ports = listeners.iter().map(|l| l.local_addr().map(|a| a.port())).collect::<std::io::Result<Vec<_>>>()?;
+    Ok(ports.chunks(2).map(|p| (p[0], p[1])).collect())
+}
+
+impl LocalEtcd {
+    /// Starts (or restarts, on the data already in `dir`) one member per port pair and
+    /// waits until every one answers.
+    pub fn start(dir: &Path, ports: &[(u16, u16)]) -> Result<Self, String> {
+        let binary = find_binary()?;
+        std::fs::create_dir_all(dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
+        let members = ports
+            .iter()
+            .enumerate()
+            .map(|(i, &(client_port, peer_port))| Member { name: format!("m{i}"), client_port, peer_port, child: None })
+            .collect();
+        let mut cluster = Self { dir: dir.to_path_buf(), binary, members };
+        for i in 0..cluster.members.len() {
+            cluster.spawn(i)?;
+        }
+        for i in 0..cluster.members.len() {
+            cluster.wait_serving(i)?;
+        }
+        Ok(cluster)
+    }
+
+    /// The client URLs of every member, for `--etcd-servers`.
+    pub fn endpoints(&self) -> Vec<String> {
+        self.members.iter().map(Member::client_url).collect()
+    }
+
+    /// The log file of member `i`.
+    pub fn log(&self, i: usize) -> PathBuf {
+        self.dir.join(format!("{}.log", self.members[i].name))
+    }
+
+    /// Kills member `i` with SIGKILL, as a crash, and reaps it.
+    pub fn kill(&mut self, i: usize) {
+        if let Some(mut child) = self.members[i].child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Starts member `i` again on its data and waits until it answers.
+    pub fn restart(&mut self, i: usize) -> Result<(), String> {
+        self.kill(i);
+        self.spawn(i)?;
+        self.wait_serving(i)
+    }
+
+    fn spawn(&mut self, i: usize) -> Result<(), String> {
+        let cluster: Vec<String> = self.members.iter().map(|m| format!("{}={}", m.name, m.peer_url())).collect();
+        let member = &self.members[i];
+        let data = self.dir.join(format!("{}.etcd", member.name));
+        // A data dir that exists already knows its cluster; the flags below only
+        // matter the first time.
+        let state = if data.exists() { "existing" } else { "new" };
+        let log_path = self.dir.join(format!("{}.log", member.name));
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&log_path)
+            .map_err(|e| format!("opening {}: {e}", log_path.display()))?;
+        let err = log.try_clone().map_err(|e| e.to_string())?;
+        let child = Command::new(&self.binary)
+            .args(["--name", &member.name])
+            .arg("--data-dir")
+            .arg(&data)
+            .args(["--listen-client-urls", &member.client_url(), "--advertise-client-urls", &member.client_url()])
+            .args(["--listen-peer-urls", &member.peer_url(), "--initial-advertise-peer-urls", &member.peer_url()])
+            .args(["--initial-cluster", &cluster.join(","), "--initial-cluster-state", state])
+            .args(["--initial-cluster-token", "flotilla-local", "--logger", "zap", "--log-outputs", "stderr"])
+            .stdin(Stdio::null())
+            .stdout(log)
+            .stderr(err)
+            .spawn()
+            .map_err(|e| format!("starting {}: {e}", self.binary.display()))?;
+        self.members[i].child = Some(child);
+        Ok(())
+    }
+
+    /// Waits until member `i` accepts connections on its client port (a member of a
+    /// cluster that has not elected a leader yet still accepts them).
+    fn wait_serving(&mut self, i: usize) -> Result<(), String> {
+        let started = Instant::now();
+        let addr = std::net::SocketAddr::from(([127, 0, 0, 1], self.members[i].client_port));
+        loop {
+            if !self.members[i].running() {
+                return Err(format!("etcd member {} exited at start; see {}", self.members[i].name, self.log(i).display()));
+            }
+            if std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok() {
+                return Ok(());
+            }
+            if started.elapsed() > START_DEADLINE {
+                return Err(format!(
+                    "etcd member {} did not listen on {addr} within {START_DEADLINE:?}; see {}",
+                    self.members[i].name,
+                    self.log(i).display()
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+impl Drop for LocalEtcd {
+    fn drop(&mut self) {
+        for i in 0..self.members.len() {
+            self.kill(i);
+        }
+    }
+}
