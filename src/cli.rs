@@ -290,6 +290,46 @@ pub struct StartArgs {
     /// assign workloads by hand).
     #[arg(long)]
     pub no_scheduler: bool,
+    /// Keep the data in etcd at these client URLs (comma-separated) instead of
+    /// <data-dir>/store.db. Every replica started on the same etcd and prefix serves
+    /// the same control plane.
+    #[arg(long, value_delimiter = ',')]
+    pub etcd_servers: Vec<String>,
+    /// The etcd key prefix this control plane's keys live under.
+    #[arg(long, default_value = "/flotilla")]
+    pub etcd_prefix: String,
+    /// The CA that signed etcd's serving certificates, for https:// etcd URLs.
+    #[arg(long)]
+    pub etcd_cafile: Option<std::path::PathBuf>,
+    /// The client certificate to present to etcd.
+    #[arg(long, requires = "etcd_keyfile")]
+    pub etcd_certfile: Option<std::path::PathBuf>,
+    /// The key of --etcd-certfile.
+    #[arg(long, requires = "etcd_certfile")]
+    pub etcd_keyfile: Option<std::path::PathBuf>,
+    /// How often to compact etcd's history (0 never compacts).
+    #[arg(long, default_value = "5m", value_parser = duration)]
+    pub etcd_compaction_interval: std::time::Duration,
+}
+
+impl StartArgs {
+    /// The etcd store these flags ask for, if any.
+    pub fn etcd(&self) -> Option<controlplane::store::EtcdConfig> {
+        if self.etcd_servers.is_empty() {
+            return None;
+        }
+        let tls = (self.etcd_cafile.is_some() || self.etcd_certfile.is_some()).then(|| controlplane::store::EtcdTls {
+            ca: self.etcd_cafile.clone(),
+            cert: self.etcd_certfile.clone(),
+            key: self.etcd_keyfile.clone(),
+        });
+        Some(controlplane::store::EtcdConfig {
+            prefix: self.etcd_prefix.clone(),
+            tls,
+            compaction_interval: (!self.etcd_compaction_interval.is_zero()).then_some(self.etcd_compaction_interval),
+            ..controlplane::store::EtcdConfig::new(self.etcd_servers.clone())
+        })
+    }
 }
 
 /// A Go-style duration flag (`500ms`, `2s`, `1m`).

@@ -163,6 +163,8 @@ impl ApiError {
                 crate::store::MAX_OBJECT_BYTES
             )),
             StoreError::Backend(msg) => Self::internal(format!("storage error while writing {}: {msg}", obj.name)),
+            StoreError::Unavailable(msg) => Self::unavailable(format!("{} \"{}\" was not written: {msg}", obj.qualified(), obj.name)),
+            StoreError::Timeout(msg) => Self::new(504, "Timeout", format!("writing {} \"{}\": {msg}", obj.qualified(), obj.name)),
         }
     }
 

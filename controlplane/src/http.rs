@@ -162,10 +162,12 @@ async fn route(
     match rest.as_str() {
         "/healthz" | "/livez" | "/healthz/ping" | "/livez/ping" => return Ok(text(StatusCode::OK, "ok".into())),
         "/readyz" => {
-            return Ok(if state.ready.load(std::sync::atomic::Ordering::Acquire) {
-                text(StatusCode::OK, "ok".into())
-            } else {
+            return Ok(if !state.ready.load(std::sync::atomic::Ordering::Acquire) {
                 text(StatusCode::SERVICE_UNAVAILABLE, "[-]startup failed: the server is still starting\nreadyz check failed".into())
+            } else if let Err(why) = state.api.store.health() {
+                text(StatusCode::SERVICE_UNAVAILABLE, format!("[-]etcd failed: {why}\nreadyz check failed"))
+            } else {
+                text(StatusCode::OK, "ok".into())
             })
         }
         "/version" | "/version/" => return Ok(json_response(200, &version_info())),

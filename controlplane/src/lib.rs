@@ -14,6 +14,7 @@ pub mod auth;
 pub mod authz;
 pub mod controllers;
 pub mod crd;
+pub mod credentials;
 pub mod decode;
 pub mod discovery;
 pub mod error;

@@ -17,7 +17,7 @@ use crate::auth::Auth;
 use crate::http::{self, AppState};
 use crate::metrics::Metrics;
 use crate::registry::{Profile, Registry};
-use crate::store::{SqliteStore, Store, WindowLimits};
+use crate::store::{EtcdConfig, EtcdStore, SqliteStore, Store, WindowLimits};
 use crate::tenancy::{SingleCluster, Tenancy, Workspaces};
 use crate::{controllers, kubeconfig, listener, tls};
 
@@ -43,6 +43,9 @@ pub struct ServerConfig {
     /// The service range a single-cluster server allocates cluster IPs from; a control
     /// plane allocates none.
     pub service_cidr: Ipv4Cidr,
+    /// Keep the data in etcd instead of `<data-dir>/store.db`, shared with every other
+    /// replica on the same etcd and prefix.
+    pub etcd: Option<EtcdConfig>,
 }
 
 impl ServerConfig {
@@ -56,6 +59,7 @@ impl ServerConfig {
             name: "flotilla".into(),
             event_window: WindowLimits::CONTROL_PLANE,
             service_cidr: Ipv4Cidr::default(),
+            etcd: None,
         }
     }
 
@@ -70,6 +74,7 @@ impl ServerConfig {
             name: name.into(),
             event_window: WindowLimits::PHYSICAL_CLUSTER,
             service_cidr: Ipv4Cidr::default(),
+            etcd: None,
         }
     }
 }
@@ -159,7 +164,7 @@ impl InProcess {
 
 /// Creates or tightens the data dir (0700, its files 0600: it holds every Secret),
 /// takes its lock, and creates the store's file private before SQLite opens it.
-fn open_data_dir(dir: &Path) -> anyhow::Result<File> {
+fn open_data_dir(dir: &Path, sqlite: bool) -> anyhow::Result<File> {
     let tightened = crate::fsutil::secure_data_dir(dir).with_context(|| format!("creating the data dir {}", dir.display()))?;
     let paths: Vec<String> = tightened.iter().map(|p| p.display().to_string()).collect();
     // Files in a private dir were never exposed (other users cannot enter it): those are
@@ -174,8 +179,10 @@ fn open_data_dir(dir: &Path) -> anyhow::Result<File> {
         tracing::debug!(data_dir = %dir.display(), tightened = %paths.join(", "), "made files in the data dir private");
     }
     let lock = lock_data_dir(dir)?;
-    let store = dir.join("store.db");
-    crate::fsutil::create_private(&store).with_context(|| format!("creating {}", store.display()))?;
+    if sqlite {
+        let store = dir.join("store.db");
+        crate::fsutil::create_private(&store).with_context(|| format!("creating {}", store.display()))?;
+    }
     Ok(lock)
 }
 
@@ -199,10 +206,20 @@ fn lock_data_dir(dir: &Path) -> anyhow::Result<File> {
 /// Opens the data dir, bootstraps, binds and starts serving.
 pub async fn start(config: ServerConfig, prometheus: prometheus::Registry) -> anyhow::Result<Server> {
     let _ = rustls::crypto::ring::default_provider().install_default();
-    let lock = open_data_dir(&config.data_dir)?;
-    let store = SqliteStore::open_with_window(&config.data_dir.join("store.db"), config.event_window).context("opening the store")?;
-    store.register_metrics(&prometheus).context("registering the store's metrics")?;
-    let store: Arc<dyn Store> = store;
+    let lock = open_data_dir(&config.data_dir, config.etcd.is_none())?;
+    let store: Arc<dyn Store> = match &config.etcd {
+        None => {
+            let store =
+                SqliteStore::open_with_window(&config.data_dir.join("store.db"), config.event_window).context("opening the store")?;
+            store.register_metrics(&prometheus).context("registering the store's metrics")?;
+            store
+        }
+        Some(etcd) => {
+            let store = EtcdStore::connect(EtcdConfig { window: config.event_window, ..etcd.clone() }).await?;
+            crate::credentials::share(&store, &config.data_dir, &format!("{}-ca", config.name)).await?;
+            store
+        }
+    };
     let profile = if config.single_cluster { Profile::PhysicalCluster } else { Profile::ControlPlane };
     let registry = Arc::new(Registry::new(profile));
     let api = Api::new(store, registry);

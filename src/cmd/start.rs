@@ -46,7 +46,8 @@ where
     // The scheduler's metrics are served on the control plane's /metrics.
     let scheduler_metrics = scheduler::metrics::Metrics::new(&registry)?;
     syncer::metrics::register(&registry)?;
-    let srv = server::start(ServerConfig::control_plane(data_dir, args.listen), registry).await?;
+    let config = ServerConfig { etcd: args.etcd(), ..ServerConfig::control_plane(data_dir, args.listen) };
+    let srv = server::start(config, registry).await?;
     println!("flotilla control plane serving on {}", controlplane::kubeconfig::server_url(srv.addr));
     println!("kubeconfig: {}", srv.kubeconfig.display());
     println!("try: kubectl --kubeconfig {} get namespaces", srv.kubeconfig.display());

@@ -444,6 +444,11 @@ fn classify(endpoints: &str, e: etcd_client::Error) -> StoreError {
         E::TransportError(_) | E::IoError(_) => true,
         _ => false,
     };
+    if not_sent(&e) {
+        return StoreError::Unavailable(format!(
+            "etcd at {endpoints} is unavailable: no member took the connection; nothing was written, retry when it is back"
+        ));
+    }
     match unavailable {
         true => StoreError::Unavailable(format!("etcd at {endpoints} is unavailable: {e}; nothing was written, retry when it is back")),
         false => StoreError::Backend(format!("etcd at {endpoints}: {e}")),

@@ -7,20 +7,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::json;
-use storage::local_etcd::{free_ports, LocalEtcd};
+use storage::local_etcd::LocalEtcd;
 use storage::{EtcdConfig, EtcdStore, EventType, Store, StoreError, WriteOp};
 
 fn etcd(members: usize) -> Option<(tempfile::TempDir, LocalEtcd)> {
-    if let Err(why) = storage::local_etcd::find_binary() {
-        if std::env::var_os("FLOTILLA_REQUIRE_ETCD").is_some() {
-            panic!("FLOTILLA_REQUIRE_ETCD is set, but {why}");
-        }
-        eprintln!("skipping: {why}");
-        return None;
-    }
     let dir = tempfile::tempdir().unwrap();
-    let cluster = LocalEtcd::start(dir.path(), &free_ports(members).unwrap()).unwrap_or_else(|e| panic!("{e}"));
-    Some((dir, cluster))
+    LocalEtcd::for_test(dir.path(), members).map(|cluster| (dir, cluster))
 }
 
 fn config(cluster: &LocalEtcd, prefix: &str) -> EtcdConfig {
