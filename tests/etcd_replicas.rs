@@ -72,8 +72,43 @@ fn replicas_share_one_control_plane_and_survive_each_other_and_etcd() {
         |o| o.contains("created") || o.contains("AlreadyExists"),
     );
 
-    // kill -9 of A: B goes on, and A rejoins with what was written meanwhile.
+    // Each controller runs in one replica, under its Lease.
+    let leases = |f: &Flotilla| {
+        f.k(&[
+            "get",
+            "leases",
+            "-n",
+            "flotilla-system",
+            "-o",
+            "jsonpath={range .items[*]}{.metadata.name}={.spec.holderIdentity}{'\\n'}{end}",
+        ])
+    };
+    let identity = |f: &Flotilla| read(f, "scheduler-identity").trim().to_string();
+    let controllers = [
+        "flotilla-companion-status",
+        "flotilla-companions",
+        "flotilla-controlplane-controllers",
+        "flotilla-revisions",
+        "flotilla-scheduler",
+        "flotilla-status-aggregator",
+    ];
+    let held = wait_until(
+        "every controller's Lease to be held",
+        Duration::from_secs(10),
+        || leases(&b),
+        |l| l.lines().count() == controllers.len(),
+    );
+    for line in held.lines() {
+        let (name, holder) = line.split_once('=').unwrap();
+        assert!(controllers.contains(&name), "an unexpected Lease {name}");
+        assert!(holder == identity(&a) || holder == identity(&b), "{name} is held by {holder:?}, neither replica");
+    }
+
+    // kill -9 of A: B goes on, takes over every controller within the lease duration
+    // (15 s) and a retry (2 s), and A rejoins with what was written meanwhile.
     a.kill9();
+    let b_holds_all = format!("{}\n", controllers.map(|c| format!("{c}={}", identity(&b))).join("\n"));
+    wait_until("B to hold every Lease after A's kill -9", Duration::from_secs(20), || leases(&b), |l| l == b_holds_all);
     b.k(&["create", "configmap", "while-a-was-down", "--from-literal=v=1"]);
     assert_eq!(b.k(&["get", "configmap", "after", "-o", "name"]).trim(), "configmap/after", "B serves what A wrote before it died");
     a.launch();

@@ -46,6 +46,9 @@ pub struct ServerConfig {
     /// Keep the data in etcd instead of `<data-dir>/store.db`, shared with every other
     /// replica on the same etcd and prefix.
     pub etcd: Option<EtcdConfig>,
+    /// Run the control plane's own controllers ([`controllers::run`]) in the server.
+    /// Replicas on etcd run them elsewhere, under a Lease, so that one runs them.
+    pub run_controllers: bool,
 }
 
 impl ServerConfig {
@@ -60,6 +63,7 @@ impl ServerConfig {
             event_window: WindowLimits::CONTROL_PLANE,
             service_cidr: Ipv4Cidr::default(),
             etcd: None,
+            run_controllers: true,
         }
     }
 
@@ -75,6 +79,7 @@ impl ServerConfig {
             event_window: WindowLimits::PHYSICAL_CLUSTER,
             service_cidr: Ipv4Cidr::default(),
             etcd: None,
+            run_controllers: true,
         }
     }
 }
@@ -91,7 +96,7 @@ pub struct Server {
     pub auth: Arc<Auth>,
     router: axum::Router,
     serving: listener::Serving,
-    controllers: tokio::task::JoinHandle<()>,
+    controllers: Option<tokio::task::JoinHandle<()>>,
     stop: tokio::sync::watch::Sender<bool>,
     _lock: File,
 }
@@ -111,8 +116,10 @@ impl Server {
         // End watches and controllers first, so the graceful phase only waits for
         // short requests, and nothing writes to the store after we return.
         let _ = self.stop.send(true);
-        self.controllers.abort();
-        let _ = self.controllers.await;
+        if let Some(controllers) = self.controllers {
+            controllers.abort();
+            let _ = controllers.await;
+        }
         self.serving.shutdown(SHUTDOWN_GRACE).await?;
         Ok(())
     }
@@ -249,7 +256,7 @@ pub async fn start(config: ServerConfig, prometheus: prometheus::Registry) -> an
         ready: std::sync::atomic::AtomicBool::new(false),
         stopping,
     });
-    let controllers = tokio::spawn(controllers::run(api.clone()));
+    let controllers = config.run_controllers.then(|| tokio::spawn(controllers::run(api.clone())));
 
     let router = http::router(state.clone());
     let listener = tokio::net::TcpListener::from_std(listener)?;

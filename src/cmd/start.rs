@@ -2,6 +2,9 @@
 
 use std::path::Path;
 
+use futures::future::BoxFuture;
+use futures::FutureExt;
+
 use controlplane::server::{self, ServerConfig};
 
 use crate::cli::StartArgs;
@@ -46,7 +49,11 @@ where
     // The scheduler's metrics are served on the control plane's /metrics.
     let scheduler_metrics = scheduler::metrics::Metrics::new(&registry)?;
     syncer::metrics::register(&registry)?;
-    let config = ServerConfig { etcd: args.etcd(), ..ServerConfig::control_plane(data_dir, args.listen) };
+    let etcd = args.etcd();
+    let replicated = etcd.is_some();
+    // On etcd other replicas may share the control plane: its controllers run below,
+    // each under a Lease, instead of in every server.
+    let config = ServerConfig { etcd, run_controllers: !replicated, ..ServerConfig::control_plane(data_dir, args.listen) };
     let srv = server::start(config, registry).await?;
     println!("flotilla control plane serving on {}", controlplane::kubeconfig::server_url(srv.addr));
     println!("kubeconfig: {}", srv.kubeconfig.display());
@@ -55,7 +62,7 @@ where
     // scheduler use only the Kubernetes API), through kube clients whose requests the
     // server handles in this process rather than over a loopback TLS connection.
     let local = srv.in_process();
-    let client = || {
+    let client = move || {
         kube::Client::new(
             tower::service_fn({
                 let local = local.clone();
@@ -69,14 +76,42 @@ where
     let followers = std::sync::Arc::new(runtime::followers::Followers::default());
     let options =
         syncer::push::Options { heartbeat_interval: args.heartbeat_interval, resync: args.resync, followers: Some(followers.clone()) };
-    let aggregator = runtime::AbortOnDrop(tokio::spawn(workspace_controllers::aggregate::run(client(), args.resync)));
-    let companion_status = runtime::AbortOnDrop(tokio::spawn(workspace_controllers::companion_status::run(client(), args.resync)));
-    let companions = runtime::AbortOnDrop(tokio::spawn(workspace_controllers::companions::run(client(), args.resync, followers)));
-    let revisions = runtime::AbortOnDrop(tokio::spawn(workspace_controllers::revisions::run(client(), args.resync)));
+    let identity = scheduler_identity(data_dir)?;
+    let resync = args.resync;
+    // Alone on its data dir, a server is the only one: its controllers just run.
+    // Replicas on etcd each hold a Lease per controller, and run it while they do.
+    let controller = |lease: &'static str, work: Box<dyn Fn() -> BoxFuture<'static, ()> + Send + Sync>| -> runtime::AbortOnDrop<()> {
+        match replicated {
+            false => runtime::AbortOnDrop(tokio::spawn(work())),
+            true => {
+                let mut elector = runtime::leader::Elector::new(client(), lease, identity.clone(), runtime::leader::Timing::default());
+                runtime::AbortOnDrop(tokio::spawn(async move { elector.run(&work).await }))
+            }
+        }
+    };
+    let api = srv.api.clone();
+    let own = replicated
+        .then(|| controller("flotilla-controlplane-controllers", Box::new(move || controlplane::controllers::run(api.clone()).boxed())));
+    let aggregator = controller("flotilla-status-aggregator", {
+        let client = client.clone();
+        Box::new(move || workspace_controllers::aggregate::run(client(), resync).boxed())
+    });
+    let companion_status = controller("flotilla-companion-status", {
+        let client = client.clone();
+        Box::new(move || workspace_controllers::companion_status::run(client(), resync).boxed())
+    });
+    let companions = controller("flotilla-companions", {
+        let (client, followers) = (client.clone(), followers.clone());
+        Box::new(move || workspace_controllers::companions::run(client(), resync, followers.clone()).boxed())
+    });
+    let revisions = controller("flotilla-revisions", {
+        let client = client.clone();
+        Box::new(move || workspace_controllers::revisions::run(client(), resync).boxed())
+    });
     let scheduling = (!args.no_scheduler).then(|| -> anyhow::Result<_> {
         let options = scheduler::Options {
             heartbeat_grace: args.heartbeat_grace,
-            instance: scheduler_identity(data_dir)?,
+            instance: identity.clone(),
             metrics: scheduler_metrics,
             ..Default::default()
         };
@@ -112,7 +147,7 @@ where
     // The controllers stop before what `started` runs (`up`'s clusters) and before the
     // server, so none of them writes to the store after it has shut down, and none
     // warns that a cluster or the server went away.
-    drop((syncers, companions, revisions, aggregator, companion_status));
+    drop((syncers, companions, revisions, aggregator, companion_status, own));
     drop(kept);
     srv.shutdown().await?;
     failed.map_or(Ok(()), Err)
