@@ -20,6 +20,7 @@ use kube::core::{ApiResource, GroupVersionKind};
 use serde_json::json;
 
 mod companions;
+mod etcd;
 mod hostile;
 mod plot;
 mod report;
@@ -51,7 +52,7 @@ struct Args {
     /// `syncer-steady`; `scheduler` is both `scheduler-assign` and `scheduler-failover`;
     /// `companions` (apps of a Deployment and four companions) is both
     /// `companions-apply` and `companions-failover`.
-    #[arg(long, value_parser = ["controlplane", "sim", "syncer", "syncer-latency", "syncer-steady", "scheduler", "scheduler-assign", "scheduler-failover", "companions", "companions-apply", "companions-failover", "scale", "hostile-bodies"])]
+    #[arg(long, value_parser = ["controlplane", "sim", "syncer", "syncer-latency", "syncer-steady", "scheduler", "scheduler-assign", "scheduler-failover", "companions", "companions-apply", "companions-failover", "scale", "hostile-bodies", "etcd"])]
     only: Option<String>,
 }
 
@@ -416,6 +417,11 @@ async fn main() -> anyhow::Result<()> {
             let r = hostile::rows(&args.flotilla, s.hostile, &mut report).await;
             report.outcome("hostile-bodies", r);
         }
+        if selected("etcd") {
+            report.calibrate("etcd").await;
+            let r = etcd::rows(s.write_clients, s.write_secs, &mut report).await;
+            report.outcome("etcd", r);
+        }
     }
     report.print_table();
     let out = if args.publish { PathBuf::from("docs/bench") } else { args.out_dir.clone() };
@@ -776,10 +782,16 @@ fn http_get(path: &str) -> http::Request<Vec<u8>> {
     http::Request::get(path).body(Vec::new()).unwrap()
 }
 
+/// Durable creates straight into an SQLite store, no HTTP, no admission.
 async fn store_floor(writers: usize, secs: f64) -> anyhow::Result<f64> {
-    use storage::{SqliteStore, Store, WriteOp};
     let dir = tempfile::tempdir()?;
-    let store = SqliteStore::open(&dir.path().join("s.db"))?;
+    let store = storage::SqliteStore::open(&dir.path().join("s.db"))?;
+    store_creates(store, writers, secs).await
+}
+
+/// Creates into `store` from `writers` concurrent writers for `secs`, per second.
+async fn store_creates(store: Arc<dyn storage::Store>, writers: usize, secs: f64) -> anyhow::Result<f64> {
+    use storage::WriteOp;
     let deadline = Instant::now() + Duration::from_secs_f64(secs);
     let start = Instant::now();
     let tasks: Vec<_> = (0..writers)
@@ -788,15 +800,18 @@ async fn store_floor(writers: usize, secs: f64) -> anyhow::Result<f64> {
             tokio::spawn(async move {
                 let mut n = 0u64;
                 while Instant::now() < deadline {
-                    let v = json!({"metadata": {"name": format!("{w}-{n}")}, "data": {"k": "v".repeat(64)}});
-                    store.write(WriteOp::Create { key: format!("core/configmaps/root/default/{w}-{n}"), value: v }).await.unwrap();
+                    let key = format!("core/configmaps/root/default/{w}-{n}");
+                    store.write(WriteOp::Create { key, value: etcd::doc(w, n) }).await?;
                     n += 1;
                 }
-                n
+                anyhow::Ok(n)
             })
         })
         .collect();
-    let total: u64 = futures::future::try_join_all(tasks).await?.into_iter().sum();
+    let mut total = 0;
+    for t in tasks {
+        total += t.await??;
+    }
     Ok(total as f64 / start.elapsed().as_secs_f64())
 }
 
