@@ -5,9 +5,12 @@
 
 mod common;
 
-use std::time::Duration;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
-use common::{wait_until, Flotilla};
+use common::fleet::{register, sim, wait_all_ready, wait_assignment};
+use common::{deployment, wait_until, Flotilla};
 use controlplane::store::local_etcd::LocalEtcd;
 
 fn replica(etcd: &LocalEtcd) -> Flotilla {
@@ -73,16 +76,6 @@ fn replicas_share_one_control_plane_and_survive_each_other_and_etcd() {
     );
 
     // Each controller runs in one replica, under its Lease.
-    let leases = |f: &Flotilla| {
-        f.k(&[
-            "get",
-            "leases",
-            "-n",
-            "flotilla-system",
-            "-o",
-            "jsonpath={range .items[*]}{.metadata.name}={.spec.holderIdentity}{'\\n'}{end}",
-        ])
-    };
     let identity = |f: &Flotilla| read(f, "scheduler-identity").trim().to_string();
     let controllers = [
         "flotilla-companion-status",
@@ -92,10 +85,18 @@ fn replicas_share_one_control_plane_and_survive_each_other_and_etcd() {
         "flotilla-scheduler",
         "flotilla-status-aggregator",
     ];
+    // The membership and syncer Leases are another matter (the tests below).
+    let controller_leases = |f: &Flotilla| {
+        let all = leases(f);
+        all.lines()
+            .filter(|l| !l.starts_with("flotilla-replica-") && !l.starts_with("flotilla-syncer-"))
+            .map(|l| format!("{l}\n"))
+            .collect::<String>()
+    };
     let held = wait_until(
         "every controller's Lease to be held",
         Duration::from_secs(10),
-        || leases(&b),
+        || controller_leases(&b),
         |l| l.lines().count() == controllers.len(),
     );
     for line in held.lines() {
@@ -108,9 +109,148 @@ fn replicas_share_one_control_plane_and_survive_each_other_and_etcd() {
     // (15 s) and a retry (2 s), and A rejoins with what was written meanwhile.
     a.kill9();
     let b_holds_all = format!("{}\n", controllers.map(|c| format!("{c}={}", identity(&b))).join("\n"));
-    wait_until("B to hold every Lease after A's kill -9", Duration::from_secs(20), || leases(&b), |l| l == b_holds_all);
+    wait_until(
+        "B to hold every controller's Lease after A's kill -9",
+        Duration::from_secs(20),
+        || controller_leases(&b),
+        |l| l == b_holds_all,
+    );
     b.k(&["create", "configmap", "while-a-was-down", "--from-literal=v=1"]);
     assert_eq!(b.k(&["get", "configmap", "after", "-o", "name"]).trim(), "configmap/after", "B serves what A wrote before it died");
     a.launch();
     assert_eq!(a.k(&["get", "configmap", "while-a-was-down", "-o", "jsonpath={.data.v}"]), "1", "A rejoined with B's write");
+}
+
+/// `name=holder` of every Lease in root/flotilla-system, one a line, sorted.
+fn leases(f: &Flotilla) -> String {
+    f.k(&["get", "leases", "-n", "flotilla-system", "-o", "jsonpath={range .items[*]}{.metadata.name}={.spec.holderIdentity}{'\\n'}{end}"])
+}
+
+/// Two replicas on one etcd, A started first (so it schedules), with clusters east
+/// and west registered and workspace `demo`; east's syncer prefers A when `east_in_a`,
+/// B otherwise. Both clusters are Ready and each one's syncer holds its Lease.
+struct Pair {
+    _dir: tempfile::TempDir,
+    _etcd: LocalEtcd,
+    east: common::SimCluster,
+    _west: common::SimCluster,
+    a: Flotilla,
+    b: Flotilla,
+    id_a: String,
+    id_b: String,
+}
+
+fn pair(east_in_a: bool) -> Option<Pair> {
+    let dir = tempfile::tempdir().unwrap();
+    let etcd = LocalEtcd::for_test(dir.path(), 1)?;
+    let (east, west) = (sim("east", 4), sim("west", 4));
+    // Identities chosen so that east's syncer prefers the replica asked for.
+    let id_b = "replica-b".to_string();
+    let id_a = (0..)
+        .map(|i| format!("replica-a{i}"))
+        .find(|a| (syncer::shard::preferred("east", &[a.clone(), id_b.clone()]) == Some(a)) == east_in_a)
+        .unwrap();
+    let servers = etcd.endpoints().join(",");
+    let a = Flotilla::start_as(&id_a, &["--etcd-servers", &servers]);
+    register(&a, &east, &[]);
+    register(&a, &west, &[]);
+    assert!(a.flotilla(&["workspace", "create", "demo"]).ok);
+    let b = Flotilla::start_as(&id_b, &["--etcd-servers", &servers]);
+    wait_all_ready(&b, 2);
+    let east_holder = if east_in_a { &id_a } else { &id_b };
+    let held = wait_until(
+        "both clusters' syncers to run under a Lease, east's in the replica it prefers",
+        Duration::from_secs(30),
+        || leases(&b),
+        |l| l.contains(&format!("flotilla-syncer-east={east_holder}")) && l.contains("flotilla-syncer-west=replica-"),
+    );
+    assert!(held.contains(&format!("flotilla-scheduler={id_a}")), "A, started first, schedules: {held}");
+    Some(Pair { _dir: dir, _etcd: etcd, east, _west: west, a, b, id_a, id_b })
+}
+
+const READINESS: &str = r#"jsonpath={range .items[*]}{.metadata.name}={.status.conditions[?(@.type=="Ready")].status} {end}"#;
+
+/// Checks every half second for `window` that both clusters stay Ready, and returns
+/// how long after `since` `f`'s Leases first passed `held`.
+fn stays_ready_until_held(f: &Flotilla, since: Instant, window: Duration, held: impl Fn(&str) -> bool) -> Duration {
+    let mut taken_over = None;
+    while since.elapsed() < window {
+        let ready = f.k(&["get", "st", "-o", READINESS]);
+        assert_eq!(ready.trim(), "east=True west=True", "{:.1?} after the kill -9\n{}", since.elapsed(), common::tail(&f.log()));
+        if taken_over.is_none() && held(&leases(f)) {
+            taken_over = Some(since.elapsed());
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    taken_over.unwrap_or_else(|| panic!("the Leases were not taken over {window:?} after the kill -9:\n{}", leases(f)))
+}
+
+#[test]
+fn a_lost_replica_s_syncers_move_and_their_clusters_are_not_declared_lost() {
+    // The fields a pattern leaves out would be dropped at once: etcd and the clusters too.
+    let Some(Pair { mut b, a, id_a, _etcd, _dir, east: _east, _west, .. }) = pair(false) else { return };
+    // B syncs east and A schedules: east's heartbeats stop with B, though east is fine.
+    b.kill9();
+    let killed = Instant::now();
+    let took = stays_ready_until_held(&a, killed, Duration::from_secs(25), |l| l.contains(&format!("flotilla-syncer-east={id_a}")));
+    // The Lease's 15 s, a retry, and the half-second steps of this check.
+    assert!(took <= Duration::from_secs(19), "A took east's syncer over after {took:?}");
+    eprintln!("A held east's syncer Lease {took:.1?} after B's kill -9");
+    assert!(a.log().contains("missed heartbeats are not counted"), "the scheduler said why it held east:\n{}", common::tail(&a.log()));
+}
+
+#[test]
+fn killing_the_replica_that_schedules_and_syncs_loses_no_write_and_no_cluster() {
+    let Some(Pair { mut a, b, east, id_b, _etcd, _dir, _west, .. }) = pair(true) else { return };
+    b.apply(&["--context", "demo"], &deployment("web", 2, "100m", "nginx", ""));
+    wait_assignment(&b, "web", |a| !a.is_empty());
+
+    // Clients write through A until it dies; every write it acknowledged must be there.
+    let acked = Arc::new(Mutex::new(Vec::new()));
+    let stop = Arc::new(AtomicBool::new(false));
+    let writer = {
+        let (acked, stop, kubeconfig, dir) = (acked.clone(), stop.clone(), a.kubeconfig(), a.data_dir().to_path_buf());
+        std::thread::spawn(move || {
+            for i in 0.. {
+                if stop.load(Ordering::Relaxed) {
+                    break;
+                }
+                let name = format!("w{i}");
+                let out = common::kubectl_cmd(&kubeconfig, &dir, &["create", "configmap", &name, "--request-timeout=5s"]).output().unwrap();
+                if out.status.success() {
+                    acked.lock().unwrap().push(name);
+                }
+            }
+        })
+    };
+    wait_until(
+        "some writes through A",
+        Duration::from_secs(20),
+        || acked.lock().unwrap().len().to_string(),
+        |n| n.parse::<usize>().unwrap() >= 5,
+    );
+    a.kill9();
+    let killed = Instant::now();
+    std::thread::sleep(Duration::from_millis(500));
+    stop.store(true, Ordering::Relaxed);
+    writer.join().unwrap();
+    let acked = acked.lock().unwrap().clone();
+    let stored = b.k(&["get", "configmaps", "-o", "jsonpath={range .items[*]}{.metadata.name}{'\\n'}{end}"]);
+    let missing: Vec<&String> = acked.iter().filter(|n| !stored.lines().any(|l| l == n.as_str())).collect();
+    assert!(missing.is_empty(), "writes A acknowledged are missing on B: {missing:?} of {}", acked.len());
+
+    // B takes over the scheduler and every syncer within the lease duration and a
+    // retry, and neither cluster is declared lost meanwhile.
+    let all_b =
+        |l: &str| ["flotilla-scheduler", "flotilla-syncer-east", "flotilla-syncer-west"].iter().all(|n| l.contains(&format!("{n}={id_b}")));
+    let taken_over = stays_ready_until_held(&b, killed, Duration::from_secs(30), all_b);
+    assert!(taken_over <= Duration::from_secs(19), "B took over after {taken_over:?}");
+    eprintln!("B held the scheduler's and every syncer's Lease {taken_over:.1?} after A's kill -9");
+
+    // B schedules what comes after, and fails a lost cluster over.
+    b.apply(&["--context", "demo"], &deployment("after", 1, "100m", "nginx", ""));
+    wait_assignment(&b, "after", |a| !a.is_empty());
+    let mut east = east;
+    east.kill9();
+    wait_assignment(&b, "web", |a| a == "west=2");
 }

@@ -21,6 +21,12 @@ use kube::Client;
 use placement_api::SYSTEM_NAMESPACE;
 use tokio::time::Instant;
 
+/// A replica's membership Lease is this plus its identity (syncer/src/shard.rs).
+pub const MEMBER_LEASE_PREFIX: &str = "flotilla-replica-";
+/// The Lease of a SyncTarget's push-mode syncer, when replicas share them out, is
+/// this plus the SyncTarget's name (syncer/src/shard.rs, scheduler/src/syncers.rs).
+pub const SYNCER_LEASE_PREFIX: &str = "flotilla-syncer-";
+
 /// Lease timings.
 #[derive(Debug, Clone, Copy)]
 pub struct Timing {
@@ -46,7 +52,7 @@ type Record = (Option<String>, Option<MicroTime>);
 pub struct Elector {
     api: Api<Lease>,
     /// The Lease's name, in `root`/`flotilla-system`: the controller's.
-    lease: &'static str,
+    lease: String,
     identity: String,
     timing: Timing,
     /// The record last seen (holder, renew time) and when it was first seen.
@@ -60,16 +66,38 @@ fn now() -> MicroTime {
 impl Elector {
     /// A candidate named `identity` for the Lease `lease`; `root` is a client of the
     /// `root` workspace.
-    pub fn new(root: Client, lease: &'static str, identity: String, timing: Timing) -> Self {
-        Elector { api: Api::namespaced(root, SYSTEM_NAMESPACE), lease, identity, timing, observed: None }
+    pub fn new(root: Client, lease: impl Into<String>, identity: String, timing: Timing) -> Self {
+        Elector { api: Api::namespaced(root, SYSTEM_NAMESPACE), lease: lease.into(), identity, timing, observed: None }
+    }
+
+    /// Notes the Lease's record, and returns since when (on this process's clock) it has
+    /// not changed.
+    fn note(&mut self, spec: &LeaseSpec) -> Instant {
+        let holder = spec.holder_identity.clone().filter(|h| !h.is_empty());
+        let record = (holder, spec.renew_time.clone());
+        let seen_at = match &self.observed {
+            Some((r, at)) if *r == record => *at,
+            _ => Instant::now(),
+        };
+        self.observed = Some((record, seen_at));
+        seen_at
+    }
+
+    /// Reads the Lease without taking it, so that its expiry is timed from now on even
+    /// while this candidate does not compete; returns its holder, if any.
+    pub async fn observe(&mut self) -> Result<Option<String>, kube::Error> {
+        let Some(lease) = self.api.get_opt(&self.lease).await? else { return Ok(None) };
+        let spec = lease.spec.unwrap_or_default();
+        self.note(&spec);
+        Ok(spec.holder_identity.filter(|h| !h.is_empty()))
     }
 
     /// Tries once to take or renew the Lease. `Ok(true)`: this candidate holds it.
     pub async fn try_acquire_or_renew(&mut self) -> Result<bool, kube::Error> {
         let seconds = i32::try_from(self.timing.lease.as_secs()).unwrap_or(15);
-        let Some(mut lease) = self.api.get_opt(self.lease).await? else {
+        let Some(mut lease) = self.api.get_opt(&self.lease).await? else {
             let lease = Lease {
-                metadata: ObjectMeta { name: Some(self.lease.into()), ..Default::default() },
+                metadata: ObjectMeta { name: Some(self.lease.clone()), ..Default::default() },
                 spec: Some(LeaseSpec {
                     holder_identity: Some(self.identity.clone()),
                     lease_duration_seconds: Some(seconds),
@@ -87,12 +115,7 @@ impl Elector {
         };
         let spec = lease.spec.get_or_insert_with(Default::default);
         let holder = spec.holder_identity.clone().filter(|h| !h.is_empty());
-        let record = (holder.clone(), spec.renew_time.clone());
-        let seen_at = match &self.observed {
-            Some((r, at)) if *r == record => *at,
-            _ => Instant::now(),
-        };
-        self.observed = Some((record, seen_at));
+        let seen_at = self.note(spec);
         let mine = holder.as_deref() == Some(self.identity.as_str());
         let expired = seen_at.elapsed() >= self.timing.lease;
         if !(mine || holder.is_none() || expired) {
@@ -105,7 +128,7 @@ impl Elector {
         }
         spec.renew_time = Some(now());
         spec.lease_duration_seconds = Some(seconds);
-        match self.api.replace(self.lease, &PostParams::default(), &lease).await {
+        match self.api.replace(&self.lease, &PostParams::default(), &lease).await {
             Ok(_) => Ok(true),
             Err(kube::Error::Api(s)) if s.code == 409 => Ok(false),
             Err(e) => Err(e),
@@ -114,13 +137,13 @@ impl Elector {
 
     /// Gives the Lease up, so the next candidate takes over at once.
     pub async fn release(&mut self) {
-        if let Ok(Some(mut lease)) = self.api.get_opt(self.lease).await {
+        if let Ok(Some(mut lease)) = self.api.get_opt(&self.lease).await {
             let spec = lease.spec.get_or_insert_with(Default::default);
             if spec.holder_identity.as_deref() == Some(self.identity.as_str()) {
                 spec.holder_identity = None;
                 spec.renew_time = Some(now());
-                if let Err(e) = self.api.replace(self.lease, &PostParams::default(), &lease).await {
-                    tracing::warn!(error = %e, lease = self.lease, "could not release the Lease; the next candidate waits for it to expire");
+                if let Err(e) = self.api.replace(&self.lease, &PostParams::default(), &lease).await {
+                    tracing::warn!(error = %e, lease = %self.lease, "could not release the Lease; the next candidate waits for it to expire");
                 }
             }
         }
@@ -138,11 +161,11 @@ impl Elector {
                 match self.try_acquire_or_renew().await {
                     Ok(true) => break,
                     Ok(false) => {}
-                    Err(e) => tracing::warn!(error = %e, lease = self.lease, "could not read the Lease; retrying"),
+                    Err(e) => tracing::warn!(error = %e, lease = %self.lease, "could not read the Lease; retrying"),
                 }
                 tokio::time::sleep(self.timing.retry).await;
             }
-            tracing::info!(identity = %self.identity, lease = self.lease, "became the leader");
+            tracing::info!(identity = %self.identity, lease = %self.lease, "became the leader");
             let task = crate::AbortOnDrop(tokio::spawn(work()));
             let mut renewed = Instant::now();
             loop {
@@ -156,14 +179,14 @@ impl Elector {
                 match attempt.unwrap_or_else(|_| Err(kube::Error::Service("the renewal timed out".into()))) {
                     Ok(true) => renewed = Instant::now(),
                     Ok(false) => {
-                        tracing::error!(identity = %self.identity, lease = self.lease, "another process holds the Lease; stopping");
+                        tracing::error!(identity = %self.identity, lease = %self.lease, "another process holds the Lease; stopping");
                         break;
                     }
                     Err(e) if renewed.elapsed() >= self.timing.renew_deadline => {
-                        tracing::error!(error = %e, lease = self.lease, "could not renew the Lease in time; stopping");
+                        tracing::error!(error = %e, lease = %self.lease, "could not renew the Lease in time; stopping");
                         break;
                     }
-                    Err(e) => tracing::warn!(error = %e, lease = self.lease, "could not renew the Lease; retrying"),
+                    Err(e) => tracing::warn!(error = %e, lease = %self.lease, "could not renew the Lease; retrying"),
                 }
             }
             drop(task);

@@ -46,6 +46,8 @@ use crate::events::{self, Recorder};
 use crate::health::{self, Book};
 use crate::metrics::Metrics;
 use crate::resolve;
+use crate::syncers::SyncerLeases;
+use k8s_openapi::api::coordination::v1::Lease;
 use runtime::cache::{self as store, Cache as Store, ObjKey, Workspace};
 
 /// How the scheduler runs.
@@ -142,6 +144,9 @@ struct Scheduler {
     rules: Arc<Store<Placement>>,
     namespaces: Arc<Store<Namespace>>,
     book: Arc<Book>,
+    /// The syncer Leases, when replicas share the syncers out, and the watch that feeds them.
+    syncer_leases: Arc<SyncerLeases>,
+    _leases: Arc<Store<Lease>>,
     assumed: Arc<Assumed>,
     /// Workloads that did not fit last time; they are looked at when room appears.
     waiting: DashSet<ObjKey>,
@@ -285,6 +290,19 @@ pub async fn run(base: Client, options: Options) {
                 }
             }
         }));
+        let timing = runtime::leader::Timing::default();
+        let syncer_leases = Arc::new(SyncerLeases::new(timing.retry, timing.lease, options.heartbeat_grace));
+        let l = syncer_leases.clone();
+        let leases = store::spawn(
+            Api::<Lease>::namespaced(root.clone(), placement_api::SYSTEM_NAMESPACE),
+            config(),
+            Workspace::Fixed(ROOT_WORKSPACE),
+            "leases",
+            move |c| match &c.new {
+                Some(lease) => l.observe(lease, tokio::time::Instant::now()),
+                None => l.remove(&c.key.name),
+            },
+        );
         let (b, a, t, m) = (book.clone(), assumed.clone(), tx.clone(), options.metrics.clone());
         let targets = store::spawn(Api::<SyncTarget>::all(root), config(), Workspace::Fixed(ROOT_WORKSPACE), "synctargets", move |c| {
             let name = c.key.name.clone();
@@ -372,6 +390,8 @@ pub async fn run(base: Client, options: Options) {
             rules,
             namespaces,
             book,
+            syncer_leases,
+            _leases: leases,
             assumed,
             waiting: DashSet::new(),
             deciding: Mutex::new(()),
@@ -507,6 +527,29 @@ impl Scheduler {
         }
     }
 
+    /// Renews the grace of every cluster whose syncer went silent with its replica
+    /// (crate::syncers), and says when one starts and stops being held.
+    fn hold_silent_syncers(&self, held: &mut BTreeSet<String>) {
+        let now = tokio::time::Instant::now();
+        let silent = self.syncer_leases.silent(now);
+        for (name, since) in &silent {
+            if self.book.hold(name, *since, now) && held.insert(name.clone()) {
+                tracing::warn!(
+                    cluster = %name,
+                    quiet = ?now.saturating_duration_since(*since),
+                    "the replica that syncs this cluster stopped renewing its syncer Lease: the cluster's missed heartbeats are not counted until another replica takes its syncer over"
+                );
+            }
+        }
+        held.retain(|name| {
+            let still = silent.iter().any(|(s, _)| s == name);
+            if !still {
+                tracing::info!(cluster = %name, "this cluster's syncer Lease is renewed again: its heartbeats count again");
+            }
+            still
+        });
+    }
+
     async fn watch_health(&self, tx: mpsc::UnboundedSender<Trigger>) {
         let mut tick = tokio::time::interval(HEALTH_TICK);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -514,12 +557,14 @@ impl Scheduler {
         // so a write is not repeated before the watch has shown its result.
         let written: DashMap<String, Option<String>> = DashMap::new();
         let api: Api<SyncTarget> = Api::all(clients::workspace(&self.base, ROOT_WORKSPACE));
+        let mut held = BTreeSet::new();
         loop {
             let expiry = self.book.next_expiry().map(|at| at + PAST_GRACE);
             tokio::select! {
                 _ = tick.tick() => {}
                 _ = tokio::time::sleep_until(expiry.unwrap_or_else(|| tokio::time::Instant::now() + HEALTH_TICK)), if expiry.is_some() => {}
             }
+            self.hold_silent_syncers(&mut held);
             let tick = self.book.tick();
             if let Some(r) = &tick.renewal {
                 renewed(&self.metrics, self.book.grace(), r);

@@ -316,6 +316,19 @@ impl Book {
         renewed
     }
 
+    /// Renews the grace of cluster `name` at `now` if it was Ready at `since`, when its
+    /// syncer went silent with the replica that ran it (crate::syncers): the silence of
+    /// its heartbeat is the control plane's. Returns whether it did.
+    pub fn hold(&self, name: &str, since: Instant, now: Instant) -> bool {
+        match self.clusters.get_mut(name) {
+            Some(mut o) if o.fresh_from.is_some_and(|f| f + self.grace >= since && f < now) => {
+                o.fresh_from = Some(now);
+                true
+            }
+            _ => false,
+        }
+    }
+
     /// The time clusters are judged at, at `now`, after any renewal that must come
     /// first. `beat` names the cluster whose new heartbeat is being taken in.
     fn judge(&self, now: Instant, beat: Option<&str>) -> (Instant, Option<Renewal>) {
@@ -655,6 +668,29 @@ mod tests {
         assert!(back.beat && back.signature_changed);
         assert_eq!(back.renewal, None, "the cluster's own heartbeat is no renewal of the others'");
         assert!(ready(&book, "east"));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_held_cluster_keeps_its_grace_while_held_and_then_has_one_more() {
+        let book = Book::new(GRACE);
+        book.observe(target("east", Some(100), Some("True")));
+        book.observe(target("west", Some(100), Some("True")));
+        let quiet_from = Instant::now();
+        for _ in 0..15 {
+            run_for(&book, secs(1.0)).await;
+            beat(&book, "west", 200 + Instant::now().duration_since(quiet_from).as_secs() as i64);
+            assert!(book.hold("east", quiet_from, Instant::now()), "east was Ready when its syncer went quiet");
+            assert!(book.tick().changed.is_empty(), "a held cluster stays Ready");
+        }
+        for i in 0..8 {
+            run_for(&book, secs(1.0)).await;
+            beat(&book, "west", 300 + i);
+            assert!(book.tick().changed.is_empty(), "one whole grace after the hold ends");
+        }
+        run_for(&book, Duration::from_millis(1)).await;
+        beat(&book, "west", 400);
+        assert_eq!(book.tick().changed, vec!["east".to_string()], "then its missed heartbeats count");
+        assert!(!book.hold("east", Instant::now(), Instant::now()), "a cluster that is not Ready is not held");
     }
 
     #[tokio::test(start_paused = true)]

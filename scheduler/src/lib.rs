@@ -23,6 +23,7 @@ pub mod health;
 pub mod metrics;
 pub mod resolve;
 pub mod selector;
+pub mod syncers;
 
 pub use controller::{run, Options};
 /// Leader election, the runtime's ([`runtime::leader`]).

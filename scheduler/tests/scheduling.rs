@@ -51,7 +51,7 @@ async fn fleet(clusters: &[&SimCluster]) -> (ControlPlane, Vec<AbortOnDrop<()>>)
         cp.register(c).await;
     }
     cp.create_workspace(WS).await;
-    let syncers = syncer::push::Options { heartbeat_interval: HEARTBEAT, resync: RESYNC, followers: None };
+    let syncers = syncer::push::Options { heartbeat_interval: HEARTBEAT, resync: RESYNC, followers: None, shard: None };
     let options = scheduler::Options {
         heartbeat_grace: GRACE,
         resync: RESYNC,

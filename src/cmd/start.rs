@@ -74,9 +74,15 @@ where
     // The companions controller tells this process's syncers at once where each
     // companion goes, before its labels say so.
     let followers = std::sync::Arc::new(runtime::followers::Followers::default());
-    let options =
-        syncer::push::Options { heartbeat_interval: args.heartbeat_interval, resync: args.resync, followers: Some(followers.clone()) };
     let identity = scheduler_identity(data_dir)?;
+    // Replicas share the clusters out: each syncs those it holds the Lease of.
+    let shard = replicated.then(|| syncer::shard::Shard { identity: identity.clone(), timing: runtime::leader::Timing::default() });
+    let options = syncer::push::Options {
+        heartbeat_interval: args.heartbeat_interval,
+        resync: args.resync,
+        followers: Some(followers.clone()),
+        shard,
+    };
     let resync = args.resync;
     // Alone on its data dir, a server is the only one: its controllers just run.
     // Replicas on etcd each hold a Lease per controller, and run it while they do.

@@ -23,6 +23,7 @@ pub mod key;
 pub mod metrics;
 pub mod naming;
 pub mod push;
+pub mod shard;
 pub mod sync;
 pub mod transform;
 

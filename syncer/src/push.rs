@@ -35,6 +35,9 @@ pub struct Options {
     /// Where companions go, from the companions controller of this process, if it runs
     /// one ([`runtime::followers`]).
     pub followers: Option<Arc<Followers>>,
+    /// Share the SyncTargets out among the replicas of the control plane, each synced
+    /// by one replica under its Lease ([`crate::shard`]); `None` syncs every one here.
+    pub shard: Option<crate::shard::Shard>,
 }
 
 /// Runs push-mode syncers for the SyncTargets of the control plane that `base` reaches
@@ -51,6 +54,8 @@ pub async fn run(base: Client, options: Options) {
         .reflect(secrets_w)
         .map(|_| ());
     let mut changes = futures::stream::select(t, s).boxed();
+    let (live_tx, live) = tokio::sync::watch::channel(Vec::new());
+    let _members = options.shard.clone().map(|shard| AbortOnDrop(tokio::spawn(crate::shard::members(root.clone(), shard, live_tx))));
     // SyncTarget name → (the kubeconfig it runs with, its task).
     let mut running: HashMap<String, (String, AbortOnDrop<()>)> = HashMap::new();
     let mut tick = tokio::time::interval(Duration::from_secs(5));
@@ -88,8 +93,18 @@ pub async fn run(base: Client, options: Options) {
             if running.contains_key(&name) {
                 continue;
             }
-            tracing::info!(sync_target = %name, "starting its syncer");
-            let task = tokio::spawn(supervise(name.clone(), kubeconfig.clone(), base.clone(), root.clone(), options.clone()));
+            let sync = {
+                let (name, kubeconfig, base, root, options) =
+                    (name.clone(), kubeconfig.clone(), base.clone(), root.clone(), options.clone());
+                move || supervise(name.clone(), kubeconfig.clone(), base.clone(), root.clone(), options.clone())
+            };
+            let task = match options.shard.clone() {
+                None => {
+                    tracing::info!(sync_target = %name, "starting its syncer");
+                    tokio::spawn(sync())
+                }
+                Some(shard) => tokio::spawn(crate::shard::run_target(root.clone(), name.clone(), shard, live.clone(), sync)),
+            };
             running.insert(name, (kubeconfig, AbortOnDrop(task)));
         }
     }

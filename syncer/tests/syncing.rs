@@ -49,7 +49,7 @@ async fn fleet_with(followers: Option<Arc<Followers>>) -> (ControlPlane, SimClus
     let controllers = vec![
         AbortOnDrop(tokio::spawn(syncer::push::run(
             cp.in_process(),
-            syncer::push::Options { heartbeat_interval: HEARTBEAT, resync: RESYNC, followers },
+            syncer::push::Options { heartbeat_interval: HEARTBEAT, resync: RESYNC, followers, shard: None },
         ))),
         AbortOnDrop(tokio::spawn(workspace_controllers::aggregate::run(cp.in_process(), RESYNC))),
     ];

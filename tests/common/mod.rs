@@ -60,6 +60,17 @@ impl Flotilla {
         f
     }
 
+    /// Starts a control plane whose replica identity (`scheduler-identity`, the holder
+    /// of its Leases) is `identity`.
+    pub fn start_as(identity: &str, extra: &[&str]) -> Self {
+        let dir = tempfile::tempdir().expect("tempdir");
+        std::fs::write(dir.path().join("scheduler-identity"), format!("{identity}\n")).expect("write the identity");
+        let extra = extra.iter().map(|s| s.to_string()).collect();
+        let mut f = Self { child: None, dir, url: String::new(), listen: "127.0.0.1:0".into(), extra };
+        f.launch();
+        f
+    }
+
     pub fn data_dir(&self) -> &Path {
         self.dir.path()
     }
