@@ -97,6 +97,10 @@ pub struct UpArgs {
     /// The workspace to create and make the current context.
     #[arg(long, default_value = "demo")]
     pub workspace: String,
+    /// Run the control plane highly available: a local etcd of three members (the
+    /// `etcd` binary on PATH), three replicas, and a load balancer on --listen.
+    #[arg(long)]
+    pub ha: bool,
     #[command(flatten)]
     pub start: StartArgs,
 }
@@ -121,7 +125,8 @@ pub struct DrillArgs {
     /// The fault to inject, or `restore` to end it.
     #[arg(value_enum)]
     pub fault: Fault,
-    /// The cluster (SyncTarget) name.
+    /// The cluster (SyncTarget) name; for the replica and etcd drills, the number of
+    /// the replica or etcd member (0, 1 or 2).
     pub cluster: String,
     /// Give up waiting for the failover (or the recovery) after this long.
     #[arg(long, default_value = "2m", value_parser = duration)]
@@ -137,6 +142,14 @@ pub enum Fault {
     Freeze,
     /// Back to normal: thaw a frozen cluster, or start a killed one again.
     Restore,
+    /// Kill replica N of `flotilla up --ha` (SIGKILL).
+    KillReplica,
+    /// Start replica N of `flotilla up --ha` again.
+    RestoreReplica,
+    /// Kill etcd member N of `flotilla up --ha` (SIGKILL).
+    KillEtcd,
+    /// Start etcd member N of `flotilla up --ha` again.
+    RestoreEtcd,
 }
 
 impl std::fmt::Display for Fault {
@@ -145,6 +158,10 @@ impl std::fmt::Display for Fault {
             Fault::Kill => "kill",
             Fault::Freeze => "freeze",
             Fault::Restore => "restore",
+            Fault::KillReplica => "kill-replica",
+            Fault::RestoreReplica => "restore-replica",
+            Fault::KillEtcd => "kill-etcd",
+            Fault::RestoreEtcd => "restore-etcd",
         })
     }
 }

@@ -148,7 +148,10 @@ fn pair(east_in_a: bool) -> Option<Pair> {
     let id_b = "replica-b".to_string();
     let id_a = (0..)
         .map(|i| format!("replica-a{i}"))
-        .find(|a| (syncer::shard::preferred("east", &[a.clone(), id_b.clone()]) == Some(a)) == east_in_a)
+        .find(|a| {
+            let owners = syncer::shard::assign(&["east".into(), "west".into()], &[a.clone(), id_b.clone()]);
+            (owners["east"] == *a) == east_in_a
+        })
         .unwrap();
     let servers = etcd.endpoints().join(",");
     let a = Flotilla::start_as(&id_a, &["--etcd-servers", &servers]);

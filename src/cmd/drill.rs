@@ -31,6 +31,9 @@ type WorkloadKey = (String, String, String);
 
 /// Runs a drill.
 pub async fn run(data_dir: &Path, kubeconfig: &Path, args: DrillArgs) -> anyhow::Result<()> {
+    if matches!(args.fault, Fault::KillReplica | Fault::RestoreReplica | Fault::KillEtcd | Fault::RestoreEtcd) {
+        return super::ha_drill::run(data_dir, kubeconfig, &args).await;
+    }
     let source = Source::new(kubeconfig, None).await?;
     let before = source.collect().await?;
     let name = args.cluster.as_str();
@@ -40,7 +43,7 @@ pub async fn run(data_dir: &Path, kubeconfig: &Path, args: DrillArgs) -> anyhow:
     }
     match args.fault {
         Fault::Kill | Fault::Freeze => inject(data_dir, &source, before, &args).await,
-        Fault::Restore => restore(data_dir, &source, &args).await,
+        _ => restore(data_dir, &source, &args).await,
     }
 }
 

@@ -2,6 +2,8 @@
 
 mod cluster;
 mod drill;
+mod ha;
+mod ha_drill;
 mod scheduler;
 mod sim_cluster;
 mod sims;

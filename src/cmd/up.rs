@@ -43,21 +43,30 @@ const DEMO_FILE: &str = "demo.yaml";
 /// logs go to `log_file` if it is given (the terminal then shows only the progress and
 /// the warnings); it is named in the first line.
 pub async fn run(data_dir: &Path, log_file: Option<&Path>, args: UpArgs) -> anyhow::Result<()> {
-    let defs = match &args.clusters {
-        Some(file) => test_clusters::config::load(file).context("reading the cluster definitions (--clusters)")?,
-        None => demo()?,
-    };
+    if args.ha {
+        return super::ha::run(data_dir, args).await;
+    }
+    let defs = definitions(&args)?;
     match log_file {
         Some(log) => println!("starting the control plane on {} (log: {})", args.start.listen, log.display()),
         None => println!("starting the control plane on {}", args.start.listen),
     }
     let (clusters, workspace) = (args.clusters.clone(), args.workspace.clone());
-    super::start::serve(data_dir, args.start, |kubeconfig| fleet_up(data_dir.to_path_buf(), kubeconfig, clusters, defs, workspace)).await
+    super::start::serve(data_dir, args.start, |kubeconfig| fleet_up(data_dir.to_path_buf(), kubeconfig, clusters, defs, workspace, &[]))
+        .await
+}
+
+/// The definitions of the clusters to run: `--clusters`, or the demo fleet.
+pub(super) fn definitions(args: &UpArgs) -> anyhow::Result<Vec<ClusterDef>> {
+    match &args.clusters {
+        Some(file) => test_clusters::config::load(file).context("reading the cluster definitions (--clusters)"),
+        None => demo(),
+    }
 }
 
 /// The simulated clusters `up` runs; dropping it stops them, including any that a
 /// drill restarted (see [`super::sims`]).
-struct Fleet {
+pub(super) struct Fleet {
     data_dir: PathBuf,
     names: Vec<String>,
     stopping: Arc<AtomicBool>,
@@ -78,12 +87,13 @@ fn demo() -> anyhow::Result<Vec<ClusterDef>> {
 }
 
 /// `file` is the definition file, None for the built-in demo fleet.
-async fn fleet_up(
+pub(super) async fn fleet_up(
     data_dir: PathBuf,
     kubeconfig: PathBuf,
     file: Option<PathBuf>,
     defs: Vec<ClusterDef>,
     workspace: String,
+    more_next: &[&str],
 ) -> anyhow::Result<Fleet> {
     let exe = std::env::current_exe().context("finding the flotilla binary to run the simulated clusters")?;
     let logs = data_dir.join("logs");
@@ -147,6 +157,9 @@ async fn fleet_up(
     println!("  kubectl apply -f docs/examples/       # Deployments and Placements in workspace {workspace}");
     println!("  flotilla status                       # the clusters, and where each workload runs");
     println!("  flotilla drill kill west              # lose a cluster, and watch its workloads move");
+    for line in more_next {
+        println!("  {line}");
+    }
     println!("Ctrl-C stops the control plane and the clusters; `flotilla up` again brings them back.");
     Ok(fleet)
 }

@@ -239,7 +239,7 @@ impl Shared {
                     tokio::time::sleep(pause).await;
                     pause = (pause * 2).min(Duration::from_millis(500));
                 }
-                Ok(Err(e)) => return Err(classify(&self.endpoints, e)),
+                Ok(Err(e)) => return Err(classify(&self.endpoints, what, e)),
                 Err(_) => {
                     return Err(StoreError::Timeout(format!(
                         "etcd at {} did not answer {what} within {:?}; a write may or may not have been applied, so read the object again before retrying",
@@ -432,26 +432,36 @@ fn not_sent(e: &etcd_client::Error) -> bool {
     }
 }
 
-/// Sorts an etcd failure into "unavailable, try again" and everything else.
-fn classify(endpoints: &str, e: etcd_client::Error) -> StoreError {
+/// Sorts an etcd failure of `what` by what the client may conclude: nothing was
+/// written (retry), the outcome is unknown (read before retrying), or something else.
+fn classify(endpoints: &str, what: &str, e: etcd_client::Error) -> StoreError {
     use etcd_client::Error as E;
-    let unavailable = match &e {
-        E::GRpcStatus(s) => {
-            matches!(s.code(), tonic::Code::Unavailable | tonic::Code::DeadlineExceeded | tonic::Code::Cancelled)
-                || s.message().contains("no leader")
-                || s.message().contains("timed out")
-        }
-        E::TransportError(_) | E::IoError(_) => true,
-        _ => false,
-    };
     if not_sent(&e) {
         return StoreError::Unavailable(format!(
             "etcd at {endpoints} is unavailable: no member took the connection; nothing was written, retry when it is back"
         ));
     }
-    match unavailable {
-        true => StoreError::Unavailable(format!("etcd at {endpoints} is unavailable: {e}; nothing was written, retry when it is back")),
-        false => StoreError::Backend(format!("etcd at {endpoints}: {e}")),
+    let (refused, unknown) = match &e {
+        // etcd refuses without a leader before it proposes anything.
+        E::GRpcStatus(s) if s.message().contains("no leader") => (true, false),
+        // A request cut off on its way (a member died, the connection broke), or one
+        // that etcd gave up on after proposing it, may have been applied or not.
+        E::GRpcStatus(s) => (
+            false,
+            matches!(s.code(), tonic::Code::Unavailable | tonic::Code::DeadlineExceeded | tonic::Code::Cancelled)
+                || ["timed out", "transport error", "leader changed", "connection"].iter().any(|m| s.message().contains(m)),
+        ),
+        E::TransportError(_) | E::IoError(_) => (false, true),
+        _ => (false, false),
+    };
+    match (refused, unknown) {
+        (true, _) => {
+            StoreError::Unavailable(format!("etcd at {endpoints} is unavailable: {e}; nothing was written, retry when it is back"))
+        }
+        (_, true) => StoreError::Timeout(format!(
+            "etcd at {endpoints} failed during {what} ({e}); it may or may not have been applied, so read the object again before retrying"
+        )),
+        _ => StoreError::Backend(format!("etcd at {endpoints}: {e}")),
     }
 }
 

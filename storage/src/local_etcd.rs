@@ -5,6 +5,7 @@
 //! logs to `<dir>/<name>.log`. A member can be killed (SIGKILL, as a crash) and
 //! started again on the same data, which is how the drills take etcd members away.
 
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -61,6 +62,19 @@ pub fn find_binary() -> Result<PathBuf, String> {
         .ok_or_else(|| format!("no etcd binary on PATH: {INSTALL_HINT}"))
 }
 
+/// For tests: whether there is an etcd binary to test with. Without one a test says
+/// so on stderr and skips; with FLOTILLA_REQUIRE_ETCD set, as CI sets it, it fails.
+pub fn available_for_test() -> bool {
+    match find_binary() {
+        Ok(_) => true,
+        Err(why) if std::env::var_os("FLOTILLA_REQUIRE_ETCD").is_some() => panic!("FLOTILLA_REQUIRE_ETCD is set, but {why}"),
+        Err(why) => {
+            eprintln!("skipping: {why}");
+            false
+        }
+    }
+}
+
 /// Loopback ports nobody listens on now, for tests: (client, peer) per member.
 pub fn free_ports(members: usize) -> std::io::Result<Vec<(u16, u16)>> {
     // Hold every listener until all ports are chosen, so no two are the same.
@@ -74,20 +88,16 @@ impl LocalEtcd {
     /// on stderr) when there is no etcd binary. When FLOTILLA_REQUIRE_ETCD is set, as
     /// CI sets it, a missing binary fails the test instead.
     pub fn for_test(dir: &Path, members: usize) -> Option<Self> {
-        if let Err(why) = find_binary() {
-            if std::env::var_os("FLOTILLA_REQUIRE_ETCD").is_some() {
-                panic!("FLOTILLA_REQUIRE_ETCD is set, but {why}");
-            }
-            eprintln!("skipping: {why}");
+        if !available_for_test() {
             return None;
         }
         let ports = free_ports(members).unwrap_or_else(|e| panic!("choosing ports for etcd: {e}"));
         Some(Self::start(dir, &ports).unwrap_or_else(|e| panic!("{e}")))
     }
 
-    /// Starts (or restarts, on the data already in `dir`) one member per port pair and
-    /// waits until every one answers.
-    pub fn start(dir: &Path, ports: &[(u16, u16)]) -> Result<Self, String> {
+    /// The cluster of one member per port pair in `dir`, none of them started by this
+    /// process: to start or restart members one at a time.
+    pub fn attach(dir: &Path, ports: &[(u16, u16)]) -> Result<Self, String> {
         let binary = find_binary()?;
         std::fs::create_dir_all(dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
         let members = ports
@@ -95,7 +105,13 @@ impl LocalEtcd {
             .enumerate()
             .map(|(i, &(client_port, peer_port))| Member { name: format!("m{i}"), client_port, peer_port, child: None })
             .collect();
-        let mut cluster = Self { dir: dir.to_path_buf(), binary, members };
+        Ok(Self { dir: dir.to_path_buf(), binary, members })
+    }
+
+    /// Starts (or restarts, on the data already in `dir`) one member per port pair and
+    /// waits until every one answers.
+    pub fn start(dir: &Path, ports: &[(u16, u16)]) -> Result<Self, String> {
+        let mut cluster = Self::attach(dir, ports)?;
         for i in 0..cluster.members.len() {
             cluster.spawn(i)?;
         }
@@ -108,6 +124,24 @@ impl LocalEtcd {
     /// The client URLs of every member, for `--etcd-servers`.
     pub fn endpoints(&self) -> Vec<String> {
         self.members.iter().map(Member::client_url).collect()
+    }
+
+    /// The pid file of member `i`, written when this process starts it.
+    pub fn pid_file(&self, i: usize) -> PathBuf {
+        self.dir.join(format!("{}.pid", self.members[i].name))
+    }
+
+    /// Lets the members this process started run on after it is dropped.
+    pub fn detach(mut self) {
+        for m in &mut self.members {
+            m.child = None;
+        }
+    }
+
+    /// Starts member `i`, which must not be running, and waits until it answers.
+    pub fn start_member(&mut self, i: usize) -> Result<(), String> {
+        self.spawn(i)?;
+        self.wait_serving(i)
     }
 
     /// The log file of member `i`.
@@ -153,10 +187,15 @@ impl LocalEtcd {
             .args(["--initial-cluster", &cluster.join(","), "--initial-cluster-state", state])
             .args(["--initial-cluster-token", "flotilla-local", "--logger", "zap", "--log-outputs", "stderr"])
             .stdin(Stdio::null())
+            // Its own process group: a Ctrl-C in the terminal reaches the process that
+            // runs the cluster, which stops the members in order.
+            .process_group(0)
             .stdout(log)
             .stderr(err)
             .spawn()
             .map_err(|e| format!("starting {}: {e}", self.binary.display()))?;
+        let pid_file = self.pid_file(i);
+        std::fs::write(&pid_file, format!("{}\n", child.id())).map_err(|e| format!("writing {}: {e}", pid_file.display()))?;
         self.members[i].child = Some(child);
         Ok(())
     }

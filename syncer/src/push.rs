@@ -54,8 +54,10 @@ pub async fn run(base: Client, options: Options) {
         .reflect(secrets_w)
         .map(|_| ());
     let mut changes = futures::stream::select(t, s).boxed();
-    let (live_tx, live) = tokio::sync::watch::channel(Vec::new());
+    let (live_tx, mut live) = tokio::sync::watch::channel(Vec::new());
     let _members = options.shard.clone().map(|shard| AbortOnDrop(tokio::spawn(crate::shard::members(root.clone(), shard, live_tx))));
+    let (assignment_tx, assignment) = tokio::sync::watch::channel(crate::shard::Assignment::new());
+    let mut sharded = options.shard.is_some();
     // SyncTarget name → (the kubeconfig it runs with, its task).
     let mut running: HashMap<String, (String, AbortOnDrop<()>)> = HashMap::new();
     let mut tick = tokio::time::interval(Duration::from_secs(5));
@@ -63,6 +65,7 @@ pub async fn run(base: Client, options: Options) {
         tokio::select! {
             c = changes.next() => if c.is_none() { return },
             _ = tick.tick() => {}
+            changed = live.changed(), if sharded => sharded = changed.is_ok(),
         }
         if targets.wait_until_ready().now_or_never().is_none() || secrets.wait_until_ready().now_or_never().is_none() {
             continue;
@@ -80,6 +83,17 @@ pub async fn run(base: Client, options: Options) {
                 }
                 None => tracing::warn!(sync_target = %name, secret = %r.name, "the kubeconfig Secret is missing; its syncer waits for it"),
             }
+        }
+        if options.shard.is_some() {
+            let names: Vec<String> = wanted.keys().cloned().collect();
+            let next = crate::shard::assign(&names, &live.borrow());
+            assignment_tx.send_if_modified(|current| {
+                let changed = *current != next;
+                if changed {
+                    *current = next;
+                }
+                changed
+            });
         }
         running.retain(|name, (kubeconfig, _)| {
             let keep = wanted.get(name) == Some(kubeconfig);
@@ -103,7 +117,7 @@ pub async fn run(base: Client, options: Options) {
                     tracing::info!(sync_target = %name, "starting its syncer");
                     tokio::spawn(sync())
                 }
-                Some(shard) => tokio::spawn(crate::shard::run_target(root.clone(), name.clone(), shard, live.clone(), sync)),
+                Some(shard) => tokio::spawn(crate::shard::run_target(root.clone(), name.clone(), shard, assignment.clone(), sync)),
             };
             running.insert(name, (kubeconfig, AbortOnDrop(task)));
         }

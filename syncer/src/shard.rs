@@ -3,10 +3,12 @@
 //! Each replica keeps a membership Lease, `flotilla-replica-<identity>`, in
 //! `root`/`flotilla-system`, and counts as live while that Lease's record keeps changing,
 //! timed on its own clock as leader election does. Each SyncTarget has a preferred
-//! replica among the live ones, by rendezvous hashing of the pair (target, replica):
-//! every replica computes the same answer from the same set, a new replica takes over
-//! about 1/N of the targets, and a lost one's targets spread over the rest. The
-//! preferred replica syncs a target while it holds the target's Lease,
+//! replica among the live ones ([`assign`]): rendezvous hashing of the pair (target,
+//! replica) ranks the replicas for each target, and each target, in name order, goes
+//! to the first in its ranking that has fewer than its share (the targets over the
+//! replicas, rounded up). Every replica computes the same answer from the same sets,
+//! the load is even, and a lost replica's targets spread over the rest while theirs
+//! stay put. The preferred replica syncs a target while it holds the target's Lease,
 //! `flotilla-syncer-<target>`; a replica that holds one but is no longer preferred
 //! hands it over by giving the Lease up. The Lease, not the hashing, is what keeps two
 //! replicas from syncing one cluster at once, so replicas that briefly disagree on who
@@ -16,7 +18,7 @@
 //! renewed, the silence of that cluster's heartbeat is the control plane's, not the
 //! cluster's (scheduler/src/syncers.rs).
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::api::{Api, ListParams};
@@ -28,6 +30,9 @@ use tokio::time::Instant;
 
 use runtime::leader::{MEMBER_LEASE_PREFIX as MEMBER_PREFIX, SYNCER_LEASE_PREFIX as SYNCER_PREFIX};
 
+/// Target name to the identity of the replica that should sync it.
+pub type Assignment = BTreeMap<String, String>;
+
 /// How this replica takes part.
 #[derive(Debug, Clone)]
 pub struct Shard {
@@ -37,10 +42,27 @@ pub struct Shard {
     pub timing: Timing,
 }
 
-/// The replica that should sync `target` among the `live` ones: the highest hash of
-/// the pair wins (rendezvous hashing).
-pub fn preferred<'a>(target: &str, live: &'a [String]) -> Option<&'a String> {
-    live.iter().max_by_key(|id| (pair_hash(&[target.as_bytes(), b"\0", id.as_bytes()]), id.as_str()))
+/// The replica that should sync each target, among the `live` ones (see the module's
+/// doc): the same for every caller that has the same sets, whatever their order.
+pub fn assign(targets: &[String], live: &[String]) -> BTreeMap<String, String> {
+    let mut out = BTreeMap::new();
+    if live.is_empty() {
+        return out;
+    }
+    let mut targets: Vec<&String> = targets.iter().collect();
+    targets.sort();
+    targets.dedup();
+    let share = targets.len().div_ceil(live.len());
+    let mut load: HashMap<&str, usize> = HashMap::new();
+    for target in targets {
+        let mut ranked: Vec<&String> = live.iter().collect();
+        ranked.sort_by_key(|id| std::cmp::Reverse((pair_hash(&[target.as_bytes(), b"\0", id.as_bytes()]), id.as_str())));
+        if let Some(owner) = ranked.into_iter().find(|id| load.get(id.as_str()).copied().unwrap_or(0) < share) {
+            *load.entry(owner.as_str()).or_default() += 1;
+            out.insert(target.clone(), owner.clone());
+        }
+    }
+    out
 }
 
 /// FNV-1a, 64 bits, then MurmurHash3's finalizer, so that names that differ only in
@@ -98,8 +120,9 @@ pub async fn members(root: Client, shard: Shard, live: watch::Sender<Vec<String>
 }
 
 /// Runs `sync` (a fresh future each time this replica takes the target over) while this
-/// replica is the target's preferred one and holds its Lease; never returns.
-pub async fn run_target<F, Fut>(root: Client, target: String, shard: Shard, mut live: watch::Receiver<Vec<String>>, sync: F)
+/// replica is the target's preferred one in `assigned` and holds its Lease; never
+/// returns.
+pub async fn run_target<F, Fut>(root: Client, target: String, shard: Shard, mut assigned: watch::Receiver<Assignment>, sync: F)
 where
     F: Fn() -> Fut,
     Fut: std::future::Future<Output = ()> + Send + 'static,
@@ -108,7 +131,7 @@ where
     let mut running: Option<runtime::AbortOnDrop<()>> = None;
     let mut renewed = Instant::now();
     loop {
-        let preferred = preferred(&target, &live.borrow()).cloned();
+        let preferred = assigned.borrow().get(&target).cloned();
         if preferred.as_deref() == Some(shard.identity.as_str()) {
             match tokio::time::timeout(shard.timing.renew_deadline, elector.try_acquire_or_renew()).await {
                 Ok(Ok(true)) => {
@@ -136,11 +159,11 @@ where
         } else if let Err(e) = elector.observe().await {
             tracing::debug!(sync_target = %target, error = %e, "could not read this cluster's syncer Lease");
         }
-        // A change of the live replicas is acted on at once: a lost replica's targets
-        // are taken as soon as their Leases allow.
+        // A change of the assignment is acted on at once: a lost replica's targets are
+        // taken as soon as their Leases allow.
         tokio::select! {
             _ = tokio::time::sleep(shard.timing.retry) => {}
-            changed = live.changed() => if changed.is_err() {
+            changed = assigned.changed() => if changed.is_err() {
                 tokio::time::sleep(shard.timing.retry).await;
             }
         }
@@ -152,23 +175,24 @@ mod tests {
     use super::*;
 
     #[test]
-    fn each_target_has_one_preferred_replica_and_a_lost_one_moves_only_its_own() {
-        let three: Vec<String> = ["a", "b", "c"].map(String::from).to_vec();
+    fn targets_are_shared_evenly_and_a_lost_replica_moves_only_its_own() {
+        let ids = |names: &[&str]| names.iter().map(|s| s.to_string()).collect::<Vec<_>>();
         let targets: Vec<String> = (0..300).map(|i| format!("cluster-{i}")).collect();
-        let owner = |live: &[String], t: &str| preferred(t, live).cloned().unwrap();
-        let mut shares: HashMap<String, usize> = HashMap::new();
-        for t in &targets {
-            *shares.entry(owner(&three, t)).or_default() += 1;
+        let three = assign(&targets, &ids(&["a", "b", "c"]));
+        let mut shares: HashMap<&str, usize> = HashMap::new();
+        for owner in three.values() {
+            *shares.entry(owner.as_str()).or_default() += 1;
         }
-        assert!(shares.values().all(|n| (60..=140).contains(n)), "300 targets over 3 replicas: {shares:?}");
-        let two: Vec<String> = ["a", "c"].map(String::from).to_vec();
+        assert_eq!(shares.values().copied().collect::<std::collections::BTreeSet<_>>(), [100].into(), "300 over 3: {shares:?}");
+        let two = assign(&targets, &ids(&["c", "a"]));
         for t in &targets {
-            let before = owner(&three, t);
-            let after = owner(&two, t);
+            let (before, after) = (&three[t], &two[t]);
             assert!(before == "b" || before == after, "{t} moved from {before} to {after}, though {before} is still live");
         }
-        let shuffled: Vec<String> = ["c", "a", "b"].map(String::from).to_vec();
-        assert!(targets.iter().all(|t| owner(&three, t) == owner(&shuffled, t)), "the order of the list does not matter");
-        assert_eq!(preferred("x", &[]), None);
+        assert_eq!(assign(&targets, &ids(&["c", "b", "a"])), three, "the order of the lists does not matter");
+        // Three targets over three replicas: one each, whatever the names hash to.
+        let demo = assign(&ids(&["east", "west", "eu"]), &ids(&["replica-0", "replica-1", "replica-2"]));
+        assert_eq!(demo.values().collect::<std::collections::BTreeSet<_>>().len(), 3, "{demo:?}");
+        assert!(assign(&targets, &[]).is_empty());
     }
 }
