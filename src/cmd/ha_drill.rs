@@ -82,7 +82,14 @@ async fn kill_replica(data_dir: &Path, kubeconfig: &Path, n: usize, timeout: Dur
         format!("replica {n} does not run under {}; `flotilla drill restore-replica {n}` starts it", data_dir.display())
     })?;
     let me = identity(data_dir, n)?;
-    let root = super::root_client(kubeconfig).await?;
+    // Read through another live replica directly, as a client connected there does:
+    // through the load balancer, the connection this command holds to replica n would
+    // break with it, and the first read after the kill fail.
+    let other = (1..REPLICAS).map(|i| (n + i) % REPLICAS).find(|m| ha::replica_pid(data_dir, *m).is_some());
+    let root = match other {
+        Some(m) => super::root_client(&ha::replica_dir(data_dir, m).join("admin.kubeconfig")).await?,
+        None => super::root_client(kubeconfig).await?,
+    };
     let (mut holders, mut ready) = look(&root).await?;
     let held: Vec<&String> = holders.iter().filter(|(_, h)| **h == me).map(|(l, _)| l).collect();
     kill(pid, Signal::SIGKILL).with_context(|| format!("killing replica {n} (pid {pid})"))?;
@@ -96,8 +103,6 @@ async fn kill_replica(data_dir: &Path, kubeconfig: &Path, n: usize, timeout: Dur
         },
     );
     loop {
-        // Through the load balancer: a request that reaches the dead replica is refused
-        // and goes to another.
         match look(&root).await {
             Ok((now_holders, now_ready)) => {
                 for (lease, holder) in &now_holders {
