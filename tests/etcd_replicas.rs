@@ -257,3 +257,26 @@ fn killing_the_replica_that_schedules_and_syncs_loses_no_write_and_no_cluster() 
     east.kill9();
     wait_assignment(&b, "web", |a| a == "west=2");
 }
+
+#[test]
+fn a_watch_from_before_what_a_replica_holds_is_told_410_and_a_relist_serves_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some(etcd) = LocalEtcd::for_test(dir.path(), 1) else { return };
+    let a = replica(&etcd);
+    a.k(&["create", "configmap", "early", "--from-literal=v=1"]);
+    let early = a.k(&["get", "configmap", "early", "-o", "jsonpath={.metadata.resourceVersion}"]);
+    a.k(&["create", "configmap", "later", "--from-literal=v=1"]);
+    // B loads the store after both writes: its watch window starts there, and the
+    // revision of `early` is history that B never held (as after a compaction).
+    let b = replica(&etcd);
+    let path = format!("/api/v1/namespaces/default/configmaps?watch=1&resourceVersion={early}&timeoutSeconds=5");
+    let out = b.raw(&path);
+    assert!(out.stdout.contains(r#""code":410"#) && out.stdout.contains("Expired"), "{out:?}");
+    // What a client does then: list, and watch from the list's revision.
+    let listed = b.k(&["get", "configmaps", "-o", "jsonpath={.metadata.resourceVersion} {.items[*].metadata.name}"]);
+    let (rv, names) = listed.split_once(' ').unwrap();
+    assert_eq!(names, "early later");
+    let path = format!("/api/v1/namespaces/default/configmaps?watch=1&resourceVersion={rv}&timeoutSeconds=2");
+    let out = b.raw(&path);
+    assert!(out.ok && !out.stdout.contains("ERROR"), "a watch from the list's revision is served: {out:?}");
+}
