@@ -83,6 +83,17 @@ impl Elector {
         seen_at
     }
 
+    /// How long a candidate waits before it tries again: the retry period, or less when
+    /// the Lease it saw expires sooner, so that a dead holder is replaced as soon as its
+    /// Lease runs out rather than up to a retry later.
+    pub fn until_next_try(&self) -> Duration {
+        let expires_in = self.observed.as_ref().map(|(_, seen)| self.timing.lease.saturating_sub(seen.elapsed()));
+        match expires_in {
+            Some(left) if left < self.timing.retry => left + Duration::from_millis(10),
+            _ => self.timing.retry,
+        }
+    }
+
     /// Reads the Lease without taking it, so that its expiry is timed from now on even
     /// while this candidate does not compete; returns its holder, if any.
     pub async fn observe(&mut self) -> Result<Option<String>, kube::Error> {
@@ -163,7 +174,7 @@ impl Elector {
                     Ok(false) => {}
                     Err(e) => tracing::warn!(error = %e, lease = %self.lease, "could not read the Lease; retrying"),
                 }
-                tokio::time::sleep(self.timing.retry).await;
+                tokio::time::sleep(self.until_next_try()).await;
             }
             tracing::info!(identity = %self.identity, lease = %self.lease, "became the leader");
             let task = crate::AbortOnDrop(tokio::spawn(work()));

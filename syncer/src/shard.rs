@@ -161,8 +161,11 @@ where
         }
         // A change of the assignment is acted on at once: a lost replica's targets are
         // taken as soon as their Leases allow.
+        // A preferred replica that waits for the Lease tries again as soon as it expires.
+        let waiting = running.is_none() && preferred.as_deref() == Some(shard.identity.as_str());
+        let pause = if waiting { elector.until_next_try() } else { shard.timing.retry };
         tokio::select! {
-            _ = tokio::time::sleep(shard.timing.retry) => {}
+            _ = tokio::time::sleep(pause) => {}
             changed = assigned.changed() => if changed.is_err() {
                 tokio::time::sleep(shard.timing.retry).await;
             }

@@ -11,6 +11,7 @@ use storage::local_etcd::{free_ports, LocalEtcd};
 use storage::{EtcdConfig, EtcdStore};
 
 use crate::report::{Better, Report, Row};
+use crate::ServerProc;
 
 /// The document every writer writes, `n`th of writer `w`: a small ConfigMap, as the
 /// SQLite floor writes.
@@ -18,7 +19,7 @@ pub fn doc(w: usize, n: u64) -> serde_json::Value {
     json!({"metadata": {"name": format!("{w}-{n}")}, "data": {"k": "v".repeat(64)}})
 }
 
-pub async fn rows(writers: usize, secs: f64, report: &mut Report) -> anyhow::Result<()> {
+pub async fn rows(bin: &std::path::Path, writers: usize, secs: f64, report: &mut Report) -> anyhow::Result<()> {
     let sqlite = crate::store_floor(writers, secs).await?;
     for members in [1, 3] {
         let dir = tempfile::tempdir()?;
@@ -40,6 +41,101 @@ pub async fn rows(writers: usize, secs: f64, report: &mut Report) -> anyhow::Res
                    "etcd_put_floor_per_sec": floor, "sqlite_per_sec": sqlite}),
         );
     }
+    replica_loss(bin, report).await
+}
+
+/// Clusters in the replica-loss scenario.
+const LOSS_CLUSTERS: usize = 4;
+
+/// Two replicas on one etcd and four simulated clusters; kill -9 of the replica that
+/// holds the scheduler's Lease (and, by the shares, half the clusters' syncers). From
+/// the kill, measured on this process's clock by polling the surviving replica every
+/// 100 ms: until a Deployment created right after the kill is assigned (scheduling
+/// resumed), and until every cluster that the killed replica synced shows a heartbeat
+/// written after the kill (its syncer resumed elsewhere). The floor is the Lease's
+/// duration: no replica may take a Lease sooner. Target: the duration + 2 s.
+async fn replica_loss(bin: &std::path::Path, report: &mut Report) -> anyhow::Result<()> {
+    use k8s_openapi::api::apps::v1::Deployment;
+    use kube::api::{Api, PostParams};
+    use placement_api::SyncTarget;
+
+    let dir = tempfile::tempdir()?;
+    let cluster = LocalEtcd::start(dir.path(), &free_ports(1)?).map_err(anyhow::Error::msg)?;
+    let servers = cluster.endpoints().join(",");
+    let mut a = ServerProc::replica(bin, "replica-a", &servers)?;
+    let names: Vec<String> = (0..LOSS_CLUSTERS).map(|i| format!("c{i}")).collect();
+    let mut sims = Vec::new();
+    for name in &names {
+        sims.push(crate::registered_sim(bin, a.data_dir(), name)?);
+    }
+    crate::flotilla_cli(bin, a.data_dir(), &["workspace", "create", "demo"])?;
+    let b = ServerProc::replica(bin, "replica-b", &servers)?;
+    let root = b.client("root", None).await?;
+    let leases: Api<k8s_openapi::api::coordination::v1::Lease> = Api::namespaced(root.clone(), placement_api::SYSTEM_NAMESPACE);
+    let holder =
+        |l: &k8s_openapi::api::coordination::v1::Lease| l.spec.as_ref().and_then(|s| s.holder_identity.clone()).unwrap_or_default();
+    // Settled: every cluster's syncer holds its Lease, in the shares the assignment gives.
+    let want = syncer::shard::assign(&names, &["replica-a".into(), "replica-b".into()]);
+    let settled = Instant::now() + Duration::from_secs(60);
+    loop {
+        let list = leases.list(&Default::default()).await?;
+        let held = |name: &str| list.items.iter().find(|l| l.metadata.name.as_deref() == Some(name)).map(holder).unwrap_or_default();
+        if held("flotilla-scheduler") == "replica-a" && want.iter().all(|(c, r)| held(&format!("flotilla-syncer-{c}")) == *r) {
+            break;
+        }
+        anyhow::ensure!(Instant::now() < settled, "the replicas did not settle within 60 s");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let lost: Vec<&String> = want.iter().filter(|(_, r)| *r == "replica-a").map(|(c, _)| c).collect();
+    let deployments: Api<Deployment> = Api::namespaced(b.client("demo", None).await?, "default");
+    let placements = crate::placements_api(b.client("demo", None).await?);
+    let targets: Api<SyncTarget> = Api::all(root);
+
+    a.child.kill()?;
+    let killed = Instant::now();
+    let killed_at = jiff::Timestamp::now();
+    deployments.create(&PostParams::default(), &crate::bench_deployment("after-the-kill", 1)?).await?;
+    let (mut scheduled, mut beating) = (None, None);
+    while scheduled.is_none() || beating.is_none() {
+        anyhow::ensure!(killed.elapsed() < Duration::from_secs(60), "60 s after the kill: scheduled {scheduled:?}, heartbeats {beating:?}");
+        if scheduled.is_none() {
+            let wp = placements.get_opt("after-the-kill").await?;
+            if wp.is_some_and(|w| w.data.pointer("/spec/clusters/0/replicas").is_some()) {
+                scheduled = Some(killed.elapsed().as_secs_f64());
+            }
+        }
+        if beating.is_none() {
+            let fresh = targets.list(&Default::default()).await?.items.into_iter().filter(|t| {
+                let beat = t.status.as_ref().and_then(|s| s.last_syncer_heartbeat_time.as_ref()).map(|t| t.0);
+                lost.iter().any(|c| t.metadata.name.as_deref() == Some(c.as_str())) && beat.is_some_and(|b| b > killed_at)
+            });
+            if fresh.count() == lost.len() {
+                beating = Some(killed.elapsed().as_secs_f64());
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let lease = runtime::leader::Timing::default().lease.as_secs_f64();
+    let (scheduled, beating) = (scheduled.unwrap_or_default(), beating.unwrap_or_default());
+    report.add(
+        Row::new("replica_loss/scheduling", "replica loss (kill -9): until scheduling resumes", scheduled, "s", Better::Lower)
+            .floor("lease duration", lease)
+            .target(lease + 2.0, "≤ lease + 2 s = 17 s"),
+        json!({"scenario": "replica_loss", "what": "scheduling", "seconds": scheduled, "lease_s": lease}),
+    );
+    report.add(
+        Row::new(
+            "replica_loss/heartbeats",
+            format!("replica loss (kill -9): until its {} clusters' heartbeats resume", lost.len()),
+            beating,
+            "s",
+            Better::Lower,
+        )
+        .floor("lease duration", lease)
+        .target(lease + 2.0, "≤ lease + 2 s = 17 s"),
+        json!({"scenario": "replica_loss", "what": "heartbeats", "seconds": beating, "lease_s": lease, "clusters": lost.len()}),
+    );
+    drop(sims);
     Ok(())
 }
 

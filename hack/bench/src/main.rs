@@ -196,6 +196,18 @@ impl ServerProc {
         Self::spawn(bin, tempfile::tempdir()?, &args, up)
     }
 
+    /// A replica of a control plane on etcd, with its identity: `flotilla start --etcd-servers`.
+    fn replica(bin: &Path, identity: &str, etcd_servers: &str) -> anyhow::Result<Self> {
+        let dir = tempfile::tempdir()?;
+        std::fs::write(dir.path().join("scheduler-identity"), format!("{identity}\n"))?;
+        Self::spawn(bin, dir, &["start", "--listen", "127.0.0.1:0", "--etcd-servers", etcd_servers], "admin.kubeconfig")
+    }
+
+    /// The data dir.
+    fn data_dir(&self) -> &Path {
+        self._dir.path()
+    }
+
     fn spawn(bin: &Path, dir: tempfile::TempDir, args: &[&str], kubeconfig: &str) -> anyhow::Result<Self> {
         // Logs go to the data dir: a killed cluster's syncer retries loudly, and the
         // report must stay readable.
@@ -419,7 +431,7 @@ async fn main() -> anyhow::Result<()> {
         }
         if selected("etcd") {
             report.calibrate("etcd").await;
-            let r = etcd::rows(s.write_clients, s.write_secs, &mut report).await;
+            let r = etcd::rows(&args.flotilla, s.write_clients, s.write_secs, &mut report).await;
             report.outcome("etcd", r);
         }
     }
