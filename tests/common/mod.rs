@@ -39,6 +39,24 @@ pub struct Flotilla {
     pub url: String,
     listen: String,
     extra: Vec<String>,
+    /// The etcd it stores its data in, when FLOTILLA_TEST_STORE=etcd (see [`store_flags`]).
+    _etcd: Option<controlplane::store::local_etcd::LocalEtcd>,
+}
+
+/// With FLOTILLA_TEST_STORE=etcd, every control plane these tests start keeps its data
+/// in an etcd of its own, started in `dir`, so that the same end-to-end tests run
+/// against the etcd backend (.ci/run does so for tests/kubectl_*.rs); otherwise none.
+fn store_flags(dir: &Path) -> (Option<controlplane::store::local_etcd::LocalEtcd>, Vec<String>) {
+    use controlplane::store::local_etcd::{free_ports, LocalEtcd};
+    match std::env::var("FLOTILLA_TEST_STORE").as_deref() {
+        Ok("etcd") => {
+            let etcd = LocalEtcd::start(&dir.join("etcd"), &free_ports(1).expect("ports for etcd")).unwrap_or_else(|e| panic!("{e}"));
+            let flags = vec!["--etcd-servers".to_string(), etcd.endpoints().join(",")];
+            (Some(etcd), flags)
+        }
+        Ok("sqlite") | Err(_) => (None, Vec::new()),
+        Ok(other) => panic!("FLOTILLA_TEST_STORE={other}: the stores are sqlite and etcd"),
+    }
 }
 
 pub fn bin() -> &'static str {
@@ -54,8 +72,16 @@ impl Flotilla {
     /// Starts a control plane on a fresh data dir with extra `flotilla start` flags.
     pub fn start_with(extra: &[&str]) -> Self {
         let dir = tempfile::tempdir().expect("tempdir");
-        let extra = extra.iter().map(|s| s.to_string()).collect();
-        let mut f = Self { child: None, dir, url: String::new(), listen: "127.0.0.1:0".into(), extra };
+        let mut flags: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
+        let etcd = match flags.iter().any(|f| f == "--etcd-servers") {
+            true => None,
+            false => {
+                let (etcd, store) = store_flags(dir.path());
+                flags.extend(store);
+                etcd
+            }
+        };
+        let mut f = Self { child: None, dir, url: String::new(), listen: "127.0.0.1:0".into(), extra: flags, _etcd: etcd };
         f.launch();
         f
     }
@@ -66,7 +92,7 @@ impl Flotilla {
         let dir = tempfile::tempdir().expect("tempdir");
         std::fs::write(dir.path().join("scheduler-identity"), format!("{identity}\n")).expect("write the identity");
         let extra = extra.iter().map(|s| s.to_string()).collect();
-        let mut f = Self { child: None, dir, url: String::new(), listen: "127.0.0.1:0".into(), extra };
+        let mut f = Self { child: None, dir, url: String::new(), listen: "127.0.0.1:0".into(), extra, _etcd: None };
         f.launch();
         f
     }
