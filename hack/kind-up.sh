@@ -15,6 +15,10 @@
 # A cluster that already exists (`kind get clusters`) is not created again, but it is still
 # registered, so the script can be re-run after `flotilla` state is reset.
 #
+# When hack/image.sh has built Flotilla's image (target/image/flotilla-<version>.tar), it
+# is loaded into every cluster, so that a pull-mode syncer applied there from the
+# manifest of `flotilla cluster register --pull` starts without a registry.
+#
 # The cluster name is the config's top-level `name:` (else the file name). The region label
 # comes from REGIONS below, else from the first topology.kubernetes.io/region node label.
 set -euo pipefail
@@ -80,6 +84,11 @@ else
 fi
 [[ ${#configs[@]} -gt 0 ]] || die "no kind configs in ${config_dir}"
 
+image_archive="$(find "${repo_root}/target/image" -maxdepth 1 -name 'flotilla-*.tar' 2>/dev/null | head -n 1 || true)"
+if [[ -z "${image_archive}" ]]; then
+  echo "kind-up: no Flotilla image in target/image/ (build it with hack/image.sh); pull-mode syncers will not start in these clusters"
+fi
+
 mkdir -p "${KUBECONFIG_DIR}"
 # Absolute, so the registered kubeconfig path does not depend on where flotilla runs.
 KUBECONFIG_DIR="$(cd "${KUBECONFIG_DIR}" && pwd)"
@@ -96,6 +105,11 @@ for config in "${configs[@]}"; do
   else
     echo "kind-up: creating cluster '${name}' from ${config}"
     kind create cluster --config "${config}" --name "${name}" --kubeconfig "${kubeconfig}"
+  fi
+
+  if [[ -n "${image_archive}" ]]; then
+    echo "kind-up: loading $(basename "${image_archive}") into '${name}'"
+    kind load image-archive "${image_archive}" --name "${name}"
   fi
 
   echo "kind-up: registering '${name}' (region=${region})"

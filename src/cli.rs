@@ -241,8 +241,9 @@ pub struct RegisterArgs {
     /// with `flotilla syncer`.
     #[arg(long, value_name = "FILE", requires = "pull")]
     pub upstream_kubeconfig_out: Option<PathBuf>,
-    /// Syncer image for the pull-mode manifest.
-    #[arg(long, default_value = concat!("ghcr.io/flotilla-dev/flotilla:", env!("CARGO_PKG_VERSION")))]
+    /// Syncer image for the pull-mode manifest: by default the one hack/image.sh builds
+    /// (hack/kind-up.sh loads it into kind clusters).
+    #[arg(long, default_value = concat!("localhost/flotilla:", env!("CARGO_PKG_VERSION")))]
     pub syncer_image: String,
 }
 
@@ -307,6 +308,11 @@ pub struct StartArgs {
     /// assign workloads by hand).
     #[arg(long)]
     pub no_scheduler: bool,
+    /// More names (DNS names or IP addresses, comma-separated) that the serving
+    /// certificate is valid for, besides localhost and the --listen address: the
+    /// Service or load balancer in front of the replicas.
+    #[arg(long, value_delimiter = ',')]
+    pub tls_san: Vec<String>,
     /// Keep the data in etcd at these client URLs (comma-separated) instead of
     /// <data-dir>/store.db. Every replica started on the same etcd and prefix serves
     /// the same control plane.

@@ -70,3 +70,14 @@ fn sigterm_shuts_down_cleanly_and_a_restart_keeps_everything() {
     f.launch();
     assert_eq!(f.k(&["--context", "keep", "get", "cm", "kept", "-o", "jsonpath={.data.v}"]), "1");
 }
+
+#[test]
+fn the_serving_certificate_covers_the_names_given_with_tls_san() {
+    let f = Flotilla::start_with(&["--tls-san", "flotilla.example,flotilla.flotilla-system.svc"]);
+    for name in ["flotilla.example", "flotilla.flotilla-system.svc", "localhost"] {
+        let o = f.kubectl(&["--tls-server-name", name, "get", "namespaces", "-o", "name"]);
+        assert!(o.ok && o.stdout.contains("namespace/default"), "{name}: {o:?}");
+    }
+    let o = f.kubectl(&["--tls-server-name", "other.example", "get", "namespaces"]);
+    assert!(!o.ok && o.stderr.contains("certificate"), "a name not given is not covered: {o:?}");
+}

@@ -8,7 +8,7 @@ mod common;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use common::{assigned, copies, wait_for, wait_until, Flotilla, Out, PullSyncer, SimCluster};
+use common::{assigned, copies, register_pull, wait_for, wait_until, Flotilla, Out, PullSyncer, SimCluster};
 
 const EAST: &str = "name: east\nnodes:\n  - {count: 2, cpu: \"4\", memory: 8Gi, pods: 110}\nstartupDelay: 200ms\n";
 const DEADLINE: Duration = Duration::from_secs(30);
@@ -19,19 +19,7 @@ fn pull_fleet() -> (Flotilla, SimCluster, PathBuf) {
     // These tests play the scheduler's part: they write the assignment themselves.
     let f = Flotilla::start_with(&["--no-scheduler"]);
     let east = SimCluster::start(EAST);
-    let upstream = f.data_dir().join("east-upstream.kubeconfig");
-    let o = f.flotilla(&[
-        "cluster",
-        "register",
-        "east",
-        "--pull",
-        "--kubeconfig",
-        east.kubeconfig().to_str().unwrap(),
-        "--upstream-kubeconfig-out",
-        upstream.to_str().unwrap(),
-    ]);
-    assert!(o.ok, "register: {o:?}");
-    assert!(o.stdout.contains("run the syncer: flotilla syncer --sync-target east"), "{o:?}");
+    let upstream = register_pull(&f, &east);
     let o = f.flotilla(&["workspace", "create", "demo"]);
     assert!(o.ok, "workspace create: {o:?}");
     (f, east, upstream)

@@ -46,6 +46,8 @@ pub struct ServerConfig {
     /// Keep the data in etcd instead of `<data-dir>/store.db`, shared with every other
     /// replica on the same etcd and prefix.
     pub etcd: Option<EtcdConfig>,
+    /// Names the serving certificate is valid for besides localhost and the listen address.
+    pub tls_sans: Vec<String>,
     /// Run the control plane's own controllers ([`controllers::run`]) in the server.
     /// Replicas on etcd run them elsewhere, under a Lease, so that one runs them.
     pub run_controllers: bool,
@@ -63,6 +65,7 @@ impl ServerConfig {
             event_window: WindowLimits::CONTROL_PLANE,
             service_cidr: Ipv4Cidr::default(),
             etcd: None,
+            tls_sans: Vec::new(),
             run_controllers: true,
         }
     }
@@ -79,6 +82,7 @@ impl ServerConfig {
             event_window: WindowLimits::PHYSICAL_CLUSTER,
             service_cidr: Ipv4Cidr::default(),
             etcd: None,
+            tls_sans: Vec::new(),
             run_controllers: true,
         }
     }
@@ -236,8 +240,8 @@ pub async fn start(config: ServerConfig, prometheus: prometheus::Registry) -> an
     bootstrap(&api).await.context("bootstrapping the root workspace")?;
 
     let auth = Arc::new(Auth::load_or_create(&config.data_dir).context("loading tokens")?);
-    let host = config.listen.ip().to_string();
-    let tls = tls::load_or_create(&config.data_dir, &format!("{}-ca", config.name), &[host])?;
+    let hosts: Vec<String> = std::iter::once(config.listen.ip().to_string()).chain(config.tls_sans.iter().cloned()).collect();
+    let tls = tls::load_or_create(&config.data_dir, &format!("{}-ca", config.name), &hosts)?;
     let listener = std::net::TcpListener::bind(config.listen)
         .with_context(|| format!("cannot listen on {}: is another server using it? Choose another with --listen", config.listen))?;
     listener.set_nonblocking(true)?;

@@ -53,7 +53,12 @@ where
     let replicated = etcd.is_some();
     // On etcd other replicas may share the control plane: its controllers run below,
     // each under a Lease, instead of in every server.
-    let config = ServerConfig { etcd, run_controllers: !replicated, ..ServerConfig::control_plane(data_dir, args.listen) };
+    let config = ServerConfig {
+        etcd,
+        run_controllers: !replicated,
+        tls_sans: args.tls_san.clone(),
+        ..ServerConfig::control_plane(data_dir, args.listen)
+    };
     let srv = server::start(config, registry).await?;
     println!("flotilla control plane serving on {}", controlplane::kubeconfig::server_url(srv.addr));
     println!("kubeconfig: {}", srv.kubeconfig.display());

@@ -217,6 +217,32 @@ pub fn spawn_ready(args: &[&str], log: &Path) -> (Child, String) {
     launch_ready(Command::new(bin()).args(args), args, log, false)
 }
 
+/// `flotilla cluster register NAME --pull`, writing the syncer's upstream kubeconfig
+/// into `f`'s data dir; returns its path.
+pub fn register_pull(f: &Flotilla, cluster: &SimCluster) -> PathBuf {
+    let upstream = f.data_dir().join(format!("{}-upstream.kubeconfig", cluster.name));
+    let kubeconfig = cluster.kubeconfig();
+    let o = f.flotilla(&[
+        "cluster",
+        "register",
+        &cluster.name,
+        "--pull",
+        "--kubeconfig",
+        kubeconfig.to_str().unwrap(),
+        "--upstream-kubeconfig-out",
+        upstream.to_str().unwrap(),
+    ]);
+    assert!(o.ok, "register {} --pull: {o:?}", cluster.name);
+    assert!(o.stdout.contains(&format!("run the syncer: flotilla syncer --sync-target {}", cluster.name)), "{o:?}");
+    upstream
+}
+
+/// Starts `cmd` (a flotilla command line, run some other way), logging stderr to `log`,
+/// and waits until it prints "ready"; `what` names it in a failure.
+pub fn spawn_ready_cmd(cmd: &mut Command, what: &[&str], log: &Path) -> (Child, String) {
+    launch_ready(cmd, what, log, false)
+}
+
 /// Starts `flotilla ARGS` in `dir` as a person would in a terminal, and waits until it
 /// prints "ready". `terminal` gets everything it prints, stdout and stderr, in the order
 /// it arrives; returns the process and the URL it printed.
