@@ -60,7 +60,12 @@ fn replicas_share_one_control_plane_and_survive_each_other_and_etcd() {
     assert!(!refused.ok && refused.stderr.contains("etcd") && refused.stderr.contains("unavailable"), "{refused:?}");
     let ready = wait_until("A's readyz to report etcd", Duration::from_secs(15), || a.raw("/readyz").stderr, |e| !e.is_empty());
     assert!(ready.contains("ServiceUnavailable") || ready.contains("503"), "{ready}");
-    assert_eq!(a.k(&["get", "configmap", "shared", "-o", "jsonpath={.data.v}"]), "2", "reads go on from the replica's copy");
+    let cached = a.kubectl(&["get", "configmap", "shared", "-o", "jsonpath={.data.v}"]);
+    assert_eq!((cached.ok, cached.stdout.as_str()), (true, "2"), "reads go on from the replica's copy: {cached:?}");
+    assert!(
+        cached.stderr.contains("Warning: etcd at") && cached.stderr.contains("serving the data as of revision"),
+        "and say so: {cached:?}"
+    );
 
     // etcd back: no restart of either replica is needed.
     etcd.restart(0).unwrap();

@@ -199,7 +199,16 @@ async fn route(
     }
     if let Some(t) = target {
         let selectors = (label_selector, field_selector);
-        return resource(state, &decision, method, &ws, &t, selectors, query, headers, body, labels).await;
+        let reads = matches!(t.verb, "get" | "list" | "watch");
+        let mut resp = resource(state, &decision, method, &ws, &t, selectors, query, headers, body, labels).await?;
+        // While the store cannot be reached, reads are served from this replica's copy:
+        // say so, and as of when, as a warning that kubectl prints.
+        if let (true, Err(why)) = (reads, state.api.store.health()) {
+            if let Ok(h) = HeaderValue::from_str(&format!("299 - \"{}\"", why.replace('"', "'"))) {
+                resp.headers_mut().append(header::WARNING, h);
+            }
+        }
+        return Ok(resp);
     }
     let types = || state.api.registry.types(&ws);
     let get_only =
