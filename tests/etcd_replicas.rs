@@ -285,3 +285,16 @@ fn a_watch_from_before_what_a_replica_holds_is_told_410_and_a_relist_serves_it()
     let out = b.raw(&path);
     assert!(out.ok && !out.stdout.contains("ERROR"), "a watch from the list's revision is served: {out:?}");
 }
+
+#[test]
+fn a_replica_stopped_cleanly_hands_its_work_over_at_once() {
+    let Some(Pair { mut a, b, id_b, _etcd, _dir, east: _east, _west, .. }) = pair(true) else { return };
+    let status = a.stop();
+    assert!(status.success(), "SIGTERM: {status:?}");
+    let stopped = Instant::now();
+    let all_b =
+        |l: &str| ["flotilla-scheduler", "flotilla-syncer-east", "flotilla-syncer-west"].iter().all(|n| l.contains(&format!("{n}={id_b}")));
+    let took = stays_ready_until_held(&b, stopped, Duration::from_secs(8), all_b);
+    assert!(took <= Duration::from_secs(5), "B took A's work over {took:?} after A stopped: its Leases were not given up");
+    eprintln!("B held the scheduler's and every syncer's Lease {took:.1?} after A stopped");
+}

@@ -158,7 +158,17 @@ where
     // The controllers stop before what `started` runs (`up`'s clusters) and before the
     // server, so none of them writes to the store after it has shut down, and none
     // warns that a cluster or the server went away.
-    drop((syncers, companions, revisions, aggregator, companion_status, own));
+    let tasks = [Some(syncers), Some(companions), Some(revisions), Some(aggregator), Some(companion_status), own];
+    for mut task in tasks.into_iter().flatten() {
+        task.0.abort();
+        let _ = (&mut task.0).await;
+    }
+    if replicated {
+        // Everything this replica held has stopped: the others may take it at once.
+        let root = runtime::clients::workspace(&client(), placement_api::ROOT_WORKSPACE);
+        let released = runtime::leader::release_all(root, &identity).await;
+        tracing::info!(released, "gave this replica's Leases up");
+    }
     drop(kept);
     srv.shutdown().await?;
     failed.map_or(Ok(()), Err)
