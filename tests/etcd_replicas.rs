@@ -298,3 +298,47 @@ fn a_replica_stopped_cleanly_hands_its_work_over_at_once() {
     assert!(took <= Duration::from_secs(5), "B took A's work over {took:?} after A stopped: its Leases were not given up");
     eprintln!("B held the scheduler's and every syncer's Lease {took:.1?} after A stopped");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kube_rs_watcher_on_a_restarted_replica_is_told_410_and_relists() {
+    use futures::StreamExt;
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use kube::runtime::watcher::{self, Event};
+
+    let dir = tempfile::tempdir().unwrap();
+    let Some(etcd) = LocalEtcd::for_test(dir.path(), 1) else { return };
+    let (a, mut b) = tokio::task::block_in_place(|| (replica(&etcd), replica(&etcd)));
+    let config = kube::Config::from_custom_kubeconfig(kube::config::Kubeconfig::read_from(b.kubeconfig()).unwrap(), &Default::default())
+        .await
+        .unwrap();
+    let api: kube::Api<ConfigMap> = kube::Api::namespaced(kube::Client::try_from(config).unwrap(), "default");
+    let mut events = watcher::watcher(api, watcher::Config::default()).boxed();
+    async fn next<T>(events: &mut (impl futures::Stream<Item = T> + Unpin)) -> T {
+        tokio::time::timeout(Duration::from_secs(30), events.next()).await.expect("an event within 30 s").expect("the stream goes on")
+    }
+    while !matches!(next(&mut events).await, Ok(Event::InitDone)) {}
+
+    // B goes away; a write lands through A; B comes back with a window that starts
+    // after that write, so the watcher's revision is history B never held.
+    tokio::task::block_in_place(|| {
+        b.kill9();
+        a.k(&["create", "configmap", "while-b-was-down", "--from-literal=v=1"]);
+        b.launch();
+    });
+    let mut seen = Vec::new();
+    loop {
+        match next(&mut events).await {
+            Ok(Event::Init) => seen.push("relist".to_string()),
+            Ok(Event::InitApply(cm)) => seen.push(cm.metadata.name.unwrap_or_default()),
+            Ok(Event::InitDone) if seen.iter().any(|s| s == "relist") => break,
+            Ok(other) => seen.push(format!("{other:?}").chars().take(40).collect()),
+            Err(e) => seen.push(format!("error: {e}")),
+        }
+        assert!(seen.len() < 100, "no relist: {seen:?}");
+    }
+    assert!(
+        seen.first().is_some_and(|s| s.contains("too old resource version") && s.contains("Expired")),
+        "the watch is told 410 first: {seen:?}"
+    );
+    assert!(seen.iter().any(|s| s == "while-b-was-down"), "the relist brings the write made while B was down: {seen:?}");
+}

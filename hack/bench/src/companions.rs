@@ -406,7 +406,7 @@ pub async fn rows_apply(bin: &Path, sz: Sizes, report: &mut Report) -> anyhow::R
 }
 
 pub async fn rows_failover(bin: &Path, sz: Sizes, interval: Duration, grace: Duration, report: &mut Report) -> anyhow::Result<()> {
-    let f = scheduler::failover(bin, sz.failover_apps, interval, grace, true).await?;
+    let f = scheduler::failover(bin, sz.failover_apps, interval, grace, true, None).await?;
     let (i, g) = (f.heartbeat_interval_s, f.grace_s);
     let target_s = g as f64 + 5.0;
     let slug = format!("companions-{i}s-{g}s");

@@ -19,7 +19,8 @@ pub fn doc(w: usize, n: u64) -> serde_json::Value {
     json!({"metadata": {"name": format!("{w}-{n}")}, "data": {"k": "v".repeat(64)}})
 }
 
-pub async fn rows(bin: &std::path::Path, writers: usize, secs: f64, report: &mut Report) -> anyhow::Result<()> {
+pub async fn rows(bin: &std::path::Path, s: &crate::Sizes, report: &mut Report) -> anyhow::Result<()> {
+    let (writers, secs) = (s.write_clients, s.write_secs);
     let sqlite = crate::store_floor(writers, secs).await?;
     for members in [1, 3] {
         let dir = tempfile::tempdir()?;
@@ -41,7 +42,94 @@ pub async fn rows(bin: &std::path::Path, writers: usize, secs: f64, report: &mut
                    "etcd_put_floor_per_sec": floor, "sqlite_per_sec": sqlite}),
         );
     }
+    across_replicas(bin, s, report).await?;
+    failover(bin, s, report).await?;
     replica_loss(bin, report).await
+}
+
+/// The failover of the scheduler scenario, at the default heartbeat (2 s / 8 s), with
+/// the control plane on a local etcd of one member.
+async fn failover(bin: &std::path::Path, s: &crate::Sizes, report: &mut Report) -> anyhow::Result<()> {
+    let dir = tempfile::tempdir()?;
+    let cluster = LocalEtcd::start(dir.path(), &free_ports(1)?).map_err(anyhow::Error::msg)?;
+    let servers = cluster.endpoints().join(",");
+    let (interval, grace) = (Duration::from_secs(crate::DEFAULT_HEARTBEAT.0), Duration::from_secs(crate::DEFAULT_HEARTBEAT.1));
+    let f = crate::scheduler::failover(bin, s.failover_deployments, interval, grace, false, Some(&servers)).await?;
+    let g = grace.as_secs_f64();
+    let mut row = Row::new(
+        "etcd_failover",
+        format!("etcd: failover, kill to all {} Available elsewhere, beat 2 s / grace 8 s", f.deployments),
+        f.all_available_s,
+        "s",
+        Better::Lower,
+    )
+    .detail(format!("detected {:.1}, moved {:.1}-{:.1} s", f.detected_s, f.first_moved_s, f.all_moved_s))
+    .floor("grace", g);
+    if f.deployments >= 1_000 {
+        row = row.target(g + 5.0, "≤ grace + 5 s = 13 s");
+    }
+    report.add(
+        row,
+        json!({"scenario": "etcd_failover", "deployments": f.deployments, "all_available_s": f.all_available_s,
+               "detected_s": f.detected_s, "all_moved_s": f.all_moved_s}),
+    );
+    Ok(())
+}
+
+/// Two replicas on one etcd: GETs through B of objects written through A, and
+/// watchers on B of creates through A. The floors are B's /healthz round trip and A's
+/// create round trip, in the same run.
+async fn across_replicas(bin: &std::path::Path, s: &crate::Sizes, report: &mut Report) -> anyhow::Result<()> {
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use kube::api::{Api, PostParams};
+
+    let dir = tempfile::tempdir()?;
+    let cluster = LocalEtcd::start(dir.path(), &free_ports(1)?).map_err(anyhow::Error::msg)?;
+    let servers = cluster.endpoints().join(",");
+    let a = ServerProc::replica(bin, "replica-a", &servers)?;
+    let b = ServerProc::replica(bin, "replica-b", &servers)?;
+    let on_a: Api<ConfigMap> = Api::namespaced(a.client("root", None).await?, "default");
+    let b_client = b.client("root", None).await?;
+    let on_b: Api<ConfigMap> = Api::namespaced(b_client.clone(), "default");
+    for i in 0..50 {
+        on_a.create(&PostParams::default(), &crate::cm(&format!("g{i}"))).await?;
+    }
+    let mut floor = Vec::new();
+    for _ in 0..s.gets.min(5_000) {
+        let t = Instant::now();
+        let _: String = b_client.request_text(crate::http_get("/healthz")).await?;
+        floor.push(t.elapsed().as_secs_f64() * 1e3);
+    }
+    let mut gets = Vec::new();
+    for i in 0..s.gets {
+        let t = Instant::now();
+        on_b.get(&format!("g{}", i % 50)).await?;
+        gets.push(t.elapsed().as_secs_f64() * 1e3);
+    }
+    let (_, floor99, _) = crate::summarize(floor);
+    let (g50, g99, _) = crate::summarize(gets);
+    report.add(
+        Row::new("etcd_get", "etcd, two replicas: GET p99 on B of objects written on A", g99, "ms", Better::Lower)
+            .floor("B's /healthz p99", floor99)
+            .target(5.0, "≤ 5 ms"),
+        json!({"scenario": "etcd_get", "p50_ms": g50, "p99_ms": g99, "floor_p99_ms": floor99, "n": s.gets}),
+    );
+    let f = crate::watch_fanout(&a, &b, s.watchers, s.watch_writes).await?;
+    report.add(
+        Row::new(
+            "etcd_watch_fanout",
+            format!("etcd, two replicas: create on A to each of {} watchers on B, p99", s.watchers),
+            f.from_send.1,
+            "ms",
+            Better::Lower,
+        )
+        .floor("A's create round trip p99", f.create_rtt.1)
+        .detail(format!("after A's ack: p50 {:.1}, p99 {:.1} ms", f.after_ack.0, f.after_ack.1)),
+        json!({"scenario": "etcd_watch_fanout", "watchers": s.watchers, "writes": s.watch_writes, "from_send_p50_ms": f.from_send.0,
+               "after_ack_p50_ms": f.after_ack.0, "after_ack_p99_ms": f.after_ack.1,
+               "from_send_p99_ms": f.from_send.1, "create_rtt_p99_ms": f.create_rtt.1, "samples": f.samples}),
+    );
+    Ok(())
 }
 
 /// Clusters in the replica-loss scenario.

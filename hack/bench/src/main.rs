@@ -431,7 +431,7 @@ async fn main() -> anyhow::Result<()> {
         }
         if selected("etcd") {
             report.calibrate("etcd").await;
-            let r = etcd::rows(&args.flotilla, s.write_clients, s.write_secs, &mut report).await;
+            let r = etcd::rows(&args.flotilla, &s, &mut report).await;
             report.outcome("etcd", r);
         }
     }
@@ -559,7 +559,7 @@ async fn controlplane(bin: &Path, s: &Sizes, report: &mut Report) -> anyhow::Res
     );
 
     // Watch fan-out: a write's event at N watchers, measured from the write's acknowledgement.
-    let f = watch_fanout(&srv, s.watchers, s.watch_writes).await?;
+    let f = watch_fanout(&srv, &srv, s.watchers, s.watch_writes).await?;
     report.latencies(&format!("watch event at {} watchers, from send", int(s.watchers)), &f.from_send_samples);
     report.add(
         Row::new(
@@ -740,7 +740,7 @@ async fn scheduler_assign_rows(bin: &Path, s: &Sizes, report: &mut Report) -> an
 }
 
 async fn failover_rows(bin: &Path, s: &Sizes, interval: Duration, grace: Duration, report: &mut Report) -> anyhow::Result<()> {
-    let f = scheduler::failover(bin, s.failover_deployments, interval, grace, false).await?;
+    let f = scheduler::failover(bin, s.failover_deployments, interval, grace, false, None).await?;
     let (i, g) = (f.heartbeat_interval_s, f.grace_s);
     let defaults = (i, g) == DEFAULT_HEARTBEAT;
     // The target is for 1,000 Deployments at the default heartbeat.
@@ -853,18 +853,25 @@ async fn api_creates(cms: &Api<ConfigMap>, clients: usize, secs: f64) -> anyhow:
     Ok((all.len() as f64 / start.elapsed().as_secs_f64(), all))
 }
 
-async fn watch_fanout(srv: &ServerProc, watchers: usize, writes: usize) -> anyhow::Result<Fanout> {
-    let client = srv.client("root", None).await?;
+/// `watchers` watches on `watched`, and `writes` creates through `writer`: the same
+/// server, or two replicas of one control plane on etcd.
+async fn watch_fanout(writer: &ServerProc, watched: &ServerProc, watchers: usize, writes: usize) -> anyhow::Result<Fanout> {
+    let client = writer.client("root", None).await?;
     let ns: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
     let _ = ns.create(&PostParams::default(), &serde_json::from_value(json!({"metadata": {"name": "fanout"}}))?).await;
     let api: Api<ConfigMap> = Api::namespaced(client.clone(), "fanout");
-    let rv = api.list(&Default::default()).await?.metadata.resource_version.unwrap_or_default();
+    let rv = Api::<ConfigMap>::namespaced(watched.client("root", None).await?, "fanout")
+        .list(&Default::default())
+        .await?
+        .metadata
+        .resource_version
+        .unwrap_or_default();
     let received: Arc<std::sync::Mutex<Vec<(String, Instant)>>> = Default::default();
     let ready = Arc::new(tokio::sync::Barrier::new(watchers + 1));
     // Several connections, as many independent clients would open.
     let mut clients = Vec::new();
     for _ in 0..8 {
-        clients.push(srv.client("root", None).await?);
+        clients.push(watched.client("root", None).await?);
     }
     let mut tasks = Vec::new();
     for i in 0..watchers {

@@ -399,22 +399,23 @@ struct Standing {
 /// Deployment is an app with its four companions ([`companions::kinds`]), all on the
 /// lost cluster before the kill, and an app is done once its Deployment is Available
 /// elsewhere and this process's watches on its new clusters have seen its companions.
+/// With `etcd_servers`, the control plane keeps its data in that etcd.
 pub async fn failover(
     bin: &Path,
     deployments: usize,
     interval: Duration,
     grace: Duration,
     companions: bool,
+    etcd_servers: Option<&str>,
 ) -> anyhow::Result<FailoverFigures> {
     use crate::companions::{copied, create_app, kinds, watch_assigned, watch_copies, Copies, Seen, COMPANIONS};
     const LOST: &str = "lost";
     let (i, g) = (format!("{}s", interval.as_secs()), format!("{}s", grace.as_secs()));
-    let cp = ServerProc::spawn(
-        bin,
-        tempfile::tempdir()?,
-        &["start", "--listen", "127.0.0.1:0", "--heartbeat-interval", &i, "--heartbeat-grace", &g],
-        "admin.kubeconfig",
-    )?;
+    let mut args = vec!["start", "--listen", "127.0.0.1:0", "--heartbeat-interval", &i, "--heartbeat-grace", &g];
+    if let Some(servers) = etcd_servers {
+        args.extend(["--etcd-servers", servers]);
+    }
+    let cp = ServerProc::spawn(bin, tempfile::tempdir()?, &args, "admin.kubeconfig")?;
     let data_dir = cp.kubeconfig.parent().unwrap().to_path_buf();
     let root = cp.client("root", None).await?;
     let (not_ready, ready, readiness) = watch_readiness(root.clone());
