@@ -874,13 +874,20 @@ async fn watch_fanout(writer: &ServerProc, watched: &ServerProc, watchers: usize
         clients.push(watched.client("root", None).await?);
     }
     let mut tasks = Vec::new();
+    // The watches start at most 128 at a time: each is a connection of its own (the
+    // clients speak HTTP/1.1), and a thousand TLS handshakes at once overrun the
+    // server's limit on connections that have not sent a request yet, which closes
+    // the oldest. The figures are taken once every watch runs.
+    let starting = Arc::new(tokio::sync::Semaphore::new(128));
     for i in 0..watchers {
         let api: Api<ConfigMap> = Api::namespaced(clients[i % clients.len()].clone(), "fanout");
-        let (received, ready, rv) = (received.clone(), ready.clone(), rv.clone());
+        let (received, ready, rv, starting) = (received.clone(), ready.clone(), rv.clone(), starting.clone());
         tasks.push(tokio::spawn(async move {
             // Every watcher reaches the barrier, even one whose watch failed to start,
             // so that a failure fails the scenario instead of stopping it for good.
+            let permit = starting.acquire_owned().await;
             let stream = api.watch(&WatchParams::default().timeout(240), &rv).await;
+            drop(permit);
             ready.wait().await;
             let mut stream = stream.context("starting a watch")?.boxed();
             let mut got = 0;
