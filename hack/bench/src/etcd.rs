@@ -243,25 +243,13 @@ async fn connect(cluster: &LocalEtcd) -> anyhow::Result<Arc<EtcdStore>> {
 
 /// Puts of the same documents straight to etcd, `writers` at a time on one client.
 async fn raw_puts(endpoints: &[String], writers: usize, secs: f64) -> anyhow::Result<f64> {
-    let client = etcd_client::Client::connect(endpoints, None).await?;
-    let deadline = Instant::now() + Duration::from_secs_f64(secs);
-    let start = Instant::now();
-    let tasks: Vec<_> = (0..writers)
-        .map(|w| {
-            let mut kv = client.kv_client();
-            tokio::spawn(async move {
-                let mut n = 0u64;
-                while Instant::now() < deadline {
-                    kv.put(format!("/floor/{w}-{n}"), serde_json::to_vec(&doc(w, n))?, None).await?;
-                    n += 1;
-                }
-                anyhow::Ok(n)
-            })
-        })
-        .collect();
-    let mut total = 0;
-    for t in tasks {
-        total += t.await??;
-    }
-    Ok(total as f64 / start.elapsed().as_secs_f64())
+    let kv = etcd_client::Client::connect(endpoints, None).await?.kv_client();
+    crate::per_second(writers, secs, move |w, n| {
+        let mut kv = kv.clone();
+        async move {
+            kv.put(format!("/floor/{w}-{n}"), serde_json::to_vec(&doc(w, n))?, None).await?;
+            Ok(())
+        }
+    })
+    .await
 }

@@ -803,17 +803,33 @@ async fn store_floor(writers: usize, secs: f64) -> anyhow::Result<f64> {
 
 /// Creates into `store` from `writers` concurrent writers for `secs`, per second.
 async fn store_creates(store: Arc<dyn storage::Store>, writers: usize, secs: f64) -> anyhow::Result<f64> {
-    use storage::WriteOp;
+    per_second(writers, secs, move |w, n| {
+        let store = store.clone();
+        async move {
+            let key = format!("core/configmaps/root/default/{w}-{n}");
+            store.write(storage::WriteOp::Create { key, value: etcd::doc(w, n) }).await?;
+            Ok(())
+        }
+    })
+    .await
+}
+
+/// `writers` tasks each repeat `write(writer, n)`, one at a time, until `secs` have
+/// passed; the writes per second in all.
+async fn per_second<F, Fut>(writers: usize, secs: f64, write: F) -> anyhow::Result<f64>
+where
+    F: Fn(usize, u64) -> Fut + Clone + Send + 'static,
+    Fut: std::future::Future<Output = anyhow::Result<()>> + Send,
+{
     let deadline = Instant::now() + Duration::from_secs_f64(secs);
     let start = Instant::now();
     let tasks: Vec<_> = (0..writers)
         .map(|w| {
-            let store = store.clone();
+            let write = write.clone();
             tokio::spawn(async move {
                 let mut n = 0u64;
                 while Instant::now() < deadline {
-                    let key = format!("core/configmaps/root/default/{w}-{n}");
-                    store.write(WriteOp::Create { key, value: etcd::doc(w, n) }).await?;
+                    write(w, n).await?;
                     n += 1;
                 }
                 anyhow::Ok(n)
