@@ -54,7 +54,7 @@ fi
 
 cluster_name() {
   local file="$1" name
-  name="$(sed -n 's/^name:[[:space:]]*\([a-z0-9-]*\).*$/\1/p' "${file}" | head -n 1)"
+  name="$(sed -n 's/^name:[[:space:]]*\([a-z0-9-]*\).*$/\1/p;T;q' "${file}")"
   if [[ -z "${name}" ]]; then
     name="$(basename "${file}" .yaml)"
   fi
@@ -65,7 +65,7 @@ cluster_region() {
   local name="$1" file="$2" region
   region="${REGIONS[${name}]:-}"
   if [[ -z "${region}" ]]; then
-    region="$(sed -n 's/^[[:space:]]*topology\.kubernetes\.io\/region:[[:space:]]*\([A-Za-z0-9._-]*\).*$/\1/p' "${file}" | head -n 1)"
+    region="$(sed -n 's/^[[:space:]]*topology\.kubernetes\.io\/region:[[:space:]]*\([A-Za-z0-9._-]*\).*$/\1/p;T;q' "${file}")"
   fi
   [[ -n "${region}" ]] || die "no region for cluster '${name}': add it to REGIONS in $0"
   echo "${region}"
