@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use common::fleet::{register, sim, wait_all_ready, wait_assignment};
 use common::{deployment, wait_until, Flotilla};
-use controlplane::store::local_etcd::LocalEtcd;
+use controlplane::store::local_etcd::{LocalEtcd, SlowLink};
 
 fn replica(etcd: &LocalEtcd) -> Flotilla {
     Flotilla::start_with(&["--etcd-servers", &etcd.endpoints().join(",")])
@@ -341,4 +341,54 @@ async fn a_kube_rs_watcher_on_a_restarted_replica_is_told_410_and_relists() {
         "the watch is told 410 first: {seen:?}"
     );
     assert!(seen.iter().any(|s| s == "while-b-was-down"), "the relist brings the write made while B was down: {seen:?}");
+}
+
+async fn client(f: &Flotilla) -> kube::Client {
+    let kubeconfig = kube::config::Kubeconfig::read_from(f.kubeconfig()).unwrap();
+    kube::Client::try_from(kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default()).await.unwrap()).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_whose_watch_lags_still_reads_what_another_just_wrote() {
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use kube::api::{DeleteParams, GetParams, ListParams, PostParams};
+
+    let dir = tempfile::tempdir().unwrap();
+    let Some(etcd) = LocalEtcd::for_test(dir.path(), 1) else { return };
+    // B reaches etcd through a link that hands etcd's answers over a second late, so
+    // its copy of the data is always a second behind A's writes.
+    let lag = Duration::from_secs(1);
+    let link = SlowLink::start(&etcd.endpoints()[0], lag).unwrap();
+    let (a, b) = tokio::task::block_in_place(|| (replica(&etcd), Flotilla::start_with(&["--etcd-servers", &link.url()])));
+    let (on_a, on_b): (kube::Api<ConfigMap>, kube::Api<ConfigMap>) =
+        (kube::Api::namespaced(client(&a).await, "default"), kube::Api::namespaced(client(&b).await, "default"));
+    let cm = |name: &str| serde_json::from_value::<ConfigMap>(serde_json::json!({"metadata": {"name": name}, "data": {"k": "v"}})).unwrap();
+
+    for name in ["one", "two", "three"] {
+        let made = on_a.create(&PostParams::default(), &cm(name)).await.unwrap();
+        // resourceVersion=0 reads whatever B holds: the write is not there yet.
+        let held = on_b.get_with(name, &GetParams::any()).await;
+        assert!(
+            matches!(held, Err(kube::Error::Api(ref s)) if s.code == 404),
+            "B's copy lags by {lag:?}, yet already has {name}: the test cannot tell a barrier from luck"
+        );
+        // A read of the latest state (no resourceVersion) waits for it.
+        let got = on_b.get_opt(name).await.unwrap();
+        assert_eq!(
+            got.and_then(|c| c.metadata.resource_version),
+            made.metadata.resource_version,
+            "B reads {name} right after A created it"
+        );
+    }
+    on_a.delete("two", &DeleteParams::default()).await.unwrap();
+    assert!(on_b.get_with("two", &GetParams::any()).await.is_ok(), "B's copy has not taken in the delete yet");
+    let names = |l: kube::core::ObjectList<ConfigMap>| l.items.into_iter().filter_map(|c| c.metadata.name).collect::<Vec<_>>();
+    let listed = names(on_b.list(&ListParams::default()).await.unwrap());
+    assert!(listed.contains(&"one".to_string()) && listed.contains(&"three".to_string()), "B lists what A created: {listed:?}");
+    assert!(!listed.contains(&"two".to_string()), "B lists nothing A deleted before the list: {listed:?}");
+
+    // kubectl, through B, gets the same answers.
+    on_a.create(&PostParams::default(), &cm("four")).await.unwrap();
+    let out = tokio::task::block_in_place(|| b.k(&["get", "configmap", "four", "-o", "jsonpath={.data.k}"]));
+    assert_eq!(out, "v", "kubectl get through B reads A's write");
 }

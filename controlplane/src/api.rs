@@ -211,7 +211,8 @@ impl Scope {
     fn obj<'a>(&'a self, name: &'a str) -> ObjRef<'a> {
         ObjRef { group: &self.rt.group, resource: &self.rt.plural, name }
     }
-    fn key(&self, name: &str) -> String {
+    /// The store key of the object `name` in this scope.
+    pub fn key(&self, name: &str) -> String {
         self.rt.key(&self.workspace, &self.namespace, name)
     }
     /// The store prefix of this collection.

@@ -18,6 +18,7 @@ use crate::api::{self, Api, DeleteOptions, FieldValidation, ListOptions, PatchKi
 use crate::error::{ApiError, Cause, ObjRef};
 use crate::metrics::Metrics;
 use crate::selector::{FieldSelector, LabelSelector};
+use crate::store::Range;
 use crate::tenancy::Tenancy;
 use crate::watch::{self, WatchOptions};
 use crate::{authz, decode, discovery, openapi};
@@ -365,7 +366,21 @@ async fn resource(
             guard: decision.write.clone(),
         })
     };
-    match (verb, sub) {
+    // A get or a list of the latest state must show every write made before it, on
+    // whichever replica: confirm with the store that this one has them.
+    let unconfirmed = match verb {
+        "get" | "list" if wants_latest(verb, query, state.api.store.revision()) => {
+            let key = name.map_or_else(|| scope.prefix(), |n| scope.key(n));
+            let range = if name.is_some() { Range::Key(&key) } else { Range::Prefix(&key) };
+            let started = Instant::now();
+            let result = state.api.store.sync(range).await;
+            let outcome = if result.is_ok() { "confirmed" } else { "unconfirmed" };
+            state.metrics.read_syncs.with_label_values(&[outcome]).observe(started.elapsed().as_secs_f64());
+            result.err()
+        }
+        _ => None,
+    };
+    let mut resp = match (verb, sub) {
         ("watch", None) => {
             if name.is_some() {
                 return Err(ApiError::bad_request("watch a single object with fieldSelector=metadata.name=<name>"));
@@ -493,6 +508,31 @@ async fn resource(
         }
         (_, Some(s)) => Err(ApiError::no_route(&format!("{}/{s}", rt.plural))),
         _ => Err(ApiError::method_not_allowed(format!("{method} is not supported here"))),
+    }?;
+    // Unless the store is down altogether, which the caller reports for every read.
+    if let (Some(why), Ok(())) = (unconfirmed, state.api.store.health()) {
+        tracing::warn!(verb, resource = %rt.plural, workspace = %ws, namespace, reason = %why, "serving a read that could not be confirmed current");
+        if let Ok(h) = HeaderValue::from_str(&format!("299 - \"{}\"", why.replace('"', "'"))) {
+            resp.headers_mut().append(header::WARNING, h);
+        }
+    }
+    Ok(resp)
+}
+
+/// Whether a get or a list asks for the latest state, which on several replicas needs
+/// confirming (apimachinery's resourceVersion semantics): without a resourceVersion it
+/// does; `0` takes any state this replica has; a number asks for a state at least that
+/// new, which needs confirming only when this replica has not reached it; an `Exact`
+/// list, and the later pages of a list, are served at their own revision.
+fn wants_latest(verb: &str, query: &HashMap<String, String>, have: crate::store::Revision) -> bool {
+    if verb == "list" && query.get("continue").is_some_and(|c| !c.is_empty()) {
+        return false;
+    }
+    match query.get("resourceVersion").map(String::as_str).filter(|v| !v.is_empty()) {
+        None => true,
+        Some("0") => false,
+        Some(_) if verb == "list" && query.get("resourceVersionMatch").map(String::as_str) == Some("Exact") => false,
+        Some(v) => v.parse::<crate::store::Revision>().is_ok_and(|asked| asked > have),
     }
 }
 
@@ -726,4 +766,31 @@ async fn delete_options(dry_run: bool, query: &HashMap<String, String>, body: Bo
             )?,
         guard: None,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_reads_of_the_latest_state_are_confirmed_with_the_store() {
+        let q = |pairs: &[(&str, &str)]| pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect::<HashMap<_, _>>();
+        let have = 100;
+        for (verb, query, latest) in [
+            ("get", q(&[]), true),
+            ("get", q(&[("resourceVersion", "")]), true),
+            ("get", q(&[("resourceVersion", "0")]), false),
+            ("get", q(&[("resourceVersion", "100")]), false),
+            ("get", q(&[("resourceVersion", "101")]), true),
+            ("list", q(&[]), true),
+            ("list", q(&[("resourceVersion", "0")]), false),
+            ("list", q(&[("resourceVersion", "150"), ("resourceVersionMatch", "NotOlderThan")]), true),
+            ("list", q(&[("resourceVersion", "50"), ("resourceVersionMatch", "NotOlderThan")]), false),
+            ("list", q(&[("resourceVersion", "150"), ("resourceVersionMatch", "Exact")]), false),
+            ("list", q(&[("continue", "abc")]), false),
+            ("list", q(&[("continue", "")]), true),
+        ] {
+            assert_eq!(wants_latest(verb, &query, have), latest, "{verb} {query:?}");
+        }
+    }
 }

@@ -28,6 +28,10 @@ pub struct Metrics {
     /// Connections the server closed before their first request, by reason (one of
     /// [`REJECT_REASONS`]).
     pub connections_rejected: IntCounterVec,
+    /// How long reads waited to confirm that this replica had every write made before
+    /// them, by `result`: `confirmed`, or `unconfirmed` (served as they were, with a
+    /// Warning).
+    pub read_syncs: HistogramVec,
 }
 
 impl Metrics {
@@ -58,6 +62,18 @@ impl Metrics {
         }
         registry.register(Box::new(connections_pending.clone()))?;
         registry.register(Box::new(connections_rejected.clone()))?;
-        Ok(Self { requests, request_total, watchers, connections_pending, connections_rejected })
+        let read_syncs = HistogramVec::new(
+            HistogramOpts::new(
+                "flotilla_apiserver_read_sync_duration_seconds",
+                "Time reads without a resourceVersion waited to confirm with the store that this replica has every earlier write",
+            )
+            .buckets(vec![0.0001, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0]),
+            &["result"],
+        )?;
+        for result in ["confirmed", "unconfirmed"] {
+            read_syncs.with_label_values(&[result]);
+        }
+        registry.register(Box::new(read_syncs.clone()))?;
+        Ok(Self { requests, request_total, watchers, connections_pending, connections_rejected, read_syncs })
     }
 }

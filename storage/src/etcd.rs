@@ -17,7 +17,7 @@
 //! compacted past that revision in the meantime, the data set is read again, and the
 //! open watches end with `Expired` so that their clients relist.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -34,7 +34,7 @@ use tokio::sync::watch;
 
 use super::mirror::{Index, Mirror, Stored};
 use super::window::WindowLimits;
-use super::{stamp, Doc, Entry, Event, EventType, Revision, Store, StoreError, WatchStream, WriteOp};
+use super::{stamp, Doc, Entry, Event, EventType, Range, Revision, Store, StoreError, WatchStream, WriteOp};
 
 /// kube-apiserver's default `--etcd-compaction-interval`.
 pub const DEFAULT_COMPACTION_INTERVAL: Duration = Duration::from_secs(300);
@@ -264,6 +264,53 @@ impl Shared {
         }
     }
 
+    /// A read barrier: asks etcd, in a linearizable read, which keys of `range` exist
+    /// and at which revisions, then waits until the mirror holds at least that: every
+    /// one of them at its revision or later, and none that etcd had already deleted.
+    ///
+    /// Keys only, so etcd sends no values; what is read is then served from the
+    /// mirror. The wait is for the watch to deliver what etcd has committed, which
+    /// takes milliseconds, but only a revision that touched `range` is waited for: the
+    /// mirror's revision moves only with writes to the data, and etcd's may belong to
+    /// anything else (a progress notification that would say so is not ordered with
+    /// the events before etcd 3.4.25 and 3.5.8).
+    async fn sync(&self, range: Range<'_>) -> Result<(), String> {
+        if !self.health.watching.load(Ordering::Acquire) {
+            return Err(format!(
+                "etcd's watch is down, so this read may miss writes made through other replicas; serving revision {}",
+                self.mirror.revision()
+            ));
+        }
+        let (key, options) = match range {
+            Range::Key(k) => (k, GetOptions::new().with_keys_only()),
+            Range::Prefix(p) => (p, GetOptions::new().with_keys_only().with_prefix()),
+        };
+        let resp =
+            self.txn("a read", Txn::new().and_then([TxnOp::get(format!("{}{key}", self.data), Some(options))])).await.map_err(|e| {
+                format!("could not confirm with etcd that this read is current ({e}); serving revision {}", self.mirror.revision())
+            })?;
+        let at = header_rev(resp.header());
+        let kvs = first_get(&resp).unwrap_or_default();
+        let newest = kvs.iter().map(|kv| kv.mod_revision().max(0) as Revision).max().unwrap_or(0);
+        let live: HashSet<&[u8]> = kvs.iter().filter_map(|kv| kv.key().strip_prefix(self.data.as_bytes())).collect();
+        let deadline = tokio::time::Instant::now() + self.timeout;
+        let mut seen = self.seen.clone();
+        loop {
+            let rev = *seen.borrow_and_update();
+            // Past `newest`, every key etcd had is here at its revision or later; below
+            // `at`, a deletion etcd had made may still be on its way.
+            if rev >= newest && (rev >= at || !self.mirror.holds_deleted(range, at, &live)) {
+                return Ok(());
+            }
+            if !matches!(tokio::time::timeout_at(deadline, seen.changed()).await, Ok(Ok(()))) {
+                return Err(format!(
+                    "this replica's watch of etcd has not delivered revision {at} within {:?}; serving revision {rev}",
+                    self.timeout
+                ));
+            }
+        }
+    }
+
     async fn write_op(self: Arc<Self>, op: WriteOp) -> Result<Entry, StoreError> {
         let key = format!("{}{}", self.data, op.key());
         match op {
@@ -371,6 +418,15 @@ impl Store for EtcdStore {
 
     fn watch(&self, prefix: &str, from: Revision) -> Result<WatchStream, StoreError> {
         self.shared.mirror.watch(prefix, from)
+    }
+
+    fn sync(&self, range: Range<'_>) -> BoxFuture<'static, Result<(), String>> {
+        let shared = self.shared.clone();
+        let (key, prefix) = match range {
+            Range::Key(k) => (k.to_string(), false),
+            Range::Prefix(p) => (p.to_string(), true),
+        };
+        async move { shared.sync(if prefix { Range::Prefix(&key) } else { Range::Key(&key) }).await }.boxed()
     }
 
     fn health(&self) -> Result<(), String> {

@@ -118,6 +118,15 @@ pub(crate) fn stamp(mut value: Value, rev: Revision) -> Value {
     value
 }
 
+/// What a read covers, for [`Store::sync`]: one key, or every key under a prefix.
+#[derive(Debug, Clone, Copy)]
+pub enum Range<'a> {
+    /// One key.
+    Key(&'a str),
+    /// Every key that starts with this.
+    Prefix(&'a str),
+}
+
 /// A revisioned, watchable key-value store.
 pub trait Store: Send + Sync + 'static {
     /// Durably applies one write and returns the stored entry (for deletes, the
@@ -146,5 +155,14 @@ pub trait Store: Send + Sync + 'static {
     /// of reach, and reads serve the data as of the revision named).
     fn health(&self) -> Result<(), String> {
         Ok(())
+    }
+    /// Waits until reads of `range` reflect every write committed before the call,
+    /// wherever it was made: a read that follows it is linearizable, as a read of
+    /// kube-apiserver without a resourceVersion is. A store whose reads always are
+    /// (one process, one file) is ready at once. `Err` says why it could not be
+    /// confirmed; reads then serve what this store holds.
+    fn sync(&self, range: Range<'_>) -> BoxFuture<'static, Result<(), String>> {
+        let _ = range;
+        Box::pin(futures::future::ready(Ok(())))
     }
 }

@@ -231,3 +231,91 @@ impl Drop for LocalEtcd {
         }
     }
 }
+
+/// A TCP relay in front of one etcd member that passes requests on at once and hands
+/// etcd's answers back only `delay` after they arrive, in order. A replica connected
+/// through it sees every change late, as one behind a slow link or a busy host would:
+/// what the tests of reading one's writes across replicas need to make the lag
+/// certain instead of a matter of luck.
+#[derive(Debug)]
+pub struct SlowLink {
+    addr: std::net::SocketAddr,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    open: std::sync::Arc<std::sync::Mutex<Vec<std::net::TcpStream>>>,
+}
+
+impl SlowLink {
+    /// Starts relaying from a loopback port to the member at `upstream`, a client URL
+    /// such as `http://127.0.0.1:2379` (plain TCP: TLS passes through untouched).
+    pub fn start(upstream: &str, delay: Duration) -> std::io::Result<Self> {
+        use std::net::{TcpListener, TcpStream};
+        use std::sync::atomic::{AtomicBool, Ordering};
+        use std::sync::{Arc, Mutex};
+
+        let listener = TcpListener::bind("127.0.0.1:0")?;
+        let addr = listener.local_addr()?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let open: Arc<Mutex<Vec<TcpStream>>> = Arc::default();
+        let upstream = upstream.split_once("://").map_or(upstream, |(_, rest)| rest).trim_end_matches('/').to_string();
+        let (stopped, conns) = (stop.clone(), open.clone());
+        std::thread::spawn(move || {
+            for client in listener.incoming() {
+                if stopped.load(Ordering::Acquire) {
+                    return;
+                }
+                let Ok(client) = client else { continue };
+                let Ok(server) = TcpStream::connect(&upstream) else { continue };
+                let _ = (client.set_nodelay(true), server.set_nodelay(true));
+                let (Ok(c2), Ok(s2), Ok(c3), Ok(s3)) = (client.try_clone(), server.try_clone(), client.try_clone(), server.try_clone())
+                else {
+                    continue;
+                };
+                conns.lock().unwrap_or_else(|e| e.into_inner()).extend([c3, s3]);
+                std::thread::spawn(move || {
+                    let (mut from, mut to) = (c2, s2);
+                    let _ = std::io::copy(&mut from, &mut to);
+                    let _ = to.shutdown(std::net::Shutdown::Write);
+                });
+                let (tx, rx) = std::sync::mpsc::channel::<(Instant, Vec<u8>)>();
+                std::thread::spawn(move || {
+                    use std::io::Read;
+                    let mut server = server;
+                    let mut buf = vec![0u8; 64 * 1024];
+                    while let Ok(n @ 1..) = server.read(&mut buf) {
+                        if tx.send((Instant::now() + delay, buf[..n].to_vec())).is_err() {
+                            return;
+                        }
+                    }
+                });
+                std::thread::spawn(move || {
+                    use std::io::Write;
+                    let mut client = client;
+                    for (due, bytes) in rx {
+                        std::thread::sleep(due.saturating_duration_since(Instant::now()));
+                        if client.write_all(&bytes).is_err() {
+                            return;
+                        }
+                    }
+                    let _ = client.shutdown(std::net::Shutdown::Write);
+                });
+            }
+        });
+        Ok(Self { addr, stop, open })
+    }
+
+    /// The relay's URL, `http://127.0.0.1:<port>`, to give in place of the member's.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+}
+
+impl Drop for SlowLink {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Release);
+        for conn in self.open.lock().unwrap_or_else(|e| e.into_inner()).drain(..) {
+            let _ = conn.shutdown(std::net::Shutdown::Both);
+        }
+        // Wake the accepting thread so that it sees the flag and ends.
+        let _ = std::net::TcpStream::connect(self.addr);
+    }
+}

@@ -5,12 +5,12 @@
 //! what its one watch delivers. Reads never touch the backend, and a reader can never
 //! see a write that is not yet durable, because nothing is applied before it is.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock, RwLockReadGuard};
 
 use super::window::{Window, WindowLimits};
-use super::{Doc, Entry, Event, Revision, StoreError, WatchStream};
+use super::{Doc, Entry, Event, Range, Revision, StoreError, WatchStream};
 
 /// What the index keeps per key: the revision and the serialized document.
 #[derive(Debug, Clone)]
@@ -76,6 +76,17 @@ impl Mirror {
     /// The latest revision.
     pub(crate) fn revision(&self) -> Revision {
         self.rev.load(Ordering::Acquire)
+    }
+
+    /// Whether the index holds a key of `range`, written at `at` or before, that is
+    /// not among `live`: one that was deleted by `at`, in a change not applied yet.
+    pub(crate) fn holds_deleted(&self, range: Range<'_>, at: Revision, live: &HashSet<&[u8]>) -> bool {
+        let index = self.read();
+        let gone = |(k, s): (&String, &Stored)| s.rev <= at && !live.contains(k.as_bytes());
+        match range {
+            Range::Key(key) => index.get_key_value(key).is_some_and(gone),
+            Range::Prefix(prefix) => index.range(prefix.to_string()..).take_while(|(k, _)| k.starts_with(prefix)).any(gone),
+        }
     }
 
     pub(crate) fn get(&self, key: &str) -> Option<Entry> {

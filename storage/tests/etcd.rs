@@ -7,8 +7,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::json;
-use storage::local_etcd::LocalEtcd;
-use storage::{EtcdConfig, EtcdStore, EventType, Store, StoreError, WriteOp};
+use storage::local_etcd::{LocalEtcd, SlowLink};
+use storage::{EtcdConfig, EtcdStore, EventType, Range, Store, StoreError, WriteOp};
 
 fn etcd(members: usize) -> Option<(tempfile::TempDir, LocalEtcd)> {
     let dir = tempfile::tempdir().unwrap();
@@ -70,6 +70,47 @@ async fn a_write_on_one_replica_is_read_and_watched_on_another() {
     let c = connect(config(&cluster, "/shared")).await;
     assert_eq!(c.get("k/x").map(|e| e.rev), Some(updated.rev));
     assert!(c.watch("k/", updated.rev - 1).is_err(), "a new replica's window starts where it loaded");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_sync_a_replica_whose_watch_lags_reads_every_write_made_before() {
+    let Some((_dir, cluster)) = etcd(1) else { return };
+    let lag = Duration::from_millis(400);
+    let link = SlowLink::start(&cluster.endpoints()[0], lag).unwrap();
+    let a = connect(config(&cluster, "/lag")).await;
+    let b = connect(EtcdConfig { endpoints: vec![link.url()], ..config(&cluster, "/lag") }).await;
+    let write = |op| {
+        let a = a.clone();
+        async move { a.write(op).await.unwrap() }
+    };
+    let listed = |b: &EtcdStore| b.list("k/", None, None).0.into_iter().map(|(k, e)| (k, e.rev)).collect::<Vec<_>>();
+
+    let x = write(WriteOp::Create { key: "k/x".into(), value: obj("x", "1") }).await;
+    assert!(b.get("k/x").is_none(), "B's watch is {lag:?} behind, so B has not taken in A's create yet");
+    let t = Instant::now();
+    b.sync(Range::Key("k/x")).await.unwrap();
+    assert_eq!(b.get("k/x").map(|e| e.rev), Some(x.rev), "after sync, B reads A's create");
+    eprintln!("sync of one key through a {lag:?} lag took {:?}", t.elapsed());
+
+    let y = write(WriteOp::Create { key: "k/y".into(), value: obj("y", "1") }).await;
+    let x2 = write(WriteOp::Update { key: "k/x".into(), value: obj("x", "2"), expected: x.rev }).await;
+    assert_eq!(listed(&b), [("k/x".to_string(), x.rev)], "B lags");
+    b.sync(Range::Prefix("k/")).await.unwrap();
+    assert_eq!(listed(&b), [("k/x".to_string(), x2.rev), ("k/y".to_string(), y.rev)], "after sync, B lists both writes");
+
+    // A deletion leaves no key behind for etcd to name: B waits until it has it too.
+    write(WriteOp::Delete { key: "k/x".into(), expected: None }).await;
+    assert!(b.get("k/x").is_some(), "B lags");
+    b.sync(Range::Key("k/x")).await.unwrap();
+    assert!(b.get("k/x").is_none(), "after sync, B no longer reads what A deleted");
+    write(WriteOp::Delete { key: "k/y".into(), expected: None }).await;
+    b.sync(Range::Prefix("k/")).await.unwrap();
+    assert_eq!(listed(&b), [], "after sync, B lists nothing that A deleted");
+
+    // With nothing on its way, sync costs one read of etcd, not a wait for the watch.
+    let t = Instant::now();
+    b.sync(Range::Prefix("k/")).await.unwrap();
+    assert!(t.elapsed() < lag * 2 + Duration::from_millis(300), "a sync with nothing to wait for took {:?}", t.elapsed());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
