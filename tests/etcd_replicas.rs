@@ -133,12 +133,13 @@ fn leases(f: &Flotilla) -> String {
 
 /// Two replicas on one etcd, A started first (so it schedules), with clusters east
 /// and west registered and workspace `demo`; east's syncer prefers A when `east_in_a`,
-/// B otherwise. Both clusters are Ready and each one's syncer holds its Lease.
+/// B otherwise. Both clusters are Ready and each one's syncer holds its Lease in the
+/// replica it prefers.
 struct Pair {
     _dir: tempfile::TempDir,
     _etcd: LocalEtcd,
     east: common::SimCluster,
-    _west: common::SimCluster,
+    west: common::SimCluster,
     a: Flotilla,
     b: Flotilla,
     id_a: String,
@@ -146,18 +147,24 @@ struct Pair {
 }
 
 fn pair(east_in_a: bool) -> Option<Pair> {
+    pair_where(|a_syncs_east, _| a_syncs_east == east_in_a)
+}
+
+/// [`pair`], with A's identity chosen so that `wanted(east's syncer prefers A,
+/// west's syncer prefers A)` holds.
+fn pair_where(wanted: impl Fn(bool, bool) -> bool) -> Option<Pair> {
     let dir = tempfile::tempdir().unwrap();
     let etcd = LocalEtcd::for_test(dir.path(), 1)?;
     let (east, west) = (sim("east", 4), sim("west", 4));
-    // Identities chosen so that east's syncer prefers the replica asked for.
     let id_b = "replica-b".to_string();
     let id_a = (0..)
         .map(|i| format!("replica-a{i}"))
         .find(|a| {
             let owners = syncer::shard::assign(&["east".into(), "west".into()], &[a.clone(), id_b.clone()]);
-            (owners["east"] == *a) == east_in_a
+            wanted(owners["east"] == *a, owners["west"] == *a)
         })
         .unwrap();
+
     let servers = etcd.endpoints().join(",");
     let a = Flotilla::start_as(&id_a, &["--etcd-servers", &servers]);
     register(&a, &east, &[]);
@@ -165,15 +172,15 @@ fn pair(east_in_a: bool) -> Option<Pair> {
     assert!(a.flotilla(&["workspace", "create", "demo"]).ok);
     let b = Flotilla::start_as(&id_b, &["--etcd-servers", &servers]);
     wait_all_ready(&b, 2);
-    let east_holder = if east_in_a { &id_a } else { &id_b };
+    let owners = syncer::shard::assign(&["east".into(), "west".into()], &[id_a.clone(), id_b.clone()]);
     let held = wait_until(
-        "both clusters' syncers to run under a Lease, east's in the replica it prefers",
+        "both clusters' syncers to run under a Lease, each in the replica it prefers",
         Duration::from_secs(30),
         || leases(&b),
-        |l| l.contains(&format!("flotilla-syncer-east={east_holder}")) && l.contains("flotilla-syncer-west=replica-"),
+        |l| ["east", "west"].iter().all(|c| l.contains(&format!("flotilla-syncer-{c}={}", owners[*c]))),
     );
     assert!(held.contains(&format!("flotilla-scheduler={id_a}")), "A, started first, schedules: {held}");
-    Some(Pair { _dir: dir, _etcd: etcd, east, _west: west, a, b, id_a, id_b })
+    Some(Pair { _dir: dir, _etcd: etcd, east, west, a, b, id_a, id_b })
 }
 
 const READINESS: &str = r#"jsonpath={range .items[*]}{.metadata.name}={.status.conditions[?(@.type=="Ready")].status} {end}"#;
@@ -196,7 +203,7 @@ fn stays_ready_until_held(f: &Flotilla, since: Instant, window: Duration, held: 
 #[test]
 fn a_lost_replica_s_syncers_move_and_their_clusters_are_not_declared_lost() {
     // The fields a pattern leaves out would be dropped at once: etcd and the clusters too.
-    let Some(Pair { mut b, a, id_a, _etcd, _dir, east: _east, _west, .. }) = pair(false) else { return };
+    let Some(Pair { mut b, a, id_a, _etcd, _dir, east: _east, west: _west, .. }) = pair(false) else { return };
     // B syncs east and A schedules: east's heartbeats stop with B, though east is fine.
     b.kill9();
     let killed = Instant::now();
@@ -209,7 +216,7 @@ fn a_lost_replica_s_syncers_move_and_their_clusters_are_not_declared_lost() {
 
 #[test]
 fn killing_the_replica_that_schedules_and_syncs_loses_no_write_and_no_cluster() {
-    let Some(Pair { mut a, b, east, id_b, _etcd, _dir, _west, .. }) = pair(true) else { return };
+    let Some(Pair { mut a, b, east, id_b, _etcd, _dir, west: _west, .. }) = pair(true) else { return };
     b.apply(&["--context", "demo"], &deployment("web", 2, "100m", "nginx", ""));
     wait_assignment(&b, "web", |a| !a.is_empty());
 
@@ -264,6 +271,51 @@ fn killing_the_replica_that_schedules_and_syncs_loses_no_write_and_no_cluster() 
 }
 
 #[test]
+fn a_failover_under_way_when_the_scheduling_replica_dies_is_completed_by_another() {
+    // A schedules and syncs west; B syncs east. When east is lost, A starts moving
+    // east's workloads to west and dies: B must finish the move and sync west.
+    let Some(Pair { mut a, b, mut east, west, id_b, _etcd, _dir, .. }) = pair_where(|east_in_a, west_in_a| !east_in_a && west_in_a) else {
+        return;
+    };
+    let names: Vec<String> = (0..6).map(|i| format!("app{i}")).collect();
+    for name in &names {
+        b.apply(&["--context", "demo"], &deployment(name, 1, "100m", "nginx", ""));
+    }
+    let before: Vec<String> = names.iter().map(|n| wait_assignment(&b, n, |a| !a.is_empty())).collect();
+    let on_east = names.iter().zip(&before).filter(|(_, a)| a.contains("east")).count();
+    assert!(on_east > 0, "some workloads run on east before it is lost: {before:?}");
+
+    east.kill9();
+    let lost = Instant::now();
+    wait_until("east to be declared lost", Duration::from_secs(30), || b.k(&["get", "st", "-o", READINESS]), |r| r.contains("east=False"));
+    let detected = lost.elapsed();
+    a.kill9();
+    let killed = lost.elapsed();
+    let moved_by_a = names.iter().filter(|n| common::fleet::assignment(&b, n) == "west=1").count();
+
+    for name in &names {
+        wait_assignment(&b, name, |a| a == "west=1");
+    }
+    let moved = lost.elapsed();
+    for name in &names {
+        common::fleet::rollout(&b, name);
+        let copy = common::fleet::copy_replicas(&west, name);
+        assert_eq!(copy, "1", "{name}'s copy on west has 1 replica");
+    }
+    let available = lost.elapsed();
+    let holders = leases(&b);
+    assert!(
+        holders.contains(&format!("flotilla-scheduler={id_b}")) && holders.contains(&format!("flotilla-syncer-west={id_b}")),
+        "B schedules and syncs west: {holders}"
+    );
+    eprintln!(
+        "east lost at 0; declared lost at {detected:.1?}; A killed at {killed:.1?}, with {moved_by_a} of {} workloads assigned to west; \
+         all assigned to west at {moved:.1?}; all Available at {available:.1?}",
+        names.len()
+    );
+}
+
+#[test]
 fn a_watch_from_before_what_a_replica_holds_is_told_410_and_a_relist_serves_it() {
     let dir = tempfile::tempdir().unwrap();
     let Some(etcd) = LocalEtcd::for_test(dir.path(), 1) else { return };
@@ -288,7 +340,7 @@ fn a_watch_from_before_what_a_replica_holds_is_told_410_and_a_relist_serves_it()
 
 #[test]
 fn a_replica_stopped_cleanly_hands_its_work_over_at_once() {
-    let Some(Pair { mut a, b, id_b, _etcd, _dir, east: _east, _west, .. }) = pair(true) else { return };
+    let Some(Pair { mut a, b, id_b, _etcd, _dir, east: _east, west: _west, .. }) = pair(true) else { return };
     let status = a.stop();
     assert!(status.success(), "SIGTERM: {status:?}");
     let stopped = Instant::now();
