@@ -51,8 +51,9 @@ struct Args {
     /// Run one group of scenarios only: `syncer` is both `syncer-latency` and
     /// `syncer-steady`; `scheduler` is both `scheduler-assign` and `scheduler-failover`;
     /// `companions` (apps of a Deployment and four companions) is both
-    /// `companions-apply` and `companions-failover`.
-    #[arg(long, value_parser = ["controlplane", "sim", "syncer", "syncer-latency", "syncer-steady", "scheduler", "scheduler-assign", "scheduler-failover", "companions", "companions-apply", "companions-failover", "scale", "hostile-bodies", "etcd"])]
+    /// `companions-apply` and `companions-failover`; `etcd` is `etcd-store`,
+    /// `etcd-replicas` and `etcd-failover`.
+    #[arg(long, value_parser = ["controlplane", "sim", "syncer", "syncer-latency", "syncer-steady", "scheduler", "scheduler-assign", "scheduler-failover", "companions", "companions-apply", "companions-failover", "scale", "hostile-bodies", "etcd", "etcd-store", "etcd-replicas", "etcd-failover"])]
     only: Option<String>,
 }
 
@@ -429,10 +430,20 @@ async fn main() -> anyhow::Result<()> {
             let r = hostile::rows(&args.flotilla, s.hostile, &mut report).await;
             report.outcome("hostile-bodies", r);
         }
-        if selected("etcd") {
-            report.calibrate("etcd").await;
-            let r = etcd::rows(&args.flotilla, &s, &mut report).await;
-            report.outcome("etcd", r);
+        if selected("etcd-store") {
+            report.calibrate("etcd-store").await;
+            let r = etcd::stores(&s, &mut report).await;
+            report.outcome("etcd-store", r);
+        }
+        if selected("etcd-replicas") {
+            report.calibrate("etcd-replicas").await;
+            let r = etcd::replicas(&args.flotilla, &s, &mut report).await;
+            report.outcome("etcd-replicas", r);
+        }
+        if selected("etcd-failover") {
+            report.calibrate("etcd-failover").await;
+            let r = etcd::failover(&args.flotilla, &s, &mut report).await;
+            report.outcome("etcd-failover", r);
         }
     }
     report.print_table();
