@@ -236,11 +236,13 @@ impl Drop for LocalEtcd {
 /// etcd's answers back only `delay` after they arrive, in order. A replica connected
 /// through it sees every change late, as one behind a slow link or a busy host would:
 /// what the tests of reading one's writes across replicas need to make the lag
-/// certain instead of a matter of luck.
+/// certain instead of a matter of luck. It can also be cut, and restored, to break a
+/// replica's connection to etcd while etcd itself goes on.
 #[derive(Debug)]
 pub struct SlowLink {
     addr: std::net::SocketAddr,
     stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    cut: std::sync::Arc<std::sync::atomic::AtomicBool>,
     open: std::sync::Arc<std::sync::Mutex<Vec<std::net::TcpStream>>>,
 }
 
@@ -255,15 +257,20 @@ impl SlowLink {
         let listener = TcpListener::bind("127.0.0.1:0")?;
         let addr = listener.local_addr()?;
         let stop = Arc::new(AtomicBool::new(false));
+        let cut = Arc::new(AtomicBool::new(false));
         let open: Arc<Mutex<Vec<TcpStream>>> = Arc::default();
         let upstream = upstream.split_once("://").map_or(upstream, |(_, rest)| rest).trim_end_matches('/').to_string();
-        let (stopped, conns) = (stop.clone(), open.clone());
+        let (stopped, is_cut, conns) = (stop.clone(), cut.clone(), open.clone());
         std::thread::spawn(move || {
             for client in listener.incoming() {
                 if stopped.load(Ordering::Acquire) {
                     return;
                 }
+                // While cut, a connection is closed as soon as it is made.
                 let Ok(client) = client else { continue };
+                if is_cut.load(Ordering::Acquire) {
+                    continue;
+                }
                 let Ok(server) = TcpStream::connect(&upstream) else { continue };
                 let _ = (client.set_nodelay(true), server.set_nodelay(true));
                 let (Ok(c2), Ok(s2), Ok(c3), Ok(s3)) = (client.try_clone(), server.try_clone(), client.try_clone(), server.try_clone())
@@ -300,7 +307,20 @@ impl SlowLink {
                 });
             }
         });
-        Ok(Self { addr, stop, open })
+        Ok(Self { addr, stop, cut, open })
+    }
+
+    /// Closes every connection through the link, and every new one until [`Self::restore`].
+    pub fn cut(&self) {
+        self.cut.store(true, std::sync::atomic::Ordering::Release);
+        for conn in self.open.lock().unwrap_or_else(|e| e.into_inner()).drain(..) {
+            let _ = conn.shutdown(std::net::Shutdown::Both);
+        }
+    }
+
+    /// Lets connections through again.
+    pub fn restore(&self) {
+        self.cut.store(false, std::sync::atomic::Ordering::Release);
     }
 
     /// The relay's URL, `http://127.0.0.1:<port>`, to give in place of the member's.
@@ -312,9 +332,7 @@ impl SlowLink {
 impl Drop for SlowLink {
     fn drop(&mut self) {
         self.stop.store(true, std::sync::atomic::Ordering::Release);
-        for conn in self.open.lock().unwrap_or_else(|e| e.into_inner()).drain(..) {
-            let _ = conn.shutdown(std::net::Shutdown::Both);
-        }
+        self.cut();
         // Wake the accepting thread so that it sees the flag and ends.
         let _ = std::net::TcpStream::connect(self.addr);
     }

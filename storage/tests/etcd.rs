@@ -114,6 +114,46 @@ async fn after_sync_a_replica_whose_watch_lags_reads_every_write_made_before() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_cut_off_past_a_compaction_reads_everything_again_and_expires_its_watches() {
+    let Some((_dir, cluster)) = etcd(1) else { return };
+    let link = SlowLink::start(&cluster.endpoints()[0], Duration::ZERO).unwrap();
+    let a = connect(config(&cluster, "/compacted")).await;
+    let b = connect(EtcdConfig { endpoints: vec![link.url()], ..config(&cluster, "/compacted") }).await;
+    let first = a.write(WriteOp::Create { key: "k/first".into(), value: obj("first", "1") }).await.unwrap();
+    b.sync(Range::Key("k/first")).await.unwrap();
+    let before = b.revision();
+    let mut open = b.watch("k/", before).unwrap();
+
+    // B is cut off from etcd while A writes and etcd compacts past B's revision.
+    link.cut();
+    let wait_unhealthy = Instant::now() + Duration::from_secs(20);
+    while b.health().is_ok() {
+        assert!(Instant::now() < wait_unhealthy, "B never noticed that its etcd connection was cut");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    a.write(WriteOp::Delete { key: "k/first".into(), expected: Some(first.rev) }).await.unwrap();
+    let later = a.write(WriteOp::Create { key: "k/later".into(), value: obj("later", "1") }).await.unwrap();
+    let mut etcd = etcd_client::Client::connect(cluster.endpoints(), None).await.unwrap();
+    etcd.compact(later.rev as i64, None).await.unwrap();
+    link.restore();
+
+    // B's watch resumes from before the compaction: etcd refuses, B reads everything again.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while b.health().is_err() || b.get("k/later").is_none() {
+        assert!(Instant::now() < deadline, "B did not catch up after the link came back: {:?}", b.health());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(b.get("k/first").is_none(), "B dropped what was deleted while it was cut off");
+    assert_eq!(b.get("k/later").map(|e| e.rev), Some(later.rev));
+    // The watch open across the gap ends with Expired, so its client relists; so does
+    // a new one from before the gap.
+    let ended = tokio::time::timeout(Duration::from_secs(5), open.next()).await.expect("the open watch ends");
+    assert!(matches!(ended, Some(Err(StoreError::Expired { .. })) | None), "the open watch ends expired: {ended:?}");
+    assert!(matches!(b.watch("k/", before), Err(StoreError::Expired { .. })), "a watch from before the gap is expired");
+    assert!(b.watch("k/", b.revision()).is_ok(), "a watch from B's new revision is served");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_quorum_writes_fail_fast_and_everything_recovers_when_it_returns() {
     let Some((_dir, mut cluster)) = etcd(3) else { return };
     let timeout = storage::DEFAULT_REQUEST_TIMEOUT;
