@@ -125,8 +125,9 @@ pub struct DrillArgs {
     /// The fault to inject, or `restore` to end it.
     #[arg(value_enum)]
     pub fault: Fault,
-    /// The cluster (SyncTarget) name; for the replica and etcd drills, the number of
-    /// the replica or etcd member (0, 1 or 2).
+    /// The cluster (SyncTarget) name, or several separated by commas to lose them at
+    /// once; for the replica and etcd drills, the number of the replica or etcd member
+    /// (0, 1 or 2).
     pub cluster: String,
     /// Give up waiting for the failover (or the recovery) after this long.
     #[arg(long, default_value = "2m", value_parser = duration)]
@@ -211,6 +212,12 @@ pub enum ClusterCmd {
         /// SyncTarget name.
         name: String,
     },
+    /// Confirm that a NotReady cluster is really gone, so that the disruption brake
+    /// lets its workloads move; its next heartbeat ends the confirmation.
+    ConfirmLost {
+        /// SyncTarget name.
+        name: String,
+    },
     /// Remove the SyncTarget and its kubeconfig Secret.
     Deregister {
         /// SyncTarget name.
@@ -270,12 +277,57 @@ pub struct SyncerArgs {
     pub resync: std::time::Duration,
 }
 
+/// How far the scheduler goes in moving workloads off lost clusters.
+#[derive(Debug, Clone, clap::Args)]
+pub struct FailoverArgs {
+    /// When more than this share of the Ready clusters go NotReady within one heartbeat
+    /// grace, their workloads stay where they are (the disruption brake) until the
+    /// clusters return, or until `flotilla cluster confirm-lost NAME`. A percentage
+    /// (55%) or a fraction (0.55).
+    #[arg(long, default_value = "55%", value_parser = share)]
+    pub unhealthy_cluster_threshold: f64,
+    /// Workloads moved off lost or draining clusters per second, at most.
+    #[arg(long, default_value = "1000", value_parser = rate)]
+    pub eviction_rate: f64,
+}
+
+impl FailoverArgs {
+    /// The scheduler's options with these set.
+    pub fn apply(&self, options: scheduler::Options) -> scheduler::Options {
+        scheduler::Options { unhealthy_threshold: self.unhealthy_cluster_threshold, eviction_rate: self.eviction_rate, ..options }
+    }
+}
+
+/// A share: `55%`, or `0.55`, from 0 to 1.
+fn share(s: &str) -> Result<f64, String> {
+    let v = match s.strip_suffix('%') {
+        Some(p) => p.trim().parse::<f64>().map(|p| p / 100.0),
+        None => s.trim().parse::<f64>(),
+    }
+    .map_err(|_| format!("{s:?} is not a share: give a percentage such as 55% or a fraction such as 0.55"))?;
+    if (0.0..=1.0).contains(&v) {
+        Ok(v)
+    } else {
+        Err(format!("{s:?} is out of range: a share is from 0% to 100%"))
+    }
+}
+
+/// A positive rate per second.
+fn rate(s: &str) -> Result<f64, String> {
+    match s.trim().parse::<f64>() {
+        Ok(v) if v.is_finite() && v > 0.0 => Ok(v),
+        _ => Err(format!("{s:?} is not a rate: give a number of workloads per second above 0, such as 1000 or 0.5")),
+    }
+}
+
 /// `flotilla scheduler`.
 #[derive(Debug, clap::Args)]
 pub struct SchedulerArgs {
     /// A cluster whose heartbeat is older than this is not Ready, and its workloads move.
     #[arg(long, default_value = "8s", value_parser = duration)]
     pub heartbeat_grace: std::time::Duration,
+    #[command(flatten)]
+    pub failover: FailoverArgs,
     /// How often every workload is looked at again, events or not.
     #[arg(long, default_value = "60s", value_parser = duration)]
     pub resync: std::time::Duration,
@@ -304,6 +356,8 @@ pub struct StartArgs {
     /// A cluster whose heartbeat is older than this is not Ready, and its workloads move.
     #[arg(long, default_value = "8s", value_parser = duration)]
     pub heartbeat_grace: std::time::Duration,
+    #[command(flatten)]
+    pub failover: FailoverArgs,
     /// Do not run the scheduler in this process (run `flotilla scheduler` elsewhere, or
     /// assign workloads by hand).
     #[arg(long)]

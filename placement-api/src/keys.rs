@@ -69,6 +69,18 @@ pub const CONDITION_HEARTBEAT_HEALTHY: &str = "HeartbeatHealthy";
 /// Condition type on SyncTargets, set by the cluster's syncer: it reaches the cluster's
 /// API. While it does not, it sends no heartbeats either.
 pub const CONDITION_CLUSTER_REACHABLE: &str = "ClusterReachable";
+/// Condition type on SyncTargets and WorkloadPlacements, there only while the
+/// disruption brake holds: the cluster went NotReady together with too many others
+/// for the loss to be believed, and what runs there is not moved (True, saying until
+/// when); on a WorkloadPlacement, the workload stays on such a cluster.
+pub const CONDITION_FAILOVER_PAUSED: &str = "FailoverPaused";
+/// Annotation on a SyncTarget, set by `flotilla cluster confirm-lost`: the heartbeat
+/// time (`status.lastSyncerHeartbeatTime`, or `none`) at which an operator confirmed
+/// the cluster lost. While the cluster's heartbeat is still that one, the disruption
+/// brake does not hold it, and its workloads move; a new heartbeat ends it.
+pub const LOST_CONFIRMED_ANNOTATION: &str = "scheduling.flotilla.io/lost-confirmed";
+/// The value of [`LOST_CONFIRMED_ANNOTATION`] for a cluster that never sent a heartbeat.
+pub const LOST_CONFIRMED_NO_HEARTBEAT: &str = "none";
 /// Condition type on WorkloadPlacements: clusters were chosen.
 pub const CONDITION_SCHEDULED: &str = "Scheduled";
 /// Condition type on WorkloadPlacements: every assigned cluster has the current spec.

@@ -31,7 +31,8 @@ use kube::Client;
 use placement_api::quantity::Resources;
 use placement_api::{
     sync_state_label, sync_target_of_label, syncer_finalizer, ClusterAssignment, Placement, SyncTarget, WorkloadPlacement,
-    WorkloadPlacementSpec, WorkloadRef, CONDITION_SCHEDULED, ROOT_WORKSPACE, SYNCER_FINALIZER_PREFIX, SYNC_STATE_SYNC,
+    WorkloadPlacementSpec, WorkloadRef, CONDITION_FAILOVER_PAUSED, CONDITION_SCHEDULED, ROOT_WORKSPACE, SYNCER_FINALIZER_PREFIX,
+    SYNC_STATE_SYNC,
 };
 use runtime::clients;
 use runtime::errors::{is_conflict, is_not_found};
@@ -63,6 +64,11 @@ pub struct Options {
     pub instance: String,
     /// Where decisions, failures and cluster health are counted.
     pub metrics: Metrics,
+    /// The share of the Ready clusters that may go NotReady within one grace before
+    /// the disruption brake holds their workloads where they are.
+    pub unhealthy_threshold: f64,
+    /// Workloads moved off lost or draining clusters per second, at most.
+    pub eviction_rate: f64,
 }
 
 impl Default for Options {
@@ -73,9 +79,48 @@ impl Default for Options {
             concurrency: 64,
             instance: "flotilla-scheduler".into(),
             metrics: Metrics::default(),
+            unhealthy_threshold: health::DEFAULT_UNHEALTHY_THRESHOLD,
+            eviction_rate: DEFAULT_EVICTION_RATE,
         }
     }
 }
+
+/// The default `--eviction-rate`: a thousand workloads a second, so that the loss of
+/// a cluster of a thousand moves them all at once and a larger loss reaches the
+/// survivors over seconds.
+pub const DEFAULT_EVICTION_RATE: f64 = 1000.0;
+
+/// The rate limit on moves off lost or draining clusters: a token bucket that holds one
+/// second's worth.
+struct Evictions {
+    rate: f64,
+    bucket: Mutex<(f64, std::time::Instant)>,
+}
+
+impl Evictions {
+    fn new(rate: f64) -> Self {
+        let rate = if rate.is_finite() && rate > 0.0 { rate } else { DEFAULT_EVICTION_RATE };
+        Evictions { rate, bucket: Mutex::new((rate.max(1.0), std::time::Instant::now())) }
+    }
+
+    /// Takes one move, or says how long until one is allowed.
+    fn take(&self) -> Result<(), Duration> {
+        let mut b = self.bucket.lock().unwrap_or_else(|e| e.into_inner());
+        let now = std::time::Instant::now();
+        b.0 = (b.0 + now.saturating_duration_since(b.1).as_secs_f64() * self.rate).min(self.rate.max(1.0));
+        b.1 = now;
+        if b.0 >= 1.0 {
+            b.0 -= 1.0;
+            Ok(())
+        } else {
+            Err(Duration::from_secs_f64((1.0 - b.0) / self.rate))
+        }
+    }
+}
+
+/// The reason of `Scheduled=True` when fewer clusters than the Placement asks for could
+/// take the workload: it runs on those that could.
+pub const REASON_FEWER_CLUSTERS: &str = "FewerClusters";
 
 /// How often cluster health is re-evaluated against the clock (the metrics, `evictAfter`,
 /// condition writes). A heartbeat's grace running out is looked at the moment it does,
@@ -156,6 +201,7 @@ struct Scheduler {
     recorder: Recorder,
     metrics: Metrics,
     own: Arc<OwnWrites>,
+    evictions: Evictions,
 }
 
 /// What the scheduler is writing, or last wrote, to each workload: the clusters it
@@ -269,7 +315,7 @@ pub async fn run(base: Client, options: Options) {
     let span = tracing::info_span!("scheduler");
     async move {
         let (tx, mut triggers) = mpsc::unbounded_channel::<Trigger>();
-        let book = Arc::new(Book::new(options.heartbeat_grace));
+        let book = Arc::new(Book::new(options.heartbeat_grace).with_threshold(options.unhealthy_threshold));
         let assumed = Arc::new(Assumed::default());
         let wildcard = clients::workspace(&base, "*");
         let root = clients::workspace(&base, ROOT_WORKSPACE);
@@ -397,6 +443,7 @@ pub async fn run(base: Client, options: Options) {
             deciding: Mutex::new(()),
             metrics: options.metrics.clone(),
             own,
+            evictions: Evictions::new(options.eviction_rate),
         });
         let (keys_tx, keys) = mpsc::unbounded_channel::<ObjKey>();
 
@@ -454,6 +501,11 @@ fn renewed(metrics: &Metrics, grace: Duration, r: &health::Renewal) {
         grace.as_secs(),
     );
     tracing::debug!(clusters = ?r.clusters, "the clusters whose grace was renewed");
+}
+
+/// A WorkloadPlacement's `Scheduled` condition.
+fn scheduled_condition(wp: &WorkloadPlacement) -> Option<&Condition> {
+    wp.status.as_ref()?.conditions.iter().find(|c| c.type_ == CONDITION_SCHEDULED)
 }
 
 /// The clusters a workload is labelled for.
@@ -581,12 +633,24 @@ impl Scheduler {
                 ),
                 None => {}
             }
+            if let Some(b) = &tick.brake {
+                let held: Vec<&String> = b.held().collect();
+                if b.engaged {
+                    tracing::warn!(lost = ?b.lost, confirmed = ?b.confirmed, ready = b.ready, "disruption brake: {}", b.message(self.book.grace()));
+                } else {
+                    tracing::warn!(ready = b.ready, "disruption brake released: the clusters still lost are failed over as usual");
+                }
+                self.metrics.brake_engaged.set(i64::from(b.engaged));
+                self.metrics.braked_clusters.set(i64::try_from(held.len()).unwrap_or(i64::MAX));
+            }
             for name in tick.changed {
-                let ready = self.book.get(&name).is_some_and(|o| o.signature.ready);
-                tracing::info!(cluster = %name, ready, "cluster health changed");
+                let o = self.book.get(&name);
+                let (ready, braked) = o.map_or((false, false), |o| (o.signature.ready, o.signature.braked));
+                tracing::info!(cluster = %name, ready, braked, "cluster health changed");
                 send(&tx, Trigger::Cluster(name));
             }
             let now = Time(jiff::Timestamp::now());
+            let brake = self.book.brake().message(self.book.grace());
             for o in self.book.all() {
                 let Some(name) = o.target.metadata.name.clone() else { continue };
                 self.metrics.cluster(&name, o.heartbeat_age(), o.signature.ready);
@@ -594,7 +658,8 @@ impl Scheduler {
                 if written.get(&name).is_some_and(|w| *w == rv) {
                     continue;
                 }
-                let Some((conditions, schedulable)) = health::desired_status(&o, self.book.grace(), &now) else { continue };
+                let paused = o.signature.braked.then_some(brake.as_str());
+                let Some((conditions, schedulable)) = health::desired_status(&o, self.book.grace(), &now, paused) else { continue };
                 written.insert(name.clone(), rv.clone());
                 let patch = json!({
                     "metadata": {"resourceVersion": rv},
@@ -669,6 +734,9 @@ impl Scheduler {
         };
         let replicas = d.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1);
         let workload = core::Workload { replicas: u32::try_from(replicas).unwrap_or(0), per_replica };
+        // A workload left on fewer clusters than asked for stays so until rebalancing
+        // widens it; a new or whole one is spread as far as its Placement says.
+        let short = wp.as_ref().and_then(|wp| scheduled_condition(wp)).is_some_and(|c| c.reason == REASON_FEWER_CLUSTERS);
         let decision = {
             let _one_at_a_time = self.deciding.lock().unwrap_or_else(|e| e.into_inner());
             let views = self.book.views(|c| self.assumed.total(c));
@@ -677,17 +745,29 @@ impl Scheduler {
                 clusters: u32::try_from(rule.spec.number_of_clusters).unwrap_or(1),
                 mode: rule.spec.replica_scheduling,
             };
-            let result = core::decide(&views, &workload, &rule_view, &current);
+            let result = core::place(&views, &workload, &rule_view, &current, !short);
             let took = started.elapsed();
             self.metrics.decision.observe(took.as_secs_f64());
             tracing::debug!(micros = took.as_micros() as u64, clusters = views.len(), "decided");
-            if let Ok(shares) = &result {
-                self.assume(key, &current, shares, per_replica);
+            if let Ok(decided) = &result {
+                // A move off a lost or draining cluster waits its turn under the rate limit.
+                let evicts = current
+                    .iter()
+                    .any(|c| !decided.shares.iter().any(|s| s.cluster == c.cluster) && self.why_left(&c.cluster).failover().is_some());
+                if evicts {
+                    if let Err(wait) = self.evictions.take() {
+                        self.metrics.evictions_delayed.inc();
+                        return Ok((Outcome::Skipped, Next::After(wait)));
+                    }
+                }
+                self.assume(key, &current, &decided.shares, per_replica);
             }
             result
         };
         match decision {
-            Ok(shares) => self.place(key, &d, wp.as_deref(), &rule_name, &source, &current, shares).await.map(|n| (Outcome::Scheduled, n)),
+            Ok(decided) => {
+                self.place(key, &d, wp.as_deref(), &rule_name, &source, &current, decided).await.map(|n| (Outcome::Scheduled, n))
+            }
             Err(no_fit) => {
                 self.metrics.no_fit(&no_fit);
                 self.fail(key, &d, wp.as_deref(), &rule_name, &current, no_fit.to_string()).await.map(|n| (Outcome::Unschedulable, n))
@@ -724,8 +804,9 @@ impl Scheduler {
         rule: &str,
         source: &resolve::Source,
         current: &[Share],
-        shares: Vec<Share>,
+        decided: core::Decision,
     ) -> Result<Next, anyhow::Error> {
+        let shares = decided.shares;
         self.waiting.remove(key);
         let Some(wp) = self.write_assignment(key, d, wp, rule, &shares).await? else { return Ok(Next::After(Duration::ZERO)) };
         // The Event goes out as soon as the assignment is written: a retry of the
@@ -758,9 +839,39 @@ impl Scheduler {
         }
         // The clusters are in the spec and in the Event; left out of the condition, a
         // move (a failover, a drain) costs no status write here.
-        let message = format!("placed by Placement {rule} ({source}); spec.clusters lists where");
-        if !self.set_scheduled(key, &wp, true, "Scheduled", &message).await? {
+        let (reason, message) = match &decided.fewer {
+            None => ("Scheduled", format!("placed by Placement {rule} ({source}); spec.clusters lists where")),
+            Some(why) => (
+                REASON_FEWER_CLUSTERS,
+                format!(
+                    "placed by Placement {rule} ({source}) on fewer clusters than it asks for: {why}; it spreads again when a rebalance allows"
+                ),
+            ),
+        };
+        let before = scheduled_condition(&wp).map(|c| c.reason.clone());
+        // A workload that stays on a cluster the disruption brake holds says so.
+        let braked: Vec<&str> =
+            shares.iter().map(|s| s.cluster.as_str()).filter(|c| self.book.get(c).is_some_and(|o| o.signature.braked)).collect();
+        let paused = (!braked.is_empty()).then(|| {
+            let on = braked.join(", ");
+            format!(
+                "stays on {on}, which the disruption brake holds: too many clusters went NotReady at once (`flotilla status` shows which); \
+                 `flotilla cluster confirm-lost {}` moves it if {on} is really gone",
+                braked[0]
+            )
+        });
+        let was_paused = wp.status.as_ref().is_some_and(|s| s.conditions.iter().any(|c| c.type_ == CONDITION_FAILOVER_PAUSED));
+        if !self.set_conditions(key, &wp, (true, reason, &message), paused.as_deref()).await? {
             return Ok(Next::After(Duration::ZERO));
+        }
+        if decided.fewer.is_some() && before.as_deref() != Some(REASON_FEWER_CLUSTERS) {
+            tracing::warn!(reason = %message, "placed on fewer clusters than asked for");
+            self.recorder.deployment(key, d, events::Type::Warning, REASON_FEWER_CLUSTERS, message);
+        }
+        if let (Some(note), false) = (paused, was_paused) {
+            let note = format!("{note}: {}", self.book.brake().message(self.book.grace()));
+            tracing::warn!(reason = %note, "failover paused by the disruption brake");
+            self.recorder.deployment(key, d, events::Type::Warning, CONDITION_FAILOVER_PAUSED, note);
         }
         Ok(Next::Done)
     }
@@ -784,7 +895,13 @@ impl Scheduler {
         let Some(wp) = self.write_assignment(key, d, wp, rule, &kept).await? else { return Ok(Next::After(Duration::ZERO)) };
         let before =
             wp.status.as_ref().and_then(|s| s.conditions.iter().find(|c| c.type_ == CONDITION_SCHEDULED)).map(|c| c.message.clone());
-        if !self.set_scheduled(key, &wp, false, REASON_UNSCHEDULABLE, &message).await? {
+        let paused = wp
+            .status
+            .as_ref()
+            .and_then(|s| s.conditions.iter().find(|c| c.type_ == CONDITION_FAILOVER_PAUSED))
+            .filter(|_| kept.iter().any(|s| self.book.get(&s.cluster).is_some_and(|o| o.signature.braked)))
+            .map(|c| c.message.clone());
+        if !self.set_conditions(key, &wp, (false, REASON_UNSCHEDULABLE, &message), paused.as_deref()).await? {
             return Ok(Next::After(Duration::ZERO));
         }
         if before.as_deref() != Some(message.as_str()) {
@@ -909,35 +1026,44 @@ impl Scheduler {
     /// scheduler's own field of the status, applied server-side, so the syncers' and
     /// the aggregator's writes of the same status never conflict with it. `false` when
     /// the WorkloadPlacement is gone (the reconcile runs again).
-    async fn set_scheduled(
+    /// Sets the conditions the scheduler owns, when they say something new: `Scheduled`
+    /// (status, reason, message), and `FailoverPaused` while `paused` says why, which
+    /// the server-side apply drops once it is left out.
+    async fn set_conditions(
         &self,
         key: &ObjKey,
         wp: &WorkloadPlacement,
-        ok: bool,
-        reason: &str,
-        message: &str,
+        (ok, reason, message): (bool, &str, &str),
+        paused: Option<&str>,
     ) -> Result<bool, anyhow::Error> {
-        let status = if ok { "True" } else { "False" };
-        let existing = wp.status.as_ref().and_then(|s| s.conditions.iter().find(|c| c.type_ == CONDITION_SCHEDULED));
-        if existing.is_some_and(|c| c.status == status && c.reason == reason && c.message == message) {
-            return Ok(true);
-        }
-        let next = Condition {
-            type_: CONDITION_SCHEDULED.into(),
+        let existing = |type_: &str| wp.status.as_ref().and_then(|s| s.conditions.iter().find(|c| c.type_ == type_));
+        let condition = |type_: &str, status: &str, reason: &str, message: &str| Condition {
+            type_: type_.into(),
             status: status.into(),
             reason: reason.into(),
             message: message.into(),
-            last_transition_time: match existing {
+            last_transition_time: match existing(type_) {
                 Some(c) if c.status == status => c.last_transition_time.clone(),
                 _ => Time(jiff::Timestamp::now()),
             },
             observed_generation: wp.metadata.generation,
         };
+        let same = |next: Option<&Condition>, type_: &str| match (next, existing(type_)) {
+            (Some(n), Some(c)) => c.status == n.status && c.reason == n.reason && c.message == n.message,
+            (None, None) => true,
+            _ => false,
+        };
+        let scheduled = condition(CONDITION_SCHEDULED, if ok { "True" } else { "False" }, reason, message);
+        let paused = paused.map(|why| condition(CONDITION_FAILOVER_PAUSED, "True", "DisruptionBrake", why));
+        if same(Some(&scheduled), CONDITION_SCHEDULED) && same(paused.as_ref(), CONDITION_FAILOVER_PAUSED) {
+            return Ok(true);
+        }
+        let conditions: Vec<Condition> = std::iter::once(scheduled).chain(paused).collect();
         let api: Api<WorkloadPlacement> = Api::namespaced(clients::workspace(&self.base, &key.workspace), &key.namespace);
-        match clients::apply_placement_status(&api, &key.name, FIELD_MANAGER, json!({"conditions": [next]})).await {
+        match clients::apply_placement_status(&api, &key.name, FIELD_MANAGER, json!({ "conditions": conditions })).await {
             Ok(_) => Ok(true),
             Err(e) if is_not_found(&e) => Ok(false),
-            Err(e) => Err(anyhow::anyhow!("writing the Scheduled condition of WorkloadPlacement {key}: {e}")),
+            Err(e) => Err(anyhow::anyhow!("writing the conditions of WorkloadPlacement {key}: {e}")),
         }
     }
 

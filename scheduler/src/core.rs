@@ -5,7 +5,8 @@
 //! The rules (DESIGN.md, "Scheduling and failover behaviour"):
 //! - a cluster is a candidate only if it is Ready, not draining, selected by the
 //!   Placement's `clusterSelector`, and, for a cluster the workload is not on yet, not
-//!   cordoned;
+//!   cordoned; a cluster held by the disruption brake keeps what it runs, as a
+//!   cordoned one does, though it is not Ready;
 //! - a replica must fit on a single node, and the replicas must fit in the cluster's
 //!   free room (the caller subtracts what it assumed but the heartbeat does not show);
 //! - the clusters a workload runs on stay chosen while they remain candidates (sticky),
@@ -38,6 +39,9 @@ pub struct Cluster {
     pub labels: Arc<BTreeMap<String, String>>,
     /// Its heartbeat is within the grace period.
     pub ready: bool,
+    /// Not Ready, but lost together with too many others for the loss to be believed
+    /// (the disruption brake): what runs there stays, and nothing new goes there.
+    pub braked: bool,
     /// `spec.unschedulable`: no new workloads; those running stay.
     pub cordoned: bool,
     /// `spec.evictAfter` has passed: everything moves away.
@@ -211,12 +215,34 @@ struct Eligible<'a> {
     limit: Resource,
 }
 
+/// Where a workload is to run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Decision {
+    /// The chosen clusters and their shares, sorted by cluster name.
+    pub shares: Vec<Share>,
+    /// Fewer clusters could take the workload than the Placement's `numberOfClusters`:
+    /// it runs on those that could, and this says why the others were turned away.
+    pub fewer: Option<NoFit>,
+}
+
+/// [`place`] for a workload that may spread over more clusters than it runs on now:
+/// just the shares.
+pub fn decide(clusters: &[Cluster], workload: &Workload, rule: &Rule<'_>, current: &[Share]) -> Result<Vec<Share>, NoFit> {
+    place(clusters, workload, rule, current, true).map(|d| d.shares)
+}
+
 /// Decides where `workload` runs. `current` is where it runs now (empty for a new
-/// workload). The answer is sorted by cluster name.
+/// workload).
+///
+/// `numberOfClusters` is the most clusters to use: when fewer can take the workload,
+/// it runs on those ([`Decision::fewer`] says why not more). Once it runs on fewer
+/// clusters than that, it spreads over more again only when `may_spread` allows it
+/// (rebalancing); a lost cluster among those it runs on is always replaced, if another
+/// fits.
 ///
 /// When it returns [`NoFit`], the caller keeps the current assignment: a workload is
 /// never taken off a cluster because nothing else fits.
-pub fn decide(clusters: &[Cluster], workload: &Workload, rule: &Rule<'_>, current: &[Share]) -> Result<Vec<Share>, NoFit> {
+pub fn place(clusters: &[Cluster], workload: &Workload, rule: &Rule<'_>, current: &[Share], may_spread: bool) -> Result<Decision, NoFit> {
     let replicas = workload.replicas;
     let needed = rule.clusters.max(1);
     let duplicate = rule.mode == ReplicaScheduling::Duplicate;
@@ -236,19 +262,27 @@ pub fn decide(clusters: &[Cluster], workload: &Workload, rule: &Rule<'_>, curren
     }
     let too_few =
         |reasons: BTreeMap<Reason, usize>, fit: usize, holds| NoFit::Clusters { total: sorted.len(), fit, needed, reasons, holds };
-    if eligible.len() < needed as usize {
-        return Err(too_few(reasons, eligible.len(), None));
+    if eligible.is_empty() {
+        return Err(too_few(reasons, 0, None));
     }
+    let fewer = (eligible.len() < needed as usize).then(|| too_few(reasons.clone(), eligible.len(), None));
+    // As many clusters as asked for, or as it runs on now if fewer (a spread left
+    // short by lost clusters is widened again by rebalancing only), and no more than fit.
+    let wanted = match (may_spread, current.len()) {
+        (true, _) | (false, 0) => needed as usize,
+        (false, n) => n.min(needed as usize),
+    };
+    let take = wanted.min(eligible.len());
 
     // Sticky first, then the roomiest, then by name.
     eligible.sort_by(|a, b| b.sticky.cmp(&a.sticky).then(b.room.cmp(&a.room)).then(a.name.cmp(b.name)));
-    let mut chosen: Vec<&Eligible<'_>> = eligible.iter().take(needed as usize).collect();
+    let mut chosen: Vec<&Eligible<'_>> = eligible.iter().take(take).collect();
     let holds = |set: &[&Eligible<'_>]| set.iter().map(|e| e.room).fold(0u64, u64::saturating_add);
     if !duplicate && holds(&chosen) < u64::from(replicas) {
         // Where the workload runs cannot hold it any more (it grew): choose afresh.
         let mut roomiest: Vec<&Eligible<'_>> = eligible.iter().collect();
         roomiest.sort_by(|a, b| b.room.cmp(&a.room).then(a.name.cmp(b.name)));
-        roomiest.truncate(needed as usize);
+        roomiest.truncate(take);
         let held = holds(&roomiest);
         if held < u64::from(replicas) {
             for e in &eligible {
@@ -261,8 +295,13 @@ pub fn decide(clusters: &[Cluster], workload: &Workload, rule: &Rule<'_>, curren
 
     let mut shares: Vec<Share> =
         if duplicate { chosen.iter().map(|e| Share::new(e.name, replicas)).collect() } else { keep_or_divide(replicas, &chosen, current) };
+    // A chosen cluster with nothing to run is not chosen (unless there is nothing to
+    // run at all: a Deployment scaled to zero keeps its place).
+    if replicas > 0 {
+        shares.retain(|s| s.replicas > 0);
+    }
     shares.sort();
-    Ok(shares)
+    Ok(Decision { shares, fewer })
 }
 
 /// Whether one cluster could take the workload, whose rule selects clusters with
@@ -275,7 +314,9 @@ fn evaluate<'a>(
     share: Option<u32>,
     duplicate: bool,
 ) -> Result<Eligible<'a>, Reason> {
-    if !c.ready {
+    // Under the brake a lost cluster keeps its share and takes nothing more.
+    let kept_by_brake = c.braked && share.is_some();
+    if !c.ready && !kept_by_brake {
         return Err(Reason::NotReady);
     }
     if c.draining {
@@ -288,8 +329,8 @@ fn evaluate<'a>(
         return Err(Reason::Cordoned);
     }
     let (free, limit) = room(c.available, workload.per_replica);
-    // A cordoned cluster keeps what it runs but takes nothing more.
-    let free = if c.cordoned { 0 } else { free };
+    // A cordoned cluster keeps what it runs but takes nothing more; so does a braked one.
+    let free = if c.cordoned || !c.ready { 0 } else { free };
     let room = free.saturating_add(u64::from(share.unwrap_or(0)));
     let sticky = share.is_some();
     // On one cluster, or duplicated, each cluster must hold every replica. Divided
@@ -309,14 +350,17 @@ fn evaluate<'a>(
 
 /// The Divide shares over `chosen`: the current ones when the clusters and the total
 /// are unchanged and every share still fits, so that nothing moves without a reason;
-/// otherwise a fresh split (see [`divide`]). An empty share, which an older split in
-/// proportion alone could give, is not kept while there are replicas enough to fill it.
+/// otherwise a fresh split (see [`divide`]). An empty share, which older splits could
+/// give, is never kept while there are replicas.
 fn keep_or_divide(replicas: u32, chosen: &[&Eligible<'_>], current: &[Share]) -> Vec<Share> {
     let enough = replicas as usize >= chosen.len();
-    let unchanged = chosen.len() == current.len()
+    // With fewer replicas than clusters, a split runs one replica on each of as many
+    // clusters as there are replicas, and leaves the others out.
+    let spread = if enough || replicas == 0 { chosen.len() } else { replicas as usize };
+    let unchanged = current.len() == spread
         && current.iter().map(|s| u64::from(s.replicas)).sum::<u64>() == u64::from(replicas)
         && current.iter().all(|s| chosen.iter().any(|e| e.name == s.cluster && u64::from(s.replicas) <= e.room))
-        && !(enough && current.iter().any(|s| s.replicas == 0));
+        && !(replicas > 0 && current.iter().any(|s| s.replicas == 0));
     if unchanged {
         return current.to_vec();
     }

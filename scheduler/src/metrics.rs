@@ -41,6 +41,12 @@ pub struct Metrics {
     /// heartbeats, by why: `Stalled` (it did not run) or `Silent` (no heartbeat of any
     /// cluster reached it).
     pub observation_gaps: IntCounterVec,
+    /// 1 while the disruption brake holds lost clusters' workloads where they are.
+    pub brake_engaged: IntGauge,
+    /// The lost clusters the brake holds (not confirmed lost).
+    pub braked_clusters: IntGauge,
+    /// Moves off lost or draining clusters put off by `--eviction-rate`.
+    pub evictions_delayed: IntCounter,
 }
 
 impl fmt::Debug for Metrics {
@@ -115,6 +121,18 @@ impl Metrics {
                 ),
                 &["cause"],
             )?,
+            brake_engaged: IntGauge::new(
+                "flotilla_scheduler_disruption_brake_engaged",
+                "1 while too many clusters went NotReady at once for their workloads to be moved",
+            )?,
+            braked_clusters: IntGauge::new(
+                "flotilla_scheduler_braked_clusters",
+                "Lost clusters whose workloads the disruption brake holds",
+            )?,
+            evictions_delayed: IntCounter::new(
+                "flotilla_scheduler_evictions_delayed_total",
+                "Moves off lost or draining clusters put off by the eviction rate limit",
+            )?,
         };
         // Both causes are shown from the start, at 0, so that an alert on an increase
         // fires on the first gap.
@@ -138,6 +156,9 @@ impl Metrics {
         registry.register(Box::new(m.leader.clone()))?;
         registry.register(Box::new(m.events_dropped.clone()))?;
         registry.register(Box::new(m.observation_gaps.clone()))?;
+        registry.register(Box::new(m.brake_engaged.clone()))?;
+        registry.register(Box::new(m.braked_clusters.clone()))?;
+        registry.register(Box::new(m.evictions_delayed.clone()))?;
         Ok(m)
     }
 

@@ -1,4 +1,4 @@
-//! `flotilla cluster register|list|cordon|uncordon|drain|deregister`: physical clusters
+//! `flotilla cluster register|list|cordon|uncordon|drain|confirm-lost|deregister`: physical clusters
 //! as SyncTargets in `root`, through the Kubernetes API like any client.
 
 use std::collections::BTreeMap;
@@ -40,8 +40,43 @@ pub async fn run(kubeconfig: &Path, cmd: ClusterCmd) -> anyhow::Result<()> {
             )
             .await
         }
+        ClusterCmd::ConfirmLost { name } => confirm_lost(&targets, &name).await,
         ClusterCmd::Deregister { name } => deregister(&root, &targets, &name).await,
     }
+}
+
+/// Marks a NotReady cluster lost at its current heartbeat (see
+/// [`placement_api::LOST_CONFIRMED_ANNOTATION`]): the disruption brake then lets its
+/// workloads move. The write is conditional on the object read, so a heartbeat that
+/// lands in between makes it fail rather than confirm a cluster that just came back.
+async fn confirm_lost(targets: &Api<SyncTarget>, name: &str) -> anyhow::Result<()> {
+    let st = targets.get(name).await.with_context(|| format!("reading SyncTarget {name}"))?;
+    let status = st.status.as_ref();
+    let condition = |type_: &str| status.and_then(|s| s.conditions.iter().find(|c| c.type_ == type_));
+    if condition(placement_api::CONDITION_READY).is_some_and(|c| c.status == "True") {
+        anyhow::bail!(
+            "cluster {name} is Ready: its syncer's heartbeat is current, so there is no loss to confirm (cordon or drain it to move its workloads)"
+        );
+    }
+    let beat = status
+        .and_then(|s| s.last_syncer_heartbeat_time.as_ref())
+        .map_or(placement_api::LOST_CONFIRMED_NO_HEARTBEAT.to_string(), |t| t.0.to_string());
+    let patch = json!({
+        "metadata": {"resourceVersion": st.metadata.resource_version, "annotations": {placement_api::LOST_CONFIRMED_ANNOTATION: beat}},
+    });
+    match targets.patch(name, &PatchParams { field_manager: Some(MANAGER.into()), ..Default::default() }, &Patch::Merge(patch)).await {
+        Ok(_) => {}
+        Err(kube::Error::Api(e)) if e.code == 409 => anyhow::bail!(
+            "cluster {name} changed while confirming (a heartbeat may have arrived): run `flotilla cluster list` and confirm again if it is still NotReady"
+        ),
+        Err(e) => return Err(e).with_context(|| format!("annotating SyncTarget {name}")),
+    }
+    let held = condition(placement_api::CONDITION_FAILOVER_PAUSED).is_some();
+    println!(
+        "cluster {name} confirmed lost at its last heartbeat ({beat}): {}; a new heartbeat from it ends the confirmation",
+        if held { "the disruption brake lets its workloads move to the other clusters" } else { "the disruption brake will not hold it" }
+    );
+    Ok(())
 }
 
 /// Registers a cluster; `hint` adds the line that says how to look at it.

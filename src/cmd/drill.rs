@@ -1,6 +1,6 @@
-//! `flotilla drill kill|freeze|restore CLUSTER`: faults injected into a simulated
-//! cluster that `flotilla up` runs, with the failover that follows printed as a
-//! timeline.
+//! `flotilla drill kill|freeze|restore CLUSTER[,CLUSTER...]`: faults injected into
+//! simulated clusters that `flotilla up` runs, with the failover that follows printed
+//! as a timeline. Several clusters at once show the disruption brake.
 //! - `kill`: SIGKILL. The cluster's API goes away; connections are refused.
 //! - `freeze`: SIGSTOP. The kernel still accepts connections, but nothing answers, as
 //!   with a hung API server or a network that drops replies.
@@ -36,14 +36,24 @@ pub async fn run(data_dir: &Path, kubeconfig: &Path, args: DrillArgs) -> anyhow:
     }
     let source = Source::new(kubeconfig, None).await?;
     let before = source.collect().await?;
-    let name = args.cluster.as_str();
-    if !before.clusters.iter().any(|c| c.name == name) {
-        let known: Vec<&str> = before.clusters.iter().map(|c| c.name.as_str()).collect();
-        anyhow::bail!("no cluster {name:?} is registered (registered: {}); `flotilla cluster list` shows them", known.join(", "));
+    let names: Vec<&str> = args.cluster.split(',').map(str::trim).filter(|n| !n.is_empty()).collect();
+    for name in &names {
+        if !before.clusters.iter().any(|c| c.name == *name) {
+            let known: Vec<&str> = before.clusters.iter().map(|c| c.name.as_str()).collect();
+            anyhow::bail!("no cluster {name:?} is registered (registered: {}); `flotilla cluster list` shows them", known.join(", "));
+        }
+    }
+    if names.is_empty() {
+        anyhow::bail!("name the cluster to drill, or several separated by commas (east,west)");
     }
     match args.fault {
-        Fault::Kill | Fault::Freeze => inject(data_dir, &source, before, &args).await,
-        _ => restore(data_dir, &source, &args).await,
+        Fault::Kill | Fault::Freeze => inject(data_dir, &source, before, &names, &args).await,
+        _ => {
+            for name in names {
+                restore(data_dir, &source, name, &args).await?;
+            }
+            Ok(())
+        }
     }
 }
 
@@ -93,33 +103,49 @@ struct Progress {
     stuck: bool,
 }
 
-async fn inject(data_dir: &Path, source: &Source, before: FleetStatus, args: &DrillArgs) -> anyhow::Result<()> {
-    let name = args.cluster.as_str();
-    let pid = match (sims::state(data_dir, name), args.fault) {
-        (State::Gone, _) => return Err(not_simulated(data_dir, name)),
-        (State::Frozen(_), Fault::Freeze) => anyhow::bail!("cluster {name} is frozen already; `flotilla drill restore {name}` thaws it"),
-        (State::Running(pid) | State::Frozen(pid), _) => pid,
-    };
+/// The replicas a workload has assigned on any of `clusters`.
+fn share_on_any(w: &WorkloadStatus, clusters: &[&str]) -> i32 {
+    clusters.iter().map(|c| share_on(w, c)).sum()
+}
+
+async fn inject(data_dir: &Path, source: &Source, before: FleetStatus, names: &[&str], args: &DrillArgs) -> anyhow::Result<()> {
+    let mut pids = Vec::new();
+    for name in names {
+        pids.push(match (sims::state(data_dir, name), args.fault) {
+            (State::Gone, _) => return Err(not_simulated(data_dir, name)),
+            (State::Frozen(_), Fault::Freeze) => {
+                anyhow::bail!("cluster {name} is frozen already; `flotilla drill restore {name}` thaws it")
+            }
+            (State::Running(pid) | State::Frozen(pid), _) => pid,
+        });
+    }
     let affected: BTreeMap<WorkloadKey, i32> =
-        workloads(&before).filter(|(_, w)| share_on(w, name) > 0).map(|(k, w)| (k, share_on(w, name))).collect();
+        workloads(&before).filter(|(_, w)| share_on_any(w, names) > 0).map(|(k, w)| (k, share_on_any(w, names))).collect();
     let (signal, what) = match args.fault {
         Fault::Kill => (Signal::SIGKILL, "killed: its API is gone, connections are refused"),
         _ => (Signal::SIGSTOP, "frozen: it accepts connections but never answers"),
     };
-    kill(pid, signal).with_context(|| format!("sending {signal} to cluster {name}'s process {pid}"))?;
+    for (name, pid) in names.iter().zip(&pids) {
+        kill(*pid, signal).with_context(|| format!("sending {signal} to cluster {name}'s process {pid}"))?;
+    }
     let start = Instant::now();
-    println!("drill: {} cluster {name} (pid {pid}) at {}", args.fault, jiff::Zoned::now().strftime("%H:%M:%S%.3f"));
-    say(start, format!("{name} {what}"));
+    let all = names.join(", ");
+    let shown: Vec<String> = names.iter().zip(&pids).map(|(n, p)| format!("{n} (pid {p})")).collect();
+    println!("drill: {} cluster {} at {}", args.fault, shown.join(", "), jiff::Zoned::now().strftime("%H:%M:%S%.3f"));
+    for name in names {
+        say(start, format!("{name} {what}"));
+    }
     let listed: Vec<String> = affected.iter().map(|(k, n)| format!("{} ({n})", key_str(k))).collect();
     say(
         start,
         match listed.len() {
-            0 => format!("{name} runs no workloads; waiting for the loss to be detected"),
+            0 => format!("{all} run(s) no workloads; waiting for the loss to be detected"),
             n => format!("{n} workload(s) had replicas there: {}", listed.join(", ")),
         },
     );
     let deadline = start + args.timeout;
-    let mut detected: Option<Duration> = None;
+    let mut lost: BTreeMap<&str, Duration> = BTreeMap::new();
+    let mut braked: Option<Duration> = None;
     let mut progress: BTreeMap<WorkloadKey, Progress> = affected.keys().map(|k| (k.clone(), Progress::default())).collect();
     let mut unreadable = false;
     loop {
@@ -137,13 +163,28 @@ async fn inject(data_dir: &Path, source: &Source, before: FleetStatus, args: &Dr
                 continue;
             }
         };
-        if detected.is_none() {
-            if let Some(c) = fleet.clusters.iter().find(|c| c.name == name && !c.ready) {
-                detected = Some(start.elapsed());
+        for c in fleet.clusters.iter().filter(|c| names.contains(&c.name.as_str()) && !c.ready) {
+            let name = names.iter().find(|n| **n == c.name).copied().unwrap_or_default();
+            if !lost.contains_key(name) {
+                lost.insert(name, start.elapsed());
                 let age = c.heartbeat_age_seconds.map_or_else(String::new, |s| format!(", last heartbeat {s}s ago"));
                 say(start, format!("loss detected: {name} is NotReady ({}{age})", c.not_ready_reason.as_deref().unwrap_or("unknown")));
             }
         }
+        let paused: Vec<&str> = fleet.clusters.iter().filter(|c| c.failover_paused.is_some()).map(|c| c.name.as_str()).collect();
+        match (braked, paused.is_empty()) {
+            (None, false) => {
+                braked = Some(start.elapsed());
+                let why = fleet.clusters.iter().find_map(|c| c.failover_paused.clone()).unwrap_or_default();
+                say(start, format!("disruption brake engaged: failover paused for {}: {why}", paused.join(", ")));
+            }
+            (Some(_), true) => {
+                braked = None;
+                say(start, "disruption brake released: the clusters still lost are failed over");
+            }
+            _ => {}
+        }
+        let detected = (lost.len() == names.len()).then(|| lost.values().max().copied()).flatten();
         let now: BTreeMap<WorkloadKey, &WorkloadStatus> = workloads(&fleet).collect();
         for (key, p) in progress.iter_mut() {
             let Some(w) = now.get(key) else {
@@ -153,9 +194,9 @@ async fn inject(data_dir: &Path, source: &Source, before: FleetStatus, args: &Dr
                 (p.moved, p.available) = (true, true);
                 continue;
             };
-            if !p.moved && share_on(w, name) == 0 {
+            if !p.moved && share_on_any(w, names) == 0 {
                 p.moved = true;
-                say(start, format!("{} rescheduled: {name} -> {}", key_str(key), shares(w)));
+                say(start, format!("{} rescheduled: {all} -> {}", key_str(key), shares(w)));
             }
             if p.moved && !p.available && w.state == "Available" {
                 p.available = true;
@@ -166,12 +207,29 @@ async fn inject(data_dir: &Path, source: &Source, before: FleetStatus, args: &Dr
                 say(
                     start,
                     format!(
-                        "{} cannot move, and keeps its place on {name}: {}",
+                        "{} cannot move, and keeps its place on {all}: {}",
                         key_str(key),
                         w.reason.as_deref().unwrap_or("no other cluster fits")
                     ),
                 );
             }
+        }
+        // Held by the brake: every workload not moved yet has replicas on a paused cluster.
+        let held = braked.is_some()
+            && progress.iter().filter(|(_, p)| !p.moved).all(|(k, _)| now.get(k).is_some_and(|w| share_on_any(w, &paused) > 0));
+        if let (Some(detected), true) = (detected, held) {
+            let waiting = progress.values().filter(|p| !p.moved).count();
+            println!(
+                "failover paused after {:.1}s: all {} cluster(s) lost at once, detected after {:.1}s; the disruption brake keeps {waiting} workload(s) where they are",
+                start.elapsed().as_secs_f64(),
+                names.len(),
+                detected.as_secs_f64()
+            );
+            println!(
+                "next: `flotilla cluster confirm-lost NAME` for each cluster that is really gone moves its workloads; `flotilla drill restore {}` brings them back.",
+                names.join(",")
+            );
+            return Ok(());
         }
         let settled = progress.values().all(|p| p.available || (p.stuck && !p.moved));
         if let (Some(detected), true) = (detected, settled) {
@@ -188,13 +246,13 @@ async fn inject(data_dir: &Path, source: &Source, before: FleetStatus, args: &Dr
             say(
                 start,
                 match (progress.len(), recovered) {
-                    (0, _) => format!("{name} is out of the fleet"),
+                    (0, _) => format!("{all} {} out of the fleet", if names.len() == 1 { "is" } else { "are" }),
                     (_, 0) => "no workload could move".into(),
                     _ => "every workload that could move is Available".into(),
                 },
             );
             println!("{summary}");
-            println!("next: `flotilla drill restore {name}` brings the cluster back.");
+            println!("next: `flotilla drill restore {}` brings the cluster back.", names.join(","));
             return Ok(());
         }
         if Instant::now() > deadline {
@@ -207,7 +265,7 @@ async fn inject(data_dir: &Path, source: &Source, before: FleetStatus, args: &Dr
                 "the failover did not finish within {:?}: {}{}; look at `flotilla status` and `kubectl describe deploy` in the workspace, \
                  and the control plane's log",
                 args.timeout,
-                if detected.is_none() { format!("{name} was never marked NotReady; ") } else { String::new() },
+                if detected.is_none() { format!("{all}: not every one was marked NotReady; ") } else { String::new() },
                 if waiting.is_empty() { "nothing moved".into() } else { format!("still waiting for {}", waiting.join(", ")) }
             );
         }
@@ -215,8 +273,7 @@ async fn inject(data_dir: &Path, source: &Source, before: FleetStatus, args: &Dr
     }
 }
 
-async fn restore(data_dir: &Path, source: &Source, args: &DrillArgs) -> anyhow::Result<()> {
-    let name = args.cluster.as_str();
+async fn restore(data_dir: &Path, source: &Source, name: &str, args: &DrillArgs) -> anyhow::Result<()> {
     let start = Instant::now();
     let mut child = None;
     match sims::state(data_dir, name) {

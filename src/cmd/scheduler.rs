@@ -10,8 +10,12 @@ pub async fn run(kubeconfig: &Path, args: SchedulerArgs) -> anyhow::Result<()> {
     let config = super::root_config(kubeconfig).await?;
     let base = kube::Client::try_from(runtime::clients::base_config(config)?)?;
     let identity = args.identity.unwrap_or_else(|| format!("flotilla-scheduler-{}", std::process::id()));
-    let options =
-        scheduler::Options { heartbeat_grace: args.heartbeat_grace, resync: args.resync, instance: identity.clone(), ..Default::default() };
+    let options = args.failover.apply(scheduler::Options {
+        heartbeat_grace: args.heartbeat_grace,
+        resync: args.resync,
+        instance: identity.clone(),
+        ..Default::default()
+    });
     let election = args.leader_elect.then(scheduler::leader::Timing::default);
     println!(
         "scheduler {identity} running (heartbeat grace {:?}, leader election {})",

@@ -120,12 +120,12 @@ where
         Box::new(move || workspace_controllers::revisions::run(client(), resync).boxed())
     });
     let scheduling = (!args.no_scheduler).then(|| -> anyhow::Result<_> {
-        let options = scheduler::Options {
+        let options = args.failover.apply(scheduler::Options {
             heartbeat_grace: args.heartbeat_grace,
             instance: identity.clone(),
             metrics: scheduler_metrics,
             ..Default::default()
-        };
+        });
         Ok((client(), options))
     });
     let scheduling = scheduling.transpose()?;

@@ -17,7 +17,9 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::api::{Api, DynamicObject, ListParams};
 use kube::ResourceExt;
 use placement_api::quantity::Resources;
-use placement_api::{SyncTarget, WorkloadPlacement, CLUSTER_ANNOTATION, CONDITION_AVAILABLE, CONDITION_READY, CONDITION_SCHEDULED};
+use placement_api::{
+    SyncTarget, WorkloadPlacement, CLUSTER_ANNOTATION, CONDITION_AVAILABLE, CONDITION_FAILOVER_PAUSED, CONDITION_READY, CONDITION_SCHEDULED,
+};
 use serde::Serialize;
 
 use crate::cli::{OutputFormat, StatusArgs};
@@ -56,6 +58,10 @@ pub struct ClusterStatus {
     /// Workloads assigned to it.
     pub workloads: i32,
     pub labels: BTreeMap<String, String>,
+    /// Why its workloads are not moved though it is lost, while the disruption brake
+    /// holds it (its `FailoverPaused` condition).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub failover_paused: Option<String>,
 }
 
 /// How much of a resource is requested, out of what the nodes offer.
@@ -284,6 +290,7 @@ fn cluster_status(now: jiff::Timestamp, t: &SyncTarget) -> ClusterStatus {
         pods: Usage { used: used.pods, allocatable: allocatable.pods },
         workloads: status.workloads,
         labels: t.labels().clone(),
+        failover_paused: condition(&status.conditions, CONDITION_FAILOVER_PAUSED).map(|c| c.message.clone()),
     }
 }
 
@@ -388,6 +395,15 @@ fn render_text(fleet: &FleetStatus) -> String {
             &["CLUSTER", "READY", "HEARTBEAT", "CPU USED", "MEMORY USED", "PODS", "WORKLOADS", "SCHEDULABLE"],
             &rows,
         ));
+        let paused: Vec<&ClusterStatus> = fleet.clusters.iter().filter(|c| c.failover_paused.is_some()).collect();
+        if let Some(first) = paused.first() {
+            let names: Vec<&str> = paused.iter().map(|c| c.name.as_str()).collect();
+            out.push_str(&format!(
+                "\nFAILOVER PAUSED for {} (disruption brake): {}\n",
+                names.join(", "),
+                first.failover_paused.as_deref().unwrap_or_default()
+            ));
+        }
     }
     if fleet.workspaces.is_empty() {
         out.push_str("\nNo workspaces. Create one with `flotilla workspace create NAME --use`.\n");

@@ -9,6 +9,7 @@ fn cluster(name: &str, cpu: u64, mem: u64) -> Cluster {
         name: name.into(),
         labels: Arc::new(BTreeMap::from([("region".to_string(), if name.starts_with("eu") { "eu" } else { "us" }.to_string())])),
         ready: true,
+        braked: false,
         cordoned: false,
         draining: false,
         available: Resources::new(cpu * 1000, mem * GI, 110),
@@ -27,6 +28,16 @@ fn divide_on(n: u32) -> (LabelSelector, u32, ReplicaScheduling) {
 
 fn run(clusters: &[Cluster], w: Workload, rule: (LabelSelector, u32, ReplicaScheduling), current: &[Share]) -> Result<Vec<Share>, NoFit> {
     decide(clusters, &w, &Rule { cluster_selector: &rule.0, clusters: rule.1, mode: rule.2 }, current)
+}
+
+fn place_on(
+    clusters: &[Cluster],
+    w: Workload,
+    rule: (LabelSelector, u32, ReplicaScheduling),
+    current: &[Share],
+    may_spread: bool,
+) -> Result<Decision, NoFit> {
+    place(clusters, &w, &Rule { cluster_selector: &rule.0, clusters: rule.1, mode: rule.2 }, current, may_spread)
 }
 
 fn shares(pairs: &[(&str, u32)]) -> Vec<Share> {
@@ -71,10 +82,12 @@ fn duplicate_runs_every_replica_on_each_cluster() {
     let fleet = [cluster("a", 4, 8), cluster("b", 4, 8), cluster("c", 1, 8)];
     let rule = (LabelSelector::default(), 2, ReplicaScheduling::Duplicate);
     assert_eq!(run(&fleet, workload(3), rule.clone(), &[]), Ok(shares(&[("a", 3), ("b", 3)])));
-    // c has room for 2 replicas only, so it cannot be one of three duplicates.
+    // c has room for 2 replicas only, so it cannot be one of three duplicates: the
+    // workload runs on the two that can, and the answer says why not three.
     let rule3 = (LabelSelector::default(), 3, ReplicaScheduling::Duplicate);
-    let err = run(&fleet, workload(3), rule3, &[]).unwrap_err();
-    assert_eq!(err.to_string(), "2/3 clusters fit (3 needed): 1 Insufficient cpu");
+    let d = place_on(&fleet, workload(3), rule3, &[], true).unwrap();
+    assert_eq!(d.shares, shares(&[("a", 3), ("b", 3)]));
+    assert_eq!(d.fewer.unwrap().to_string(), "2/3 clusters fit (3 needed): 1 Insufficient cpu");
 }
 
 #[test]
@@ -82,8 +95,11 @@ fn the_selector_filters_clusters() {
     let fleet = [cluster("us-east", 4, 8), cluster("us-west", 8, 16), cluster("eu-1", 16, 32)];
     let eu = LabelSelector { match_labels: Some(BTreeMap::from([("region".into(), "eu".into())])), ..Default::default() };
     assert_eq!(run(&fleet, workload(1), (eu.clone(), 1, ReplicaScheduling::Divide), &[]), Ok(shares(&[("eu-1", 1)])));
-    let err = run(&fleet, workload(1), (eu, 2, ReplicaScheduling::Divide), &[]).unwrap_err();
-    assert_eq!(err.to_string(), "1/3 clusters fit (2 needed): 2 NotSelected");
+    let d = place_on(&fleet, workload(1), (eu, 2, ReplicaScheduling::Divide), &[], true).unwrap();
+    assert_eq!(
+        (d.shares, d.fewer.unwrap().to_string()),
+        (shares(&[("eu-1", 1)]), "1/3 clusters fit (2 needed): 2 NotSelected".to_string())
+    );
 }
 
 #[test]
@@ -181,10 +197,14 @@ fn an_empty_share_is_filled_once_there_are_replicas_for_it() {
     // An older split in proportion alone left a with nothing.
     let empty = shares(&[("a", 0), ("b", 3)]);
     assert_eq!(run(&fleet, workload(3), divide_on(2), &empty), Ok(shares(&[("a", 1), ("b", 2)])));
-    // One replica over two clusters: the roomiest runs it, and the split is kept.
+    // One replica over two clusters: the roomiest runs it, the other is not chosen
+    // (an empty share is no share), and the split is kept.
     let one = run(&fleet, workload(1), divide_on(2), &[]).unwrap();
-    assert_eq!(one, shares(&[("a", 0), ("b", 1)]));
+    assert_eq!(one, shares(&[("b", 1)]));
     assert_eq!(run(&fleet, workload(1), divide_on(2), &one), Ok(one));
+    // Nor is one kept from an older split once there are replicas for every cluster:
+    // a gets one when the workload grows to two.
+    assert_eq!(run(&fleet, workload(2), divide_on(2), &shares(&[("b", 1)])), Ok(shares(&[("a", 1), ("b", 1)])));
 }
 
 #[test]
@@ -254,4 +274,46 @@ fn room_names_the_resource_that_runs_out_first() {
     assert_eq!(room(Resources::new(8000, 8 * GI, 1), per), (1, Resource::Pods));
     // A replica with no requests still takes a pod slot.
     assert_eq!(room(Resources::new(0, 0, 7), Resources::ZERO), (7, Resource::Pods));
+}
+
+#[test]
+fn number_of_clusters_is_the_most_to_use_not_a_condition_for_running() {
+    // Two clusters asked for, 4 replicas divided 1 and 3; the cluster with 1 is lost
+    // and no third one fits: the survivor, with room for all 4, runs them all.
+    let mut fleet = [cluster("east", 4, 8), cluster("west", 4, 8), cluster("north", 0, 8)];
+    fleet[0].ready = false;
+    let current = shares(&[("east", 1), ("west", 3)]);
+    let d = place_on(&fleet, workload(4), divide_on(2), &current, false).unwrap();
+    assert_eq!(d.shares, shares(&[("west", 4)]));
+    assert_eq!(d.fewer.unwrap().to_string(), "1/3 clusters fit (2 needed): 1 Insufficient cpu, 1 NotReady");
+    // east returns: by default the workload stays where it runs (sticky); a rebalance
+    // that allows spreading divides it over two again.
+    fleet[0].ready = true;
+    let stay = place_on(&fleet, workload(4), divide_on(2), &d.shares, false).unwrap();
+    assert_eq!((stay.shares, stay.fewer), (shares(&[("west", 4)]), None));
+    let spread = place_on(&fleet, workload(4), divide_on(2), &d.shares, true).unwrap();
+    assert_eq!(spread.shares, shares(&[("east", 1), ("west", 3)]), "in proportion to room: west counts its own 4");
+    // A lost cluster among those asked for is still replaced when another fits.
+    fleet[2] = cluster("north", 4, 8);
+    fleet[0].ready = false;
+    let replaced = place_on(&fleet, workload(4), divide_on(2), &current, false).unwrap();
+    assert_eq!((replaced.shares, replaced.fewer), (shares(&[("north", 1), ("west", 3)]), None));
+    // With nowhere at all, it is no fit, and the caller keeps it where it was.
+    assert!(place_on(&[fleet[0].clone()], workload(4), divide_on(2), &current, false).is_err());
+}
+
+#[test]
+fn a_braked_cluster_keeps_what_it_runs_and_takes_nothing_new() {
+    let mut fleet = [cluster("east", 4, 8), cluster("west", 4, 8)];
+    fleet[0].ready = false;
+    fleet[0].braked = true;
+    let on_east = shares(&[("east", 2)]);
+    assert_eq!(run(&fleet, workload(2), divide_on(1), &on_east), Ok(on_east.clone()), "the workload stays on the braked cluster");
+    assert_eq!(run(&fleet, workload(2), divide_on(1), &[]), Ok(shares(&[("west", 2)])), "a new workload goes elsewhere");
+    // Growing does not put more on it: the extra replica goes where there is room.
+    let spread = shares(&[("east", 1), ("west", 1)]);
+    assert_eq!(run(&fleet, workload(3), divide_on(2), &spread), Ok(shares(&[("east", 1), ("west", 2)])));
+    // Without the brake, the same cluster is left.
+    fleet[0].braked = false;
+    assert_eq!(run(&fleet, workload(2), divide_on(1), &on_east), Ok(shares(&[("west", 2)])));
 }
