@@ -207,10 +207,15 @@ pub enum ClusterCmd {
         /// SyncTarget name.
         name: String,
     },
-    /// Cordon the cluster and move every workload that can move elsewhere.
+    /// Cordon the cluster and move every workload that can move elsewhere,
+    /// make-before-break: each old copy stays until its replacement is Available.
     Drain {
         /// SyncTarget name.
         name: String,
+        /// Remove the old copies after this long even if their replacements are not
+        /// Available yet.
+        #[arg(long, default_value = "5m", value_parser = duration)]
+        timeout: std::time::Duration,
     },
     /// Confirm that a NotReady cluster is really gone, so that the disruption brake
     /// lets its workloads move; its next heartbeat ends the confirmation.

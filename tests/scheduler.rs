@@ -344,6 +344,46 @@ fn cordon_takes_no_new_work_and_drain_moves_it_all() {
 }
 
 #[test]
+fn a_drain_keeps_each_old_copy_until_its_replacement_is_available() {
+    let east = sim("east", 8);
+    let west = sim("west", 8);
+    let f = fleet(&[], &[(&east, &[]), (&west, &[])]);
+    f.apply(&["--context", "demo", "-n", "default"], &deployment("web", 3, "100m"));
+    let from = wait_assignment(&f, "web", |a| !a.is_empty());
+    let (from, to, old) = match from.as_str() {
+        "east=3" => ("east", "west", &east),
+        "west=3" => ("west", "east", &west),
+        other => panic!("web is on one cluster first: {other}"),
+    };
+    rollout(&f, "web");
+    // Every change of the Deployment's available count, from kubectl's own watch.
+    let seen = f.data_dir().join("available.txt");
+    let watch = Killed(f.kubectl_background(
+        &["--context", "demo", "-n", "default", "get", "deploy", "web", "-w", "-o", "jsonpath={.status.availableReplicas}{\"\\n\"}"],
+        &seen,
+    ));
+    std::thread::sleep(Duration::from_millis(500));
+
+    let o = f.flotilla(&["cluster", "drain", from, "--timeout", "2m"]);
+    assert!(o.ok && o.stdout.contains("each old copy kept until its replacement is Available"), "{o:?}");
+    assert_eq!(wait_assignment(&f, "web", |a| a == format!("{to}=3")), format!("{to}=3"));
+    rollout(&f, "web");
+    wait_until("the drained cluster empty", DEADLINE, || copy_replicas(old, "web"), str::is_empty);
+    std::thread::sleep(Duration::from_secs(1));
+    drop(watch);
+    let counts: Vec<String> = std::fs::read_to_string(&seen).unwrap().lines().map(str::to_string).collect();
+    assert!(counts.len() > 1, "the watch saw the drain: {counts:?}");
+    assert!(
+        counts.iter().all(|c| c.parse::<u32>().is_ok_and(|n| n >= 3)),
+        "the available count never dropped below the 3 desired during the drain: {counts:?}"
+    );
+    // Make-before-break: the new cluster was added first, with the old one kept beside it.
+    let moved = events(&f, "Rescheduled");
+    assert!(moved.contains(&format!("web: adding {to}=3 before leaving {from} (draining)")), "{moved}");
+    assert!(moved.contains(&format!("web: moved off {from} (draining); now on {to}=3")), "{moved}");
+}
+
+#[test]
 fn two_schedulers_one_acts_and_the_standby_takes_over() {
     let east = sim("east", 8);
     let f = Flotilla::start_with(&["--no-scheduler"]);

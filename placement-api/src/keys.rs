@@ -79,6 +79,10 @@ pub const CONDITION_FAILOVER_PAUSED: &str = "FailoverPaused";
 /// the cluster lost. While the cluster's heartbeat is still that one, the disruption
 /// brake does not hold it, and its workloads move; a new heartbeat ends it.
 pub const LOST_CONFIRMED_ANNOTATION: &str = "scheduling.flotilla.io/lost-confirmed";
+/// Annotation on a draining SyncTarget, set by `flotilla cluster drain --timeout`: the
+/// time (RFC 3339) after which a workload's old copy there goes even if its replacement
+/// is not Available yet. Without it, `evictAfter` plus 5 minutes.
+pub const DRAIN_DEADLINE_ANNOTATION: &str = "scheduling.flotilla.io/drain-deadline";
 /// The value of [`LOST_CONFIRMED_ANNOTATION`] for a cluster that never sent a heartbeat.
 pub const LOST_CONFIRMED_NO_HEARTBEAT: &str = "none";
 /// Condition type on WorkloadPlacements: clusters were chosen.

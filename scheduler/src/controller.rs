@@ -503,6 +503,23 @@ fn renewed(metrics: &Metrics, grace: Duration, r: &health::Renewal) {
     tracing::debug!(clusters = ?r.clusters, "the clusters whose grace was renewed");
 }
 
+/// How often a workload whose drain waits for its new copy is looked at again.
+const DRAIN_RECHECK: Duration = Duration::from_millis(500);
+
+/// How long a drain keeps an old copy at most, unless `flotilla cluster drain --timeout` says otherwise.
+pub const DEFAULT_DRAIN_TIMEOUT: Duration = Duration::from_secs(300);
+
+/// When a draining cluster's old copies go whether or not their replacements are
+/// Available: its `drain-deadline` annotation, or `evictAfter` plus the default timeout.
+fn drain_deadline(t: &SyncTarget) -> Option<jiff::Timestamp> {
+    let annotated =
+        t.metadata.annotations.as_ref().and_then(|a| a.get(placement_api::DRAIN_DEADLINE_ANNOTATION)).and_then(|d| d.parse().ok());
+    annotated.or_else(|| {
+        let start = t.spec.evict_after.as_ref()?.0;
+        start.checked_add(jiff::SignedDuration::try_from(DEFAULT_DRAIN_TIMEOUT).ok()?).ok()
+    })
+}
+
 /// A WorkloadPlacement's `Scheduled` condition.
 fn scheduled_condition(wp: &WorkloadPlacement) -> Option<&Condition> {
     wp.status.as_ref()?.conditions.iter().find(|c| c.type_ == CONDITION_SCHEDULED)
@@ -806,8 +823,9 @@ impl Scheduler {
         current: &[Share],
         decided: core::Decision,
     ) -> Result<Next, anyhow::Error> {
-        let shares = decided.shares;
+        let mut shares = decided.shares;
         self.waiting.remove(key);
+        let draining = self.hold_drained(wp, current, &mut shares);
         let Some(wp) = self.write_assignment(key, d, wp, rule, &shares).await? else { return Ok(Next::After(Duration::ZERO)) };
         // The Event goes out as soon as the assignment is written: a retry of the
         // condition below starts from the new assignment and would not see the move.
@@ -827,7 +845,14 @@ impl Scheduler {
                         format!("{c} ({})", why.text())
                     })
                     .collect();
-                let note = if left.is_empty() {
+                let note = if let Some((leaving, until)) = &draining {
+                    let new: Vec<Share> = shares.iter().filter(|s| !before.contains(s.cluster.as_str())).cloned().collect();
+                    format!(
+                        "adding {} before leaving {} (draining): the old copy stays until the new one is Available, or until {until} (Placement {rule})",
+                        shares_text(&new),
+                        leaving.join(", ")
+                    )
+                } else if left.is_empty() {
                     format!("now on {} (Placement {rule})", shares_text(&shares))
                 } else {
                     format!("moved off {}; now on {} (Placement {rule})", left.join(", "), shares_text(&shares))
@@ -873,7 +898,37 @@ impl Scheduler {
             tracing::warn!(reason = %note, "failover paused by the disruption brake");
             self.recorder.deployment(key, d, events::Type::Warning, CONDITION_FAILOVER_PAUSED, note);
         }
-        Ok(Next::Done)
+        // A drain in progress is looked at again until the old copy can go.
+        Ok(if draining.is_some() { Next::After(DRAIN_RECHECK) } else { Next::Done })
+    }
+
+    /// Make-before-break for a drain: a share on a draining cluster stays in the
+    /// assignment, beside the shares that replace it, until every cluster in `shares`
+    /// reports its share Available, or until the drain's deadline. Returns the
+    /// clusters kept and the deadline, when it kept any. A lost cluster is not kept:
+    /// its copy cannot be counted on.
+    fn hold_drained(&self, wp: Option<&WorkloadPlacement>, current: &[Share], shares: &mut Vec<Share>) -> Option<(Vec<String>, String)> {
+        let now = jiff::Timestamp::now();
+        let leaving: Vec<(Share, jiff::Timestamp)> = current
+            .iter()
+            .filter(|c| c.replicas > 0 && !shares.iter().any(|s| s.cluster == c.cluster))
+            .filter(|c| matches!(self.why_left(&c.cluster), Left::Draining))
+            .filter_map(|c| Some((c.clone(), drain_deadline(&self.book.get(&c.cluster)?.target)?)))
+            .filter(|(_, deadline)| *deadline > now)
+            .collect();
+        if leaving.is_empty() {
+            return None;
+        }
+        let reported = wp.and_then(|w| w.status.as_ref()).map(|s| s.clusters.as_slice()).unwrap_or_default();
+        let available = |s: &Share| reported.iter().any(|e| e.name == s.cluster && e.observed && e.available_replicas >= s.replicas as i32);
+        if shares.iter().all(available) {
+            return None;
+        }
+        let until = leaving.iter().map(|(_, d)| *d).min().map(|d| d.to_string()).unwrap_or_default();
+        let names = leaving.iter().map(|(s, _)| s.cluster.clone()).collect();
+        shares.extend(leaving.into_iter().map(|(s, _)| s));
+        shares.sort();
+        Some((names, until))
     }
 
     /// Nothing fits (or the Placement cannot be found): the workload keeps the

@@ -29,16 +29,30 @@ pub async fn run(kubeconfig: &Path, cmd: ClusterCmd) -> anyhow::Result<()> {
         ClusterCmd::Register(args) => register(&root, kubeconfig, args, true).await,
         ClusterCmd::List => list(&targets).await,
         ClusterCmd::Cordon { name } => set_spec(&targets, &name, json!({"unschedulable": true}), "cordoned").await,
-        ClusterCmd::Uncordon { name } => set_spec(&targets, &name, json!({"unschedulable": null, "evictAfter": null}), "uncordoned").await,
-        ClusterCmd::Drain { name } => {
-            let now = Time(k8s_openapi::jiff::Timestamp::now());
-            set_spec(
-                &targets,
-                &name,
-                json!({"unschedulable": true, "evictAfter": now}),
-                "draining: its workloads are moved to other clusters",
-            )
-            .await
+        ClusterCmd::Uncordon { name } => {
+            let patch = json!({
+                "metadata": {"annotations": {placement_api::DRAIN_DEADLINE_ANNOTATION: null}},
+                "spec": {"unschedulable": null, "evictAfter": null},
+            });
+            targets.patch(&name, &PatchParams::default(), &Patch::Merge(patch)).await.map_err(|e| not_registered(&name, e))?;
+            println!("cluster {name} uncordoned");
+            Ok(())
+        }
+        ClusterCmd::Drain { name, timeout } => {
+            let now = k8s_openapi::jiff::Timestamp::now();
+            let deadline = k8s_openapi::jiff::SignedDuration::try_from(timeout)
+                .ok()
+                .and_then(|t| now.checked_add(t).ok())
+                .context("--timeout is too long")?;
+            let patch = json!({
+                "metadata": {"annotations": {placement_api::DRAIN_DEADLINE_ANNOTATION: deadline.to_string()}},
+                "spec": {"unschedulable": true, "evictAfter": Time(now)},
+            });
+            targets.patch(&name, &PatchParams::default(), &Patch::Merge(patch)).await.map_err(|e| not_registered(&name, e))?;
+            println!(
+                "cluster {name} draining: its workloads move to other clusters, each old copy kept until its replacement is Available, or until {deadline}"
+            );
+            Ok(())
         }
         ClusterCmd::ConfirmLost { name } => confirm_lost(&targets, &name).await,
         ClusterCmd::Deregister { name } => deregister(&root, &targets, &name).await,
