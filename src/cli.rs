@@ -69,6 +69,13 @@ pub enum Command {
     /// The fleet at a glance: each cluster's health and capacity, and where each
     /// workload runs, with its replicas ready per cluster and why it waits if it does.
     Status(StatusArgs),
+    /// Why a workload runs where it runs: each cluster, a candidate or not and why, its
+    /// free room, the replicas it fits, its rank and its share, by the scheduler's own
+    /// rules on the clusters as the scheduler last reported them.
+    Explain(ExplainArgs),
+    /// A dry run of a failure: where every affected workload would go, what would not
+    /// fit and why, and each cluster's room afterwards. Nothing is changed.
+    WhatIf(WhatIfArgs),
     /// Inject a fault into a simulated cluster that `flotilla up` runs, and print the
     /// failover that follows: when the loss was detected, when each workload moved and
     /// was Available again, and the total time.
@@ -117,6 +124,40 @@ pub struct StatusArgs {
     /// Output format; `json` is stable for scripts.
     #[arg(short = 'o', long, value_enum, default_value_t = OutputFormat::Text)]
     pub output: OutputFormat,
+}
+
+/// `flotilla explain`.
+#[derive(Debug, clap::Args)]
+pub struct ExplainArgs {
+    /// The workload, as `deploy/NAME`.
+    pub workload: String,
+    /// Its namespace.
+    #[arg(short = 'n', long, default_value = "default")]
+    pub namespace: String,
+    /// Its workspace [default: the one workspace that has such a workload].
+    #[arg(long)]
+    pub workspace: Option<String>,
+}
+
+/// `flotilla what-if`.
+#[derive(Debug, clap::Args)]
+#[command(group(clap::ArgGroup::new("change").required(true).args(["lose", "drain", "cordon"])))]
+pub struct WhatIfArgs {
+    /// Clusters lost at once, comma-separated.
+    #[arg(long, value_delimiter = ',')]
+    pub lose: Vec<String>,
+    /// A cluster drained.
+    #[arg(long)]
+    pub drain: Option<String>,
+    /// A cluster cordoned.
+    #[arg(long)]
+    pub cordon: Option<String>,
+    /// Only this workspace's workloads [default: every workspace].
+    #[arg(long)]
+    pub workspace: Option<String>,
+    /// The scheduler's --unhealthy-cluster-threshold, for the disruption brake.
+    #[arg(long, default_value = "55%", value_parser = share)]
+    pub unhealthy_cluster_threshold: f64,
 }
 
 /// `flotilla drill`.

@@ -304,6 +304,66 @@ pub fn place(clusters: &[Cluster], workload: &Workload, rule: &Rule<'_>, current
     Ok(Decision { shares, fewer })
 }
 
+/// How one cluster fared in a decision, for `flotilla explain` and `what-if`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Considered {
+    /// The SyncTarget's name.
+    pub cluster: String,
+    /// Why it is not a candidate; `None` when it is one.
+    pub turned_away: Option<Reason>,
+    /// Replicas of this workload it can run: its free room, plus its current share.
+    pub fits: u64,
+    /// The workload runs there now, which puts it first among the candidates.
+    pub sticky: bool,
+    /// Its place among the candidates, in the order the decision takes them (1 first):
+    /// where the workload runs now, then the most room, then the name.
+    pub rank: Option<usize>,
+    /// Its share in the decision.
+    pub share: Option<u32>,
+}
+
+/// [`place`], and how it judged every cluster on the way: the same evaluation and the
+/// same order, so that the explanation cannot disagree with the decision.
+pub fn explain(
+    clusters: &[Cluster],
+    workload: &Workload,
+    rule: &Rule<'_>,
+    current: &[Share],
+    may_spread: bool,
+) -> (Vec<Considered>, Result<Decision, NoFit>) {
+    let decision = place(clusters, workload, rule, current, may_spread);
+    let Ok(selector) = selector::compile(rule.cluster_selector) else { return (Vec::new(), decision) };
+    let duplicate = rule.mode == ReplicaScheduling::Duplicate;
+    let mut sorted: Vec<&Cluster> = clusters.iter().collect();
+    sorted.sort_by(|a, b| a.name.cmp(&b.name));
+    sorted.dedup_by(|a, b| a.name == b.name);
+    let mut rows: Vec<Considered> = sorted
+        .iter()
+        .map(|c| {
+            let share = current.iter().find(|s| s.cluster == c.name).map(|s| s.replicas);
+            let (turned_away, fits, sticky) = match evaluate(c, workload, &selector, rule, share, duplicate) {
+                Ok(e) => (None, e.room, e.sticky),
+                Err(r) => (Some(r), 0, share.is_some()),
+            };
+            Considered { cluster: c.name.clone(), turned_away, fits, sticky, rank: None, share: None }
+        })
+        .collect();
+    let mut order: Vec<usize> = (0..rows.len()).filter(|i| rows[*i].turned_away.is_none()).collect();
+    order.sort_by(|a, b| {
+        let (a, b) = (&rows[*a], &rows[*b]);
+        b.sticky.cmp(&a.sticky).then(b.fits.cmp(&a.fits)).then(a.cluster.cmp(&b.cluster))
+    });
+    for (rank, i) in order.into_iter().enumerate() {
+        rows[i].rank = Some(rank + 1);
+    }
+    if let Ok(d) = &decision {
+        for row in &mut rows {
+            row.share = d.shares.iter().find(|s| s.cluster == row.cluster).map(|s| s.replicas);
+        }
+    }
+    (rows, decision)
+}
+
 /// Whether one cluster could take the workload, whose rule selects clusters with
 /// `selector`.
 fn evaluate<'a>(

@@ -326,6 +326,24 @@ fn lost_confirmed(t: &SyncTarget) -> bool {
     }
 }
 
+/// A cluster as the scheduler last published it on its SyncTarget: its `Ready` and
+/// `FailoverPaused` conditions, cordon, drain, labels and free room. `flotilla explain`
+/// and `what-if` run the placement core on these; only the room the scheduler assumes
+/// for assignments so recent that no heartbeat shows them yet is not in it.
+pub fn published_view(t: &SyncTarget, now: jiff::Timestamp) -> core::Cluster {
+    let (available, headroom) = room_of(t);
+    core::Cluster {
+        name: t.metadata.name.clone().unwrap_or_default(),
+        labels: Arc::new(t.metadata.labels.clone().unwrap_or_default()),
+        ready: condition_status(t, CONDITION_READY).as_deref() == Some("True"),
+        braked: condition_status(t, CONDITION_FAILOVER_PAUSED).as_deref() == Some("True"),
+        cordoned: t.spec.unschedulable,
+        draining: draining(t, now),
+        available,
+        headroom,
+    }
+}
+
 /// Whether `evictAfter` has passed at `now`.
 pub fn draining(t: &SyncTarget, now: jiff::Timestamp) -> bool {
     t.spec.evict_after.as_ref().is_some_and(|e| e.0 <= now)

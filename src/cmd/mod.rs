@@ -2,6 +2,7 @@
 
 mod cluster;
 mod drill;
+mod explain;
 mod ha;
 mod ha_drill;
 mod scheduler;
@@ -11,6 +12,7 @@ mod start;
 mod status;
 mod syncer;
 mod up;
+mod whatif;
 mod workspace;
 
 use std::path::Path;
@@ -31,6 +33,8 @@ pub async fn run(cli: Cli, log_file: Option<std::path::PathBuf>) -> anyhow::Resu
         Command::Syncer(args) => syncer::run(args).await,
         Command::Scheduler(args) => scheduler::run(&kubeconfig, args).await,
         Command::Status(args) => status::run(&kubeconfig, args).await,
+        Command::Explain(args) => explain::run(&kubeconfig, args).await,
+        Command::WhatIf(args) => whatif::run(&kubeconfig, args).await,
         Command::Drill(args) => drill::run(&cli.data_dir, &kubeconfig, args).await,
         Command::Completion { shell } => {
             let mut cmd = <Cli as clap::CommandFactory>::command();

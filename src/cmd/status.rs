@@ -446,7 +446,7 @@ fn render_text(fleet: &FleetStatus) -> String {
 /// CPU the way kubectl shows it, `1500m` or `8`, with at most one decimal from 10 cores up.
 // `is_multiple_of` needs Rust 1.87; the workspace supports 1.85.
 #[allow(clippy::manual_is_multiple_of)]
-fn cpu(millis: u64) -> String {
+pub(super) fn cpu(millis: u64) -> String {
     if millis % 1000 == 0 || millis >= 10_000 {
         format!("{}", (millis as f64 / 1000.0 * 10.0).round() / 10.0)
     } else {
@@ -455,7 +455,7 @@ fn cpu(millis: u64) -> String {
 }
 
 /// Memory with a binary suffix and at most one decimal: `3.5Gi`, `512Mi`.
-fn memory(bytes: u64) -> String {
+pub(super) fn memory(bytes: u64) -> String {
     const UNITS: [(&str, u32); 4] = [("Ti", 40), ("Gi", 30), ("Mi", 20), ("Ki", 10)];
     for (suffix, shift) in UNITS {
         let unit = (1u64 << shift) as f64;

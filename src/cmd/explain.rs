@@ -1,0 +1,241 @@
+//! `flotilla explain deploy/NAME`: why a workload runs where it runs. It reads what
+//! the scheduler reads (the workload, its namespace, the workspace's Placements, the
+//! WorkloadPlacement) and the clusters as the scheduler last reported them on their
+//! SyncTargets, and runs the scheduler's own placement core on them
+//! ([`scheduler::core::explain`]), so that its table and the scheduler's decision come
+//! from the same rules.
+
+use std::path::Path;
+
+use anyhow::Context;
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::Namespace;
+use kube::api::{Api, ListParams};
+use kube::ResourceExt;
+use placement_api::quantity::Resources;
+use placement_api::{Placement, ReplicaScheduling, SyncTarget, WorkloadPlacement, CLUSTER_ANNOTATION, CONDITION_SCHEDULED};
+use scheduler::core::{self, Share};
+
+use super::status::{cpu, memory};
+use crate::cli::ExplainArgs;
+
+/// Everything a decision about one workload takes, read from the API.
+pub(super) struct Inputs {
+    pub workspace: String,
+    pub deployment: Deployment,
+    pub placement: Placement,
+    pub source: scheduler::resolve::Source,
+    pub workload: core::Workload,
+    pub current: Vec<Share>,
+    /// Left on fewer clusters than its Placement asks for: only rebalancing widens it.
+    pub short: bool,
+}
+
+impl Inputs {
+    pub fn rule(&self) -> core::Rule<'_> {
+        core::Rule {
+            cluster_selector: &self.placement.spec.cluster_selector,
+            clusters: u32::try_from(self.placement.spec.number_of_clusters).unwrap_or(1),
+            mode: self.placement.spec.replica_scheduling,
+        }
+    }
+}
+
+/// The clusters as the scheduler last reported them.
+pub(super) async fn clusters(root: &kube::Client) -> anyhow::Result<Vec<core::Cluster>> {
+    let targets = Api::<SyncTarget>::all(root.clone()).list(&ListParams::default()).await.context("listing SyncTargets in root")?;
+    let now = jiff::Timestamp::now();
+    Ok(targets.items.iter().map(|t| scheduler::health::published_view(t, now)).collect())
+}
+
+/// Reads what the scheduler decides one workload from.
+pub(super) async fn inputs(base: &kube::Client, workspace: &str, deployment: Deployment) -> anyhow::Result<Inputs> {
+    let client = runtime::clients::workspace(base, workspace);
+    let (ns, name) = (deployment.namespace().unwrap_or_default(), deployment.name_any());
+    let namespace = Api::<Namespace>::all(client.clone()).get_opt(&ns).await.context("reading the namespace")?;
+    let placements = Api::<Placement>::all(client.clone()).list(&ListParams::default()).await.context("listing Placements")?;
+    let wp = Api::<WorkloadPlacement>::namespaced(client, &ns).get_opt(&name).await.context("reading the WorkloadPlacement")?;
+    let refs: Vec<&Placement> = placements.items.iter().collect();
+    resolve(workspace, deployment, namespace.as_ref(), &refs, wp.as_ref())
+}
+
+/// What the scheduler decides one workload from, out of the objects it reads: the
+/// Placement that governs it (among `placements`, its workspace's), what one replica
+/// asks for, and where it runs now.
+pub(super) fn resolve(
+    workspace: &str,
+    deployment: Deployment,
+    namespace: Option<&Namespace>,
+    placements: &[&Placement],
+    wp: Option<&WorkloadPlacement>,
+) -> anyhow::Result<Inputs> {
+    let (ns, name) = (deployment.namespace().unwrap_or_default(), deployment.name_any());
+    let resolved = scheduler::resolve::governing(
+        deployment.metadata.annotations.as_ref(),
+        scheduler::resolve::Namespace {
+            name: &ns,
+            labels: namespace.and_then(|n| n.metadata.labels.as_ref()),
+            annotations: namespace.and_then(|n| n.metadata.annotations.as_ref()),
+        },
+        placements,
+    );
+    let (placement, source) = resolved.map_err(|why| anyhow::anyhow!("{workspace}/{ns}/{name} has no Placement to follow: {why}"))?;
+    let placement = placement.clone();
+    let template = deployment.spec.as_ref().and_then(|s| s.template.spec.as_ref());
+    let per_replica = template
+        .map(Resources::for_pod)
+        .transpose()
+        .map_err(|e| anyhow::anyhow!("{workspace}/{ns}/{name}: the pod template's resource requests cannot be read: {e}"))?
+        .unwrap_or(Resources::ZERO)
+        .max(Resources::new(0, 0, 1));
+    let replicas = deployment.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1);
+    let current = wp
+        .map(|wp| wp.spec.clusters.iter().map(|c| Share::new(&c.name, u32::try_from(c.replicas).unwrap_or(0))).collect())
+        .unwrap_or_default();
+    let short = wp
+        .and_then(|wp| wp.status.as_ref())
+        .and_then(|s| s.conditions.iter().find(|c| c.type_ == CONDITION_SCHEDULED))
+        .is_some_and(|c| c.reason == scheduler::controller::REASON_FEWER_CLUSTERS);
+    Ok(Inputs {
+        workspace: workspace.to_string(),
+        deployment,
+        placement,
+        source,
+        workload: core::Workload { replicas: u32::try_from(replicas).unwrap_or(0), per_replica },
+        current,
+        short,
+    })
+}
+
+/// `east=2 west=1`, or `nowhere`.
+pub(super) fn shares_text(shares: &[Share]) -> String {
+    if shares.is_empty() {
+        return "nowhere".into();
+    }
+    shares.iter().map(|s| format!("{}={}", s.cluster, s.replicas)).collect::<Vec<_>>().join(" ")
+}
+
+fn parse_target(target: &str) -> anyhow::Result<&str> {
+    match target.split_once('/') {
+        Some(("deploy" | "deployment" | "deployments" | "deployment.apps" | "deployments.apps", name)) if !name.is_empty() => Ok(name),
+        _ => anyhow::bail!("name the workload as deploy/NAME (Deployments are what the scheduler places), not {target:?}"),
+    }
+}
+
+/// Finds the Deployment, in `workspace` or in the one workspace that has it.
+async fn find(base: &kube::Client, name: &str, ns: &str, workspace: Option<&str>) -> anyhow::Result<(String, Deployment)> {
+    if let Some(ws) = workspace {
+        let api: Api<Deployment> = Api::namespaced(runtime::clients::workspace(base, ws), ns);
+        let d = api
+            .get_opt(name)
+            .await
+            .with_context(|| format!("reading deploy/{name} in workspace {ws}"))?
+            .with_context(|| format!("workspace {ws} has no deploy/{name} in namespace {ns}"))?;
+        return Ok((ws.to_string(), d));
+    }
+    let all: Api<Deployment> = Api::all(runtime::clients::workspace(base, "*"));
+    let found = all
+        .list(&ListParams::default().fields(&format!("metadata.namespace={ns},metadata.name={name}")))
+        .await
+        .context("looking for the Deployment in every workspace")?;
+    let mut hits: Vec<(String, Deployment)> = found
+        .items
+        .into_iter()
+        .map(|d| (d.annotations().get(CLUSTER_ANNOTATION).cloned().unwrap_or_default(), d))
+        .filter(|(ws, _)| !ws.is_empty())
+        .collect();
+    match hits.len() {
+        0 => anyhow::bail!("no workspace has deploy/{name} in namespace {ns}; check the name, -n and `flotilla status`"),
+        1 => Ok(hits.remove(0)),
+        _ => {
+            let names: Vec<&str> = hits.iter().map(|(ws, _)| ws.as_str()).collect();
+            anyhow::bail!("deploy/{name} in namespace {ns} is in several workspaces ({}): choose one with --workspace", names.join(", "))
+        }
+    }
+}
+
+/// Runs `flotilla explain`.
+pub async fn run(kubeconfig: &Path, args: ExplainArgs) -> anyhow::Result<()> {
+    let name = parse_target(&args.workload)?;
+    let root = super::root_client(kubeconfig).await?;
+    let base = kube::Client::try_from(runtime::clients::base_config(super::root_config(kubeconfig).await?)?)?;
+    let (workspace, deployment) = find(&base, name, &args.namespace, args.workspace.as_deref()).await?;
+    let inputs = inputs(&base, &workspace, deployment).await?;
+    let views = clusters(&root).await?;
+    print!("{}", render(&inputs, &views));
+    Ok(())
+}
+
+/// The explanation, as printed.
+pub(super) fn render(inputs: &Inputs, views: &[core::Cluster]) -> String {
+    let rule = inputs.rule();
+    let (rows, decision) = core::explain(views, &inputs.workload, &rule, &inputs.current, !inputs.short);
+    let per = inputs.workload.per_replica;
+    let mut out = format!(
+        "deploy/{} in namespace {} of workspace {}: {} replica(s) of {} cpu, {} memory\n",
+        inputs.deployment.name_any(),
+        inputs.deployment.namespace().unwrap_or_default(),
+        inputs.workspace,
+        inputs.workload.replicas,
+        cpu(per.cpu_millis),
+        memory(per.memory_bytes),
+    );
+    let mode = match rule.mode {
+        ReplicaScheduling::Divide => "Divide",
+        ReplicaScheduling::Duplicate => "Duplicate",
+    };
+    let selector = if scheduler::selector::is_empty(rule.cluster_selector) { "every cluster" } else { "its clusterSelector" };
+    out.push_str(&format!(
+        "Placement {} ({}): up to {} cluster(s), {mode}, over {selector}\n",
+        inputs.placement.name_any(),
+        inputs.source,
+        rule.clusters
+    ));
+    out.push_str(&format!("assigned now: {}\n\n", shares_text(&inputs.current)));
+    let table: Vec<[String; 9]> = rows
+        .iter()
+        .map(|r| {
+            let view = views.iter().find(|c| c.name == r.cluster);
+            let free = view.map(|c| c.available).unwrap_or_default();
+            [
+                r.cluster.clone(),
+                if r.turned_away.is_none() { "yes".into() } else { "no".into() },
+                r.turned_away.map_or_else(String::new, |w| w.to_string()),
+                cpu(free.cpu_millis),
+                memory(free.memory_bytes),
+                free.pods.to_string(),
+                if r.turned_away.is_none() { r.fits.to_string() } else { "-".into() },
+                r.rank.map_or_else(|| "-".into(), |n| n.to_string()),
+                r.share.map_or_else(|| "-".into(), |n| n.to_string()),
+            ]
+        })
+        .collect();
+    if table.is_empty() {
+        out.push_str("no clusters are registered\n");
+    } else {
+        out.push_str(&super::format_table(
+            &["CLUSTER", "CANDIDATE", "WHY NOT", "FREE CPU", "FREE MEMORY", "FREE PODS", "FITS", "RANK", "SHARE"],
+            &table,
+        ));
+    }
+    out.push('\n');
+    match decision {
+        Ok(d) => {
+            let mut shares = d.shares.clone();
+            shares.sort();
+            let mut now = inputs.current.clone();
+            now.sort();
+            let same = if shares == now { "the same as assigned now" } else { "not yet what is assigned: the scheduler acts on it next" };
+            out.push_str(&format!("decision: {} ({same})\n", shares_text(&shares)));
+            if let Some(fewer) = d.fewer {
+                out.push_str(&format!("on fewer clusters than asked for: {fewer}\n"));
+            }
+        }
+        Err(no_fit) => {
+            let stays = if inputs.current.is_empty() { String::new() } else { format!("; it stays on {}", shares_text(&inputs.current)) };
+            out.push_str(&format!("decision: nothing fits: {no_fit}{stays}\n"));
+        }
+    }
+    out.push_str("RANK is the order the scheduler takes candidates in: where it runs now first, then the most room, then the name.\n");
+    out
+}
