@@ -747,6 +747,23 @@ async fn scheduler_assign_rows(bin: &Path, s: &Sizes, report: &mut Report) -> an
                "store_commits": f.commits.0, "store_writes_per_commit": f.commits.1, "store_commit_p99_ms": f.commits.2,
                "control_plane_rss_mib": f.control_plane_rss_mib, "control_plane_cpu_secs": f.control_plane_cpu_secs}),
     );
+    let mut row = Row::new(
+        "scheduler_what_if",
+        format!("what-if --lose of one cluster, over {} workloads on {} clusters", int(f.deployments), f.clusters),
+        f.what_if_s,
+        "s",
+        Better::Lower,
+    )
+    .detail(format!("{} workloads affected; the whole command", f.what_if_affected))
+    .floor("flotilla status -o json of the workspace", f.what_if_floor_s);
+    if s.sched_deployments >= 10_000 {
+        row = row.target(1.0, "≤ 1 s");
+    }
+    report.add(
+        row,
+        json!({"scenario": "scheduler_what_if", "clusters": f.clusters, "deployments": f.deployments, "seconds": f.what_if_s,
+               "affected": f.what_if_affected, "floor_status_seconds": f.what_if_floor_s}),
+    );
     Ok(())
 }
 

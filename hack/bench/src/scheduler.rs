@@ -204,6 +204,22 @@ pub struct AssignFigures {
     pub commits: (f64, f64, f64),
     pub control_plane_rss_mib: f64,
     pub control_plane_cpu_secs: f64,
+    /// `flotilla what-if --lose` of one cluster once all are assigned: the whole
+    /// command, s; the workloads it found affected; and its floor, `flotilla status -o
+    /// json` of the same workspace (which lists the same objects), s.
+    pub what_if_s: f64,
+    pub what_if_affected: usize,
+    pub what_if_floor_s: f64,
+}
+
+/// Runs `flotilla ARGS` against the control plane of `data_dir`: how long it took, s, and
+/// what it printed.
+fn timed_cli(bin: &Path, data_dir: &Path, args: &[&str]) -> anyhow::Result<(f64, String)> {
+    let t = Instant::now();
+    let o = std::process::Command::new(bin).args(["--data-dir", data_dir.to_str().unwrap()]).args(args).output()?;
+    let took = t.elapsed().as_secs_f64();
+    anyhow::ensure!(o.status.success(), "flotilla {} failed: {}", args.join(" "), String::from_utf8_lossy(&o.stderr));
+    Ok((took, String::from_utf8_lossy(&o.stdout).into_owned()))
 }
 
 /// `deployments` one-replica Deployments applied by 16 concurrent clients to one
@@ -281,6 +297,13 @@ pub async fn assign(bin: &Path, clusters: usize, deployments: usize) -> anyhow::
     let (p50, n) = quantile(&before, &after, 0.5);
     let (p99, _) = quantile(&before, &after, 0.99);
     let false_not_ready = not_ready.lock().unwrap().len();
+    // A dry run of losing the first cluster, over every workload of the workspace.
+    let (what_if_s, out) = timed_cli(bin, &data_dir, &["what-if", "--lose", &names[0], "--workspace", "bench"])?;
+    let what_if_affected = out
+        .lines()
+        .find_map(|l| l.split_once(" workload(s) affected").and_then(|(n, _)| n.trim().parse().ok()))
+        .with_context(|| format!("what-if printed no count of affected workloads:\n{out}"))?;
+    let (what_if_floor_s, _) = timed_cli(bin, &data_dir, &["status", "-o", "json", "--workspace", "bench"])?;
     let figures = AssignFigures {
         clusters,
         deployments,
@@ -297,6 +320,9 @@ pub async fn assign(bin: &Path, clusters: usize, deployments: usize) -> anyhow::
         commits,
         control_plane_rss_mib: cp.settled_rss_mib().await,
         control_plane_cpu_secs: cp.cpu_secs(),
+        what_if_s,
+        what_if_affected,
+        what_if_floor_s,
     };
     beating.abort();
     readiness.abort();
