@@ -38,6 +38,27 @@ pub struct PlacementSpec {
     /// Divide splits the replicas across the clusters; Duplicate runs all of them on each.
     #[serde(default)]
     pub replica_scheduling: ReplicaScheduling,
+    /// Opt-in rebalancing after a recovery. Unset: a workload stays where it runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rebalance: Option<Rebalance>,
+}
+
+/// When a workload is spread again over clusters that came back.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Rebalance {
+    /// How long a cluster must have been Ready before workloads left on fewer clusters
+    /// than asked for spread onto it again, such as `5m` or `30s`; a workload moves at
+    /// most once per this window.
+    #[schemars(regex(pattern = r"^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$"))]
+    pub after_ready: String,
+}
+
+impl Rebalance {
+    /// `afterReady` as a duration, or `None` when it does not parse.
+    pub fn window(&self) -> Option<std::time::Duration> {
+        crate::quantity::parse_duration(&self.after_ready)
+    }
 }
 
 fn one() -> i32 {
@@ -51,6 +72,7 @@ impl Default for PlacementSpec {
             namespace_selector: None,
             number_of_clusters: 1,
             replica_scheduling: ReplicaScheduling::Divide,
+            rebalance: None,
         }
     }
 }

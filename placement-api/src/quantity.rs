@@ -223,3 +223,49 @@ mod tests {
         assert_eq!(Resources::from_resource_list(&list).unwrap(), r);
     }
 }
+
+/// A duration as the Placement API writes it: one or more numbers with a unit each,
+/// `ms`, `s`, `m` or `h`, such as `5m`, `30s` or `1h30m`; `None` for anything else.
+pub fn parse_duration(s: &str) -> Option<std::time::Duration> {
+    let mut total = 0f64;
+    let mut rest = s.trim();
+    if rest.is_empty() {
+        return None;
+    }
+    while !rest.is_empty() {
+        let digits = rest.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(rest.len());
+        let (number, tail) = rest.split_at(digits);
+        let value: f64 = number.parse().ok()?;
+        let (scale, unit_len) = if tail.starts_with("ms") {
+            (0.001, 2)
+        } else if tail.starts_with('s') {
+            (1.0, 1)
+        } else if tail.starts_with('m') {
+            (60.0, 1)
+        } else if tail.starts_with('h') {
+            (3600.0, 1)
+        } else {
+            return None;
+        };
+        total += value * scale;
+        rest = &tail[unit_len..];
+    }
+    std::time::Duration::try_from_secs_f64(total).ok()
+}
+
+#[cfg(test)]
+mod duration_tests {
+    use super::parse_duration;
+    use std::time::Duration;
+
+    #[test]
+    fn durations_parse_as_the_placement_api_writes_them() {
+        assert_eq!(parse_duration("5m"), Some(Duration::from_secs(300)));
+        assert_eq!(parse_duration("1h30m"), Some(Duration::from_secs(5400)));
+        assert_eq!(parse_duration("1.5s"), Some(Duration::from_millis(1500)));
+        assert_eq!(parse_duration("250ms"), Some(Duration::from_millis(250)));
+        for bad in ["", "5", "m", "5 m", "5d", "-1s", "1e3s"] {
+            assert_eq!(parse_duration(bad), None, "{bad:?}");
+        }
+    }
+}

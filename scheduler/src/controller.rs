@@ -202,6 +202,14 @@ struct Scheduler {
     metrics: Metrics,
     own: Arc<OwnWrites>,
     evictions: Evictions,
+    /// Workloads left on fewer clusters than asked for: a cluster's change wakes them,
+    /// as it may be one to spread onto if their Placement rebalances.
+    short: DashSet<ObjKey>,
+    /// When each workload was last rebalanced; it moves at most once per window.
+    rebalanced_at: DashMap<ObjKey, std::time::Instant>,
+    /// Rebalances under way: the assignment each leads to, and until when the old
+    /// shares wait for the new ones.
+    rebalancing: DashMap<ObjKey, Rebalancing>,
 }
 
 /// What the scheduler is writing, or last wrote, to each workload: the clusters it
@@ -444,6 +452,9 @@ pub async fn run(base: Client, options: Options) {
             metrics: options.metrics.clone(),
             own,
             evictions: Evictions::new(options.eviction_rate),
+            short: DashSet::new(),
+            rebalanced_at: DashMap::new(),
+            rebalancing: DashMap::new(),
         });
         let (keys_tx, keys) = mpsc::unbounded_channel::<ObjKey>();
 
@@ -503,6 +514,19 @@ fn renewed(metrics: &Metrics, grace: Duration, r: &health::Renewal) {
     tracing::debug!(clusters = ?r.clusters, "the clusters whose grace was renewed");
 }
 
+/// A rebalance under way.
+#[derive(Clone)]
+struct Rebalancing {
+    /// The assignment it leads to.
+    target: Vec<Share>,
+    /// The assignment before it.
+    before: Vec<Share>,
+    /// When it began: only reports written since count.
+    started: jiff::Timestamp,
+    /// When the old shares go whether or not the new ones are Available.
+    until: std::time::Instant,
+}
+
 /// How often a workload whose drain waits for its new copy is looked at again.
 const DRAIN_RECHECK: Duration = Duration::from_millis(500);
 
@@ -518,6 +542,31 @@ fn drain_deadline(t: &SyncTarget) -> Option<jiff::Timestamp> {
         let start = t.spec.evict_after.as_ref()?.0;
         start.checked_add(jiff::SignedDuration::try_from(DEFAULT_DRAIN_TIMEOUT).ok()?).ok()
     })
+}
+
+/// Whether every share of `shares` larger than in `before` is reported Available by
+/// its cluster's syncer, in a report written at `since` or later: an older entry may
+/// describe a copy from before (a cluster that comes back keeps its last report until
+/// its syncer writes again). Shares that did not grow run already.
+fn available_since(wp: Option<&WorkloadPlacement>, shares: &[Share], before: &[Share], since: jiff::Timestamp) -> bool {
+    let reported = wp.and_then(|w| w.status.as_ref()).map(|s| s.clusters.as_slice()).unwrap_or_default();
+    let grew = |s: &&Share| before.iter().find(|b| b.cluster == s.cluster).is_none_or(|b| b.replicas < s.replicas);
+    shares.iter().filter(grew).all(|s| {
+        reported.iter().any(|e| {
+            e.name == s.cluster
+                && e.observed
+                && e.available_replicas >= i32::try_from(s.replicas).unwrap_or(i32::MAX)
+                && e.last_sync_time.as_ref().is_some_and(|t| t.0 >= since)
+        })
+    })
+}
+
+/// Whether two assignments are the same, in any order.
+fn same_shares(a: &[Share], b: &[Share]) -> bool {
+    let (mut a, mut b) = (a.to_vec(), b.to_vec());
+    a.sort();
+    b.sort();
+    a == b
 }
 
 /// A WorkloadPlacement's `Scheduled` condition.
@@ -586,7 +635,7 @@ impl Scheduler {
             Trigger::Workspace(ws) => self.deployments.entries_where(|k, _| k.workspace == ws),
             Trigger::Namespace(ws, ns) => self.deployments.entries_where(|k, _| k.workspace == ws && k.namespace == ns),
             Trigger::Cluster(name) => {
-                let mut keys: BTreeSet<ObjKey> = self.waiting.iter().map(|k| k.clone()).collect();
+                let mut keys: BTreeSet<ObjKey> = self.waiting.iter().chain(self.short.iter()).map(|k| k.clone()).collect();
                 keys.extend(self.deployments.entries_where(|_, d| labelled(d).contains(&name)));
                 keys.extend(self.placements.entries_where(|_, wp| wp.spec.clusters.iter().any(|c| c.name == name)));
                 tracing::debug!(cluster = %name, workloads = keys.len(), "cluster changed");
@@ -754,6 +803,11 @@ impl Scheduler {
         // A workload left on fewer clusters than asked for stays so until rebalancing
         // widens it; a new or whole one is spread as far as its Placement says.
         let short = wp.as_ref().and_then(|wp| scheduled_condition(wp)).is_some_and(|c| c.reason == REASON_FEWER_CLUSTERS);
+        // A rebalance under way ends once its new shares are Available.
+        if let Some(next) = self.finish_rebalance(key, &d, wp.as_deref(), &rule_name, &source).await? {
+            return Ok((Outcome::Scheduled, next));
+        }
+        let (rebalance, recheck) = self.rebalance_due(key, &rule.spec, short, &current);
         let decision = {
             let _one_at_a_time = self.deciding.lock().unwrap_or_else(|e| e.into_inner());
             let views = self.book.views(|c| self.assumed.total(c));
@@ -762,15 +816,17 @@ impl Scheduler {
                 clusters: u32::try_from(rule.spec.number_of_clusters).unwrap_or(1),
                 mode: rule.spec.replica_scheduling,
             };
-            let result = core::place(&views, &workload, &rule_view, &current, !short);
+            let result = core::place(&views, &workload, &rule_view, &current, !short || rebalance);
             let took = started.elapsed();
             self.metrics.decision.observe(took.as_secs_f64());
             tracing::debug!(micros = took.as_micros() as u64, clusters = views.len(), "decided");
             if let Ok(decided) = &result {
                 // A move off a lost or draining cluster waits its turn under the rate limit.
+                // So does a rebalance.
                 let evicts = current
                     .iter()
-                    .any(|c| !decided.shares.iter().any(|s| s.cluster == c.cluster) && self.why_left(&c.cluster).failover().is_some());
+                    .any(|c| !decided.shares.iter().any(|s| s.cluster == c.cluster) && self.why_left(&c.cluster).failover().is_some())
+                    || (rebalance && !same_shares(&decided.shares, &current));
                 if evicts {
                     if let Err(wait) = self.evictions.take() {
                         self.metrics.evictions_delayed.inc();
@@ -782,8 +838,14 @@ impl Scheduler {
             result
         };
         match decision {
+            Ok(decided) if rebalance && !same_shares(&decided.shares, &current) => {
+                self.start_rebalance(key, &d, wp.as_deref(), &rule_name, &current, decided.shares).await.map(|n| (Outcome::Scheduled, n))
+            }
             Ok(decided) => {
-                self.place(key, &d, wp.as_deref(), &rule_name, &source, &current, decided).await.map(|n| (Outcome::Scheduled, n))
+                let next = self.place(key, &d, wp.as_deref(), &rule_name, &source, &current, decided).await?;
+                // A short spread whose Placement rebalances is looked at again when a
+                // returned cluster has been Ready long enough.
+                Ok((Outcome::Scheduled, if let (Next::Done, Some(after)) = (&next, recheck) { Next::After(after) } else { next }))
             }
             Err(no_fit) => {
                 self.metrics.no_fit(&no_fit);
@@ -864,12 +926,19 @@ impl Scheduler {
         }
         // The clusters are in the spec and in the Event; left out of the condition, a
         // move (a failover, a drain) costs no status write here.
-        let (reason, message) = match &decided.fewer {
-            None => ("Scheduled", format!("placed by Placement {rule} ({source}); spec.clusters lists where")),
-            Some(why) => (
+        let (reason, message) = match (&decided.fewer, decided.short) {
+            (_, false) => ("Scheduled", format!("placed by Placement {rule} ({source}); spec.clusters lists where")),
+            (Some(why), true) => (
                 REASON_FEWER_CLUSTERS,
                 format!(
                     "placed by Placement {rule} ({source}) on fewer clusters than it asks for: {why}; it spreads again when a rebalance allows"
+                ),
+            ),
+            (None, true) => (
+                REASON_FEWER_CLUSTERS,
+                format!(
+                    "placed by Placement {rule} ({source}) on fewer clusters than it asks for, since some it ran on were lost; \
+                     enough fit again, and it spreads onto them when a rebalance allows"
                 ),
             ),
         };
@@ -889,7 +958,12 @@ impl Scheduler {
         if !self.set_conditions(key, &wp, (true, reason, &message), paused.as_deref()).await? {
             return Ok(Next::After(Duration::ZERO));
         }
-        if decided.fewer.is_some() && before.as_deref() != Some(REASON_FEWER_CLUSTERS) {
+        if decided.short {
+            self.short.insert(key.clone());
+        } else {
+            self.short.remove(key);
+        }
+        if decided.short && before.as_deref() != Some(REASON_FEWER_CLUSTERS) {
             tracing::warn!(reason = %message, "placed on fewer clusters than asked for");
             self.recorder.deployment(key, d, events::Type::Warning, REASON_FEWER_CLUSTERS, message);
         }
@@ -900,6 +974,108 @@ impl Scheduler {
         }
         // A drain in progress is looked at again until the old copy can go.
         Ok(if draining.is_some() { Next::After(DRAIN_RECHECK) } else { Next::Done })
+    }
+
+    /// Whether the workload's Placement rebalances and it is due: left on fewer clusters
+    /// than asked for, not rebalanced within the window, and a cluster it does not run
+    /// on has been Ready for the window. Otherwise, when to look again, if a cluster is
+    /// on its way to that.
+    fn rebalance_due(&self, key: &ObjKey, spec: &placement_api::PlacementSpec, short: bool, current: &[Share]) -> (bool, Option<Duration>) {
+        let Some(window) = spec.rebalance.as_ref().and_then(|r| r.window()) else { return (false, None) };
+        if !short {
+            return (false, None);
+        }
+        if let Some(since) = self.rebalanced_at.get(key).map(|t| t.elapsed()).filter(|s| *s < window) {
+            return (false, Some(window - since));
+        }
+        let mut wait: Option<Duration> = None;
+        for o in self.book.all() {
+            let Some(name) = o.target.metadata.name.as_deref() else { continue };
+            if current.iter().any(|s| s.cluster == name) {
+                continue;
+            }
+            match self.book.ready_for(name) {
+                Some(ready) if ready >= window => return (true, None),
+                Some(ready) => wait = Some(wait.map_or(window - ready, |w| w.min(window - ready))),
+                None => {}
+            }
+        }
+        (false, wait)
+    }
+
+    /// Starts a rebalance, make-before-break: the assignment becomes every old share
+    /// beside the new ones (each cluster at the larger of the two), and the new
+    /// assignment is written once the new shares are Available ([`Self::finish_rebalance`]).
+    async fn start_rebalance(
+        &self,
+        key: &ObjKey,
+        d: &Deployment,
+        wp: Option<&WorkloadPlacement>,
+        rule: &str,
+        current: &[Share],
+        target: Vec<Share>,
+    ) -> Result<Next, anyhow::Error> {
+        let mut transitional = target.clone();
+        for c in current {
+            match transitional.iter_mut().find(|s| s.cluster == c.cluster) {
+                Some(s) => s.replicas = s.replicas.max(c.replicas),
+                None => transitional.push(c.clone()),
+            }
+        }
+        transitional.sort();
+        let Some(_) = self.write_assignment(key, d, wp, rule, &transitional).await? else { return Ok(Next::After(Duration::ZERO)) };
+        let added: Vec<Share> = target
+            .iter()
+            .filter(|s| current.iter().find(|c| c.cluster == s.cluster).is_none_or(|c| c.replicas < s.replicas))
+            .cloned()
+            .collect();
+        let note = format!(
+            "spreading again as Placement {rule} rebalances: adding {}; the current shares stay until the new ones are Available, then it runs on {}",
+            shares_text(&added),
+            shares_text(&target)
+        );
+        tracing::info!(reason = %note, "rebalancing");
+        self.recorder.deployment(key, d, events::Type::Normal, "Rebalanced", note);
+        self.rebalanced_at.insert(key.clone(), std::time::Instant::now());
+        let r = Rebalancing {
+            target,
+            before: current.to_vec(),
+            started: jiff::Timestamp::now(),
+            until: std::time::Instant::now() + DEFAULT_DRAIN_TIMEOUT,
+        };
+        self.rebalancing.insert(key.clone(), r);
+        Ok(Next::After(DRAIN_RECHECK))
+    }
+
+    /// Ends a rebalance under way: once its new shares are Available (or its deadline
+    /// has passed), the assignment becomes what it led to. One of its clusters lost or
+    /// draining ends it as it stands, and the workload is decided again.
+    async fn finish_rebalance(
+        &self,
+        key: &ObjKey,
+        d: &Deployment,
+        wp: Option<&WorkloadPlacement>,
+        rule: &str,
+        source: &resolve::Source,
+    ) -> Result<Option<Next>, anyhow::Error> {
+        let Some(Rebalancing { target, before, started, until }) = self.rebalancing.get(key).map(|r| r.clone()) else { return Ok(None) };
+        let stands = target.iter().all(|s| self.book.get(&s.cluster).is_some_and(|o| o.signature.ready && !o.signature.draining));
+        if !stands {
+            self.rebalancing.remove(key);
+            return Ok(None);
+        }
+        if !available_since(wp, &target, &before, started) && std::time::Instant::now() < until {
+            return Ok(Some(Next::After(DRAIN_RECHECK)));
+        }
+        self.rebalancing.remove(key);
+        let Some(wp) = self.write_assignment(key, d, wp, rule, &target).await? else { return Ok(Some(Next::After(Duration::ZERO))) };
+        let note = format!("now on {} (Placement {rule} rebalanced)", shares_text(&target));
+        self.recorder.deployment(key, d, events::Type::Normal, "Rebalanced", note);
+        let message = format!("placed by Placement {rule} ({source}); spec.clusters lists where");
+        if !self.set_conditions(key, &wp, (true, "Scheduled", &message), None).await? {
+            return Ok(Some(Next::After(Duration::ZERO)));
+        }
+        Ok(Some(Next::Done))
     }
 
     /// Make-before-break for a drain: a share on a draining cluster stays in the
@@ -919,9 +1095,13 @@ impl Scheduler {
         if leaving.is_empty() {
             return None;
         }
-        let reported = wp.and_then(|w| w.status.as_ref()).map(|s| s.clusters.as_slice()).unwrap_or_default();
-        let available = |s: &Share| reported.iter().any(|e| e.name == s.cluster && e.observed && e.available_replicas >= s.replicas as i32);
-        if shares.iter().all(available) {
+        // Reports from before the drain began may describe an older copy.
+        let began = leaving
+            .iter()
+            .filter_map(|(s, _)| self.book.get(&s.cluster).and_then(|o| o.target.spec.evict_after.as_ref().map(|t| t.0)))
+            .min()
+            .unwrap_or(now);
+        if available_since(wp, shares, current, began) {
             return None;
         }
         let until = leaving.iter().map(|(_, d)| *d).min().map(|d| d.to_string()).unwrap_or_default();
@@ -1125,6 +1305,9 @@ impl Scheduler {
     /// The workload is gone: so is its WorkloadPlacement, and what was assumed for it.
     async fn forget(&self, key: &ObjKey) -> Result<Next, anyhow::Error> {
         self.waiting.remove(key);
+        self.short.remove(key);
+        self.rebalanced_at.remove(key);
+        self.rebalancing.remove(key);
         self.own.forget(key);
         let Some(wp) = self.placements.get(key) else { return Ok(Next::Done) };
         for c in &wp.spec.clusters {

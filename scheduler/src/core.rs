@@ -223,6 +223,10 @@ pub struct Decision {
     /// Fewer clusters could take the workload than the Placement's `numberOfClusters`:
     /// it runs on those that could, and this says why the others were turned away.
     pub fewer: Option<NoFit>,
+    /// It runs on fewer clusters than the Placement asks for (and than its replicas
+    /// could cover): because fewer fit ([`Decision::fewer`]), or because it was left
+    /// short and may not spread again yet.
+    pub short: bool,
 }
 
 /// [`place`] for a workload that may spread over more clusters than it runs on now:
@@ -293,6 +297,7 @@ pub fn place(clusters: &[Cluster], workload: &Workload, rule: &Rule<'_>, current
         chosen = roomiest;
     }
 
+    let short = chosen.len() < needed as usize && (duplicate || replicas as usize > chosen.len());
     let mut shares: Vec<Share> =
         if duplicate { chosen.iter().map(|e| Share::new(e.name, replicas)).collect() } else { keep_or_divide(replicas, &chosen, current) };
     // A chosen cluster with nothing to run is not chosen (unless there is nothing to
@@ -301,7 +306,7 @@ pub fn place(clusters: &[Cluster], workload: &Workload, rule: &Rule<'_>, current
         shares.retain(|s| s.replicas > 0);
     }
     shares.sort();
-    Ok(Decision { shares, fewer })
+    Ok(Decision { shares, fewer, short })
 }
 
 /// How one cluster fared in a decision, for `flotilla explain` and `what-if`.

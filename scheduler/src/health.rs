@@ -100,6 +100,8 @@ pub struct Observed {
     fresh_from: Option<Instant>,
     /// When it was judged lost (Ready before, not Ready since), while it stays lost.
     lost_at: Option<Instant>,
+    /// Since when it has been Ready, while it is.
+    ready_since: Option<Instant>,
     /// New heartbeats seen so far.
     pub beats: u64,
     /// Free room from the heartbeat.
@@ -540,6 +542,9 @@ impl Book {
                     sig.braked = o.signature.braked;
                 }
                 out.signature_changed = sig != o.signature;
+                if sig.ready && !o.signature.ready {
+                    o.ready_since = Some(now);
+                }
                 o.signature = sig;
                 o.target = t;
             }
@@ -552,6 +557,7 @@ impl Book {
                     beat_seen_at: seen,
                     fresh_from: seen,
                     lost_at: None,
+                    ready_since: signature.ready.then_some(now),
                     beats: 0,
                     available,
                     headroom,
@@ -593,6 +599,11 @@ impl Book {
         for mut o in self.clusters.iter_mut() {
             let mut sig = self.signature(&o.target, o.fresh_from, at);
             sig.braked = !sig.ready && held.contains(o.key());
+            match (o.signature.ready, sig.ready) {
+                (false, true) => o.ready_since = Some(now),
+                (_, false) => o.ready_since = None,
+                _ => {}
+            }
             if sig != o.signature {
                 o.signature = sig;
                 changed.push(o.key().clone());
@@ -671,6 +682,11 @@ impl Book {
         }
         let held_until = self.sight().sighted_at? + self.grace;
         (held_until > now).then_some(held_until)
+    }
+
+    /// How long `name` has been Ready, if it is.
+    pub fn ready_for(&self, name: &str) -> Option<Duration> {
+        self.clusters.get(name).filter(|o| o.signature.ready).and_then(|o| o.ready_since).map(|s| s.elapsed())
     }
 
     /// How many new heartbeats of `name` have been seen (0 for an unknown cluster).

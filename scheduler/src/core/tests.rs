@@ -290,14 +290,14 @@ fn number_of_clusters_is_the_most_to_use_not_a_condition_for_running() {
     // that allows spreading divides it over two again.
     fleet[0].ready = true;
     let stay = place_on(&fleet, workload(4), divide_on(2), &d.shares, false).unwrap();
-    assert_eq!((stay.shares, stay.fewer), (shares(&[("west", 4)]), None));
+    assert_eq!((stay.shares, stay.fewer, stay.short), (shares(&[("west", 4)]), None, true), "still short, though more fit now");
     let spread = place_on(&fleet, workload(4), divide_on(2), &d.shares, true).unwrap();
     assert_eq!(spread.shares, shares(&[("east", 1), ("west", 3)]), "in proportion to room: west counts its own 4");
     // A lost cluster among those asked for is still replaced when another fits.
     fleet[2] = cluster("north", 4, 8);
     fleet[0].ready = false;
     let replaced = place_on(&fleet, workload(4), divide_on(2), &current, false).unwrap();
-    assert_eq!((replaced.shares, replaced.fewer), (shares(&[("north", 1), ("west", 3)]), None));
+    assert_eq!((replaced.shares, replaced.fewer, replaced.short), (shares(&[("north", 1), ("west", 3)]), None, false));
     // With nowhere at all, it is no fit, and the caller keeps it where it was.
     assert!(place_on(&[fleet[0].clone()], workload(4), divide_on(2), &current, false).is_err());
 }
