@@ -345,8 +345,11 @@ fn cordon_takes_no_new_work_and_drain_moves_it_all() {
 
 #[test]
 fn a_drain_keeps_each_old_copy_until_its_replacement_is_available() {
-    let east = sim("east", 8);
-    let west = sim("west", 8);
+    // Pods take 2 s to start: far longer than the scheduler's looks at a drain.
+    let slow = |name: &str| {
+        SimCluster::start(&format!("name: {name}\nnodes:\n  - {{count: 2, cpu: \"8\", memory: 16Gi, pods: 110}}\nstartupDelay: 2s\n"))
+    };
+    let (east, west) = (slow("east"), slow("west"));
     let f = fleet(&[], &[(&east, &[]), (&west, &[])]);
     f.apply(&["--context", "demo", "-n", "default"], &deployment("web", 3, "100m"));
     let from = wait_assignment(&f, "web", |a| !a.is_empty());

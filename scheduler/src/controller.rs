@@ -210,6 +210,8 @@ struct Scheduler {
     /// Rebalances under way: the assignment each leads to, and until when the old
     /// shares wait for the new ones.
     rebalancing: DashMap<ObjKey, Rebalancing>,
+    /// Drains under way: each workload's shares before its drain began.
+    drain_base: DashMap<ObjKey, Vec<Share>>,
 }
 
 /// What the scheduler is writing, or last wrote, to each workload: the clusters it
@@ -455,6 +457,7 @@ pub async fn run(base: Client, options: Options) {
             short: DashSet::new(),
             rebalanced_at: DashMap::new(),
             rebalancing: DashMap::new(),
+            drain_base: DashMap::new(),
         });
         let (keys_tx, keys) = mpsc::unbounded_channel::<ObjKey>();
 
@@ -887,7 +890,7 @@ impl Scheduler {
     ) -> Result<Next, anyhow::Error> {
         let mut shares = decided.shares;
         self.waiting.remove(key);
-        let draining = self.hold_drained(wp, current, &mut shares);
+        let draining = self.hold_drained(key, wp, current, &mut shares);
         let Some(wp) = self.write_assignment(key, d, wp, rule, &shares).await? else { return Ok(Next::After(Duration::ZERO)) };
         // The Event goes out as soon as the assignment is written: a retry of the
         // condition below starts from the new assignment and would not see the move.
@@ -1083,7 +1086,13 @@ impl Scheduler {
     /// reports its share Available, or until the drain's deadline. Returns the
     /// clusters kept and the deadline, when it kept any. A lost cluster is not kept:
     /// its copy cannot be counted on.
-    fn hold_drained(&self, wp: Option<&WorkloadPlacement>, current: &[Share], shares: &mut Vec<Share>) -> Option<(Vec<String>, String)> {
+    fn hold_drained(
+        &self,
+        key: &ObjKey,
+        wp: Option<&WorkloadPlacement>,
+        current: &[Share],
+        shares: &mut Vec<Share>,
+    ) -> Option<(Vec<String>, String)> {
         let now = jiff::Timestamp::now();
         let leaving: Vec<(Share, jiff::Timestamp)> = current
             .iter()
@@ -1093,6 +1102,7 @@ impl Scheduler {
             .filter(|(_, deadline)| *deadline > now)
             .collect();
         if leaving.is_empty() {
+            self.drain_base.remove(key);
             return None;
         }
         // Reports from before the drain began may describe an older copy.
@@ -1101,7 +1111,11 @@ impl Scheduler {
             .filter_map(|(s, _)| self.book.get(&s.cluster).and_then(|o| o.target.spec.evict_after.as_ref().map(|t| t.0)))
             .min()
             .unwrap_or(now);
-        if available_since(wp, shares, current, began) {
+        // The shares before the drain, kept from its first look: later, the assignment
+        // holds the new shares already, and they would not look grown.
+        let before = self.drain_base.entry(key.clone()).or_insert_with(|| current.to_vec()).clone();
+        if available_since(wp, shares, &before, began) {
+            self.drain_base.remove(key);
             return None;
         }
         let until = leaving.iter().map(|(_, d)| *d).min().map(|d| d.to_string()).unwrap_or_default();
@@ -1308,6 +1322,7 @@ impl Scheduler {
         self.short.remove(key);
         self.rebalanced_at.remove(key);
         self.rebalancing.remove(key);
+        self.drain_base.remove(key);
         self.own.forget(key);
         let Some(wp) = self.placements.get(key) else { return Ok(Next::Done) };
         for c in &wp.spec.clusters {
