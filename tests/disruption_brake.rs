@@ -93,14 +93,16 @@ fn two_of_three_clusters_lost_at_once_move_nothing_until_confirmed_lost_or_back(
     assert!(!f.flotilla(&["status"]).stdout.contains("FAILOVER PAUSED"));
     for name in &on_west {
         assert_eq!(assignment(&f, name), before[name], "{name} never left west");
-        let paused = || {
-            f.k(&["--context", "demo", "get", "wp", name, "-o", r#"jsonpath={.status.conditions[?(@.type=="FailoverPaused")].status}"#])
-        };
+        let paused =
+            || f.k(&["--context", "demo", "get", "wp", name, "-o", r#"jsonpath={.status.conditions[?(@.type=="FailoverPaused")].status}"#]);
         wait_until(&format!("{name}'s FailoverPaused condition to go"), Duration::from_secs(20), paused, str::is_empty);
     }
-    wait_until("the SyncTargets' FailoverPaused conditions to go", Duration::from_secs(20), || f.k(&["get", "st", "-o", PAUSED]), |p| {
-        !p.contains("True")
-    });
+    wait_until(
+        "the SyncTargets' FailoverPaused conditions to go",
+        Duration::from_secs(20),
+        || f.k(&["get", "st", "-o", PAUSED]),
+        |p| !p.contains("True"),
+    );
 
     // Now a single loss: north fails over to west, as before the brake.
     let on_north: Vec<String> = names.iter().filter(|n| assignment(&f, n).starts_with("north=")).cloned().collect();

@@ -49,8 +49,15 @@ pub async fn run(data_dir: &Path, kubeconfig: &Path, args: DrillArgs) -> anyhow:
     match args.fault {
         Fault::Kill | Fault::Freeze => inject(data_dir, &source, before, &names, &args).await,
         _ => {
-            for name in names {
-                restore(data_dir, &source, name, &args).await?;
+            // Every cluster comes back first, then each is waited for: one by one, the
+            // first back would end the disruption and the others' workloads would move.
+            let start = Instant::now();
+            let mut children = Vec::new();
+            for name in &names {
+                children.push(bring_back(data_dir, name, start)?);
+            }
+            for (name, child) in names.iter().zip(children) {
+                wait_back(data_dir, &source, name, child, start, &args).await?;
             }
             Ok(())
         }
@@ -273,8 +280,11 @@ async fn inject(data_dir: &Path, source: &Source, before: FleetStatus, names: &[
     }
 }
 
-async fn restore(data_dir: &Path, source: &Source, name: &str, args: &DrillArgs) -> anyhow::Result<()> {
-    let start = Instant::now();
+/// A cluster started again (a killed one, with its log) or thawed.
+type Restarted = Option<(tokio::process::Child, std::path::PathBuf)>;
+
+/// Thaws a frozen cluster, or starts a killed one again.
+fn bring_back(data_dir: &Path, name: &str, start: Instant) -> anyhow::Result<Restarted> {
     let mut child = None;
     match sims::state(data_dir, name) {
         State::Frozen(pid) => {
@@ -313,6 +323,19 @@ async fn restore(data_dir: &Path, source: &Source, name: &str, args: &DrillArgs)
             child = Some((spawned, log_path));
         }
     }
+    Ok(child)
+}
+
+/// Waits until a cluster brought back is Ready, and the workloads that stayed on it
+/// are Available there.
+async fn wait_back(
+    data_dir: &Path,
+    source: &Source,
+    name: &str,
+    mut child: Restarted,
+    start: Instant,
+    args: &DrillArgs,
+) -> anyhow::Result<()> {
     let deadline = start + args.timeout;
     let mut ready_at: Option<Duration> = None;
     let mut waiting: BTreeMap<WorkloadKey, bool> = BTreeMap::new();
