@@ -227,9 +227,13 @@ async fn inject(data_dir: &Path, source: &Source, before: FleetStatus, names: &[
         if let (Some(detected), true) = (detected, held) {
             let waiting = progress.values().filter(|p| !p.moved).count();
             println!(
-                "failover paused after {:.1}s: all {} cluster(s) lost at once, detected after {:.1}s; the disruption brake keeps {waiting} workload(s) where they are",
+                "failover paused after {:.1}s: {} lost at once, detected after {:.1}s; the disruption brake keeps {waiting} workload(s) where they are",
                 start.elapsed().as_secs_f64(),
-                names.len(),
+                match names.len() {
+                    1 => "the cluster".to_string(),
+                    2 => "both clusters".to_string(),
+                    n => format!("all {n} clusters"),
+                },
                 detected.as_secs_f64()
             );
             println!(
