@@ -666,6 +666,9 @@ impl Syncer {
                     (None, Some(true)) => Some(Drift::Gone),
                     _ => None,
                 };
+                if matches!(drift, Some(Drift::Gone)) && self.copy_is_there(key).await {
+                    drift = None;
+                }
                 let (now, mut written) = match copy {
                     Some(c) if covered => (c, None),
                     _ => {
@@ -888,6 +891,14 @@ impl Syncer {
     /// finds it missing, so a new copy in a namespace that exists costs one request.
     /// Without `force`, a field another manager owns and sets otherwise fails the apply
     /// with a conflict: the first apply of a copy this syncer has no record of.
+    /// Whether the downstream copy of `key` exists, asked of the cluster itself: a copy
+    /// the watch does not show may be one this syncer applied a moment ago, while the
+    /// watch was still listing (after a restart of the cluster or of the syncer). Only
+    /// a copy that the cluster says is gone was deleted.
+    async fn copy_is_there(&self, key: &Key) -> bool {
+        matches!(self.copy_api(key).get_opt(&key.name).await, Ok(Some(_)))
+    }
+
     async fn apply_copy(&self, key: &Key, desired: Value, force: bool) -> Result<DynamicObject, Error> {
         let ssa = if force { PatchParams::apply(FIELD_MANAGER).force() } else { PatchParams::apply(FIELD_MANAGER) };
         let ns = transform::downstream_namespace(key);
@@ -976,6 +987,9 @@ impl Syncer {
                     (None, Some(_)) => Some(Drift::Gone),
                     _ => None,
                 };
+                if matches!(drift, Some(Drift::Gone)) && self.copy_is_there(key).await {
+                    drift = None;
+                }
                 self.covered.remove(key);
                 // A failed write is retried with the mark it had, so the retry still
                 // knows the drift for what it is.
