@@ -258,6 +258,16 @@ pub enum ClusterCmd {
         #[arg(long, default_value = "5m", value_parser = duration)]
         timeout: std::time::Duration,
     },
+    /// Add or remove taints, as `kubectl taint nodes` does: `key=value:Effect` adds
+    /// (or replaces the value of the taint with that key and effect), `key:Effect-`
+    /// and `key-` remove. Effects: NoSchedule, PreferNoSchedule, NoExecute.
+    Taint {
+        /// SyncTarget name.
+        name: String,
+        /// Taints to add or remove.
+        #[arg(required = true)]
+        taints: Vec<String>,
+    },
     /// Confirm that a NotReady cluster is really gone, so that the disruption brake
     /// lets its workloads move; its next heartbeat ends the confirmation.
     ConfirmLost {

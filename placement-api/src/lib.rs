@@ -22,8 +22,11 @@ mod workspace;
 
 pub use crds::{all_crds, crd_json, crds_yaml, installed_in_root, served_in_every_workspace};
 pub use keys::*;
-pub use placement::{Placement, PlacementSpec, PlacementStatus, ReplicaScheduling};
-pub use synctarget::{NodeHeadroom, SecretKeyRef, SyncMode, SyncTarget, SyncTargetSpec, SyncTargetStatus};
+pub use placement::{
+    ClusterToleration, ClusterWeight, Placement, PlacementSpec, PlacementStatus, Rebalance, ReplicaScheduling, SpreadConstraint,
+    TolerationOperator,
+};
+pub use synctarget::{ClusterTaint, NodeHeadroom, SecretKeyRef, SyncMode, SyncTarget, SyncTargetSpec, SyncTargetStatus, TaintEffect};
 pub use workloadplacement::{
     ClusterAssignment, ClusterSyncStatus, WorkloadPlacement, WorkloadPlacementSpec, WorkloadPlacementStatus, WorkloadRef,
 };

@@ -7,6 +7,8 @@ use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use crate::synctarget::TaintEffect;
+
 /// Rules for choosing clusters for the workloads it governs.
 #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
 #[kube(
@@ -41,6 +43,87 @@ pub struct PlacementSpec {
     /// Opt-in rebalancing after a recovery. Unset: a workload stays where it runs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rebalance: Option<Rebalance>,
+    /// Spreads each workload's clusters over the values of cluster labels, such as
+    /// `region`. Each constraint must hold.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub spread_constraints: Vec<SpreadConstraint>,
+    /// The cluster taints the workloads of this Placement tolerate.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub cluster_tolerations: Vec<ClusterToleration>,
+    /// Static weights for Divide: each chosen cluster's share of the replicas is in
+    /// proportion to the highest weight of the entries that select it, and a cluster no
+    /// entry selects is not used. Unset: in proportion to the replicas each can still fit.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub weights: Vec<ClusterWeight>,
+}
+
+/// Spreads a workload's clusters over the values (groups) of one cluster label.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SpreadConstraint {
+    /// The SyncTarget label whose values are the groups, such as `region`. A cluster
+    /// without it is not used.
+    #[schemars(length(min = 1, max = 317))]
+    pub spread_by_label: String,
+    /// The most two groups a workload runs in may differ by: in replicas under Divide,
+    /// in clusters under Duplicate. Unset: no limit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub max_skew: Option<i32>,
+    /// The fewest groups each workload runs in; a workload that cannot reach them is
+    /// not placed. It raises `numberOfClusters` when larger. Unset: 1.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub min_groups: Option<i32>,
+}
+
+/// Lets the workloads of a Placement run on clusters with a matching taint, as a pod's
+/// toleration does on a node.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ClusterToleration {
+    /// The taint key it matches. Empty, with `Exists`, matches every key.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key: Option<String>,
+    /// `Equal` (the default) matches the taint's value; `Exists` any value.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub operator: Option<TolerationOperator>,
+    /// The value it matches under `Equal`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub value: Option<String>,
+    /// The effect it matches. Unset matches every effect.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub effect: Option<TaintEffect>,
+    /// For a `NoExecute` taint: how long a workload stays on the cluster after the
+    /// taint was added, before it moves away. Unset: for as long as the taint is there;
+    /// zero or less: it moves at once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub toleration_seconds: Option<i64>,
+}
+
+/// How a toleration compares values.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum TolerationOperator {
+    /// The taint's value equals the toleration's.
+    #[default]
+    Equal,
+    /// Any value.
+    Exists,
+}
+
+/// A static weight for the clusters it selects.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ClusterWeight {
+    /// The SyncTargets it applies to by name.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub cluster_names: Vec<String>,
+    /// The SyncTargets it applies to by label.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cluster_selector: Option<LabelSelector>,
+    /// The weight.
+    #[schemars(range(min = 1))]
+    pub weight: i64,
 }
 
 /// When a workload is spread again over clusters that came back.
@@ -73,6 +156,9 @@ impl Default for PlacementSpec {
             number_of_clusters: 1,
             replica_scheduling: ReplicaScheduling::Divide,
             rebalance: None,
+            spread_constraints: Vec::new(),
+            cluster_tolerations: Vec::new(),
+            weights: Vec::new(),
         }
     }
 }

@@ -43,6 +43,50 @@ pub struct SyncTargetSpec {
     /// Push: the control plane runs the syncer. Pull: the syncer runs next to the cluster.
     #[serde(default)]
     pub sync_mode: SyncMode,
+    /// Keeps away the workloads whose Placement does not tolerate them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub taints: Vec<ClusterTaint>,
+}
+
+/// A taint on a cluster, as on a node.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ClusterTaint {
+    /// The taint key.
+    #[schemars(length(min = 1, max = 317))]
+    pub key: String,
+    /// The taint value.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub value: Option<String>,
+    /// What it does to workloads that do not tolerate it.
+    pub effect: TaintEffect,
+    /// When it was added; a `NoExecute` toleration's `tolerationSeconds` count from
+    /// here. Unset: from when the scheduler first saw it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub time_added: Option<Time>,
+}
+
+/// What a taint does to the workloads that do not tolerate it.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord, JsonSchema)]
+pub enum TaintEffect {
+    /// No new workloads; those running stay.
+    #[default]
+    NoSchedule,
+    /// Prefer other clusters for new workloads.
+    PreferNoSchedule,
+    /// No new workloads, and those running move away (after their toleration's
+    /// `tolerationSeconds`, if any).
+    NoExecute,
+}
+
+impl std::fmt::Display for TaintEffect {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            TaintEffect::NoSchedule => "NoSchedule",
+            TaintEffect::PreferNoSchedule => "PreferNoSchedule",
+            TaintEffect::NoExecute => "NoExecute",
+        })
+    }
 }
 
 /// Where a syncer runs.

@@ -148,6 +148,7 @@ enum Left {
     Deregistered,
     NotReady,
     Draining,
+    Tainted,
     NotChosen,
 }
 
@@ -158,6 +159,7 @@ impl Left {
             Left::Deregistered => "deregistered",
             Left::NotReady => "NotReady",
             Left::Draining => "draining",
+            Left::Tainted => "NoExecute taint",
             Left::NotChosen => "no longer chosen",
         }
     }
@@ -168,6 +170,7 @@ impl Left {
             Left::Deregistered => Some("Deregistered"),
             Left::NotReady => Some("NotReady"),
             Left::Draining => Some("Draining"),
+            Left::Tainted => Some("Tainted"),
             Left::NotChosen => None,
         }
     }
@@ -814,11 +817,7 @@ impl Scheduler {
         let decision = {
             let _one_at_a_time = self.deciding.lock().unwrap_or_else(|e| e.into_inner());
             let views = self.book.views(|c| self.assumed.total(c));
-            let rule_view = core::Rule {
-                cluster_selector: &rule.spec.cluster_selector,
-                clusters: u32::try_from(rule.spec.number_of_clusters).unwrap_or(1),
-                mode: rule.spec.replica_scheduling,
-            };
+            let rule_view = core::Rule::of(&rule.spec);
             let result = core::place(&views, &workload, &rule_view, &current, !short || rebalance);
             let took = started.elapsed();
             self.metrics.decision.observe(took.as_secs_f64());
@@ -845,10 +844,14 @@ impl Scheduler {
                 self.start_rebalance(key, &d, wp.as_deref(), &rule_name, &current, decided.shares).await.map(|n| (Outcome::Scheduled, n))
             }
             Ok(decided) => {
+                // A NoExecute taint tolerated for a time is looked at again when the
+                // time is up (just after, so that it has run out).
+                let until = decided.recheck.map(|d| d + PAST_GRACE);
                 let next = self.place(key, &d, wp.as_deref(), &rule_name, &source, &current, decided).await?;
                 // A short spread whose Placement rebalances is looked at again when a
                 // returned cluster has been Ready long enough.
-                Ok((Outcome::Scheduled, if let (Next::Done, Some(after)) = (&next, recheck) { Next::After(after) } else { next }))
+                let later = [recheck, until].into_iter().flatten().min();
+                Ok((Outcome::Scheduled, if let (Next::Done, Some(after)) = (&next, later) { Next::After(after) } else { next }))
             }
             Err(no_fit) => {
                 self.metrics.no_fit(&no_fit);
@@ -873,6 +876,7 @@ impl Scheduler {
             None => Left::Deregistered,
             Some(o) if !o.signature.ready => Left::NotReady,
             Some(o) if o.signature.draining => Left::Draining,
+            Some(o) if o.signature.taints.iter().any(|t| t.effect == placement_api::TaintEffect::NoExecute) => Left::Tainted,
             Some(_) => Left::NotChosen,
         }
     }

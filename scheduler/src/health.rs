@@ -62,7 +62,9 @@ use std::time::Duration;
 use dashmap::DashMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use placement_api::quantity::Resources;
-use placement_api::{SyncTarget, CONDITION_CLUSTER_REACHABLE, CONDITION_FAILOVER_PAUSED, CONDITION_HEARTBEAT_HEALTHY, CONDITION_READY};
+use placement_api::{
+    ClusterTaint, SyncTarget, CONDITION_CLUSTER_REACHABLE, CONDITION_FAILOVER_PAUSED, CONDITION_HEARTBEAT_HEALTHY, CONDITION_READY,
+};
 use tokio::time::Instant;
 
 use crate::core;
@@ -81,6 +83,8 @@ pub struct Signature {
     pub braked: bool,
     /// Its labels.
     pub labels: Arc<BTreeMap<String, String>>,
+    /// Its taints.
+    pub taints: Arc<Vec<ClusterTaint>>,
 }
 
 /// One cluster as last observed.
@@ -108,6 +112,9 @@ pub struct Observed {
     pub available: Resources,
     /// Per-node headroom from the heartbeat.
     pub headroom: Vec<Resources>,
+    /// When this process first saw each of its taints, in `spec.taints` order: a
+    /// taint without `timeAdded` is as old as that.
+    taints_seen: Vec<Instant>,
     /// What the scheduler last acted on.
     pub signature: Signature,
 }
@@ -343,7 +350,29 @@ pub fn published_view(t: &SyncTarget, now: jiff::Timestamp) -> core::Cluster {
         draining: draining(t, now),
         available,
         headroom,
+        taints: Arc::new(t.spec.taints.iter().map(|taint| taint_view(taint, now, None)).collect()),
     }
+}
+
+/// A taint as the placement core takes it: its age from its `timeAdded`, or else from
+/// `seen` (how long ago this process first saw it; zero when unknown).
+fn taint_view(t: &ClusterTaint, now: jiff::Timestamp, seen: Option<Duration>) -> core::Taint {
+    let age = match &t.time_added {
+        Some(added) => now.duration_since(added.0).try_into().unwrap_or(Duration::ZERO),
+        None => seen.unwrap_or(Duration::ZERO),
+    };
+    core::Taint { key: t.key.clone(), value: t.value.clone(), effect: t.effect, age }
+}
+
+/// When each of `taints` was first seen: as before for those it had (`before`, seen at
+/// `seen`), `now` for new ones.
+fn taints_seen(before: &[ClusterTaint], seen: &[Instant], taints: &[ClusterTaint], now: Instant) -> Vec<Instant> {
+    taints
+        .iter()
+        .map(|t| {
+            before.iter().zip(seen).find(|(b, _)| b.key == t.key && b.value == t.value && b.effect == t.effect).map_or(now, |(_, at)| *at)
+        })
+        .collect()
 }
 
 /// Whether `evictAfter` has passed at `now`.
@@ -495,6 +524,7 @@ impl Book {
             draining: draining(t, jiff::Timestamp::now()),
             braked: false,
             labels: Arc::new(t.metadata.labels.clone().unwrap_or_default()),
+            taints: Arc::new(t.spec.taints.clone()),
         }
     }
 
@@ -533,6 +563,7 @@ impl Book {
                     || available.pods > o.available.pods;
                 o.available = available;
                 o.headroom = headroom;
+                o.taints_seen = taints_seen(&o.signature.taints, &o.taints_seen, &t.spec.taints, now);
                 let mut sig = self.signature(&t, o.fresh_from, at);
                 if o.signature.ready && !sig.ready {
                     // Losses are judged by the tick, all clusters at once, so that the
@@ -550,6 +581,7 @@ impl Book {
             }
             None => {
                 let seen = trusted.then_some(now);
+                let taints = t.spec.taints.len();
                 let signature = self.signature(&t, seen, at);
                 let o = Observed {
                     target: t,
@@ -561,6 +593,7 @@ impl Book {
                     beats: 0,
                     available,
                     headroom,
+                    taints_seen: vec![now; taints],
                     signature,
                 };
                 self.clusters.insert(name, o);
@@ -712,9 +745,18 @@ impl Book {
     /// The clusters as the placement core sees them, with `assumed(name)` taken off
     /// each one's free room.
     pub fn views(&self, assumed: impl Fn(&str) -> Resources) -> Vec<core::Cluster> {
+        let (now, wall) = (Instant::now(), jiff::Timestamp::now());
         self.clusters
             .iter()
             .map(|o| core::Cluster {
+                taints: Arc::new(
+                    o.signature
+                        .taints
+                        .iter()
+                        .zip(&o.taints_seen)
+                        .map(|(t, seen)| taint_view(t, wall, Some(now.saturating_duration_since(*seen))))
+                        .collect(),
+                ),
                 name: o.key().clone(),
                 labels: o.signature.labels.clone(),
                 ready: o.signature.ready,

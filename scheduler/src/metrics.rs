@@ -175,6 +175,8 @@ impl Metrics {
             NoFit::Clusters { total: 0, .. } => self.failure("NoClusters"),
             NoFit::Clusters { reasons, .. } if reasons.is_empty() => self.failure("TooFewClusters"),
             NoFit::Clusters { reasons, .. } => reasons.keys().for_each(|r| self.failure(reason_label(*r))),
+            NoFit::Groups { .. } => self.failure("TooFewGroups"),
+            NoFit::Skew { .. } => self.failure("SkewNotMet"),
         }
     }
 
@@ -214,6 +216,9 @@ fn reason_label(r: Reason) -> &'static str {
         Reason::Draining => "Draining",
         Reason::NotSelected => "NotSelected",
         Reason::Cordoned => "Cordoned",
+        Reason::Tainted => "Tainted",
+        Reason::MissingSpreadLabel => "MissingSpreadLabel",
+        Reason::Unweighted => "Unweighted",
         Reason::NoNodeFits => "NoNodeFits",
         Reason::Insufficient(Resource::Cpu) => "InsufficientCpu",
         Reason::Insufficient(Resource::Memory) => "InsufficientMemory",

@@ -11,7 +11,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::ByteString;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
-use placement_api::{SecretKeyRef, SyncMode, SyncTarget, SyncTargetSpec};
+use placement_api::{ClusterTaint, SecretKeyRef, SyncMode, SyncTarget, SyncTargetSpec, TaintEffect};
 use serde_json::json;
 
 use crate::cli::{ClusterCmd, RegisterArgs};
@@ -55,6 +55,7 @@ pub async fn run(kubeconfig: &Path, cmd: ClusterCmd) -> anyhow::Result<()> {
             Ok(())
         }
         ClusterCmd::ConfirmLost { name } => confirm_lost(&targets, &name).await,
+        ClusterCmd::Taint { name, taints } => taint(&targets, &name, &taints).await,
         ClusterCmd::Deregister { name } => deregister(&root, &targets, &name).await,
     }
 }
@@ -90,6 +91,111 @@ async fn confirm_lost(targets: &Api<SyncTarget>, name: &str) -> anyhow::Result<(
         "cluster {name} confirmed lost at its last heartbeat ({beat}): {}; a new heartbeat from it ends the confirmation",
         if held { "the disruption brake lets its workloads move to the other clusters" } else { "the disruption brake will not hold it" }
     );
+    Ok(())
+}
+
+/// One argument of `flotilla cluster taint`.
+#[derive(Debug, PartialEq)]
+enum TaintEdit {
+    /// Add this taint, or set the value of the one with its key and effect.
+    Add(ClusterTaint),
+    /// Remove the taints with this key (and effect, if given).
+    Remove(String, Option<TaintEffect>),
+}
+
+/// Parses `key[=value]:Effect` or `key[:Effect]-`, as `kubectl taint` does.
+fn parse_taint(arg: &str) -> anyhow::Result<TaintEdit> {
+    let effect = |e: &str| -> anyhow::Result<TaintEffect> {
+        match e {
+            "NoSchedule" => Ok(TaintEffect::NoSchedule),
+            "PreferNoSchedule" => Ok(TaintEffect::PreferNoSchedule),
+            "NoExecute" => Ok(TaintEffect::NoExecute),
+            other => anyhow::bail!("invalid taint effect {other:?} in {arg:?}: use NoSchedule, PreferNoSchedule or NoExecute"),
+        }
+    };
+    // A taint's key and value follow a label's rules.
+    let key_ok = |k: &str, v: &str| -> anyhow::Result<()> {
+        apimachinery::objmeta::validate_label(k, v).map_err(|e| anyhow::anyhow!("invalid taint {arg:?}: {e}"))
+    };
+    if let Some(rest) = arg.strip_suffix('-') {
+        let (key, eff) = match rest.split_once(':') {
+            Some((k, e)) => (k, Some(effect(e)?)),
+            None => (rest, None),
+        };
+        key_ok(key, "")?;
+        return Ok(TaintEdit::Remove(key.to_string(), eff));
+    }
+    let Some((kv, eff)) = arg.rsplit_once(':') else {
+        anyhow::bail!("invalid taint {arg:?}: write key=value:Effect (or key:Effect), or key:Effect- to remove one")
+    };
+    let (key, value) = match kv.split_once('=') {
+        Some((k, v)) => (k, Some(v.to_string())),
+        None => (kv, None),
+    };
+    key_ok(key, value.as_deref().unwrap_or(""))?;
+    Ok(TaintEdit::Add(ClusterTaint { key: key.to_string(), value, effect: effect(eff)?, time_added: None }))
+}
+
+/// Applies the edits to `taints`; what each did, for the message. A `NoExecute` taint
+/// gets `timeAdded` when added, since tolerations' `tolerationSeconds` count from it.
+fn edit_taints(taints: &mut Vec<ClusterTaint>, edits: Vec<TaintEdit>, now: Time) -> anyhow::Result<Vec<String>> {
+    let mut done = Vec::new();
+    for edit in edits {
+        match edit {
+            TaintEdit::Add(mut t) => {
+                let text = taint_text(&t);
+                match taints.iter_mut().find(|have| have.key == t.key && have.effect == t.effect) {
+                    Some(have) if have.value == t.value => done.push(format!("{text} already there")),
+                    Some(have) => {
+                        have.value = t.value;
+                        done.push(format!("{text} replaced"));
+                    }
+                    None => {
+                        if t.effect == TaintEffect::NoExecute {
+                            t.time_added = Some(now.clone());
+                        }
+                        taints.push(t);
+                        done.push(format!("{text} added"));
+                    }
+                }
+            }
+            TaintEdit::Remove(key, effect) => {
+                let before = taints.len();
+                taints.retain(|t| !(t.key == key && effect.is_none_or(|e| e == t.effect)));
+                let what = effect.map_or(key.clone(), |e| format!("{key}:{e}"));
+                if taints.len() == before {
+                    anyhow::bail!("taint {what} not found");
+                }
+                done.push(format!("{what} removed"));
+            }
+        }
+    }
+    Ok(done)
+}
+
+fn taint_text(t: &ClusterTaint) -> String {
+    match &t.value {
+        Some(v) => format!("{}={v}:{}", t.key, t.effect),
+        None => format!("{}:{}", t.key, t.effect),
+    }
+}
+
+/// `flotilla cluster taint`: a read, the edits, and a write conditional on what was
+/// read, so that a concurrent change is not overwritten.
+async fn taint(targets: &Api<SyncTarget>, name: &str, args: &[String]) -> anyhow::Result<()> {
+    let edits = args.iter().map(|a| parse_taint(a)).collect::<anyhow::Result<Vec<_>>>()?;
+    let st = targets.get(name).await.map_err(|e| not_registered(name, e))?;
+    let mut taints = st.spec.taints.clone();
+    let done = edit_taints(&mut taints, edits, Time(k8s_openapi::jiff::Timestamp::now())).with_context(|| format!("cluster {name}"))?;
+    let patch = json!({"metadata": {"resourceVersion": st.metadata.resource_version}, "spec": {"taints": taints}});
+    match targets.patch(name, &PatchParams { field_manager: Some(MANAGER.into()), ..Default::default() }, &Patch::Merge(patch)).await {
+        Ok(_) => {}
+        Err(kube::Error::Api(e)) if e.code == 409 => {
+            anyhow::bail!("cluster {name} changed while its taints were edited: run the command again")
+        }
+        Err(e) => return Err(e).with_context(|| format!("updating the taints of SyncTarget {name}")),
+    }
+    println!("cluster {name}: {}", done.join(", "));
     Ok(())
 }
 
@@ -465,4 +571,53 @@ async fn deregister(root: &Client, targets: &Api<SyncTarget>, name: &str) -> any
     }
     println!("cluster {name} deregistered");
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn taint(key: &str, value: Option<&str>, effect: TaintEffect) -> ClusterTaint {
+        ClusterTaint { key: key.into(), value: value.map(Into::into), effect, time_added: None }
+    }
+
+    #[test]
+    fn taint_arguments_parse_as_kubectl_taint_reads_them() {
+        use TaintEffect::*;
+        assert_eq!(parse_taint("gpu=true:NoSchedule").unwrap(), TaintEdit::Add(taint("gpu", Some("true"), NoSchedule)));
+        assert_eq!(parse_taint("example.com/maint:NoExecute").unwrap(), TaintEdit::Add(taint("example.com/maint", None, NoExecute)));
+        assert_eq!(parse_taint("gpu:NoSchedule-").unwrap(), TaintEdit::Remove("gpu".into(), Some(NoSchedule)));
+        assert_eq!(parse_taint("gpu-").unwrap(), TaintEdit::Remove("gpu".into(), None));
+        for (bad, says) in [
+            ("gpu=true", "write key=value:Effect"),
+            ("gpu:Sometimes", "invalid taint effect \"Sometimes\""),
+            ("bad key:NoSchedule", "invalid taint \"bad key:NoSchedule\": key"),
+            ("gpu=no way:NoSchedule", "value \"no way\""),
+        ] {
+            let err = parse_taint(bad).unwrap_err().to_string();
+            assert!(err.contains(says), "{bad}: {err}");
+        }
+    }
+
+    #[test]
+    fn taint_edits_add_replace_and_remove_and_stamp_no_execute() {
+        let now = Time(k8s_openapi::jiff::Timestamp::from_second(1_000).unwrap());
+        let mut taints = vec![taint("gpu", Some("a"), TaintEffect::NoSchedule)];
+        let done = edit_taints(
+            &mut taints,
+            vec![
+                TaintEdit::Add(taint("gpu", Some("b"), TaintEffect::NoSchedule)),
+                TaintEdit::Add(taint("maint", None, TaintEffect::NoExecute)),
+            ],
+            now.clone(),
+        )
+        .unwrap();
+        assert_eq!(done, ["gpu=b:NoSchedule replaced", "maint:NoExecute added"]);
+        assert_eq!(taints[0].value.as_deref(), Some("b"));
+        assert_eq!(taints[1].time_added, Some(now.clone()));
+        let done = edit_taints(&mut taints, vec![TaintEdit::Remove("maint".into(), None)], now.clone()).unwrap();
+        assert_eq!((done, taints.len()), (vec!["maint removed".to_string()], 1));
+        let err = edit_taints(&mut taints, vec![TaintEdit::Remove("gpu".into(), Some(TaintEffect::NoExecute))], now).unwrap_err();
+        assert_eq!(err.to_string(), "taint gpu:NoExecute not found");
+    }
 }

@@ -13,7 +13,7 @@ use k8s_openapi::api::core::v1::Namespace;
 use kube::api::{Api, ListParams};
 use kube::ResourceExt;
 use placement_api::quantity::Resources;
-use placement_api::{Placement, ReplicaScheduling, SyncTarget, WorkloadPlacement, CLUSTER_ANNOTATION, CONDITION_SCHEDULED};
+use placement_api::{Placement, ReplicaScheduling, SyncTarget, TaintEffect, WorkloadPlacement, CLUSTER_ANNOTATION, CONDITION_SCHEDULED};
 use scheduler::core::{self, Share};
 
 use super::status::{cpu, memory};
@@ -33,11 +33,7 @@ pub(super) struct Inputs {
 
 impl Inputs {
     pub fn rule(&self) -> core::Rule<'_> {
-        core::Rule {
-            cluster_selector: &self.placement.spec.cluster_selector,
-            clusters: u32::try_from(self.placement.spec.number_of_clusters).unwrap_or(1),
-            mode: self.placement.spec.replica_scheduling,
-        }
+        core::Rule::of(&self.placement.spec)
     }
 }
 
@@ -191,32 +187,56 @@ pub(super) fn render(inputs: &Inputs, views: &[core::Cluster]) -> String {
         inputs.source,
         rule.clusters
     ));
+    for c in rule.spread {
+        let skew = c.max_skew.map_or_else(String::new, |s| format!(", maxSkew {s}"));
+        let groups = c.min_groups.map_or_else(String::new, |g| format!(", minGroups {g}"));
+        out.push_str(&format!("spread over label {}{skew}{groups}\n", c.spread_by_label));
+    }
+    if !rule.tolerations.is_empty() {
+        let tolerations: Vec<String> = rule.tolerations.iter().map(toleration_text).collect();
+        out.push_str(&format!("tolerates: {}\n", tolerations.join(", ")));
+    }
     out.push_str(&format!("assigned now: {}\n\n", shares_text(&inputs.current)));
-    let table: Vec<[String; 9]> = rows
+    let weighted = rows.iter().any(|r| r.weight.is_some());
+    let table: Vec<Vec<String>> = rows
         .iter()
         .map(|r| {
             let view = views.iter().find(|c| c.name == r.cluster);
             let free = view.map(|c| c.available).unwrap_or_default();
-            [
+            let why = match (r.turned_away, view) {
+                (Some(core::Reason::Tainted), Some(c)) => {
+                    let taints: Vec<String> =
+                        c.taints.iter().filter(|t| t.effect != TaintEffect::PreferNoSchedule).map(taint_text).collect();
+                    format!("Tainted ({})", taints.join(", "))
+                }
+                (why, _) => why.map_or_else(String::new, |w| w.to_string()),
+            };
+            let mut row = vec![
                 r.cluster.clone(),
                 if r.turned_away.is_none() { "yes".into() } else { "no".into() },
-                r.turned_away.map_or_else(String::new, |w| w.to_string()),
+                why,
                 cpu(free.cpu_millis),
                 memory(free.memory_bytes),
                 free.pods.to_string(),
                 if r.turned_away.is_none() { r.fits.to_string() } else { "-".into() },
                 r.rank.map_or_else(|| "-".into(), |n| n.to_string()),
-                r.share.map_or_else(|| "-".into(), |n| n.to_string()),
-            ]
+            ];
+            if weighted {
+                row.push(r.weight.map_or_else(|| "-".into(), |n| n.to_string()));
+            }
+            row.push(r.share.map_or_else(|| "-".into(), |n| n.to_string()));
+            row
         })
         .collect();
     if table.is_empty() {
         out.push_str("no clusters are registered\n");
     } else {
-        out.push_str(&super::format_table(
-            &["CLUSTER", "CANDIDATE", "WHY NOT", "FREE CPU", "FREE MEMORY", "FREE PODS", "FITS", "RANK", "SHARE"],
-            &table,
-        ));
+        let mut headers = vec!["CLUSTER", "CANDIDATE", "WHY NOT", "FREE CPU", "FREE MEMORY", "FREE PODS", "FITS", "RANK"];
+        if weighted {
+            headers.push("WEIGHT");
+        }
+        headers.push("SHARE");
+        out.push_str(&super::format_table(&headers, &table));
     }
     out.push('\n');
     match decision {
@@ -236,6 +256,31 @@ pub(super) fn render(inputs: &Inputs, views: &[core::Cluster]) -> String {
             out.push_str(&format!("decision: nothing fits: {no_fit}{stays}\n"));
         }
     }
-    out.push_str("RANK is the order the scheduler takes candidates in: where it runs now first, then the most room, then the name.\n");
+    out.push_str(
+        "RANK is the order the scheduler takes candidates in: where it runs now first, then those without an untolerated \
+         PreferNoSchedule taint, then the highest weight, then the most room, then the name",
+    );
+    out.push_str(if rule.spread.is_empty() { ".\n" } else { "; each next one from the groups with the fewest chosen so far.\n" });
     out
+}
+
+/// A taint as `kubectl describe node` writes one: `key=value:Effect`.
+pub(super) fn taint_text(t: &core::Taint) -> String {
+    match &t.value {
+        Some(v) => format!("{}={v}:{}", t.key, t.effect),
+        None => format!("{}:{}", t.key, t.effect),
+    }
+}
+
+/// A toleration, in the same way: `key=value:Effect`, `key:Effect` for `Exists`, `*`
+/// for every key, and `for Ns` with `tolerationSeconds`.
+fn toleration_text(t: &placement_api::ClusterToleration) -> String {
+    let key = t.key.as_deref().filter(|k| !k.is_empty()).unwrap_or("*");
+    let value = match (t.operator, &t.value) {
+        (Some(placement_api::TolerationOperator::Exists), _) | (_, None) => String::new(),
+        (_, Some(v)) => format!("={v}"),
+    };
+    let effect = t.effect.map_or_else(String::new, |e| format!(":{e}"));
+    let time = t.toleration_seconds.map_or_else(String::new, |s| format!(" for {s}s"));
+    format!("{key}{value}{effect}{time}")
 }

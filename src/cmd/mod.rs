@@ -135,15 +135,16 @@ pub async fn root_config(kubeconfig: &Path) -> anyhow::Result<kube::Config> {
 }
 
 /// Prints rows under a header in kubectl's style: columns three spaces apart.
-pub fn print_table<const N: usize>(header: &[&str; N], rows: &[[String; N]]) {
+pub fn print_table<R: AsRef<[String]>>(header: &[&str], rows: &[R]) {
     print!("{}", format_table(header, rows));
 }
 
 /// Rows under a header in kubectl's style, columns three spaces apart, one line each.
-pub fn format_table<const N: usize>(header: &[&str; N], rows: &[[String; N]]) -> String {
+pub fn format_table<R: AsRef<[String]>>(header: &[&str], rows: &[R]) -> String {
+    let n = header.len();
     let mut widths: Vec<usize> = header.iter().map(|h| h.len()).collect();
     for r in rows {
-        for (w, cell) in widths.iter_mut().zip(r) {
+        for (w, cell) in widths.iter_mut().zip(r.as_ref()) {
             *w = (*w).max(cell.chars().count());
         }
     }
@@ -151,7 +152,7 @@ pub fn format_table<const N: usize>(header: &[&str; N], rows: &[[String; N]]) ->
     let mut line = |cells: Vec<&str>| {
         let mut l = String::new();
         for (i, (c, w)) in cells.iter().zip(&widths).enumerate() {
-            if i + 1 == N {
+            if i + 1 == n {
                 l.push_str(c);
             } else {
                 l.push_str(&format!("{c:<w$}   "));
@@ -162,7 +163,7 @@ pub fn format_table<const N: usize>(header: &[&str; N], rows: &[[String; N]]) ->
     };
     line(header.to_vec());
     for r in rows {
-        line(r.iter().map(String::as_str).collect());
+        line(r.as_ref().iter().map(String::as_str).collect());
     }
     out
 }

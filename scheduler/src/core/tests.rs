@@ -14,6 +14,7 @@ fn cluster(name: &str, cpu: u64, mem: u64) -> Cluster {
         draining: false,
         available: Resources::new(cpu * 1000, mem * GI, 110),
         headroom: vec![Resources::new(cpu * 1000, mem * GI, 110)],
+        taints: Arc::new(Vec::new()),
     }
 }
 
@@ -27,7 +28,7 @@ fn divide_on(n: u32) -> (LabelSelector, u32, ReplicaScheduling) {
 }
 
 fn run(clusters: &[Cluster], w: Workload, rule: (LabelSelector, u32, ReplicaScheduling), current: &[Share]) -> Result<Vec<Share>, NoFit> {
-    decide(clusters, &w, &Rule { cluster_selector: &rule.0, clusters: rule.1, mode: rule.2 }, current)
+    decide(clusters, &w, &Rule::plain(&rule.0, rule.1, rule.2), current)
 }
 
 fn place_on(
@@ -37,7 +38,7 @@ fn place_on(
     current: &[Share],
     may_spread: bool,
 ) -> Result<Decision, NoFit> {
-    place(clusters, &w, &Rule { cluster_selector: &rule.0, clusters: rule.1, mode: rule.2 }, current, may_spread)
+    place(clusters, &w, &Rule::plain(&rule.0, rule.1, rule.2), current, may_spread)
 }
 
 fn shares(pairs: &[(&str, u32)]) -> Vec<Share> {
@@ -316,4 +317,251 @@ fn a_braked_cluster_keeps_what_it_runs_and_takes_nothing_new() {
     // Without the brake, the same cluster is left.
     fleet[0].braked = false;
     assert_eq!(run(&fleet, workload(2), divide_on(1), &on_east), Ok(shares(&[("west", 2)])));
+}
+
+/// A Divide rule over every cluster with these spread constraints, tolerations and weights.
+struct Shaped {
+    selector: LabelSelector,
+    spread: Vec<SpreadConstraint>,
+    tolerations: Vec<ClusterToleration>,
+    weights: Vec<ClusterWeight>,
+}
+
+impl Shaped {
+    fn new() -> Self {
+        Shaped { selector: LabelSelector::default(), spread: Vec::new(), tolerations: Vec::new(), weights: Vec::new() }
+    }
+    fn spread(mut self, label: &str, max_skew: Option<i32>, min_groups: Option<i32>) -> Self {
+        self.spread.push(SpreadConstraint { spread_by_label: label.into(), max_skew, min_groups });
+        self
+    }
+    fn tolerate(mut self, key: &str, effect: Option<TaintEffect>, seconds: Option<i64>) -> Self {
+        self.tolerations.push(ClusterToleration {
+            key: Some(key.into()),
+            operator: Some(TolerationOperator::Exists),
+            effect,
+            toleration_seconds: seconds,
+            ..Default::default()
+        });
+        self
+    }
+    fn weight(mut self, names: &[&str], weight: i64) -> Self {
+        self.weights.push(ClusterWeight { cluster_names: names.iter().map(|n| n.to_string()).collect(), cluster_selector: None, weight });
+        self
+    }
+    fn rule(&self, clusters: u32, mode: ReplicaScheduling) -> Rule<'_> {
+        Rule {
+            cluster_selector: &self.selector,
+            clusters,
+            mode,
+            spread: &self.spread,
+            tolerations: &self.tolerations,
+            weights: &self.weights,
+        }
+    }
+}
+
+fn tainted(mut c: Cluster, key: &str, effect: TaintEffect, age_secs: u64) -> Cluster {
+    Arc::make_mut(&mut c.taints).push(Taint { key: key.into(), value: None, effect, age: Duration::from_secs(age_secs) });
+    c
+}
+
+fn why_not(rows: &[Considered], cluster: &str) -> Option<Reason> {
+    rows.iter().find(|r| r.cluster == cluster).and_then(|r| r.turned_away)
+}
+
+#[test]
+fn a_spread_constraint_takes_one_cluster_per_group_before_a_second_in_any() {
+    // us-east and us-west are the roomiest, but the second cluster comes from eu.
+    let fleet = [cluster("us-east", 8, 64), cluster("us-west", 8, 64), cluster("eu-1", 2, 64), cluster("eu-2", 1, 64)];
+    let shaped = Shaped::new().spread("region", None, None);
+    let d = place(&fleet, &workload(6), &shaped.rule(2, ReplicaScheduling::Divide), &[], true).unwrap();
+    assert_eq!(d.shares, shares(&[("eu-1", 1), ("us-east", 5)]));
+    // Three clusters: one from each region, then the roomiest left.
+    let d = place(&fleet, &workload(6), &shaped.rule(3, ReplicaScheduling::Divide), &[], true).unwrap();
+    assert_eq!(d.shares.iter().map(|s| s.cluster.as_str()).collect::<Vec<_>>(), ["eu-1", "us-east", "us-west"]);
+}
+
+#[test]
+fn max_skew_evens_the_replicas_between_groups_within_room() {
+    let fleet = [cluster("us-east", 8, 64), cluster("us-west", 8, 64), cluster("eu-1", 2, 64)];
+    // By room alone the split is 5 and 1; a skew of 1 makes it 3 and 3.
+    let shaped = Shaped::new().spread("region", Some(1), None);
+    let d = place(&fleet, &workload(6), &shaped.rule(2, ReplicaScheduling::Divide), &[], true).unwrap();
+    assert_eq!(d.shares, shares(&[("eu-1", 3), ("us-east", 3)]));
+    // Two in us and one in eu: us 4 (2+2) against eu 2 is a skew of 2; evened to 3 and 3
+    // within us too (the cluster with most gives).
+    let d = place(&fleet, &workload(6), &shaped.rule(3, ReplicaScheduling::Divide), &[], true).unwrap();
+    let sum = |region: &str| d.shares.iter().filter(|s| s.cluster.starts_with(region)).map(|s| s.replicas).sum::<u32>();
+    assert_eq!((sum("us"), sum("eu")), (3, 3), "{:?}", d.shares);
+    // eu-1 holds 4 replicas (2 cores): 10 replicas cannot be within a skew of 1.
+    let err = place(&fleet, &workload(10), &shaped.rule(2, ReplicaScheduling::Divide), &[], true).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "the replicas cannot be divided over the values of label region within maxSkew 1: the clusters with region=eu have no room for more"
+    );
+    // A larger skew allows it: eu 4, us 6.
+    let loose = Shaped::new().spread("region", Some(2), None);
+    let d = place(&fleet, &workload(10), &loose.rule(2, ReplicaScheduling::Divide), &[], true).unwrap();
+    assert_eq!(d.shares, shares(&[("eu-1", 4), ("us-east", 6)]));
+}
+
+#[test]
+fn min_groups_raises_the_cluster_count_and_is_a_condition_for_running() {
+    let fleet = [cluster("us-east", 8, 64), cluster("us-west", 8, 64), cluster("eu-1", 2, 64)];
+    let shaped = Shaped::new().spread("region", None, Some(2));
+    // numberOfClusters 1, but two regions are asked for.
+    let d = place(&fleet, &workload(2), &shaped.rule(1, ReplicaScheduling::Divide), &[], true).unwrap();
+    assert_eq!(d.shares, shares(&[("eu-1", 1), ("us-east", 1)]));
+    // With eu lost, one region is left: nothing is placed, and the message says why.
+    let mut lost = fleet.clone();
+    lost[2].ready = false;
+    let err = place(&lost, &workload(2), &shaped.rule(1, ReplicaScheduling::Divide), &[], true).unwrap_err();
+    assert_eq!(err.to_string(), "2/3 clusters fit, with 1 value(s) of label region (2 needed by minGroups): 1 NotReady");
+}
+
+#[test]
+fn a_cluster_without_the_spread_label_is_not_used() {
+    let mut bare = cluster("bare", 64, 64);
+    Arc::make_mut(&mut bare.labels).clear();
+    let fleet = [bare, cluster("us-east", 2, 64)];
+    let shaped = Shaped::new().spread("region", None, None);
+    let (rows, d) = explain(&fleet, &workload(1), &shaped.rule(1, ReplicaScheduling::Divide), &[], true);
+    assert_eq!(d.unwrap().shares, shares(&[("us-east", 1)]));
+    assert_eq!(why_not(&rows, "bare"), Some(Reason::MissingSpreadLabel));
+}
+
+#[test]
+fn duplicate_with_max_skew_counts_clusters_per_group() {
+    let fleet = [cluster("us-1", 4, 64), cluster("us-2", 4, 64), cluster("us-3", 4, 64), cluster("eu-1", 4, 64)];
+    let shaped = Shaped::new().spread("region", Some(1), None);
+    // Four asked for: us-1, eu-1, us-2; a third in us would be two ahead of eu.
+    let d = place(&fleet, &workload(2), &shaped.rule(4, ReplicaScheduling::Duplicate), &[], true).unwrap();
+    assert_eq!(d.shares, shares(&[("eu-1", 2), ("us-1", 2), ("us-2", 2)]));
+    assert!(d.short);
+}
+
+#[test]
+fn a_no_schedule_taint_keeps_new_workloads_away_and_lets_running_ones_stay() {
+    let fleet = [tainted(cluster("a", 8, 64), "gpu", TaintEffect::NoSchedule, 0), cluster("b", 2, 64)];
+    let plain = Shaped::new();
+    let (rows, d) = explain(&fleet, &workload(1), &plain.rule(1, ReplicaScheduling::Divide), &[], true);
+    assert_eq!(d.unwrap().shares, shares(&[("b", 1)]));
+    assert_eq!(why_not(&rows, "a"), Some(Reason::Tainted));
+    // Already on a: it stays.
+    let d = place(&fleet, &workload(1), &plain.rule(1, ReplicaScheduling::Divide), &shares(&[("a", 1)]), true).unwrap();
+    assert_eq!(d.shares, shares(&[("a", 1)]));
+    // Tolerated: a is the roomiest, so a new one goes there.
+    let tolerant = Shaped::new().tolerate("gpu", None, None);
+    assert_eq!(place(&fleet, &workload(1), &tolerant.rule(1, ReplicaScheduling::Divide), &[], true).unwrap().shares, shares(&[("a", 1)]));
+}
+
+#[test]
+fn a_no_execute_taint_moves_what_does_not_tolerate_it_and_what_tolerates_it_for_a_time_when_the_time_is_up() {
+    let on_a = shares(&[("a", 1)]);
+    let fleet = |age| [tainted(cluster("a", 8, 64), "maintenance", TaintEffect::NoExecute, age), cluster("b", 2, 64)];
+    let decide_with =
+        |shaped: &Shaped, age| place(&fleet(age), &workload(1), &shaped.rule(1, ReplicaScheduling::Divide), &on_a, true).unwrap();
+    // Not tolerated: it moves at once.
+    assert_eq!(decide_with(&Shaped::new(), 0).shares, shares(&[("b", 1)]));
+    // Tolerated without a time: it stays, and nothing is to be looked at again.
+    let d = decide_with(&Shaped::new().tolerate("maintenance", Some(TaintEffect::NoExecute), None), 3600);
+    assert_eq!((d.shares, d.recheck), (on_a.clone(), None));
+    // Tolerated for 30 s, taint 10 s old: it stays 20 s more.
+    let timed = Shaped::new().tolerate("maintenance", Some(TaintEffect::NoExecute), Some(30));
+    let d = decide_with(&timed, 10);
+    assert_eq!((d.shares, d.recheck), (on_a.clone(), Some(Duration::from_secs(20))));
+    // Two tolerations match: the shorter time counts, as for pods.
+    let both = Shaped::new().tolerate("maintenance", None, Some(30)).tolerate("maintenance", Some(TaintEffect::NoExecute), Some(15));
+    assert_eq!(decide_with(&both, 10).recheck, Some(Duration::from_secs(5)));
+    // The time is up: it moves.
+    assert_eq!(decide_with(&timed, 30).shares, shares(&[("b", 1)]));
+    // A new workload does not go where it could stay only for a while.
+    let d = place(&fleet(0), &workload(1), &timed.rule(1, ReplicaScheduling::Divide), &[], true).unwrap();
+    assert_eq!(d.shares, shares(&[("b", 1)]));
+    // With nowhere else to go, it stays (a workload is never removed to nothing).
+    let alone = [tainted(cluster("a", 8, 64), "maintenance", TaintEffect::NoExecute, 0)];
+    let err = place(&alone, &workload(1), &Shaped::new().rule(1, ReplicaScheduling::Divide), &on_a, true).unwrap_err();
+    assert_eq!(err.to_string(), "0/1 clusters fit: 1 Tainted");
+}
+
+#[test]
+fn tolerations_match_as_for_pods() {
+    let taint = Taint { key: "k".into(), value: Some("v".into()), effect: TaintEffect::NoSchedule, age: Duration::ZERO };
+    let t = |key: Option<&str>, op: Option<TolerationOperator>, value: Option<&str>, effect: Option<TaintEffect>| ClusterToleration {
+        key: key.map(Into::into),
+        operator: op,
+        value: value.map(Into::into),
+        effect,
+        toleration_seconds: None,
+    };
+    use TolerationOperator::{Equal, Exists};
+    let cases = [
+        (t(Some("k"), None, Some("v"), None), true),
+        (t(Some("k"), Some(Equal), Some("v"), Some(TaintEffect::NoSchedule)), true),
+        (t(Some("k"), Some(Equal), Some("w"), None), false),
+        (t(Some("k"), Some(Exists), None, None), true),
+        (t(Some("k"), Some(Exists), None, Some(TaintEffect::NoExecute)), false),
+        (t(Some("other"), Some(Exists), None, None), false),
+        (t(None, Some(Exists), None, None), true),
+        (t(None, Some(Equal), Some("v"), None), false),
+    ];
+    for (toleration, want) in cases {
+        assert_eq!(tolerates(&toleration, &taint), want, "{toleration:?}");
+    }
+}
+
+#[test]
+fn a_prefer_no_schedule_taint_puts_the_cluster_last_but_keeps_it_usable() {
+    let fleet = [tainted(cluster("big", 64, 64), "spot", TaintEffect::PreferNoSchedule, 0), cluster("small", 2, 64)];
+    let plain = Shaped::new();
+    assert_eq!(place(&fleet, &workload(1), &plain.rule(1, ReplicaScheduling::Divide), &[], true).unwrap().shares, shares(&[("small", 1)]));
+    // small holds 4: 10 replicas need big, and go there.
+    assert_eq!(place(&fleet, &workload(10), &plain.rule(1, ReplicaScheduling::Divide), &[], true).unwrap().shares, shares(&[("big", 10)]));
+}
+
+#[test]
+fn static_weights_divide_in_proportion_and_leave_out_clusters_with_none() {
+    let fleet = [cluster("a", 8, 64), cluster("b", 8, 64), cluster("c", 64, 64)];
+    let shaped = Shaped::new().weight(&["a"], 1).weight(&["b"], 2);
+    let (rows, d) = explain(&fleet, &workload(6), &shaped.rule(3, ReplicaScheduling::Divide), &[], true);
+    assert_eq!(d.unwrap().shares, shares(&[("a", 2), ("b", 4)]));
+    assert_eq!(why_not(&rows, "c"), Some(Reason::Unweighted));
+    assert_eq!(rows.iter().map(|r| r.weight).collect::<Vec<_>>(), [Some(1), Some(2), Some(0)]);
+    // By label, the highest matching weight counts.
+    let us = Shaped {
+        weights: vec![
+            ClusterWeight { cluster_names: vec![], cluster_selector: Some(LabelSelector::default()), weight: 1 },
+            ClusterWeight { cluster_names: vec!["c".into()], cluster_selector: None, weight: 3 },
+        ],
+        ..Shaped::new()
+    };
+    let d = place(&fleet, &workload(10), &us.rule(3, ReplicaScheduling::Divide), &[], true).unwrap();
+    assert_eq!(d.shares, shares(&[("a", 2), ("b", 2), ("c", 6)]));
+    // A change of weights moves replicas, though the clusters are the same.
+    let current = shares(&[("a", 3), ("b", 3)]);
+    let d = place(&fleet, &workload(6), &shaped.rule(2, ReplicaScheduling::Divide), &current, true).unwrap();
+    assert_eq!(d.shares, shares(&[("a", 2), ("b", 4)]));
+}
+
+#[test]
+fn divide_by_weight_rounds_as_karmada_and_never_exceeds_room() {
+    assert_eq!(divide_by_weight(7, &[1, 1, 1], &[10, 10, 10]), vec![3, 2, 2]);
+    // A light slot may get nothing: the weights are the user's.
+    assert_eq!(divide_by_weight(3, &[1, 100], &[10, 10]), vec![0, 3]);
+    assert_eq!(divide_by_weight(2, &[1, 2], &[10, 10]), vec![0, 2]);
+    // Room caps a share; the rest goes to the others, heaviest first.
+    assert_eq!(divide_by_weight(10, &[1, 4], &[10, 3]), vec![7, 3]);
+    assert_eq!(divide_by_weight(0, &[1, 1], &[1, 1]), vec![0, 0]);
+}
+
+#[test]
+fn explain_ranks_as_place_chooses_under_a_spread() {
+    let fleet = [cluster("us-east", 8, 64), cluster("us-west", 8, 64), cluster("eu-1", 2, 64)];
+    let shaped = Shaped::new().spread("region", None, None);
+    let (rows, d) = explain(&fleet, &workload(2), &shaped.rule(2, ReplicaScheduling::Divide), &[], true);
+    assert_eq!(d.unwrap().shares, shares(&[("eu-1", 1), ("us-east", 1)]));
+    // eu-1 is taken second, before the roomier us-west: its rank says so.
+    let rank = |c: &str| rows.iter().find(|r| r.cluster == c).and_then(|r| r.rank);
+    assert_eq!((rank("us-east"), rank("eu-1"), rank("us-west")), (Some(1), Some(2), Some(3)));
 }
