@@ -396,7 +396,7 @@ impl<'r> Compiled<'r> {
         Some(
             weights
                 .iter()
-                .filter(|(s, w)| w.cluster_names.iter().any(|n| *n == c.name) || s.matches(c.labels.as_ref()))
+                .filter(|(s, w)| w.cluster_names.contains(&c.name) || s.matches(c.labels.as_ref()))
                 .map(|(_, w)| u64::try_from(w.weight).unwrap_or(0))
                 .max()
                 .unwrap_or(0),
