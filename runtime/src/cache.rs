@@ -99,8 +99,14 @@ pub struct Change<K, I = ObjKey> {
 /// The objects of one watch, by key (`I`).
 pub struct Cache<K, I = ObjKey> {
     map: DashMap<I, Arc<K>>,
+    /// The keys of each group, when the cache was started with a grouping
+    /// ([`spawn_grouped`]); empty otherwise.
+    groups: DashMap<I, HashSet<I>>,
     synced: watch::Sender<bool>,
 }
+
+/// Which group an object belongs to (such as the key of its controller), if any.
+type GroupOf<K, I> = Box<dyn Fn(&I, &K) -> Option<I> + Send + Sync>;
 
 impl<K, I: Clone + Eq + Hash> Cache<K, I> {
     /// The object under `key`.
@@ -126,6 +132,32 @@ impl<K, I: Clone + Eq + Hash> Cache<K, I> {
     /// The objects whose keys pass `keep`, without copying any key.
     pub fn values_where(&self, keep: impl Fn(&I) -> bool) -> Vec<Arc<K>> {
         self.map.iter().filter(|e| keep(e.key())).map(|e| e.value().clone()).collect()
+    }
+
+    /// The objects of `group` (see [`spawn_grouped`]): a lookup, not a scan.
+    pub fn grouped(&self, group: &I) -> Vec<Arc<K>> {
+        let Some(keys) = self.groups.get(group).map(|g| g.value().iter().cloned().collect::<Vec<_>>()) else { return Vec::new() };
+        keys.iter().filter_map(|k| self.get(k)).collect()
+    }
+
+    /// Moves `key` from the group of `old` to that of `new`.
+    fn regroup(&self, group_of: Option<&GroupOf<K, I>>, key: &I, old: Option<&K>, new: Option<&K>) {
+        let Some(group_of) = group_of else { return };
+        let (from, to) = (old.and_then(|o| group_of(key, o)), new.and_then(|n| group_of(key, n)));
+        if from == to {
+            return;
+        }
+        if let Some(g) = from {
+            if let dashmap::mapref::entry::Entry::Occupied(mut e) = self.groups.entry(g) {
+                e.get_mut().remove(key);
+                if e.get().is_empty() {
+                    e.remove();
+                }
+            }
+        }
+        if let Some(g) = to {
+            self.groups.entry(g).or_default().insert(key.clone());
+        }
     }
 
     /// The keys that pass `keep`.
@@ -193,6 +225,24 @@ pub fn spawn_indexed<K, I>(
     api: Api<K>,
     config: watcher::Config,
     index: impl Fn(&K) -> Option<I> + Send + Sync + 'static,
+    on_change: impl FnMut(Change<K, I>) -> bool + Send + 'static,
+    what: impl std::fmt::Display,
+) -> Arc<Cache<K, I>>
+where
+    K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+    I: Clone + Eq + Hash + Debug + Send + Sync + 'static,
+{
+    spawn_grouped(api, config, index, None, on_change, what)
+}
+
+/// [`spawn_indexed`], and with `group_of`, each object's key is also kept under its
+/// group (for example, a ReplicaSet under the key of the Deployment that controls it),
+/// so that [`Cache::grouped`] finds a group's objects without a scan.
+pub fn spawn_grouped<K, I>(
+    api: Api<K>,
+    config: watcher::Config,
+    index: impl Fn(&K) -> Option<I> + Send + Sync + 'static,
+    group_of: Option<GroupOf<K, I>>,
     mut on_change: impl FnMut(Change<K, I>) -> bool + Send + 'static,
     what: impl std::fmt::Display,
 ) -> Arc<Cache<K, I>>
@@ -200,7 +250,7 @@ where
     K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
     I: Clone + Eq + Hash + Debug + Send + Sync + 'static,
 {
-    let cache: Arc<Cache<K, I>> = Arc::new(Cache { map: DashMap::new(), synced: watch::channel(false).0 });
+    let cache: Arc<Cache<K, I>> = Arc::new(Cache { map: DashMap::new(), groups: DashMap::new(), synced: watch::channel(false).0 });
     let weak = Arc::downgrade(&cache);
     let span = tracing::info_span!("watch", what = %what);
     tokio::spawn(
@@ -229,11 +279,13 @@ where
                         let mut changes = Vec::with_capacity(gone.len() + fresh.len());
                         for key in gone {
                             if let Some((key, old)) = cache.map.remove(&key) {
+                                cache.regroup(group_of.as_ref(), &key, Some(&old), None);
                                 changes.push(Change { key, seen: old.clone(), old: Some(old), new: None });
                             }
                         }
                         for (key, o) in fresh {
                             let old = cache.map.insert(key.clone(), o.clone());
+                            cache.regroup(group_of.as_ref(), &key, old.as_deref(), Some(&o));
                             changes.push(Change { key, old, new: Some(o.clone()), seen: o });
                         }
                         tracing::debug!(objects = cache.map.len(), changes = changes.len(), "listed");
@@ -243,6 +295,7 @@ where
                         Some(key) => {
                             let o = Arc::new(o);
                             let old = cache.map.insert(key.clone(), o.clone());
+                            cache.regroup(group_of.as_ref(), &key, old.as_deref(), Some(&o));
                             vec![Change { key, old, new: Some(o.clone()), seen: o }]
                         }
                         None => continue,
@@ -250,6 +303,7 @@ where
                     Ok(Event::Delete(o)) => match index(&o) {
                         Some(key) => {
                             let old = cache.map.remove(&key).map(|(_, o)| o);
+                            cache.regroup(group_of.as_ref(), &key, old.as_deref(), None);
                             vec![Change { key, old, new: None, seen: Arc::new(o) }]
                         }
                         None => continue,
@@ -273,4 +327,41 @@ where
         .instrument(span),
     );
     cache
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_grouped_cache_finds_a_groups_objects_and_follows_moves_and_removals() {
+        let cache: Cache<String, String> = Cache { map: DashMap::new(), groups: DashMap::new(), synced: watch::channel(false).0 };
+        // The group is the object's text up to its first dash.
+        let group_of: GroupOf<String, String> = Box::new(|_, o: &String| o.split_once('-').map(|(g, _)| g.to_string()));
+        let put = |key: &str, o: Option<&str>| {
+            let old = match o {
+                Some(o) => cache.map.insert(key.into(), Arc::new(o.into())),
+                None => cache.map.remove(key).map(|(_, o)| o),
+            };
+            cache.regroup(Some(&group_of), &key.to_string(), old.as_deref(), o.map(String::from).as_ref());
+        };
+        let sorted = |g: &str| {
+            let mut v: Vec<String> = cache.grouped(&g.to_string()).iter().map(|o| o.to_string()).collect();
+            v.sort();
+            v
+        };
+        put("1", Some("web-a"));
+        put("2", Some("web-b"));
+        put("3", Some("db-a"));
+        put("4", Some("loose"));
+        assert_eq!(sorted("web"), ["web-a", "web-b"]);
+        assert_eq!(sorted("db"), ["db-a"]);
+        // An object whose group changes moves; one removed leaves, and an empty group goes.
+        put("2", Some("db-b"));
+        assert_eq!((sorted("web"), sorted("db")), (vec!["web-a".to_string()], vec!["db-a".to_string(), "db-b".to_string()]));
+        put("1", None);
+        assert!(sorted("web").is_empty());
+        assert!(!cache.groups.contains_key("web"));
+        assert!(sorted("none").is_empty());
+    }
 }

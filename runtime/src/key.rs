@@ -106,10 +106,29 @@ where
     K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
     I: Clone + Eq + Hash + Debug + Send + Sync + 'static,
 {
-    crate::cache::spawn_indexed(
+    spawn_grouped(api, config, index, None, queue, changed, what)
+}
+
+/// [`spawn_indexed`], with each object's key also kept under its group
+/// ([`crate::cache::spawn_grouped`]).
+pub fn spawn_grouped<K, I>(
+    api: Api<K>,
+    config: watcher::Config,
+    index: impl Fn(&K) -> Option<I> + Send + Sync + 'static,
+    group_of: Option<Box<dyn Fn(&I, &K) -> Option<I> + Send + Sync>>,
+    queue: impl Fn(&I, &K) -> Option<Key> + Send + Sync + 'static,
+    changed: mpsc::UnboundedSender<Key>,
+    what: impl std::fmt::Display,
+) -> Arc<Cache<K, I>>
+where
+    K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+    I: Clone + Eq + Hash + Debug + Send + Sync + 'static,
+{
+    crate::cache::spawn_grouped(
         api,
         config,
         index,
+        group_of,
         move |c| match queue(&c.key, &c.seen) {
             Some(k) => changed.send(k).is_ok(),
             None => !changed.is_closed(),

@@ -304,10 +304,13 @@ pub async fn run(base: Client, resync: Duration) {
             tx.clone(),
             "deployments",
         );
-        let replicasets = cache::spawn_indexed(
+        let replicasets = cache::spawn_grouped(
             Api::<ReplicaSet>::all(wildcard),
             watcher::Config::default(),
             |rs: &ReplicaSet| ObjKey::of(rs.meta(), Workspace::Annotated),
+            // Each under its Deployment, so that a pass finds a Deployment's own
+            // without looking at every ReplicaSet of every workspace.
+            Some(Box::new(|key: &ObjKey, rs: &ReplicaSet| owner_key(key, rs).map(|d| ObjKey::new(&d.workspace, &d.namespace, &d.name)))),
             owner_key,
             tx.clone(),
             "replicasets",
@@ -338,11 +341,13 @@ pub async fn run(base: Client, resync: Duration) {
                     return Ok(Next::After(Duration::from_millis(200)));
                 }
                 let uid = d.metadata.uid.clone().unwrap_or_default();
-                // A Deployment's ReplicaSets are named after it: only those are looked
-                // at, so a pass costs the same however many share the namespace.
-                let prefix = format!("{}-", key.name);
-                let mine = |k: &ObjKey| k.name.starts_with(&prefix) && k.namespace == key.namespace && k.workspace == key.workspace;
-                let owned: Vec<_> = replicasets.values_where(mine).into_iter().filter(|rs| controlled_by(rs, &uid)).collect();
+                // The ReplicaSets it controls, from the cache's index of them: a pass
+                // costs the same however many there are in all.
+                let owned: Vec<_> = replicasets
+                    .grouped(&ObjKey::new(&key.workspace, &key.namespace, &key.name))
+                    .into_iter()
+                    .filter(|rs| controlled_by(rs, &uid))
+                    .collect();
                 let mut owned_refs: Vec<&ReplicaSet> = owned.iter().map(|rs| &**rs).collect();
                 owned_refs.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
                 let taken = |n: &str| replicasets.get(&ObjKey::new(&key.workspace, &key.namespace, n)).is_some();

@@ -804,6 +804,8 @@ async fn failover_rows(bin: &Path, s: &Sizes, interval: Duration, grace: Duratio
                "all_available_s": f.all_available_s,
                "available_p50_s": f.available_s.0, "available_p99_s": f.available_s.1,
                "move_to_available_p50_s": f.move_to_available_s.0, "move_to_available_p99_s": f.move_to_available_s.1,
+               "cluster_floor_s": f.cluster_floor_s,
+               "stages_p50_p99_s": f.stages_s.iter().map(|(k, (p50, p99, _))| (k.to_string(), json!([p50, p99]))).collect::<serde_json::Map<_, _>>(),
                "false_not_ready": f.false_not_ready,
                "writes_per_deployment": f.writes_per_deployment.iter().map(|(k, n)| (k.clone(), json!(n))).collect::<serde_json::Map<_, _>>(),
                "progress_reports_deferred": f.progress_reports_deferred,

@@ -391,6 +391,17 @@ pub struct FailoverFigures {
     pub companions_assigned_s: (f64, f64, f64),
     /// Each Deployment, from its move to Available on its new cluster, s (p50, p99, max).
     pub move_to_available_s: (f64, f64, f64),
+    /// Where that time goes, each Deployment's stages (p50, p99, max), as this process
+    /// sees them from watches of the WorkloadPlacements and of the spares' Deployments:
+    /// from its move to its copy created on the new cluster (the syncer's push), from
+    /// there to the copy Available there (the cluster), and from there to the
+    /// WorkloadPlacement's status saying so (the syncer's report).
+    pub stages_s: Vec<(&'static str, (f64, f64, f64))>,
+    /// The clusters' own floor under that, measured after the failover on the same
+    /// spares: as many one-replica Deployments, half on each, created straight on the
+    /// spares at once (16 creates in flight on each, as a syncer has), to all
+    /// Available there, s.
+    pub cluster_floor_s: f64,
     /// Surviving clusters declared NotReady at any point (they all beat on time).
     pub false_not_ready: usize,
     /// API writes from the kill to the last Deployment Available, per Deployment.
@@ -402,6 +413,49 @@ pub struct FailoverFigures {
     /// the control plane (API server, scheduler, syncers, aggregator), each spare, and
     /// the harness itself (its watch of the WorkloadPlacements).
     pub cpu_secs: Vec<(String, f64)>,
+}
+
+/// Creates `deployments` one-replica Deployments straight on the spares, half on each,
+/// in a namespace of their own, and times them from the first create to the last one
+/// Available, in s.
+async fn spares_floor(spares: &[ServerProc; 2], deployments: usize) -> anyhow::Result<f64> {
+    const NS: &str = "floor";
+    let mut apis = Vec::new();
+    let available: Arc<Mutex<usize>> = Arc::default();
+    let mut watches = Vec::new();
+    for (spare, name) in spares.iter().zip(["spare-a", "spare-b"]) {
+        let client = spare.client(&format!("kind-{name}"), None).await?;
+        let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
+        namespaces.create(&PostParams::default(), &serde_json::from_value(json!({"metadata": {"name": NS}}))?).await?;
+        let api: Api<Deployment> = Api::namespaced(client, NS);
+        let count = available.clone();
+        let mut seen = std::collections::HashSet::new();
+        watches.push(watch_applied(api.clone(), WatchParams::default(), move |d: Deployment, _| {
+            if d.status.as_ref().and_then(|s| s.available_replicas).unwrap_or(0) >= 1
+                && seen.insert(d.metadata.name.clone().unwrap_or_default())
+            {
+                *count.lock().unwrap() += 1;
+            }
+        }));
+        apis.push(api);
+    }
+    // The watches are open before the first create.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let start = Instant::now();
+    let half = deployments / 2;
+    let (a, b) = futures::join!(create_all(&apis[0], half), create_all(&apis[1], deployments - half));
+    a?;
+    b?;
+    let done = || *available.lock().unwrap() >= deployments;
+    let result = wait_until(Duration::from_secs(120), Duration::from_millis(20), done, || {
+        format!("after 120 s only {}/{deployments} Deployments created on the spares were Available", available.lock().unwrap())
+    })
+    .await;
+    let took = start.elapsed().as_secs_f64();
+    for w in &watches {
+        w.abort();
+    }
+    result.map(|()| took)
 }
 
 /// Where one Deployment stands, from its WorkloadPlacement.
@@ -520,6 +574,21 @@ pub async fn failover(
     let spares = [sim("spare-a")?, sim("spare-b")?];
     register(&spares[0], "spare-a")?;
     register(&spares[1], "spare-b")?;
+    // The copies on the spares: when each was created, and first Available.
+    let downstream: Arc<Mutex<HashMap<String, (Instant, Option<Instant>)>>> = Arc::default();
+    let mut copy_watches = Vec::new();
+    for (spare, name) in spares.iter().zip(["spare-a", "spare-b"]) {
+        let client = spare.client(&format!("kind-{name}"), None).await?;
+        let seen = downstream.clone();
+        copy_watches.push(watch_applied(Api::<Deployment>::all(client), WatchParams::default(), move |d: Deployment, now| {
+            let available = d.status.as_ref().and_then(|s| s.available_replicas).unwrap_or(0) >= 1;
+            let mut all = seen.lock().unwrap();
+            let e = all.entry(d.metadata.name.clone().unwrap_or_default()).or_insert((now, None));
+            if available && e.1.is_none() {
+                e.1 = Some(now);
+            }
+        }));
+    }
     if companions {
         for (spare, name) in spares.iter().zip(["spare-a", "spare-b"]) {
             watches.extend(watch_copies(spare, name, &COMPANIONS, &copies).await?);
@@ -574,9 +643,10 @@ pub async fn failover(
     let cpu_secs = cpu().iter().zip(cpu_before).map(|((name, after), (_, before))| (name.to_string(), after - before)).collect();
     watch.abort();
     readiness.abort();
-    for w in &watches {
+    for w in watches.iter().chain(&copy_watches) {
         w.abort();
     }
+    let cluster_floor_s = spares_floor(&spares, deployments).await?;
     let writes_per_deployment = per_deployment(&metrics_before, &metrics_after, deployments);
     let deferred = |m: &str| counter_total(m, "flotilla_syncer_progress_reports_deferred_total");
     let progress_reports_deferred = deferred(&metrics_after) - deferred(&metrics_before);
@@ -587,6 +657,21 @@ pub async fn failover(
     let moved: Vec<f64> = standing.values().filter_map(|s| s.moved.map(since)).collect();
     let available: Vec<f64> = standing.values().filter_map(|s| s.available.map(since)).collect();
     let lag: Vec<f64> = standing.values().filter_map(|s| Some(s.available?.saturating_duration_since(s.moved?).as_secs_f64())).collect();
+    let downstream = downstream.lock().unwrap().clone();
+    let secs = |a: Instant, b: Instant| b.saturating_duration_since(a).as_secs_f64();
+    let mut stages: [Vec<f64>; 3] = Default::default();
+    for (name, s) in &standing {
+        let (Some(moved), Some(available), Some((created, Some(ready)))) = (s.moved, s.available, downstream.get(name)) else { continue };
+        stages[0].push(secs(moved, *created));
+        stages[1].push(secs(*created, *ready));
+        stages[2].push(secs(*ready, available));
+    }
+    let [push, start, report] = stages;
+    let stages_s = vec![
+        ("move_to_copy", summarize(push)),
+        ("copy_to_available_there", summarize(start)),
+        ("available_there_to_reported", summarize(report)),
+    ];
     let copies = copies.lock().unwrap().clone();
     let whole: Vec<(Instant, Instant)> = standing.iter().filter_map(|(n, s)| Some((s.available?, whole_at(n, s, &copies)?))).collect();
     let done: Vec<f64> = whole.iter().map(|(_, w)| since(*w)).collect();
@@ -613,6 +698,8 @@ pub async fn failover(
         done_after_available_s: summarize(done_after_available),
         companions_assigned_s: summarize(companions_assigned),
         move_to_available_s: summarize(lag),
+        stages_s,
+        cluster_floor_s,
         false_not_ready,
         writes_per_deployment,
         progress_reports_deferred,
