@@ -106,7 +106,7 @@ pub struct Cache<K, I = ObjKey> {
 }
 
 /// Which group an object belongs to (such as the key of its controller), if any.
-type GroupOf<K, I> = Box<dyn Fn(&I, &K) -> Option<I> + Send + Sync>;
+pub type GroupOf<K, I> = Box<dyn Fn(&I, &K) -> Option<I> + Send + Sync>;
 
 impl<K, I: Clone + Eq + Hash> Cache<K, I> {
     /// The object under `key`.

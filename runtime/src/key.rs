@@ -115,7 +115,7 @@ pub fn spawn_grouped<K, I>(
     api: Api<K>,
     config: watcher::Config,
     index: impl Fn(&K) -> Option<I> + Send + Sync + 'static,
-    group_of: Option<Box<dyn Fn(&I, &K) -> Option<I> + Send + Sync>>,
+    group_of: Option<crate::cache::GroupOf<K, I>>,
     queue: impl Fn(&I, &K) -> Option<Key> + Send + Sync + 'static,
     changed: mpsc::UnboundedSender<Key>,
     what: impl std::fmt::Display,
