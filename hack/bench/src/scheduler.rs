@@ -459,7 +459,7 @@ async fn spares_floor(spares: &[ServerProc; 2], deployments: usize) -> anyhow::R
 }
 
 /// A Deployment's copy on a spare: when it was first seen, and first seen Available.
-type Copy = (Instant, Option<Instant>);
+type CopySeen = (Instant, Option<Instant>);
 
 /// Where one Deployment stands, from its WorkloadPlacement.
 #[derive(Default, Clone)]
@@ -578,7 +578,7 @@ pub async fn failover(
     register(&spares[0], "spare-a")?;
     register(&spares[1], "spare-b")?;
     // The copies on the spares: when each was created, and first Available.
-    let downstream: Arc<Mutex<HashMap<String, Copy>>> = Arc::default();
+    let downstream: Arc<Mutex<HashMap<String, CopySeen>>> = Arc::default();
     let mut copy_watches = Vec::new();
     for (spare, name) in spares.iter().zip(["spare-a", "spare-b"]) {
         let client = spare.client(&format!("kind-{name}"), None).await?;
