@@ -438,17 +438,18 @@ fn evaluate_all<'a>(
 pub fn place(clusters: &[Cluster], workload: &Workload, rule: &Rule<'_>, current: &[Share], may_spread: bool) -> Result<Decision, NoFit> {
     let compiled = Compiled::new(rule)?;
     let judged = evaluate_all(clusters, workload, rule, &compiled, current);
-    decide_among(judged, workload, rule, current, may_spread).1
+    decide_among(judged, workload, rule, current, may_spread, false).1
 }
 
-/// The decision over clusters already judged, and the candidates in the order it
-/// takes them.
+/// The decision over clusters already judged, and with `ranked`, the candidates in the
+/// order it takes them (empty without).
 fn decide_among<'a>(
     judged: Vec<(&'a Cluster, Option<u32>, Result<Eligible<'a>, Reason>)>,
     workload: &Workload,
     rule: &Rule<'_>,
     current: &[Share],
     may_spread: bool,
+    ranked: bool,
 ) -> (Vec<&'a str>, Result<Decision, NoFit>) {
     let replicas = workload.replicas;
     let duplicate = rule.mode == ReplicaScheduling::Duplicate;
@@ -464,7 +465,7 @@ fn decide_among<'a>(
         }
     }
     eligible.sort_by(preference);
-    let order: Vec<&'a str> = eligible.iter().map(|e| e.name).collect();
+    let order: Vec<&'a str> = if ranked { eligible.iter().map(|e| e.name).collect() } else { Vec::new() };
     let too_few = |reasons: BTreeMap<Reason, usize>, fit: usize, holds| NoFit::Clusters { total, fit, needed, reasons, holds };
     if eligible.is_empty() {
         return (order, Err(too_few(reasons, 0, None)));
@@ -512,8 +513,11 @@ fn decide_among<'a>(
     }
 
     // The order candidates were taken in: the chosen ones first.
-    let order: Vec<&'a str> =
-        chosen.iter().map(|e| e.name).chain(order.into_iter().filter(|n| !chosen.iter().any(|e| e.name == *n))).collect();
+    let order: Vec<&'a str> = if ranked {
+        chosen.iter().map(|e| e.name).chain(order.into_iter().filter(|n| !chosen.iter().any(|e| e.name == *n))).collect()
+    } else {
+        order
+    };
     let short = chosen.len() < needed as usize && (duplicate || replicas as usize > chosen.len());
     let mut shares: Vec<Share> = if duplicate {
         chosen.iter().map(|e| Share::new(e.name, replicas)).collect()
@@ -534,8 +538,8 @@ fn decide_among<'a>(
     (order, Ok(Decision { shares, fewer, short, recheck }))
 }
 
-/// Takes `take` of the candidates (sorted by [`preference`]; by room alone when
-/// `afresh`). With spread constraints, each next cluster is the first in that order
+/// Takes `take` of the candidates (sorted by [`preference`]; when `afresh`, by the same
+/// order without regard to where the workload runs now). With spread constraints, each next cluster is the first in that order
 /// among those whose groups hold the fewest chosen clusters so far, constraint by
 /// constraint: the groups fill evenly. Under Duplicate, a cluster that would put its
 /// group more than `maxSkew` clusters ahead of the least-used group is passed over.
@@ -678,7 +682,7 @@ pub fn explain(
             Considered { cluster: c.name.clone(), turned_away, fits, sticky, rank: None, weight: compiled.weight(c), share: None }
         })
         .collect();
-    let (order, decision) = decide_among(judged, workload, rule, current, may_spread);
+    let (order, decision) = decide_among(judged, workload, rule, current, may_spread, true);
     for (rank, name) in order.into_iter().enumerate() {
         if let Some(row) = rows.iter_mut().find(|r| r.cluster == name) {
             row.rank = Some(rank + 1);
