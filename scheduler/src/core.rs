@@ -249,8 +249,10 @@ pub enum NoFit {
         /// The group that is full.
         group: String,
     },
-    /// A `clusterSelector` of the Placement (or of one of its weights) is malformed.
+    /// The Placement's `clusterSelector` is malformed.
     Selector(SelectorError),
+    /// The `clusterSelector` of one of the Placement's weights is malformed.
+    WeightSelector(SelectorError),
 }
 
 /// `N reason, M reason`, alphabetical by reason, as kube-scheduler sorts its FitError
@@ -265,6 +267,7 @@ impl fmt::Display for NoFit {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             NoFit::Selector(e) => write!(f, "the Placement's clusterSelector is invalid: {e}"),
+            NoFit::WeightSelector(e) => write!(f, "a clusterSelector in the Placement's weights is invalid: {e}"),
             NoFit::Clusters { total: 0, .. } => f.write_str("0/0 clusters fit: no clusters are registered"),
             NoFit::Clusters { total, fit, needed, reasons, holds } => {
                 write!(f, "{fit}/{total} clusters fit")?;
@@ -385,7 +388,7 @@ impl<'r> Compiled<'r> {
                     Ok((s, w))
                 })
                 .collect();
-            Some(compiled.map_err(NoFit::Selector)?)
+            Some(compiled.map_err(NoFit::WeightSelector)?)
         };
         Ok(Compiled { selector, weights })
     }

@@ -171,7 +171,7 @@ impl Metrics {
     /// Counts a failed attempt under each of its reasons.
     pub fn no_fit(&self, why: &NoFit) {
         match why {
-            NoFit::Selector(_) => self.failure("InvalidSelector"),
+            NoFit::Selector(_) | NoFit::WeightSelector(_) => self.failure("InvalidSelector"),
             NoFit::Clusters { total: 0, .. } => self.failure("NoClusters"),
             NoFit::Clusters { reasons, .. } if reasons.is_empty() => self.failure("TooFewClusters"),
             NoFit::Clusters { reasons, .. } => reasons.keys().for_each(|r| self.failure(reason_label(*r))),

@@ -538,6 +538,24 @@ fn static_weights_divide_in_proportion_and_leave_out_clusters_with_none() {
     };
     let d = place(&fleet, &workload(10), &us.rule(3, ReplicaScheduling::Divide), &[], true).unwrap();
     assert_eq!(d.shares, shares(&[("a", 2), ("b", 2), ("c", 6)]));
+    // A malformed weight selector is named as such.
+    let bad = Shaped {
+        weights: vec![ClusterWeight {
+            cluster_names: vec![],
+            cluster_selector: Some(LabelSelector {
+                match_expressions: Some(vec![k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelectorRequirement {
+                    key: "region".into(),
+                    operator: "Equals".into(),
+                    values: None,
+                }]),
+                ..Default::default()
+            }),
+            weight: 1,
+        }],
+        ..Shaped::new()
+    };
+    let err = place(&fleet, &workload(1), &bad.rule(1, ReplicaScheduling::Divide), &[], true).unwrap_err();
+    assert!(err.to_string().starts_with("a clusterSelector in the Placement's weights is invalid: "), "{err}");
     // A change of weights moves replicas, though the clusters are the same.
     let current = shares(&[("a", 3), ("b", 3)]);
     let d = place(&fleet, &workload(6), &shaped.rule(2, ReplicaScheduling::Divide), &current, true).unwrap();
