@@ -854,20 +854,7 @@ pub fn divide_by_weight(total: u32, weights: &[u64], rooms: &[u64]) -> Vec<u32> 
     }
     let mut order: Vec<usize> = (0..weights.len()).collect();
     order.sort_by(|a, b| weights[*b].cmp(&weights[*a]).then(a.cmp(b)));
-    let mut rest = total.saturating_sub(shares.iter().sum::<u32>());
-    while rest > 0 {
-        let mut gave = false;
-        for &i in &order {
-            if rest > 0 && u64::from(shares[i]) < rooms[i] {
-                shares[i] += 1;
-                rest -= 1;
-                gave = true;
-            }
-        }
-        if !gave {
-            break;
-        }
-    }
+    hand_out(&mut shares, rooms, &order, total);
     shares
 }
 
@@ -896,10 +883,17 @@ pub fn divide(total: u32, rooms: &[u64]) -> Vec<u32> {
         let proportional = u128::from(rest) * u128::from(*room) / sum;
         *share += u32::try_from(proportional.min(u128::from(*room))).unwrap_or(u32::MAX);
     }
-    let mut rest = total - shares.iter().sum::<u32>();
+    hand_out(&mut shares, rooms, &order, total);
+    shares
+}
+
+/// Gives what is left of `total` after `shares`, one replica at a time, to the slots
+/// in `order` that still have room, round after round.
+fn hand_out(shares: &mut [u32], rooms: &[u64], order: &[usize], total: u32) {
+    let mut rest = total.saturating_sub(shares.iter().sum::<u32>());
     while rest > 0 {
         let mut gave = false;
-        for &i in &order {
+        for &i in order {
             if rest > 0 && u64::from(shares[i]) < rooms[i] {
                 shares[i] += 1;
                 rest -= 1;
@@ -910,7 +904,6 @@ pub fn divide(total: u32, rooms: &[u64]) -> Vec<u32> {
             break;
         }
     }
-    shares
 }
 
 #[cfg(test)]
