@@ -746,17 +746,24 @@ impl Book {
     /// each one's free room.
     pub fn views(&self, assumed: impl Fn(&str) -> Resources) -> Vec<core::Cluster> {
         let (now, wall) = (Instant::now(), jiff::Timestamp::now());
+        let no_taints: Arc<Vec<core::Taint>> = Arc::default();
         self.clusters
             .iter()
             .map(|o| core::Cluster {
-                taints: Arc::new(
-                    o.signature
-                        .taints
-                        .iter()
-                        .zip(&o.taints_seen)
-                        .map(|(t, seen)| taint_view(t, wall, Some(now.saturating_duration_since(*seen))))
-                        .collect(),
-                ),
+                // Most clusters have no taints: they share one empty list, so a decision
+                // allocates nothing for them.
+                taints: if o.signature.taints.is_empty() {
+                    no_taints.clone()
+                } else {
+                    Arc::new(
+                        o.signature
+                            .taints
+                            .iter()
+                            .zip(&o.taints_seen)
+                            .map(|(t, seen)| taint_view(t, wall, Some(now.saturating_duration_since(*seen))))
+                            .collect(),
+                    )
+                },
                 name: o.key().clone(),
                 labels: o.signature.labels.clone(),
                 ready: o.signature.ready,
