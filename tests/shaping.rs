@@ -18,6 +18,17 @@ fn placed_with(f: &common::Flotilla, name: &str, replicas: u32, placement: &str)
     f.k(&["--context", "demo", "annotate", "deploy", name, &format!("scheduling.flotilla.io/placement={placement}")]);
 }
 
+/// Waits until `name`'s WorkloadPlacement says `Scheduled=False`, and returns the
+/// condition's status and message.
+fn unschedulable(f: &common::Flotilla, name: &str) -> String {
+    wait_until(
+        &format!("{name} reported unschedulable"),
+        Duration::from_secs(20),
+        || f.k(&["--context", "demo", "get", "wp", name, "-o", SCHEDULED]),
+        |s| s.starts_with("False"),
+    )
+}
+
 #[test]
 fn a_spread_over_regions_and_static_weights_divide_as_asked() {
     let (east, west, mut eu) = (sim("east", 8), sim("west", 8), sim("eu", 2));
@@ -59,12 +70,7 @@ fn a_spread_over_regions_and_static_weights_divide_as_asked() {
     // eu is lost: the only cluster in its region. minGroups 2 cannot be met elsewhere,
     // so the workload is not moved onto us alone; it stays, and says why.
     eu.kill9();
-    let why = wait_until(
-        "spread reported unschedulable",
-        Duration::from_secs(20),
-        || f.k(&["--context", "demo", "get", "wp", "spread", "-o", SCHEDULED]),
-        |s| s.starts_with("False"),
-    );
+    let why = unschedulable(&f, "spread");
     assert!(why.contains("with 1 value(s) of label region (2 needed by minGroups): 1 NotReady"), "{why}");
     assert_eq!(assignment(&f, "spread"), spread, "a workload is never taken off a cluster because nothing else fits");
     let failed = events(&f, "FailedScheduling");
@@ -130,12 +136,7 @@ fn a_no_execute_taint_moves_what_does_not_tolerate_it_and_what_tolerates_it_for_
     );
     assert!(f.flotilla(&["cluster", "cordon", "west"]).ok);
     placed_with(&f, "fresh", 1, "default");
-    let why = wait_until(
-        "fresh reported unschedulable",
-        Duration::from_secs(20),
-        || f.k(&["--context", "demo", "get", "wp", "fresh", "-o", SCHEDULED]),
-        |s| s.starts_with("False"),
-    );
+    let why = unschedulable(&f, "fresh");
     assert!(why.contains("0/2 clusters fit: 1 Cordoned, 1 Tainted"), "{why}");
     let explained = f.flotilla(&["explain", "deploy/fresh"]);
     assert!(explained.stdout.contains("Tainted (gpu=true:NoSchedule)"), "{}", explained.stdout);
