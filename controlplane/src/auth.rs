@@ -10,8 +10,14 @@
 //! SyncTarget's uid. What it may do is narrower than any workspace: its own
 //! SyncTarget, and the objects assigned to its cluster ([`crate::syncer_scope`]).
 //!
-//! A metrics token (`fmt1.metrics.<mac>`) reads `/metrics` and nothing else. What each
-//! principal may do is decided in one place, [`crate::authz`].
+//! A metrics token (`fmt1.metrics.<mac>`) reads `/metrics` and nothing else.
+//!
+//! The dashboard's tokens expire: `<kind>.<scope>.<expires>.<mac>`, where the scope is a
+//! workspace or `*` (every workspace, for the admin) and `expires` is in Unix seconds.
+//! A sign-in link (`fdl1`, minutes) opens a session and nothing else; a session
+//! (`fds1`, hours) reads what its scope covers and writes nothing. Both are bound to the
+//! workspace's uid like a workspace token. What each principal may do is decided in one
+//! place, [`crate::authz`].
 
 use std::path::Path;
 
@@ -32,6 +38,40 @@ pub enum Principal {
     SyncTarget(String),
     /// A metrics scraper: `/metrics` and nothing else.
     Metrics,
+    /// A dashboard session: reads one workspace (`Some`) or every one (`None`).
+    Dashboard(Option<String>),
+    /// A dashboard sign-in link: opens a session of its scope, and nothing else.
+    SignInLink(Option<String>),
+}
+
+/// How long a sign-in link printed by `flotilla dashboard` works.
+pub const SIGN_IN_LINK_TTL: std::time::Duration = std::time::Duration::from_secs(10 * 60);
+/// How long a dashboard session lasts; the page renews it while it is open.
+pub const DASHBOARD_SESSION_TTL: std::time::Duration = std::time::Duration::from_secs(12 * 3600);
+
+/// The two kinds of expiring dashboard token.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DashboardToken {
+    /// `fdl1`: a sign-in link.
+    Link,
+    /// `fds1`: a session.
+    Session,
+}
+
+impl DashboardToken {
+    fn prefix(self) -> &'static str {
+        match self {
+            DashboardToken::Link => "fdl1",
+            DashboardToken::Session => "fds1",
+        }
+    }
+}
+
+/// The scope of a dashboard token that covers every workspace.
+const ALL_WORKSPACES: &str = "*";
+
+fn unix_now() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or_default()
 }
 
 /// What a scoped token is bound to: its uid is looked up to check the token.
@@ -51,6 +91,9 @@ impl Principal {
             Principal::Workspace(ws) => format!("flotilla:workspace:{ws}"),
             Principal::SyncTarget(t) => format!("flotilla:syncer:{t}"),
             Principal::Metrics => "flotilla:metrics".into(),
+            Principal::Dashboard(Some(ws)) => format!("flotilla:dashboard:{ws}"),
+            Principal::Dashboard(None) => "flotilla:dashboard".into(),
+            Principal::SignInLink(_) => "flotilla:dashboard-sign-in".into(),
         }
     }
 }
@@ -117,6 +160,53 @@ impl Auth {
         format!("fmt1.metrics.{}", self.mac("metrics:", ""))
     }
 
+    /// An expiring dashboard token of `kind` for `workspace` (`None`: every workspace)
+    /// whose uid is `uid` (ignored for every workspace), valid for `ttl` from now.
+    /// Returns the token and when it expires, in Unix seconds.
+    pub fn dashboard_token(&self, kind: DashboardToken, workspace: Option<&str>, uid: &str, ttl: std::time::Duration) -> (String, u64) {
+        let expires = unix_now() + ttl.as_secs();
+        let scope = workspace.unwrap_or(ALL_WORKSPACES);
+        (format!("{}.{scope}.{expires}.{}", kind.prefix(), self.dashboard_mac(kind, scope, uid, expires)), expires)
+    }
+
+    fn dashboard_mac(&self, kind: DashboardToken, scope: &str, uid: &str, expires: u64) -> String {
+        let uid = if scope == ALL_WORKSPACES { "" } else { uid };
+        // The kind is in the MAC, so a link never passes for a session.
+        self.mac(&format!("dashboard:{}:{scope}", kind.prefix()), &format!("{uid}\0{expires}"))
+    }
+
+    /// Checks a dashboard token (`fdl1` or `fds1`): its MAC, its expiry, and the uid of
+    /// the workspace it names.
+    fn dashboard_principal(
+        &self,
+        kind: DashboardToken,
+        rest: &str,
+        uid_of: impl Fn(Scoped, &str) -> Option<String>,
+    ) -> Result<Principal, ApiError> {
+        let mut parts = rest.splitn(3, '.');
+        let (scope, expires, mac) = (parts.next().unwrap_or_default(), parts.next().unwrap_or_default(), parts.next().unwrap_or_default());
+        let expires: u64 = expires.parse().map_err(|_| ApiError::unauthorized())?;
+        let uid = match scope {
+            ALL_WORKSPACES => String::new(),
+            ws => uid_of(Scoped::Workspace, ws).ok_or_else(ApiError::unauthorized)?,
+        };
+        if !constant_time_eq(mac.as_bytes(), self.dashboard_mac(kind, scope, &uid, expires).as_bytes()) {
+            return Err(ApiError::unauthorized());
+        }
+        if expires <= unix_now() {
+            let what = match kind {
+                DashboardToken::Link => "this dashboard sign-in link has expired; run `flotilla dashboard` for a new one",
+                DashboardToken::Session => "this dashboard session has expired; sign in again (`flotilla dashboard` prints a link)",
+            };
+            return Err(ApiError::unauthorized_because(what));
+        }
+        let scope = (scope != ALL_WORKSPACES).then(|| scope.to_string());
+        Ok(match kind {
+            DashboardToken::Link => Principal::SignInLink(scope),
+            DashboardToken::Session => Principal::Dashboard(scope),
+        })
+    }
+
     /// Authenticates an `Authorization` header. `uid_of` resolves the uid of the
     /// Workspace or SyncTarget a scoped token names.
     pub fn authenticate(&self, header: Option<&str>, uid_of: impl Fn(Scoped, &str) -> Option<String>) -> Result<Principal, ApiError> {
@@ -129,6 +219,11 @@ impl Auth {
                 true => Ok(Principal::Metrics),
                 false => Err(ApiError::unauthorized()),
             };
+        }
+        for kind in [DashboardToken::Link, DashboardToken::Session] {
+            if let Some(rest) = token.strip_prefix(kind.prefix()).and_then(|r| r.strip_prefix('.')) {
+                return self.dashboard_principal(kind, rest, uid_of);
+            }
         }
         let mut parts = token.splitn(3, '.');
         let (kind, name, mac) = (parts.next(), parts.next().unwrap_or_default(), parts.next().unwrap_or_default());
@@ -183,5 +278,36 @@ mod tests {
         assert_eq!(auth.authenticate(Some(&format!("{metrics}0")), |_, _| None).unwrap_err().code, 401);
         // The same data dir gives the same admin token.
         assert_eq!(Auth::load_or_create(dir.path()).unwrap().admin_token(), auth.admin_token());
+    }
+
+    #[test]
+    fn dashboard_tokens_expire_keep_their_kind_and_die_with_the_workspace() {
+        let dir = tempfile::tempdir().unwrap();
+        let auth = Auth::load_or_create(dir.path()).unwrap();
+        let hour = std::time::Duration::from_secs(3600);
+        let bearer = |t: &str| format!("Bearer {t}");
+        let uid = |_: Scoped, _: &str| Some("uid-1".to_string());
+        let (session, _) = auth.dashboard_token(DashboardToken::Session, Some("team-a"), "uid-1", hour);
+        assert_eq!(auth.authenticate(Some(&bearer(&session)), uid).unwrap(), Principal::Dashboard(Some("team-a".into())));
+        // A new workspace of the same name (a new uid) does not inherit it.
+        assert_eq!(auth.authenticate(Some(&bearer(&session)), |_, _| Some("uid-2".into())).unwrap_err().code, 401);
+        let (link, _) = auth.dashboard_token(DashboardToken::Link, None, "", hour);
+        assert_eq!(auth.authenticate(Some(&bearer(&link)), |_, _| None).unwrap(), Principal::SignInLink(None));
+        // A link relabelled as a session, a changed scope or a later expiry fail the MAC.
+        let forged = link.replacen("fdl1", "fds1", 1);
+        assert_eq!(auth.authenticate(Some(&bearer(&forged)), |_, _| None).unwrap_err().code, 401);
+        let widened = session.replacen(".team-a.", ".*.", 1);
+        assert_eq!(auth.authenticate(Some(&bearer(&widened)), uid).unwrap_err().code, 401);
+        let parts: Vec<&str> = session.split('.').collect();
+        let later = format!("{}.{}.{}.{}", parts[0], parts[1], parts[2].parse::<u64>().unwrap() + 1, parts[3]);
+        assert_eq!(auth.authenticate(Some(&bearer(&later)), uid).unwrap_err().code, 401);
+        // An expired token is refused, and says what to do.
+        let (old, _) = auth.dashboard_token(DashboardToken::Link, Some("team-a"), "uid-1", std::time::Duration::ZERO);
+        let e = auth.authenticate(Some(&bearer(&old)), uid).unwrap_err();
+        assert_eq!(e.code, 401);
+        assert!(e.to_string().contains("flotilla dashboard"), "{e}");
+        for junk in ["fds1", "fds1.", "fds1.team-a", "fds1.team-a.x.y", "fds1.*.99999999999999999999999.ab"] {
+            assert_eq!(auth.authenticate(Some(&bearer(junk)), uid).unwrap_err().code, 401, "{junk}");
+        }
     }
 }

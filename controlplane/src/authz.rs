@@ -16,12 +16,19 @@
 //! - a workspace's token reaches only its own workspace, never `root`, the wildcard
 //!   view, `/metrics`, or the minting of tokens;
 //! - a metrics token reads `/metrics` and nothing else;
+//! - a dashboard session reads (get, list, watch) what its scope covers, Secrets
+//!   excepted, and renews itself; a sign-in link only opens a session;
 //! - a syncer's token reaches what [`crate::syncer_scope`] allows.
 
 pub use crate::access::{Attributes, Decision, ReadCheck, ReadFn, Request};
 use crate::auth::Principal;
 use crate::error::ApiError;
 use crate::syncer_scope;
+
+/// Where a dashboard session is opened or renewed (`POST`, in `root` or a workspace).
+pub const DASHBOARD_SESSION_PATH: &str = "/dashboard/session";
+/// Where the admin or a workspace mints a sign-in link (`POST`).
+pub const DASHBOARD_LINK_PATH: &str = "/dashboard/link";
 
 /// Subresources that mint credentials: only the admin may call them.
 fn mints_token(r: &Request<'_>) -> bool {
@@ -57,6 +64,27 @@ pub fn authorize(principal: &Principal, request: &Request<'_>) -> Result<Decisio
         ))),
         // Discovery stays open to every authenticated principal, as in Kubernetes.
         Principal::SyncTarget(_) if matches!(request, Request::NonResource { .. }) => Ok(Decision::allow()),
+        Principal::Dashboard(scope) | Principal::SignInLink(scope) if scope.as_ref().is_some_and(|own| own != ws) => {
+            Err(ApiError::forbidden(format!("User \"{user}\" cannot access workspace \"{ws}\": the dashboard session is scoped to another workspace")))
+        }
+        Principal::SignInLink(_) => match request {
+            Request::NonResource { path: DASHBOARD_SESSION_PATH, .. } => Ok(Decision::allow()),
+            _ => Err(ApiError::forbidden(format!("User \"{user}\" can only open a dashboard session: POST it to {DASHBOARD_SESSION_PATH}"))),
+        },
+        Principal::Dashboard(_) => match request {
+            Request::NonResource { path: DASHBOARD_SESSION_PATH, .. } => Ok(Decision::allow()),
+            Request::Resource(a) if matches!(a.verb, "get" | "list" | "watch") && a.resource != "secrets" => Ok(Decision::allow()),
+            Request::Resource(a) if a.resource == "secrets" => {
+                Err(ApiError::forbidden(format!("User \"{user}\" cannot read secrets: the dashboard never shows them")))
+            }
+            Request::Resource(a) => Err(ApiError::forbidden(format!(
+                "User \"{user}\" cannot {} {}: the dashboard only reads; use kubectl with your kubeconfig to change things",
+                a.verb, a.resource
+            ))),
+            Request::NonResource { path, .. } => {
+                Err(ApiError::forbidden(format!("User \"{user}\" cannot get {path}: a dashboard session reads resources only")))
+            }
+        },
         Principal::SyncTarget(target) => {
             let Request::Resource(attrs) = request else { unreachable!("non-resource requests are decided above") };
             syncer_scope::check_request(target, attrs)?;
@@ -95,6 +123,41 @@ mod tests {
         let metrics = Request::NonResource { workspace: "team-a", path: "/metrics" };
         assert_eq!(authorize(&p, &metrics).err().map(|e| e.code), Some(403));
         assert!(authorize(&p, &Request::NonResource { workspace: "team-a", path: "/apis" }).is_ok());
+    }
+
+    #[test]
+    fn a_dashboard_session_reads_its_scope_and_writes_nothing() {
+        let scoped = Principal::Dashboard(Some("team-a".into()));
+        assert!(authorize(&scoped, &res("team-a", "watch", "deployments", None)).is_ok());
+        for other in ["team-b", "root", "*"] {
+            assert_eq!(authorize(&scoped, &res(other, "list", "deployments", None)).err().map(|e| e.code), Some(403), "{other}");
+        }
+        let all = Principal::Dashboard(None);
+        for ws in ["team-a", "root", "*"] {
+            assert!(authorize(&all, &res(ws, "list", "synctargets", None)).is_ok(), "{ws}");
+        }
+        for (verb, resource) in
+            [("create", "deployments"), ("patch", "synctargets"), ("delete", "workspaces"), ("get", "secrets"), ("list", "secrets")]
+        {
+            assert_eq!(authorize(&all, &res("root", verb, resource, None)).err().map(|e| e.code), Some(403), "{verb} {resource}");
+        }
+        assert_eq!(authorize(&all, &res("root", "create", "workspaces", Some("token"))).err().map(|e| e.code), Some(403));
+        for path in ["/metrics", "/metrics/token", DASHBOARD_LINK_PATH] {
+            assert_eq!(authorize(&all, &Request::NonResource { workspace: "root", path }).err().map(|e| e.code), Some(403), "{path}");
+        }
+        assert!(authorize(&all, &Request::NonResource { workspace: "root", path: DASHBOARD_SESSION_PATH }).is_ok());
+        // A sign-in link opens a session of its scope and does nothing else.
+        let link = Principal::SignInLink(Some("team-a".into()));
+        assert!(authorize(&link, &Request::NonResource { workspace: "team-a", path: DASHBOARD_SESSION_PATH }).is_ok());
+        assert_eq!(
+            authorize(&link, &Request::NonResource { workspace: "team-b", path: DASHBOARD_SESSION_PATH }).err().map(|e| e.code),
+            Some(403)
+        );
+        assert_eq!(authorize(&link, &res("team-a", "get", "deployments", None)).err().map(|e| e.code), Some(403));
+        assert_eq!(
+            authorize(&link, &Request::NonResource { workspace: "team-a", path: DASHBOARD_LINK_PATH }).err().map(|e| e.code),
+            Some(403)
+        );
     }
 
     #[test]

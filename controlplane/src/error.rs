@@ -60,6 +60,11 @@ impl ApiError {
     pub fn unauthorized() -> Self {
         Self::new(401, "Unauthorized", "Unauthorized: a valid bearer token is required; use the token in <data-dir>/admin.kubeconfig")
     }
+    /// 401 Unauthorized for a credential that was valid once (an expired one): why,
+    /// and what to do.
+    pub fn unauthorized_because(message: impl Into<String>) -> Self {
+        Self::new(401, "Unauthorized", format!("Unauthorized: {}", message.into()))
+    }
     /// 403 Forbidden.
     pub fn forbidden(message: impl Into<String>) -> Self {
         Self::new(403, "Forbidden", message)

@@ -21,7 +21,7 @@ use crate::selector::{FieldSelector, LabelSelector};
 use crate::store::Range;
 use crate::tenancy::Tenancy;
 use crate::watch::{self, WatchOptions};
-use crate::{authz, decode, discovery, openapi};
+use crate::{authz, dashboard, decode, discovery, openapi};
 
 /// Request bodies above this are refused with 413, as kube-apiserver's 3 MiB limit.
 pub const MAX_BODY: usize = 3 * 1024 * 1024;
@@ -174,6 +174,13 @@ async fn route(
         "/version" | "/version/" => return Ok(json_response(200, &version_info())),
         _ => {}
     }
+    // The dashboard's files are public, like a login page; what it shows is read with
+    // the session's token, below.
+    if state.tenancy.serves_dashboard() && !path.starts_with("/clusters/") {
+        if let Some(answer) = dashboard::serve(&rest, method) {
+            return answer;
+        }
+    }
     let auth_header = headers.get(header::AUTHORIZATION).and_then(|h| h.to_str().ok());
     let principal = state.tenancy.authenticate(auth_header)?;
     let segs: Vec<&str> = rest.trim_matches('/').split('/').filter(|s| !s.is_empty()).collect();
@@ -191,6 +198,10 @@ async fn route(
     };
     let decision = state.tenancy.authorize(&principal, &request)?;
     state.tenancy.check_served(&ws, path)?;
+    if let Some(answer) = state.tenancy.dashboard(&principal, &ws, &rest, method) {
+        let (code, body) = answer?;
+        return Ok(json_response(code, &body));
+    }
     if let Some(answer) = state.tenancy.route(&request, method) {
         if let Some(t) = &target {
             *labels = (t.verb.to_string(), t.plural.to_string());

@@ -15,6 +15,7 @@ pub mod authz;
 pub mod controllers;
 pub mod crd;
 pub mod credentials;
+pub mod dashboard;
 pub mod decode;
 pub mod discovery;
 pub mod error;

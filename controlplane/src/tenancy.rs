@@ -19,7 +19,8 @@ use placement_api::keys::ROOT_WORKSPACE;
 
 use crate::access::{Decision, Request};
 use crate::api::Api;
-use crate::auth::{Auth, Principal, Scoped};
+use crate::auth::{Auth, DashboardToken, Principal, Scoped, DASHBOARD_SESSION_TTL, SIGN_IN_LINK_TTL};
+use crate::authz::{DASHBOARD_LINK_PATH, DASHBOARD_SESSION_PATH};
 use crate::error::{ApiError, ObjRef};
 
 /// An answer of a tenancy's own route: the status code and the JSON body.
@@ -41,6 +42,17 @@ pub trait Tenancy: Send + Sync {
     /// Answers a request on a route of the tenancy's own (minting a token), or `None`
     /// when the request is not for one.
     fn route(&self, request: &Request<'_>, method: &Method) -> Option<Answer>;
+
+    /// Whether the web dashboard is served (`/dashboard/`).
+    fn serves_dashboard(&self) -> bool {
+        false
+    }
+
+    /// Answers the dashboard's token routes, [`DASHBOARD_SESSION_PATH`] and
+    /// [`DASHBOARD_LINK_PATH`], for an authorized `principal`; `None` for other paths.
+    fn dashboard(&self, _principal: &Principal, _workspace: &str, _path: &str, _method: &Method) -> Option<Answer> {
+        None
+    }
 }
 
 /// Flotilla's control plane: workspaces as logical clusters, and scoped tokens.
@@ -118,6 +130,64 @@ impl Tenancy for Workspaces {
             _ => return None,
         };
         Some(mint(method, ObjRef { group: a.group, resource: a.resource, name }, kind, uid, token))
+    }
+
+    fn serves_dashboard(&self) -> bool {
+        true
+    }
+
+    /// A session opens on any credential that may read a scope (the admin's, a
+    /// workspace's, a sign-in link, a session being renewed) and is never wider than
+    /// it; a link is minted by the admin or a workspace for its own scope. The admin
+    /// gets the workspace of the path, or every workspace on a bare path.
+    fn dashboard(&self, principal: &Principal, workspace: &str, path: &str, method: &Method) -> Option<Answer> {
+        let kind = match path {
+            DASHBOARD_SESSION_PATH => DashboardToken::Session,
+            DASHBOARD_LINK_PATH => DashboardToken::Link,
+            _ => return None,
+        };
+        Some(self.dashboard_token(principal, workspace, kind, method))
+    }
+}
+
+impl Workspaces {
+    fn dashboard_token(&self, principal: &Principal, workspace: &str, kind: DashboardToken, method: &Method) -> Answer {
+        if method != Method::POST {
+            return Err(ApiError::method_not_allowed("POST to open a dashboard session or to mint a sign-in link"));
+        }
+        let path_scope = (workspace != ROOT_WORKSPACE && workspace != "*").then(|| workspace.to_string());
+        let scope = match (principal, kind) {
+            (Principal::Admin, _) => path_scope,
+            (Principal::Workspace(ws), _) => Some(ws.clone()),
+            (Principal::Dashboard(scope) | Principal::SignInLink(scope), DashboardToken::Session) => scope.clone(),
+            (p, _) => {
+                return Err(ApiError::forbidden(format!(
+                    "User \"{}\" cannot open the dashboard: sign in with the admin token, a workspace's token or a link from `flotilla dashboard`",
+                    p.user()
+                )))
+            }
+        };
+        let uid = match &scope {
+            Some(ws) => self
+                .workspace_uid(ws)
+                .ok_or_else(|| ApiError::not_found(ObjRef { group: placement_api::TENANCY_GROUP, resource: "workspaces", name: ws }))?,
+            None => String::new(),
+        };
+        let ttl = match kind {
+            DashboardToken::Link => SIGN_IN_LINK_TTL,
+            DashboardToken::Session => DASHBOARD_SESSION_TTL,
+        };
+        let (token, expires) = self.auth.dashboard_token(kind, scope.as_deref(), &uid, ttl);
+        let expires_at =
+            jiff::Timestamp::from_second(expires as i64).map(|t| t.strftime("%Y-%m-%dT%H:%M:%SZ").to_string()).unwrap_or_default();
+        Ok((
+            201,
+            json!({
+                "kind": match kind { DashboardToken::Link => "DashboardSignInLink", DashboardToken::Session => "DashboardSession" },
+                "apiVersion": format!("{}/{}", placement_api::TENANCY_GROUP, placement_api::VERSION),
+                "status": {"token": token, "expiresAt": expires_at, "workspace": scope},
+            }),
+        ))
     }
 }
 

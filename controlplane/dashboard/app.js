@@ -1,0 +1,784 @@
+// Flotilla's dashboard: a read-only view of the fleet, live from watches.
+//
+// It signs in by trading a token for a read-only session (POST .../dashboard/session),
+// then lists and watches the ordinary API paths with that session. Everything it shows
+// is put in the page as text (textContent, attributes); the server's policy forbids
+// markup from strings. Changes arriving from the watches are applied to plain maps and
+// drawn at most once per animation frame; the workload list draws only the rows in view.
+
+const SESSION_KEY = "flotilla.dashboard.session";
+const ROW_HEIGHT = 30;
+const TIMELINE_KEEP = 2000;
+const TIMELINE_SHOWN = 300;
+const SCHEDULING_REASONS = new Set(["Scheduled", "Rescheduled", "FailedScheduling", "Rebalanced", "FewerClusters"]);
+const CLUSTER_ANNOTATION = "kcp.io/cluster";
+const SYNC_LABEL_PREFIX = "state.workload.flotilla.io/";
+
+const $ = (id) => document.getElementById(id);
+
+// ---------------------------------------------------------------- elements
+
+// Builds an element. Attributes are set one by one (never event handlers), and
+// children that are strings become text nodes: nothing is parsed as markup.
+function h(tag, attrs, ...children) {
+  const el = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (v === undefined || v === null || v === false) continue;
+    if (k.startsWith("on")) throw new Error(`event handler attribute ${k}`);
+    if (k === "class") el.className = v;
+    else el.setAttribute(k, v === true ? "" : String(v));
+  }
+  for (const c of children.flat()) {
+    if (c === undefined || c === null || c === false) continue;
+    el.append(typeof c === "string" || typeof c === "number" ? document.createTextNode(String(c)) : c);
+  }
+  return el;
+}
+
+function setText(el, text) {
+  const t = text === undefined || text === null ? "" : String(text);
+  if (el.textContent !== t) el.textContent = t;
+}
+
+function setAttr(el, name, value) {
+  const v = String(value);
+  if (el.getAttribute(name) !== v) el.setAttribute(name, v);
+}
+
+// ---------------------------------------------------------------- quantities
+
+const SUFFIX = {
+  "": 1, n: 1e-9, u: 1e-6, m: 1e-3, k: 1e3, M: 1e6, G: 1e9, T: 1e12, P: 1e15, E: 1e18,
+  Ki: 2 ** 10, Mi: 2 ** 20, Gi: 2 ** 30, Ti: 2 ** 40, Pi: 2 ** 50, Ei: 2 ** 60,
+};
+const QUANTITY = /^([+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+))(?:[eE]([+-]?[0-9]+))?(Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E)?$/;
+
+// A Kubernetes quantity as a number (cores, bytes, pods); NaN when it is not one.
+export function quantity(q) {
+  if (q === undefined || q === null) return NaN;
+  const s = String(q).trim();
+  if (s.length > 64) return NaN;
+  const m = QUANTITY.exec(s);
+  if (!m) return NaN;
+  return parseFloat(m[1]) * (m[2] ? 10 ** parseInt(m[2], 10) : 1) * SUFFIX[m[3] || ""];
+}
+
+function cores(n) {
+  if (!isFinite(n)) return "?";
+  if (n < 1 && n !== 0) return `${Math.round(n * 1000)}m`;
+  return `${Math.round(n * 100) / 100}`;
+}
+
+function bytes(n) {
+  if (!isFinite(n)) return "?";
+  for (const [unit, size] of [["Ti", 2 ** 40], ["Gi", 2 ** 30], ["Mi", 2 ** 20], ["Ki", 2 ** 10]]) {
+    if (n >= size) return `${Math.round((n / size) * 10) / 10}${unit}`;
+  }
+  return `${n}`;
+}
+
+// ---------------------------------------------------------------- time
+
+// The server's clock minus ours, from the Date header of its answers, so that ages
+// read right on a machine whose clock is off.
+let skewMs = 0;
+
+function noteServerDate(resp) {
+  const d = Date.parse(resp.headers.get("date") || "");
+  if (isFinite(d)) skewMs = d - Date.now();
+}
+
+const serverNow = () => Date.now() + skewMs;
+
+function age(ms) {
+  if (!isFinite(ms)) return "never";
+  const s = Math.max(0, Math.round(ms / 1000));
+  if (s < 120) return `${s}s`;
+  if (s < 7200) return `${Math.floor(s / 60)}m`;
+  if (s < 172800) return `${Math.floor(s / 3600)}h`;
+  return `${Math.floor(s / 86400)}d`;
+}
+
+function clock(ms) {
+  if (!isFinite(ms)) return "";
+  return new Date(ms).toLocaleTimeString([], { hour12: false });
+}
+
+// ---------------------------------------------------------------- session
+
+let session = null; // { token, workspace (null: every workspace), expiresAt (ms) }
+let renewTimer = null;
+
+function sessionPath(workspace) {
+  return workspace ? `/clusters/${encodeURIComponent(workspace)}/dashboard/session` : "/dashboard/session";
+}
+
+// The workspace a token is for, when its form says: a workspace token names it, and
+// so do a sign-in link and a session (`*` is every workspace).
+function tokenWorkspace(token) {
+  const m = /^(fws1|fdl1|fds1)\.([a-z0-9*][a-z0-9-]{0,62})\./.exec(token);
+  if (!m || m[2] === "*") return null;
+  return m[2];
+}
+
+async function statusMessage(resp) {
+  try {
+    const body = await resp.json();
+    if (body && typeof body.message === "string") return body.message;
+  } catch (_) { /* not a Status */ }
+  return `${resp.status} ${resp.statusText}`;
+}
+
+// Trades `token` for a session; throws with the server's reason when refused.
+async function openSession(token) {
+  const resp = await fetch(sessionPath(tokenWorkspace(token)), {
+    method: "POST",
+    headers: { Authorization: `Bearer ${token}`, Accept: "application/json" },
+    cache: "no-store",
+  });
+  noteServerDate(resp);
+  if (resp.status !== 201) throw new Error(await statusMessage(resp));
+  const body = await resp.json();
+  const s = body.status || {};
+  return { token: s.token, workspace: s.workspace || null, expiresAt: Date.parse(s.expiresAt) - skewMs };
+}
+
+function keepSession(s) {
+  session = s;
+  sessionStorage.setItem(SESSION_KEY, JSON.stringify(s));
+  clearTimeout(renewTimer);
+  // Renewed halfway through its life, while the page is open.
+  const wait = Math.max(10_000, (s.expiresAt - Date.now()) / 2);
+  renewTimer = setTimeout(async () => {
+    try {
+      keepSession(await openSession(session.token));
+    } catch (e) {
+      signOut(`The session could not be renewed: ${e.message}`);
+    }
+  }, Math.min(wait, 2 ** 31 - 1));
+}
+
+function storedSession() {
+  try {
+    const s = JSON.parse(sessionStorage.getItem(SESSION_KEY) || "null");
+    if (s && typeof s.token === "string" && s.expiresAt > Date.now()) return s;
+  } catch (_) { /* unreadable: sign in again */ }
+  sessionStorage.removeItem(SESSION_KEY);
+  return null;
+}
+
+async function signIn(token) {
+  const s = await openSession(token);
+  keepSession(s);
+  startBoard();
+}
+
+function signOut(why) {
+  sessionStorage.removeItem(SESSION_KEY);
+  session = null;
+  clearTimeout(renewTimer);
+  for (const w of watches) w.stop();
+  watches = [];
+  // A fresh page: nothing of the last session's data stays in memory.
+  location.hash = "";
+  if (why) sessionStorage.setItem("flotilla.dashboard.why", why);
+  location.reload();
+}
+
+// ---------------------------------------------------------------- API and watches
+
+function headers() {
+  return {
+    Authorization: `Bearer ${session.token}`,
+    Accept: "application/json",
+    "x-flotilla-managed-fields": "omit",
+  };
+}
+
+class Refused extends Error {}
+class Gone extends Error {}
+
+// Lists `path`, then watches it from the list's resourceVersion; relists when the
+// server says the version is too old, and reconnects with a growing pause on errors.
+class Watch {
+  constructor(name, path, handlers) {
+    this.name = name;
+    this.path = path;
+    this.handlers = handlers;
+    this.controller = new AbortController();
+    this.state = "connecting";
+    this.error = "";
+  }
+
+  stop() {
+    this.controller.abort();
+  }
+
+  async get(url) {
+    const resp = await fetch(url, { headers: headers(), signal: this.controller.signal, cache: "no-store" });
+    noteServerDate(resp);
+    if (resp.status === 401) throw new Refused(await statusMessage(resp));
+    if (resp.status === 410) throw new Gone(await statusMessage(resp));
+    if (!resp.ok) throw new Error(`${this.name}: ${await statusMessage(resp)}`);
+    return resp;
+  }
+
+  async run() {
+    let version = null;
+    let pause = 500;
+    while (!this.controller.signal.aborted) {
+      try {
+        if (version === null) {
+          const list = await (await this.get(this.path)).json();
+          version = list.metadata.resourceVersion;
+          this.handlers.reset(list.items || []);
+        }
+        const sep = this.path.includes("?") ? "&" : "?";
+        const resp = await this.get(`${this.path}${sep}watch=1&allowWatchBookmarks=true&resourceVersion=${encodeURIComponent(version)}`);
+        this.setState("live", "");
+        pause = 500;
+        version = await this.read(resp, version);
+      } catch (e) {
+        if (this.controller.signal.aborted) return;
+        if (e instanceof Refused) {
+          signOut(`The server ended the session: ${e.message}`);
+          return;
+        }
+        if (e instanceof Gone) version = null;
+        this.setState("reconnecting", e.message || String(e));
+        await new Promise((r) => setTimeout(r, pause));
+        pause = Math.min(pause * 2, 10_000);
+      }
+    }
+  }
+
+  // Reads one watch to its end; returns the last version seen.
+  async read(resp, version) {
+    const reader = resp.body.pipeThrough(new TextDecoderStream()).getReader();
+    let buffer = "";
+    for (;;) {
+      const { value, done } = await reader.read();
+      if (done) return version;
+      // Only the new text is searched for line ends: a long line costs its length once.
+      let from = buffer.length;
+      buffer += value;
+      let start = 0;
+      for (let end = buffer.indexOf("\n", from); end >= 0; end = buffer.indexOf("\n", start)) {
+        const line = buffer.slice(start, end);
+        start = end + 1;
+        if (!line.trim()) continue;
+        const event = JSON.parse(line);
+        if (event.type === "ERROR") {
+          const status = event.object || {};
+          if (status.code === 410) throw new Gone(status.message || "too old");
+          throw new Error(`${this.name}: ${status.message || "watch error"}`);
+        }
+        const rv = event.object && event.object.metadata && event.object.metadata.resourceVersion;
+        if (rv) version = rv;
+        if (event.type !== "BOOKMARK") this.handlers.event(event.type, event.object);
+      }
+      buffer = buffer.slice(start);
+      from = 0;
+    }
+  }
+
+  setState(state, error) {
+    this.state = state;
+    this.error = error;
+    draw();
+  }
+}
+
+let watches = [];
+
+// ---------------------------------------------------------------- the fleet's state
+
+const clusters = new Map(); // name -> SyncTarget
+const deployments = new Map(); // "ws/ns/name" -> Deployment
+const placements = new Map(); // "ws/ns/name" -> WorkloadPlacement
+const events = new Map(); // uid -> Event (scheduling reasons only)
+const timeline = []; // { at (ms), seen (ms, when the page saw it live), kind, text, key }
+const timelineKeys = new Set();
+let live = false; // past the first lists: what arrives now happened now
+
+function workspaceOf(obj) {
+  const a = (obj.metadata && obj.metadata.annotations) || {};
+  return a[CLUSTER_ANNOTATION] || (session && session.workspace) || "root";
+}
+
+function keyOf(obj, name) {
+  const m = obj.metadata || {};
+  return `${workspaceOf(obj)}/${m.namespace || ""}/${name || m.name}`;
+}
+
+function condition(obj, type) {
+  const cs = (obj && obj.status && obj.status.conditions) || [];
+  return cs.find((c) => c.type === type);
+}
+
+function addToTimeline(entry) {
+  if (timelineKeys.has(entry.key)) return;
+  timelineKeys.add(entry.key);
+  if (live) entry.seen = Date.now();
+  timeline.push(entry);
+  if (timeline.length > TIMELINE_KEEP * 1.25) {
+    timeline.sort((a, b) => a.at - b.at);
+    for (const old of timeline.splice(0, timeline.length - TIMELINE_KEEP)) timelineKeys.delete(old.key);
+  }
+  timelineDirty = true;
+}
+
+function noteClusterReadiness(name, st) {
+  const ready = condition(st, "Ready");
+  if (!ready) return;
+  const at = Date.parse(ready.lastTransitionTime);
+  const lost = ready.status !== "True";
+  addToTimeline({
+    at,
+    kind: lost ? "lost" : "ready",
+    key: `cluster/${name}/${ready.status}/${ready.lastTransitionTime}`,
+    text: lost ? `cluster ${name} NotReady: ${ready.reason || ""} ${ready.message || ""}`.trim() : `cluster ${name} Ready`,
+  });
+}
+
+function noteAvailability(key, wp) {
+  const available = condition(wp, "Available");
+  if (!available || available.status !== "True") return;
+  const where = ((wp.status && wp.status.summary) || "").trim();
+  addToTimeline({
+    at: Date.parse(available.lastTransitionTime),
+    kind: "available",
+    key: `available/${key}/${available.lastTransitionTime}/${where}`,
+    text: `${key} Available${where ? ` on ${where}` : ""}`,
+  });
+}
+
+function noteEvent(ev) {
+  const at = Date.parse(ev.lastTimestamp || ev.eventTime || ev.firstTimestamp || ev.metadata.creationTimestamp);
+  const o = ev.involvedObject || {};
+  const key = `${workspaceOf(ev)}/${o.namespace || ""}/${o.name || ""}`;
+  addToTimeline({
+    at,
+    kind: ev.type === "Warning" ? "warning" : "normal",
+    key: `event/${ev.metadata.uid}/${ev.count || 1}`,
+    text: `${ev.reason} ${key}: ${ev.message || ""}`,
+    workload: key,
+  });
+}
+
+let clustersDirty = true;
+let workloadsDirty = true;
+let timelineDirty = true;
+let detailDirty = true;
+
+function mapHandlers(map, keyFn, onChange) {
+  return {
+    reset(items) {
+      map.clear();
+      for (const o of items) {
+        map.set(keyFn(o), o);
+        onChange(o, false);
+      }
+      markAll();
+    },
+    event(type, o) {
+      const k = keyFn(o);
+      if (type === "DELETED") map.delete(k);
+      else map.set(k, o);
+      onChange(o, type === "DELETED");
+      markAll();
+    },
+  };
+}
+
+function markAll() {
+  clustersDirty = workloadsDirty = detailDirty = true;
+  draw();
+}
+
+function startWatches() {
+  const ws = session.workspace;
+  const base = ws ? `/clusters/${encodeURIComponent(ws)}` : "/clusters/*";
+  const defs = [
+    ["Deployments", `${base}/apis/apps/v1/deployments`, mapHandlers(deployments, (o) => keyOf(o), () => {})],
+    ["WorkloadPlacements", `${base}/apis/scheduling.flotilla.io/v1alpha1/workloadplacements`,
+      mapHandlers(placements, (o) => keyOf(o, o.spec && o.spec.workload ? o.spec.workload.name : undefined), (o, gone) => {
+        if (!gone) noteAvailability(keyOf(o), o);
+      })],
+    ["Events", `${base}/api/v1/events`, mapHandlers(events, (o) => o.metadata.uid, (o, gone) => {
+      if (!gone && SCHEDULING_REASONS.has(o.reason)) noteEvent(o);
+    })],
+  ];
+  if (!ws) {
+    defs.unshift(["SyncTargets", "/apis/workload.flotilla.io/v1alpha1/synctargets",
+      mapHandlers(clusters, (o) => o.metadata.name, (o, gone) => {
+        if (!gone) noteClusterReadiness(o.metadata.name, o);
+      })]);
+  }
+  watches = defs.map(([name, path, handlers]) => new Watch(name, path, {
+    reset(items) {
+      handlers.reset(name === "Events" ? items.filter((e) => SCHEDULING_REASONS.has(e.reason)) : items);
+    },
+    event(type, o) {
+      if (name === "Events" && !SCHEDULING_REASONS.has(o.reason)) return;
+      handlers.event(type, o);
+    },
+  }));
+  for (const w of watches) w.run();
+}
+
+// ---------------------------------------------------------------- drawing
+
+let frame = 0;
+
+// Asks for one drawing at the next animation frame, however many changes come first.
+function draw() {
+  if (frame) return;
+  frame = requestAnimationFrame(() => {
+    frame = 0;
+    render();
+  });
+}
+
+function render() {
+  if (!session) return;
+  if (watches.length && watches.every((w) => w.state === "live")) live = true;
+  renderConnection();
+  if (clustersDirty) renderClusters();
+  if (workloadsDirty) renderWorkloads();
+  if (timelineDirty) renderTimeline();
+  if (detailDirty) renderDetail();
+  clustersDirty = workloadsDirty = timelineDirty = detailDirty = false;
+}
+
+function renderConnection() {
+  const down = watches.filter((w) => w.state !== "live");
+  const el = $("connection");
+  if (!down.length) {
+    setText(el, "live");
+    setAttr(el, "data-state", "live");
+  } else {
+    const w = down[0];
+    setText(el, w.state === "connecting" ? `connecting to ${w.name}…` : `reconnecting to ${w.name}: ${w.error}`);
+    setAttr(el, "data-state", w.state);
+  }
+}
+
+function bar(label, used, total, text) {
+  const pct = total > 0 && isFinite(used) ? Math.min(100, Math.max(0, (used / total) * 100)) : 0;
+  const fill = h("span", { class: "fill" });
+  fill.style.width = `${pct.toFixed(1)}%`;
+  return h("div", { class: `bar${pct >= 90 ? " full" : ""}`, role: "meter", "aria-label": label,
+    "aria-valuemin": 0, "aria-valuemax": 100, "aria-valuenow": Math.round(pct) }, fill, h("span", { class: "label" }, text));
+}
+
+function usage(st, resource, format) {
+  const s = st.status || {};
+  const total = quantity((s.allocatable || {})[resource]);
+  const free = quantity((s.available || {})[resource]);
+  const used = total - free;
+  return { used, total, text: `${format(used)}/${format(total)}` };
+}
+
+const clusterRows = new Map(); // name -> { row, cells, sig }
+
+function renderClusters() {
+  const rows = $("cluster-rows");
+  $("clusters-hidden").hidden = !session.workspace;
+  $("cluster-table").hidden = !!session.workspace;
+  if (session.workspace) {
+    setText($("cluster-count"), "");
+    return;
+  }
+  const names = [...clusters.keys()].sort();
+  setText($("cluster-count"), `(${names.length})`);
+  const braked = [];
+  const now = serverNow();
+  for (const name of names) {
+    const st = clusters.get(name);
+    const s = st.status || {};
+    const ready = condition(st, "Ready");
+    const paused = condition(st, "FailoverPaused");
+    if (paused && paused.status === "True") braked.push(`${name}: ${paused.message || paused.reason || ""}`);
+    const beat = Date.parse(s.lastSyncerHeartbeatTime || "");
+    const cpu = usage(st, "cpu", cores);
+    const mem = usage(st, "memory", bytes);
+    const pods = usage(st, "pods", (n) => (isFinite(n) ? String(Math.round(n)) : "?"));
+    const readyText = ready ? (ready.status === "True" ? "Ready" : `NotReady (${ready.reason || "?"})`) : "Unknown";
+    const schedulable = s.schedulable || (st.spec && st.spec.unschedulable ? "Cordoned" : "True");
+    const labels = Object.entries((st.metadata && st.metadata.labels) || {}).map(([k, v]) => `${k}=${v}`).join(" ");
+    const sig = JSON.stringify([readyText, s.lastSyncerHeartbeatTime, cpu.text, mem.text, pods.text, s.workloads, schedulable, labels, paused && paused.status]);
+    let entry = clusterRows.get(name);
+    if (!entry) {
+      const cells = Array.from({ length: 9 }, () => h("td"));
+      cells[0] = h("th", { scope: "row" });
+      const row = h("tr", { "data-cluster": name }, cells);
+      entry = { row, cells, sig: "" };
+      clusterRows.set(name, entry);
+    }
+    const c = entry.cells;
+    setText(c[2], isFinite(beat) ? age(now - beat) : "never");
+    if (entry.sig !== sig) {
+      entry.sig = sig;
+      setText(c[0], name);
+      setText(c[1], readyText);
+      setAttr(entry.row, "data-ready", ready ? ready.status : "Unknown");
+      setAttr(entry.row, "class", ready && ready.status === "True" ? "ready" : "not-ready");
+      c[3].replaceChildren(bar(`${name} cpu used`, cpu.used, cpu.total, cpu.text));
+      c[4].replaceChildren(bar(`${name} memory used`, mem.used, mem.total, mem.text));
+      c[5].replaceChildren(bar(`${name} pods`, pods.used, pods.total, pods.text));
+      setText(c[6], s.workloads ?? 0);
+      setText(c[7], paused && paused.status === "True" ? `${schedulable}, failover paused` : schedulable);
+      setText(c[8], labels);
+    }
+  }
+  for (const [name, entry] of clusterRows) {
+    if (!clusters.has(name)) {
+      entry.row.remove();
+      clusterRows.delete(name);
+    }
+  }
+  // In name order, moving only what is out of place.
+  let prev = null;
+  for (const name of names) {
+    const row = clusterRows.get(name).row;
+    const want = prev ? prev.nextSibling : rows.firstChild;
+    if (row !== want) rows.insertBefore(row, want);
+    prev = row;
+  }
+  const brake = $("brake");
+  brake.hidden = braked.length === 0;
+  setText(brake, braked.length ? `FAILOVER PAUSED (disruption brake): ${braked.join("; ")}. Confirm a loss with \`flotilla cluster confirm-lost NAME\`.` : "");
+}
+
+// One workload as a row: what it is, where it runs, and how it is doing.
+function workloadView(key) {
+  const d = deployments.get(key);
+  const wp = placements.get(key);
+  const [ws, ns, name] = key.split("/");
+  const want = d && d.spec ? (d.spec.replicas ?? 1) : 0;
+  const ready = d && d.status ? (d.status.readyReplicas || 0) : 0;
+  const statusOf = new Map(((wp && wp.status && wp.status.clusters) || []).map((c) => [c.name, c]));
+  const assigned = (wp && wp.spec && wp.spec.clusters) || [];
+  const shares = assigned.map((c) => {
+    const s = statusOf.get(c.name);
+    return `${c.name} ${s ? s.readyReplicas || 0 : 0}/${c.replicas}`;
+  });
+  const where = assigned.map((c) => `${c.name}=${c.replicas}`).join(" ");
+  const scheduled = condition(wp, "Scheduled");
+  const available = condition(wp, "Available");
+  let state;
+  let why = "";
+  if (!wp || (scheduled && scheduled.status !== "True")) {
+    state = "Pending";
+    why = scheduled ? scheduled.message || scheduled.reason : "not scheduled yet";
+  } else if (available && available.status === "True" && ready >= want) {
+    state = "Available";
+  } else {
+    state = "Progressing";
+    why = available ? available.message || available.reason || "" : "";
+  }
+  return { key, ws, ns, name, ready: `${ready}/${want}`, shares: shares.join(" · "), where, state, why };
+}
+
+let workloadKeys = [];
+let filterText = "";
+const rowPool = [];
+
+function renderWorkloads() {
+  const all = [...new Set([...deployments.keys()])];
+  const f = filterText.toLowerCase();
+  workloadKeys = all.filter((k) => {
+    if (!f) return true;
+    const wp = placements.get(k);
+    const where = ((wp && wp.spec && wp.spec.clusters) || []).map((c) => c.name).join(" ");
+    return k.toLowerCase().includes(f) || where.includes(f);
+  }).sort();
+  setText($("workload-count"), f ? `(${workloadKeys.length} of ${all.length})` : `(${all.length})`);
+  drawVisibleRows();
+}
+
+// Draws the rows in view, reusing a pool of row elements.
+function drawVisibleRows() {
+  const list = $("workload-list");
+  const spacer = $("workload-spacer");
+  spacer.style.height = `${workloadKeys.length * ROW_HEIGHT}px`;
+  setAttr(list, "aria-rowcount", workloadKeys.length);
+  const first = Math.max(0, Math.floor(list.scrollTop / ROW_HEIGHT) - 5);
+  const count = Math.min(workloadKeys.length - first, Math.ceil(list.clientHeight / ROW_HEIGHT) + 10);
+  while (rowPool.length < count) {
+    const cells = Array.from({ length: 5 }, () => h("span", { role: "cell" }));
+    cells[1] = h("span", { role: "cell" }, h("a", { href: "#" }));
+    const row = h("div", { class: "vrow", role: "row" }, cells);
+    list.append(row);
+    rowPool.push({ row, cells });
+  }
+  for (let i = 0; i < rowPool.length; i++) {
+    const { row, cells } = rowPool[i];
+    if (i >= count) {
+      row.hidden = true;
+      continue;
+    }
+    const v = workloadView(workloadKeys[first + i]);
+    row.hidden = false;
+    row.style.transform = `translateY(${(first + i) * ROW_HEIGHT}px)`;
+    setAttr(row, "aria-rowindex", first + i + 1);
+    setAttr(row, "data-workload", v.key);
+    setAttr(row, "data-clusters", v.where);
+    setAttr(row, "data-state", v.state);
+    setText(cells[0], v.ws);
+    const link = cells[1].firstChild;
+    setText(link, `${v.ns}/${v.name}`);
+    setAttr(link, "href", `#workload=${encodeURIComponent(v.key)}`);
+    setText(cells[2], v.ready);
+    setText(cells[3], v.shares || "—");
+    setText(cells[4], v.why ? `${v.state}: ${v.why}` : v.state);
+    setAttr(cells[4], "title", v.why || v.state);
+  }
+}
+
+// The story of the last failover: times after the most recent cluster loss are shown
+// as T+seconds, measured on the page's clock when both were seen live.
+function renderTimeline() {
+  timeline.sort((a, b) => (a.at - b.at) || ((a.seen || 0) - (b.seen || 0)));
+  let lost = null;
+  const shown = [];
+  for (const e of timeline) {
+    if (e.kind === "lost") lost = e;
+    let since = "";
+    if (lost && e !== lost && e.at - lost.at < 10 * 60_000 && e.at >= lost.at) {
+      const ms = e.seen && lost.seen ? e.seen - lost.seen : e.at - lost.at;
+      since = `T+${(ms / 1000).toFixed(1)}s`;
+    }
+    shown.push({ e, since });
+  }
+  const list = $("timeline-list");
+  const items = shown.slice(-TIMELINE_SHOWN).reverse().map(({ e, since }) =>
+    h("li", { class: e.kind, "data-kind": e.kind },
+      h("time", { datetime: isFinite(e.at) ? new Date(e.at).toISOString() : "" }, clock(e.at)),
+      since ? h("span", { class: "since" }, since) : null,
+      h("span", { class: "what" }, e.text)));
+  list.replaceChildren(...items);
+}
+
+function renderDetail() {
+  const m = /^#workload=(.+)$/.exec(location.hash);
+  const detail = $("detail");
+  const key = m ? decodeURIComponent(m[1]) : null;
+  detail.hidden = !key;
+  document.querySelector(".columns").hidden = !!key;
+  $("clusters").hidden = !!key;
+  if (!key) return;
+  const v = workloadView(key);
+  const d = deployments.get(key);
+  const wp = placements.get(key);
+  setText($("detail-title"), `${v.ns}/${v.name} in workspace ${v.ws}`);
+  const summary = [
+    ["State", v.why ? `${v.state}: ${v.why}` : v.state],
+    ["Ready", v.ready],
+    ["Placement", wp && wp.spec ? wp.spec.placement : "not scheduled yet"],
+    ["Why here", (condition(wp, "Scheduled") || {}).message || ""],
+    ["Exists", d ? "yes" : "deleted"],
+  ];
+  $("detail-summary").replaceChildren(...summary.flatMap(([k, val]) => [h("dt", {}, k), h("dd", {}, val)]));
+  const statusOf = new Map(((wp && wp.status && wp.status.clusters) || []).map((c) => [c.name, c]));
+  const names = new Set([...((wp && wp.spec && wp.spec.clusters) || []).map((c) => c.name), ...statusOf.keys()]);
+  const assigned = new Map(((wp && wp.spec && wp.spec.clusters) || []).map((c) => [c.name, c.replicas]));
+  $("detail-clusters").replaceChildren(...[...names].sort().map((n) => {
+    const s = statusOf.get(n) || {};
+    return h("tr", { "data-cluster": n }, h("th", { scope: "row" }, n), h("td", {}, assigned.has(n) ? assigned.get(n) : "no longer"),
+      h("td", {}, s.readyReplicas || 0), h("td", {}, s.availableReplicas || 0), h("td", {}, s.syncedGeneration ?? ""),
+      h("td", {}, s.lastSyncTime || ""));
+  }));
+  const conds = (wp && wp.status && wp.status.conditions) || [];
+  $("detail-conditions").replaceChildren(...conds.map((c) => h("tr", {}, h("th", { scope: "row" }, c.type), h("td", {}, c.status),
+    h("td", {}, c.reason || ""), h("td", {}, c.message || ""), h("td", {}, c.lastTransitionTime || ""))));
+  const mine = timeline.filter((e) => e.workload === key).slice(-50).reverse();
+  $("detail-events").replaceChildren(...mine.map((e) => h("li", { class: e.kind },
+    h("time", { datetime: new Date(e.at).toISOString() }, clock(e.at)), h("span", { class: "what" }, e.text))));
+}
+
+// ---------------------------------------------------------------- start
+
+function startBoard() {
+  $("sign-in").hidden = true;
+  $("board").hidden = false;
+  $("sign-out").hidden = false;
+  setText($("scope"), session.workspace ? `workspace ${session.workspace}` : "all workspaces");
+  startWatches();
+  // Ages move with the clock, not with the data.
+  setInterval(() => {
+    clustersDirty = true;
+    draw();
+  }, 1000);
+  draw();
+}
+
+function showSignIn() {
+  $("board").hidden = true;
+  $("sign-in").hidden = false;
+  const why = sessionStorage.getItem("flotilla.dashboard.why");
+  if (why) {
+    sessionStorage.removeItem("flotilla.dashboard.why");
+    setText($("sign-in-error"), why);
+  }
+  $("token").focus();
+}
+
+async function main() {
+  $("sign-in-form").addEventListener("submit", async (e) => {
+    e.preventDefault();
+    const token = $("token").value.trim();
+    setText($("sign-in-error"), "");
+    try {
+      await signIn(token);
+      $("token").value = "";
+    } catch (err) {
+      setText($("sign-in-error"), `The server refused this token: ${err.message}`);
+    }
+  });
+  $("sign-out").addEventListener("click", () => signOut(""));
+  $("filter").addEventListener("input", (e) => {
+    filterText = e.target.value.trim();
+    workloadsDirty = true;
+    draw();
+  });
+  $("workload-list").addEventListener("scroll", () => drawVisibleRowsSoon());
+  window.addEventListener("resize", () => drawVisibleRowsSoon());
+  window.addEventListener("hashchange", () => {
+    detailDirty = true;
+    draw();
+  });
+
+  // A sign-in link carries its token after `#signin=`: the fragment never reaches a
+  // server, and it is taken off the address at once.
+  const link = /^#signin=([A-Za-z0-9.*_-]+)$/.exec(location.hash);
+  if (link) {
+    history.replaceState(null, "", location.pathname);
+    try {
+      await signIn(link[1]);
+    } catch (err) {
+      showSignIn();
+      setText($("sign-in-error"), `The sign-in link was refused: ${err.message}`);
+    }
+    return;
+  }
+  const s = storedSession();
+  if (s) {
+    keepSession(s);
+    startBoard();
+  } else {
+    showSignIn();
+  }
+}
+
+let scrollFrame = 0;
+function drawVisibleRowsSoon() {
+  if (scrollFrame) return;
+  scrollFrame = requestAnimationFrame(() => {
+    scrollFrame = 0;
+    drawVisibleRows();
+  });
+}
+
+main();
