@@ -86,6 +86,10 @@ pub enum Command {
     /// config. It needs the admin kubeconfig, and lasts as long as the data dir's
     /// token-signing key.
     MetricsToken,
+    /// Print the URL of the web dashboard and a sign-in link that works for 10 minutes,
+    /// and open it in a browser where one is available. The link opens a read-only
+    /// session: the whole fleet with the admin kubeconfig, one workspace otherwise.
+    Dashboard(DashboardArgs),
     /// Print a shell completion script: `source <(flotilla completion bash)`.
     Completion {
         /// The shell to complete for.
@@ -124,6 +128,18 @@ pub struct StatusArgs {
     /// Output format; `json` is stable for scripts.
     #[arg(short = 'o', long, value_enum, default_value_t = OutputFormat::Text)]
     pub output: OutputFormat,
+}
+
+/// `flotilla dashboard`.
+#[derive(Debug, clap::Args)]
+pub struct DashboardArgs {
+    /// Sign in to this workspace only [default: every workspace with the admin
+    /// kubeconfig; the current context's workspace otherwise].
+    #[arg(long)]
+    pub workspace: Option<String>,
+    /// Only print the link; do not start a browser.
+    #[arg(long)]
+    pub no_open: bool,
 }
 
 /// `flotilla explain`.

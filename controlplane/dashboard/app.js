@@ -746,6 +746,11 @@ async function main() {
   $("workload-list").addEventListener("scroll", () => drawVisibleRowsSoon());
   window.addEventListener("resize", () => drawVisibleRowsSoon());
   window.addEventListener("hashchange", () => {
+    // A sign-in link opened in this tab starts over with it.
+    if (location.hash.startsWith("#signin=")) {
+      location.reload();
+      return;
+    }
     detailDirty = true;
     draw();
   });

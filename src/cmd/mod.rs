@@ -1,6 +1,7 @@
 //! Subcommand implementations.
 
 mod cluster;
+mod dashboard;
 mod drill;
 mod explain;
 mod ha;
@@ -47,6 +48,7 @@ pub async fn run(cli: Cli, log_file: Option<std::path::PathBuf>) -> anyhow::Resu
             Ok(())
         }
         Command::MetricsToken => metrics_token(&kubeconfig).await,
+        Command::Dashboard(args) => dashboard::run(&kubeconfig, args).await,
     }
 }
 

@@ -29,6 +29,20 @@ page.on("console", (m) => {
   if (m.type() === "error") errors.push(`console: ${m.text()}`);
 });
 
+// A query that meets a navigation (the page reloads itself when a sign-in link is
+// opened in it) is asked again once the new page has loaded.
+async function settled(query) {
+  for (let attempt = 0; ; attempt++) {
+    try {
+      return await query();
+    } catch (e) {
+      const msg = String(e && e.message);
+      if (attempt >= 5 || !(msg.includes("Execution context was destroyed") || msg.includes("navigat"))) throw e;
+      await page.waitForLoadState("load");
+    }
+  }
+}
+
 const ops = {
   goto: async ({ url }) => {
     await page.goto(url, { waitUntil: "load" });
@@ -70,7 +84,7 @@ for await (const line of lines) {
     id = cmd.id;
     const op = ops[cmd.op];
     if (!op) throw new Error(`unknown op ${cmd.op}`);
-    const value = await op(cmd);
+    const value = await settled(() => op(cmd));
     process.stdout.write(`${JSON.stringify({ id, ok: true, value: value ?? null })}\n`);
     if (cmd.op === "close") break;
   } catch (e) {

@@ -4,6 +4,7 @@
 
 #![allow(dead_code)]
 
+pub mod browser;
 pub mod fleet;
 
 use std::io::{BufRead, BufReader, Write};

@@ -1,0 +1,240 @@
+//! The web dashboard in a real browser (Debian's headless Chromium, driven through
+//! Playwright by tests/browser/driver.mjs): sign-in, the fleet of `flotilla up`, a
+//! failover seen live without a reload, and a workspace's session that sees only its
+//! workspace and cannot write. Screenshots go to the test's temporary directory, and
+//! to FLOTILLA_SCREENSHOTS when it is set (hack/screenshots.sh, for docs/images).
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use common::browser::Browser;
+use common::fleet::Killed;
+use common::*;
+
+const DEADLINE: Duration = Duration::from_secs(60);
+/// `up`'s heartbeats in this test: the page must show a loss within the grace plus 2 s.
+const BEAT: &str = "1s";
+const GRACE: Duration = Duration::from_secs(4);
+
+fn screenshot(b: &mut Browser, name: &str) -> PathBuf {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("dashboard");
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join(format!("{name}.png"));
+    b.screenshot(&path, false);
+    if let Some(docs) = std::env::var_os("FLOTILLA_SCREENSHOTS") {
+        std::fs::copy(&path, Path::new(&docs).join(format!("dashboard-{name}.png"))).unwrap();
+    }
+    path
+}
+
+/// The page's errors, but for the refusal of a wrong token, which the test provoked.
+fn unexpected_errors(b: &mut Browser) -> Vec<String> {
+    b.errors().into_iter().filter(|e| !e.contains("status of 401")).collect()
+}
+
+/// `flotilla dashboard --no-open`: the dashboard's URL and the sign-in link.
+fn dashboard_link(run: &dyn Fn(&[&str]) -> Out, extra: &[&str]) -> (String, String) {
+    let mut args = vec!["dashboard", "--no-open"];
+    args.extend_from_slice(extra);
+    let o = run(&args);
+    assert!(o.ok, "flotilla dashboard: {o:?}");
+    let url = o.stdout.lines().find_map(|l| l.strip_prefix("dashboard: ")).unwrap_or_else(|| panic!("no URL in {o:?}"));
+    let link = o.stdout.lines().map(str::trim).find(|l| l.contains("#signin=")).unwrap_or_else(|| panic!("no link in {o:?}"));
+    (url.to_string(), link.to_string())
+}
+
+/// Waits until the page has the cluster row `name` with `data-ready` = `ready`.
+fn wait_cluster(b: &mut Browser, name: &str, ready: &str, timeout: Duration) {
+    let sel = format!("#cluster-rows tr[data-cluster=\"{name}\"]");
+    wait_for(&format!("the page to show cluster {name} Ready={ready}"), timeout, || {
+        let seen = b.attr(&sel, "data-ready");
+        if seen.as_deref() == Some(ready) {
+            Ok(())
+        } else {
+            Err(format!("{seen:?}; rows: {:?}", b.texts("#cluster-rows tr")))
+        }
+    });
+}
+
+/// The `data-clusters` of workload row `key` (`ws/ns/name`), if the page shows it.
+fn shown_clusters(b: &mut Browser, key: &str) -> Option<String> {
+    b.attr(&format!(".vrow[data-workload=\"{key}\"]:not([hidden])"), "data-clusters")
+}
+
+#[test]
+fn the_dashboard_shows_up_s_fleet_and_a_failover_live_without_a_reload() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some(mut b) = Browser::launch(&dir.path().join("browser.log")) else { return };
+    let data = dir.path().join("data");
+    let data_s = data.to_str().unwrap().to_string();
+    let kubeconfig = data.join("admin.kubeconfig");
+    let terminal = dir.path().join("terminal.txt");
+    let (_up, _) = spawn_ready_in(
+        dir.path(),
+        &["--data-dir", &data_s, "up", "--listen", "127.0.0.1:0", "--heartbeat-interval", BEAT, "--heartbeat-grace", "4s"],
+        &terminal,
+    );
+    let up = Killed(_up);
+    let log = || tail(&std::fs::read_to_string(data.join("logs/flotilla.log")).unwrap_or_default());
+    let run = |args: &[&str]| {
+        let mut all = vec!["--data-dir", data_s.as_str()];
+        all.extend_from_slice(args);
+        std::process::Command::new(bin()).args(&all).current_dir(dir.path()).output().map(Out::from).unwrap()
+    };
+    let examples = concat!(env!("CARGO_MANIFEST_DIR"), "/docs/examples/");
+    let o = kubectl_cmd(&kubeconfig, dir.path(), &["apply", "-f", examples]).output().map(Out::from).unwrap();
+    assert!(o.ok, "kubectl apply: {o:?}");
+
+    let (url, link) = dashboard_link(&run, &[]);
+    assert!(link.starts_with(&format!("{url}#signin=fdl1.*.")), "{link}");
+
+    // A wrong token is refused, with the server's reason, and the board stays hidden.
+    b.goto(&url);
+    b.fill("#token", "not-a-token");
+    b.click("#sign-in-form button");
+    let refused = wait_for("the refusal", DEADLINE, || match b.text("#sign-in-error") {
+        Some(t) if !t.is_empty() => Ok(t),
+        seen => Err(format!("{seen:?}")),
+    });
+    assert!(refused.contains("refused") && refused.contains("Unauthorized"), "{refused}");
+    assert!(!b.visible("#board"), "the board shows after a refused sign-in");
+
+    // The link signs in to the whole fleet: up's three clusters and the examples.
+    b.goto(&link);
+    for c in ["east", "west", "eu"] {
+        wait_cluster(&mut b, c, "True", DEADLINE);
+    }
+    assert_eq!(b.attr("#scope", "class").as_deref(), Some("scope"));
+    assert_eq!(b.text("#scope").as_deref(), Some("all workspaces"));
+    // The token is off the address at once.
+    let address = b.eval("location.href");
+    assert!(!address.as_str().unwrap_or_default().contains("signin"), "{address}");
+    let web = wait_for("web running on west and east", DEADLINE, || match shown_clusters(&mut b, "demo/default/web") {
+        Some(c) if c.contains("west=") => Ok(c),
+        seen => Err(format!("{seen:?}; rows: {:?}", b.texts(".vrow:not([hidden])"))),
+    });
+    assert!(shown_clusters(&mut b, "demo/default/api").is_some_and(|c| c == "eu=2"), "{:?}", b.texts(".vrow"));
+    let huge = b.attr(".vrow[data-workload=\"demo/default/huge\"]", "data-state");
+    assert_eq!(huge.as_deref(), Some("Pending"), "huge fits nowhere");
+    assert_eq!(b.text("#connection").as_deref(), Some("live"));
+    screenshot(&mut b, "overview");
+
+    // The page is not reloaded from here on: this mark would be lost.
+    b.eval("window.flotillaTestMark = 'kept'");
+    let killed_at = Instant::now();
+    let drill = std::process::Command::new(bin())
+        .args(["--data-dir", &data_s, "drill", "kill", "west"])
+        .current_dir(dir.path())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let budget = GRACE + Duration::from_secs(2);
+    wait_cluster(&mut b, "west", "False", budget + Duration::from_secs(10));
+    let moved =
+        wait_for("web moved off west on the page", budget + Duration::from_secs(10), || match shown_clusters(&mut b, "demo/default/web") {
+            Some(c) if !c.is_empty() && !c.contains("west") => Ok(c),
+            seen => Err(format!("{seen:?}")),
+        });
+    let took = killed_at.elapsed();
+    assert!(
+        took <= budget,
+        "the page showed west lost and web moved ({web} -> {moved}) {took:?} after the kill; the target is {budget:?}\n{}",
+        log()
+    );
+    assert_eq!(b.eval("window.flotillaTestMark").as_str(), Some("kept"), "the page was reloaded");
+    // The timeline tells the story: the loss, then the move, timed from the loss.
+    let story = wait_for("the failover in the timeline", DEADLINE, || {
+        let items = b.texts("#timeline-list li");
+        let lost = items.iter().any(|i| i.contains("cluster west NotReady"));
+        let moved = items.iter().any(|i| i.contains("Rescheduled demo/default/web") && i.contains("T+"));
+        if lost && moved {
+            Ok(items)
+        } else {
+            Err(format!("{items:?}"))
+        }
+    });
+    wait_for("web Available again on the page", DEADLINE, || match b.attr(".vrow[data-workload=\"demo/default/web\"]", "data-state") {
+        Some(s) if s == "Available" => Ok(()),
+        seen => Err(format!("{seen:?}")),
+    });
+    screenshot(&mut b, "failover");
+    eprintln!("the page showed the failover {took:?} after the kill; timeline: {:?}", &story[..story.len().min(6)]);
+
+    // The workload's own page, from its row.
+    b.click(".vrow[data-workload=\"demo/default/web\"] a");
+    wait_for("web's page", DEADLINE, || match b.text("#detail-title") {
+        Some(t) if t.contains("default/web") && b.visible("#detail") => Ok(()),
+        seen => Err(format!("{seen:?}")),
+    });
+    let per_cluster = b.texts("#detail-clusters tr");
+    assert!(per_cluster.iter().any(|r| r.starts_with("east")), "{per_cluster:?}");
+    assert!(b.texts("#detail-conditions tr").iter().any(|r| r.starts_with("Scheduled")), "{:?}", b.texts("#detail-conditions tr"));
+    assert_eq!(unexpected_errors(&mut b), Vec::<String>::new());
+    let drilled = drill.wait_with_output().unwrap();
+    assert!(drilled.status.success(), "flotilla drill kill west: {}", String::from_utf8_lossy(&drilled.stderr));
+    drop(up);
+}
+
+#[test]
+fn a_workspace_session_sees_only_its_workspace_and_writes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some(mut b) = Browser::launch(&dir.path().join("browser.log")) else { return };
+    let f = Flotilla::start();
+    for ws in ["team-a", "team-b"] {
+        let o = f.flotilla(&["workspace", "create", ws]);
+        assert!(o.ok, "workspace create {ws}: {o:?}");
+        let o = f.kubectl_stdin(&["--context", ws, "apply", "-f", "-"], &deployment(&format!("{ws}-app"), 1, "100m", "nginx", ""));
+        assert!(o.ok, "apply in {ws}: {o:?}");
+    }
+    let token = f.k(&["config", "view", "--raw", "-o", "jsonpath={.users[?(@.name==\"workspace-team-a\")].user.token}"]);
+    assert!(token.starts_with("fws1.team-a."), "{token}");
+    let url = format!("{}/dashboard/", f.url.trim_end_matches('/'));
+
+    // With team-a's own token: team-a's workload, and no fleet.
+    b.goto(&url);
+    b.fill("#token", token.trim());
+    b.click("#sign-in-form button");
+    wait_for("team-a's workload", DEADLINE, || match shown_clusters(&mut b, "team-a/default/team-a-app") {
+        Some(_) => Ok(()),
+        None => Err(format!("{:?} {:?}", b.texts(".vrow:not([hidden])"), b.text("#sign-in-error"))),
+    });
+    assert_eq!(b.text("#scope").as_deref(), Some("workspace team-a"));
+    assert_eq!(b.count(".vrow:not([hidden])"), 1, "{:?}", b.texts(".vrow:not([hidden])"));
+    assert!(b.visible("#clusters-hidden") && !b.visible("#cluster-table"));
+    // The session the page holds reads only: a write with it is refused by the server.
+    let write = b.eval(
+        r#"(async () => {
+            const s = JSON.parse(sessionStorage.getItem("flotilla.dashboard.session"));
+            const r = await fetch("/clusters/team-a/api/v1/namespaces/default/configmaps", {method: "POST",
+                headers: {Authorization: `Bearer ${s.token}`, "Content-Type": "application/json"},
+                body: JSON.stringify({metadata: {name: "x"}})});
+            const other = await fetch("/clusters/team-b/apis/apps/v1/deployments", {headers: {Authorization: `Bearer ${s.token}`}});
+            const secrets = await fetch("/clusters/team-a/api/v1/secrets", {headers: {Authorization: `Bearer ${s.token}`}});
+            return [s.workspace, r.status, other.status, secrets.status];
+        })()"#,
+    );
+    assert_eq!(write, serde_json::json!(["team-a", 403, 403, 403]));
+    // Those refusals were the point; the browser logs each.
+    let refusals = b.errors();
+    assert_eq!(refusals.iter().filter(|e| e.contains("status of 403")).count(), 3, "{refusals:?}");
+    b.click("#sign-out");
+    wait_for("the sign-in form again", DEADLINE, || if b.visible("#sign-in") { Ok(()) } else { Err("board".into()) });
+
+    // A link for team-b, minted with the admin kubeconfig, signs in to team-b only.
+    let run = |args: &[&str]| f.flotilla(args);
+    let (_, link) = dashboard_link(&run, &["--workspace", "team-b"]);
+    b.goto(&link);
+    wait_for("team-b's workload", DEADLINE, || match shown_clusters(&mut b, "team-b/default/team-b-app") {
+        Some(_) => Ok(()),
+        None => Err(format!("{:?} {:?}", b.texts(".vrow:not([hidden])"), b.text("#sign-in-error"))),
+    });
+    assert_eq!(b.count(".vrow:not([hidden])"), 1, "{:?}", b.texts(".vrow:not([hidden])"));
+    // A link is for opening a session only: used as a bearer token it reads nothing.
+    let fragment = link.split_once("#signin=").unwrap().1;
+    let o = f.kubectl(&["--token", fragment, "get", "--raw", "/clusters/team-b/apis/apps/v1/deployments"]);
+    assert!(!o.ok && o.stderr.contains("Forbidden"), "{o:?}");
+    assert_eq!(unexpected_errors(&mut b), Vec::<String>::new());
+}
