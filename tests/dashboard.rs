@@ -169,6 +169,27 @@ fn the_dashboard_shows_up_s_fleet_and_a_failover_live_without_a_reload() {
         Some(t) if t.contains("default/web") && b.visible("#detail") => Ok(()),
         seen => Err(format!("{seen:?}")),
     });
+    // Why here: the scheduler's core on its view, the same words as `flotilla explain`
+    // (asked again until both read the same moment: free room moves while pods start).
+    let mut first = true;
+    let why = wait_for("the page's explanation to read as flotilla explain's", DEADLINE, || {
+        if !first {
+            b.click("#detail a[href=\"#\"]");
+            b.click(".vrow[data-workload=\"demo/default/web\"] a");
+        }
+        first = false;
+        let cli = run(&["explain", "deploy/web", "--workspace", "demo"]);
+        let page = wait_for("an explanation on the page", DEADLINE, || match b.text("#detail-explain") {
+            Some(t) if t.starts_with("deploy/web") => Ok(t),
+            seen => Err(format!("{seen:?}")),
+        });
+        if cli.ok && page.trim() == cli.stdout.trim() {
+            Ok(page)
+        } else {
+            Err(format!("page:\n{page}\ncli:\n{cli:?}"))
+        }
+    });
+    assert!(why.lines().any(|l| l.starts_with("west ") && l.contains("NotReady")), "{why}");
     let per_cluster = b.texts("#detail-clusters tr");
     assert!(per_cluster.iter().any(|r| r.starts_with("east")), "{per_cluster:?}");
     assert!(b.texts("#detail-conditions tr").iter().any(|r| r.starts_with("Scheduled")), "{:?}", b.texts("#detail-conditions tr"));

@@ -661,6 +661,43 @@ function renderTimeline() {
   list.replaceChildren(...items);
 }
 
+// The explanation of the workload on its page: asked for when the page opens and
+// again when its placement changes, at most once a second.
+const explained = { key: null, placement: null, asked: 0, timer: 0 };
+
+async function explainWorkload(key) {
+  const [ws, ns, name] = key.split("/");
+  const out = $("detail-explain");
+  if (session.workspace) {
+    setText(out, "Why a workload runs where it runs shows the fleet's clusters: sign in with the admin's link (flotilla dashboard) to see it.");
+    return;
+  }
+  try {
+    const resp = await fetch(`/clusters/${encodeURIComponent(ws)}/dashboard/explain/${encodeURIComponent(ns)}/${encodeURIComponent(name)}`,
+      { headers: headers(), cache: "no-store" });
+    if (!resp.ok) throw new Error(await statusMessage(resp));
+    const body = await resp.json();
+    if (explained.key === key) setText(out, body.text || `It cannot be explained: ${body.error}`);
+  } catch (e) {
+    if (explained.key === key) setText(out, `The explanation could not be read: ${e.message}`);
+  }
+}
+
+function maybeExplain(key) {
+  const wp = placements.get(key);
+  const placement = JSON.stringify(wp ? [wp.spec, (condition(wp, "Scheduled") || {}).message] : null);
+  if (explained.key === key && explained.placement === placement) return;
+  if (explained.key !== key) setText($("detail-explain"), "asking the scheduler's core…");
+  explained.key = key;
+  explained.placement = placement;
+  clearTimeout(explained.timer);
+  const wait = Math.max(0, explained.asked + 1000 - Date.now());
+  explained.timer = setTimeout(() => {
+    explained.asked = Date.now();
+    explainWorkload(key);
+  }, wait);
+}
+
 function renderDetail() {
   const m = /^#workload=(.+)$/.exec(location.hash);
   const detail = $("detail");
@@ -668,7 +705,11 @@ function renderDetail() {
   detail.hidden = !key;
   document.querySelector(".columns").hidden = !!key;
   $("clusters").hidden = !!key;
-  if (!key) return;
+  if (!key) {
+    explained.key = null;
+    return;
+  }
+  maybeExplain(key);
   const v = workloadView(key);
   const d = deployments.get(key);
   const wp = placements.get(key);

@@ -38,6 +38,12 @@ fn mints_token(r: &Request<'_>) -> bool {
     }
 }
 
+/// The dashboard's explanation of a placement: it shows the fleet's clusters (their
+/// room, labels and taints), which only the admin's view covers.
+fn needs_fleet(r: &Request<'_>) -> bool {
+    matches!(r, Request::NonResource { path, .. } if path.starts_with(crate::dashboard::EXPLAIN_PREFIX))
+}
+
 fn is_metrics(r: &Request<'_>) -> bool {
     matches!(r, Request::NonResource { path: "/metrics" | "/metrics/token", .. })
 }
@@ -58,6 +64,11 @@ pub fn authorize(principal: &Principal, request: &Request<'_>) -> Result<Decisio
         _ if is_metrics(request) => Err(ApiError::forbidden(format!(
             "User \"{user}\" cannot read /metrics: use the admin token, or a metrics token (`flotilla metrics-token`)"
         ))),
+        Principal::Workspace(_) | Principal::Dashboard(Some(_)) | Principal::SignInLink(_) | Principal::SyncTarget(_) if needs_fleet(request) => {
+            Err(ApiError::forbidden(format!(
+                "User \"{user}\" cannot see why workloads run where they run: it shows the fleet's clusters; use the admin's kubeconfig or sign-in link"
+            )))
+        }
         Principal::Workspace(own) if own == ws => Ok(Decision::allow()),
         Principal::Workspace(_) => Err(ApiError::forbidden(format!(
             "User \"{user}\" cannot access workspace \"{ws}\": its token is scoped to another workspace; use the context named after the workspace"
@@ -73,6 +84,7 @@ pub fn authorize(principal: &Principal, request: &Request<'_>) -> Result<Decisio
         },
         Principal::Dashboard(_) => match request {
             Request::NonResource { path: DASHBOARD_SESSION_PATH, .. } => Ok(Decision::allow()),
+            _ if needs_fleet(request) => Ok(Decision::allow()),
             Request::Resource(a) if matches!(a.verb, "get" | "list" | "watch") && a.resource != "secrets" => Ok(Decision::allow()),
             Request::Resource(a) if a.resource == "secrets" => {
                 Err(ApiError::forbidden(format!("User \"{user}\" cannot read secrets: the dashboard never shows them")))
@@ -146,6 +158,13 @@ mod tests {
             assert_eq!(authorize(&all, &Request::NonResource { workspace: "root", path }).err().map(|e| e.code), Some(403), "{path}");
         }
         assert!(authorize(&all, &Request::NonResource { workspace: "root", path: DASHBOARD_SESSION_PATH }).is_ok());
+        // Why a workload runs where it runs shows the fleet: the fleet's session only.
+        let explain = Request::NonResource { workspace: "team-a", path: "/dashboard/explain/default/web" };
+        assert!(authorize(&all, &explain).is_ok());
+        assert!(authorize(&Principal::Admin, &explain).is_ok());
+        for p in [scoped, Principal::Workspace("team-a".into()), Principal::SignInLink(None), Principal::SyncTarget("east".into())] {
+            assert_eq!(authorize(&p, &explain).err().map(|e| e.code), Some(403), "{p:?}");
+        }
         // A sign-in link opens a session of its scope and does nothing else.
         let link = Principal::SignInLink(Some("team-a".into()));
         assert!(authorize(&link, &Request::NonResource { workspace: "team-a", path: DASHBOARD_SESSION_PATH }).is_ok());

@@ -10,11 +10,38 @@
 //! same-origin requests, with no inline script or style and Trusted Types required,
 //! so the page cannot write markup from a string: everything it shows goes in as text.
 
+use std::sync::Arc;
+
 use axum::body::Body;
 use axum::http::{header, HeaderValue, Method, StatusCode};
 use axum::response::Response;
+use futures::future::BoxFuture;
 
 use crate::error::ApiError;
+
+/// Explains one workload (workspace, namespace, name) as `flotilla explain` does: the
+/// scheduler's own placement core on the clusters as the scheduler last reported them.
+/// The control plane's process provides it ([`crate::server::Server::serve_explain`]);
+/// the API server alone knows no scheduler.
+pub type Explainer = Arc<dyn Fn(String, String, String) -> BoxFuture<'static, Result<String, String>> + Send + Sync>;
+
+/// Where the page asks for a workload's explanation: `<prefix><namespace>/<name>`, in
+/// the workload's workspace.
+pub const EXPLAIN_PREFIX: &str = "/dashboard/explain/";
+
+/// The namespace and name of an explain path, if the rest of the path is one.
+pub fn explain_target(path: &str) -> Option<Result<(String, String), ApiError>> {
+    let rest = path.strip_prefix(EXPLAIN_PREFIX)?;
+    let Some((ns, name)) = rest.split_once('/') else {
+        return Some(Err(ApiError::bad_request(format!("{path}: ask for {EXPLAIN_PREFIX}<namespace>/<name>"))));
+    };
+    for (what, v) in [("namespace", ns), ("name", name)] {
+        if let Err(why) = crate::objmeta::dns1123_subdomain(v) {
+            return Some(Err(ApiError::bad_request(format!("invalid {what} {v:?} in {path}: {why}"))));
+        }
+    }
+    Some(Ok((ns.to_string(), name.to_string())))
+}
 
 /// The policy every dashboard answer carries.
 pub const CONTENT_SECURITY_POLICY: &str = "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; \
@@ -77,6 +104,17 @@ mod tests {
         assert!(serve("/dashboard/app.js.map", &Method::GET).is_none());
         assert!(serve("/dashboards/", &Method::GET).is_none());
         assert_eq!(serve("/dashboard/app.js", &Method::POST).unwrap().err().map(|e| e.code), Some(405));
+    }
+
+    #[test]
+    fn explain_paths_name_one_workload() {
+        assert!(explain_target("/dashboard/session").is_none());
+        assert_eq!(explain_target("/dashboard/explain/default/web").unwrap().unwrap(), ("default".into(), "web".into()));
+        for bad in
+            ["/dashboard/explain/default", "/dashboard/explain/default/web/x", "/dashboard/explain/De fault/web", "/dashboard/explain//web"]
+        {
+            assert_eq!(explain_target(bad).unwrap().err().map(|e| e.code), Some(400), "{bad}");
+        }
     }
 
     #[test]

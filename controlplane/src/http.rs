@@ -43,6 +43,9 @@ pub struct AppState {
     pub ready: std::sync::atomic::AtomicBool,
     /// Becomes true on shutdown; open watches end.
     pub stopping: tokio::sync::watch::Receiver<bool>,
+    /// Explains a workload for the dashboard, once the process that runs the scheduler's
+    /// core has said how.
+    pub explain: Arc<std::sync::OnceLock<dashboard::Explainer>>,
 }
 
 /// The router: everything goes through one handler, because Kubernetes paths are
@@ -198,6 +201,9 @@ async fn route(
     };
     let decision = state.tenancy.authorize(&principal, &request)?;
     state.tenancy.check_served(&ws, path)?;
+    if let Some(target) = state.tenancy.serves_dashboard().then(|| dashboard::explain_target(&rest)).flatten() {
+        return explain(state, &ws, method, target?).await;
+    }
     if let Some(answer) = state.tenancy.dashboard(&principal, &ws, &rest, method) {
         let (code, body) = answer?;
         return Ok(json_response(code, &body));
@@ -260,6 +266,22 @@ async fn route(
         }
         _ => Err(ApiError::no_route(path)),
     }
+}
+
+/// `GET /clusters/<ws>/dashboard/explain/<ns>/<name>`: what `flotilla explain` prints
+/// for that workload, as `{"text": ...}`, or `{"error": ...}` when it cannot be explained
+/// (no Placement governs it, say).
+async fn explain(state: &AppState, ws: &str, method: &Method, (ns, name): (String, String)) -> Result<Response, ApiError> {
+    if method != Method::GET {
+        return Err(ApiError::method_not_allowed(format!("{method} is not supported on the dashboard's explain: GET it")));
+    }
+    let Some(explainer) = state.explain.get() else {
+        return Err(ApiError::unavailable("this server does not run the scheduler's core, so it cannot explain placements"));
+    };
+    Ok(match explainer(ws.to_string(), ns, name).await {
+        Ok(text) => json_response(200, &json!({ "text": text })),
+        Err(error) => json_response(200, &json!({ "error": error })),
+    })
 }
 
 /// A query parameter read as a boolean the way kube-apiserver converts query

@@ -102,6 +102,7 @@ pub struct Server {
     serving: listener::Serving,
     controllers: Option<tokio::task::JoinHandle<()>>,
     stop: tokio::sync::watch::Sender<bool>,
+    explain: Arc<std::sync::OnceLock<crate::dashboard::Explainer>>,
     _lock: File,
 }
 
@@ -113,6 +114,11 @@ impl Server {
             ::http::HeaderValue::from_str(&format!("Bearer {}", self.auth.admin_token())).expect("a token is printable ASCII");
         authorization.set_sensitive(true);
         InProcess { router: self.router.clone(), authorization }
+    }
+
+    /// Lets the dashboard explain placements with `explainer` (the first one set stays).
+    pub fn serve_explain(&self, explainer: crate::dashboard::Explainer) {
+        let _ = self.explain.set(explainer);
     }
 
     /// Stops serving: new connections are refused, in-flight requests get a grace period.
@@ -259,6 +265,7 @@ pub async fn start(config: ServerConfig, prometheus: prometheus::Registry) -> an
         prometheus,
         ready: std::sync::atomic::AtomicBool::new(false),
         stopping,
+        explain: Arc::default(),
     });
     let controllers = config.run_controllers.then(|| tokio::spawn(controllers::run(api.clone())));
 
@@ -270,7 +277,8 @@ pub async fn start(config: ServerConfig, prometheus: prometheus::Registry) -> an
     kubeconfig::write_admin(&kubeconfig, &config.name, addr, &tls.ca_pem, auth.admin_token(), &contexts, config.single_cluster)?;
     state.ready.store(true, Ordering::Release);
     tracing::info!(%addr, data_dir = %config.data_dir.display(), "control plane serving");
-    Ok(Server { api, addr, kubeconfig, auth, router, serving, controllers, stop, _lock: lock })
+    let explain = state.explain.clone();
+    Ok(Server { api, addr, kubeconfig, auth, router, serving, controllers, stop, explain, _lock: lock })
 }
 
 /// (workspace, scoped token) for every workspace, for the kubeconfig.

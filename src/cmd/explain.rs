@@ -150,6 +150,15 @@ async fn find(base: &kube::Client, name: &str, ns: &str, workspace: Option<&str>
     }
 }
 
+/// The explanation of one workload, as `flotilla explain` prints it, read through
+/// `base` (a client of the whole control plane): for the dashboard.
+pub async fn text(base: &kube::Client, workspace: &str, namespace: &str, name: &str) -> anyhow::Result<String> {
+    let (workspace, deployment) = find(base, name, namespace, Some(workspace)).await?;
+    let inputs = inputs(base, &workspace, deployment).await?;
+    let views = clusters(&runtime::clients::workspace(base, placement_api::ROOT_WORKSPACE)).await?;
+    Ok(render(&inputs, &views))
+}
+
 /// Runs `flotilla explain`.
 pub async fn run(kubeconfig: &Path, args: ExplainArgs) -> anyhow::Result<()> {
     let name = parse_target(&args.workload)?;

@@ -76,6 +76,14 @@ where
             "default",
         )
     };
+    // The dashboard explains a placement with the scheduler's own core, as the CLI does.
+    srv.serve_explain(std::sync::Arc::new({
+        let client = client.clone();
+        move |workspace: String, namespace: String, name: String| {
+            let base = client();
+            async move { super::explain::text(&base, &workspace, &namespace, &name).await.map_err(|e| format!("{e:#}")) }.boxed()
+        }
+    }));
     // The companions controller tells this process's syncers at once where each
     // companion goes, before its labels say so.
     let followers = std::sync::Arc::new(runtime::followers::Followers::default());
