@@ -160,6 +160,13 @@ fn the_dashboard_shows_up_s_fleet_and_a_failover_live_without_a_reload() {
         Some(s) if s == "Available" => Ok(()),
         seen => Err(format!("{seen:?}")),
     });
+    // Its companions followed it: the Service has an address from each new cluster.
+    wait_for("web's companions Available on the page", DEADLINE, || {
+        match b.attr(".vrow[data-workload=\"demo/default/web\"]", "data-companions") {
+            Some(s) if s == "Available" => Ok(()),
+            seen => Err(format!("{seen:?}: {:?}", b.texts(".vrow[data-workload=\"demo/default/web\"] span"))),
+        }
+    });
     screenshot(&mut b, "failover");
     eprintln!("the page showed the failover {took:?} after the kill; timeline: {:?}", &story[..story.len().min(6)]);
 
@@ -190,6 +197,12 @@ fn the_dashboard_shows_up_s_fleet_and_a_failover_live_without_a_reload() {
         }
     });
     assert!(why.lines().any(|l| l.starts_with("west ") && l.contains("NotReady")), "{why}");
+    let companions = b.texts("#detail-companions tr");
+    for want in ["Service/webAvailable", "Ingress/webAvailable", "PodDisruptionBudget/webAvailable"] {
+        assert!(companions.iter().any(|r| r.starts_with(want)), "{want}: {companions:?}");
+    }
+    let service = b.text("#detail-companions tr[data-companion=\"Service/web\"]").unwrap_or_default();
+    assert!(!service.contains("west") && service.matches("172.18.").count() == 2, "{service}");
     let per_cluster = b.texts("#detail-clusters tr");
     assert!(per_cluster.iter().any(|r| r.starts_with("east")), "{per_cluster:?}");
     assert!(b.texts("#detail-conditions tr").iter().any(|r| r.starts_with("Scheduled")), "{:?}", b.texts("#detail-conditions tr"));

@@ -13,6 +13,16 @@ const TIMELINE_SHOWN = 300;
 const SCHEDULING_REASONS = new Set(["Scheduled", "Rescheduled", "FailedScheduling", "Rebalanced", "FewerClusters"]);
 const CLUSTER_ANNOTATION = "kcp.io/cluster";
 const SYNC_LABEL_PREFIX = "state.workload.flotilla.io/";
+const STATUS_ANNOTATION_PREFIX = "clusterstatus.workload.flotilla.io/";
+// Companions follow their workloads; those of these kinds have a status worth showing,
+// reported per cluster. The others (ConfigMaps, PodDisruptionBudgets, ...) are synced
+// or refused, which the WorkloadPlacement says.
+const COMPANION_KINDS = [
+  ["Service", "api/v1/services"],
+  ["Ingress", "apis/networking.k8s.io/v1/ingresses"],
+  ["HorizontalPodAutoscaler", "apis/autoscaling/v2/horizontalpodautoscalers"],
+];
+const REFERENCED_LABEL = "workload.flotilla.io/referenced";
 
 const $ = (id) => document.getElementById(id);
 
@@ -297,6 +307,7 @@ const clusters = new Map(); // name -> SyncTarget
 const deployments = new Map(); // "ws/ns/name" -> Deployment
 const placements = new Map(); // "ws/ns/name" -> WorkloadPlacement
 const events = new Map(); // uid -> Event (scheduling reasons only)
+const companions = new Map(); // "ws/ns/Kind/name" -> Service, Ingress or HorizontalPodAutoscaler
 const timeline = []; // { at (ms), seen (ms, when the page saw it live), kind, text, key }
 const timelineKeys = new Set();
 let live = false; // past the first lists: what arrives now happened now
@@ -371,10 +382,16 @@ let workloadsDirty = true;
 let timelineDirty = true;
 let detailDirty = true;
 
-function mapHandlers(map, keyFn, onChange) {
+// Keeps `map` as the watch says. `kind` is the kind of the objects when a map holds
+// several (one list's reset then clears only its own).
+function mapHandlers(map, keyFn, onChange, kind) {
   return {
     reset(items) {
-      map.clear();
+      if (kind) {
+        for (const k of [...map.keys()]) if (k.split("/")[2] === kind) map.delete(k);
+      } else {
+        map.clear();
+      }
       for (const o of items) {
         map.set(keyFn(o), o);
         onChange(o, false);
@@ -409,6 +426,10 @@ function startWatches() {
       if (!gone && SCHEDULING_REASONS.has(o.reason)) noteEvent(o);
     })],
   ];
+  for (const [kind, path] of COMPANION_KINDS) {
+    defs.push([path.split("/").pop(), `${base}/${path}?labelSelector=${encodeURIComponent(REFERENCED_LABEL)}`,
+      mapHandlers(companions, (o) => `${workspaceOf(o)}/${o.metadata.namespace}/${kind}/${o.metadata.name}`, () => {}, kind)]);
+  }
   if (!ws) {
     defs.unshift(["SyncTargets", "/apis/workload.flotilla.io/v1alpha1/synctargets",
       mapHandlers(clusters, (o) => o.metadata.name, (o, gone) => {
@@ -551,6 +572,80 @@ function renderClusters() {
   setText(brake, braked.length ? `FAILOVER PAUSED (disruption brake): ${braked.join("; ")}. Confirm a loss with \`flotilla cluster confirm-lost NAME\`.` : "");
 }
 
+// A companion's state on the clusters `assigned` to its workload: Available when every
+// one of them has reported what the kind promises (a load balancer address, an
+// autoscaler's replicas), Progressing while some have not, Pending when a cluster
+// refused it or it is not there yet.
+export function companionState(ref, obj, assigned, refusal) {
+  const [kind] = ref.split("/");
+  if (refusal) return { state: "Pending", why: refusal, clusters: assigned };
+  if (!COMPANION_KINDS.some(([k]) => k === kind)) return { state: "Available", why: "synced", clusters: assigned };
+  if (!obj) return { state: "Pending", why: "not seen yet", clusters: [] };
+  const labels = (obj.metadata && obj.metadata.labels) || {};
+  const annotations = (obj.metadata && obj.metadata.annotations) || {};
+  const on = assigned.filter((c) => labels[SYNC_LABEL_PREFIX + c] === "Sync");
+  const following = assigned.filter((c) => !on.includes(c));
+  if (following.length) return { state: "Progressing", why: `following the workload to ${following.join(", ")}`, clusters: on };
+  const report = (c) => {
+    try {
+      return JSON.parse(annotations[STATUS_ANNOTATION_PREFIX + c] || "null");
+    } catch (_) {
+      return null;
+    }
+  };
+  if (kind === "Service" && !(obj.spec && obj.spec.type === "LoadBalancer")) {
+    return { state: "Available", why: (obj.spec && obj.spec.type) || "ClusterIP", clusters: on };
+  }
+  if (kind === "Service" || kind === "Ingress") {
+    const addresses = [];
+    const waiting = [];
+    for (const c of on) {
+      const ingress = ((report(c) || {}).loadBalancer || {}).ingress || [];
+      if (!ingress.length) waiting.push(c);
+      for (const i of ingress) addresses.push(i.ip || i.hostname || "?");
+    }
+    if (waiting.length) return { state: "Progressing", why: `no load balancer address from ${waiting.join(", ")} yet`, clusters: on };
+    return { state: "Available", why: addresses.join(", "), clusters: on };
+  }
+  let current = 0;
+  let desired = 0;
+  const waiting = [];
+  for (const c of on) {
+    const r = report(c);
+    if (!r) waiting.push(c);
+    else {
+      current += r.currentReplicas || 0;
+      desired += r.desiredReplicas || 0;
+    }
+  }
+  if (waiting.length) return { state: "Progressing", why: `no report from ${waiting.join(", ")} yet`, clusters: on };
+  return { state: "Available", why: `${current}/${desired} replicas`, clusters: on };
+}
+
+// The companions of workload `key` (`ws/ns/name`) with their states.
+function companionsOf(key, wp) {
+  const [ws, ns] = key.split("/");
+  const refs = (wp && wp.status && wp.status.companions) || [];
+  const assigned = ((wp && wp.spec && wp.spec.clusters) || []).map((c) => c.name);
+  const refused = condition(wp, "CompanionsSynced");
+  const refusedText = refused && refused.status === "False" ? refused.message || "" : "";
+  return refs.map((ref) => {
+    const refusal = refusedText.includes(ref) ? refusedText : "";
+    const [kind, name] = ref.split("/");
+    return { ref, ...companionState(ref, companions.get(`${ws}/${ns}/${kind}/${name}`), assigned, refusal) };
+  });
+}
+
+const RANK = { Pending: 0, Progressing: 1, Available: 2 };
+
+// One line for a workload's companions: the worst of them, or that all are well.
+function companionsSummary(list) {
+  if (!list.length) return { state: "", text: "" };
+  const worst = list.reduce((a, b) => (RANK[b.state] < RANK[a.state] ? b : a));
+  if (worst.state === "Available") return { state: "Available", text: `${list.length} available` };
+  return { state: worst.state, text: `${worst.ref} ${worst.state}: ${worst.why}` };
+}
+
 // One workload as a row: what it is, where it runs, and how it is doing.
 function workloadView(key) {
   const d = deployments.get(key);
@@ -578,7 +673,9 @@ function workloadView(key) {
     state = "Progressing";
     why = available ? available.message || available.reason || "" : "";
   }
-  return { key, ws, ns, name, ready: `${ready}/${want}`, shares: shares.join(" · "), where, state, why };
+  const companionList = companionsOf(key, wp);
+  return { key, ws, ns, name, ready: `${ready}/${want}`, shares: shares.join(" · "), where, state, why, companionList,
+    companions: companionsSummary(companionList) };
 }
 
 let workloadKeys = [];
@@ -607,7 +704,7 @@ function drawVisibleRows() {
   const first = Math.max(0, Math.floor(list.scrollTop / ROW_HEIGHT) - 5);
   const count = Math.min(workloadKeys.length - first, Math.ceil(list.clientHeight / ROW_HEIGHT) + 10);
   while (rowPool.length < count) {
-    const cells = Array.from({ length: 5 }, () => h("span", { role: "cell" }));
+    const cells = Array.from({ length: 6 }, () => h("span", { role: "cell" }));
     cells[1] = h("span", { role: "cell" }, h("a", { href: "#" }));
     const row = h("div", { class: "vrow", role: "row" }, cells);
     list.append(row);
@@ -634,6 +731,9 @@ function drawVisibleRows() {
     setText(cells[3], v.shares || "—");
     setText(cells[4], v.why ? `${v.state}: ${v.why}` : v.state);
     setAttr(cells[4], "title", v.why || v.state);
+    setText(cells[5], v.companions.text || "—");
+    setAttr(cells[5], "title", v.companions.text);
+    setAttr(row, "data-companions", v.companions.state);
   }
 }
 
@@ -731,6 +831,10 @@ function renderDetail() {
       h("td", {}, s.readyReplicas || 0), h("td", {}, s.availableReplicas || 0), h("td", {}, s.syncedGeneration ?? ""),
       h("td", {}, s.lastSyncTime || ""));
   }));
+  $("detail-companions").replaceChildren(...v.companionList.map((c) => h("tr", { "data-companion": c.ref, "data-state": c.state },
+    h("th", { scope: "row" }, c.ref), h("td", { class: `state-${c.state}` }, c.state), h("td", {}, c.clusters.join(", ")),
+    h("td", {}, c.why))));
+  if (!v.companionList.length) $("detail-companions").replaceChildren(h("tr", {}, h("td", { colspan: 4 }, "none")));
   const conds = (wp && wp.status && wp.status.conditions) || [];
   $("detail-conditions").replaceChildren(...conds.map((c) => h("tr", {}, h("th", { scope: "row" }, c.type), h("td", {}, c.status),
     h("td", {}, c.reason || ""), h("td", {}, c.message || ""), h("td", {}, c.lastTransitionTime || ""))));
