@@ -9,7 +9,7 @@
 const SESSION_KEY = "flotilla.dashboard.session";
 const ROW_HEIGHT = 30;
 const TIMELINE_KEEP = 2000;
-const TIMELINE_SHOWN = 300;
+const TIMELINE_SHOWN = 200;
 const SCHEDULING_REASONS = new Set(["Scheduled", "Rescheduled", "FailedScheduling", "Rebalanced", "FewerClusters"]);
 const CLUSTER_ANNOTATION = "kcp.io/cluster";
 const SYNC_LABEL_PREFIX = "state.workload.flotilla.io/";
@@ -306,10 +306,13 @@ let watches = [];
 const clusters = new Map(); // name -> SyncTarget
 const deployments = new Map(); // "ws/ns/name" -> Deployment
 const placements = new Map(); // "ws/ns/name" -> WorkloadPlacement
-const events = new Map(); // uid -> Event (scheduling reasons only)
 const companions = new Map(); // "ws/ns/Kind/name" -> Service, Ingress or HorizontalPodAutoscaler
 const timeline = []; // { at (ms), seen (ms, when the page saw it live), kind, text, key }
 const timelineKeys = new Set();
+// When each scheduling Event was first drawn (`ws/ns/name` -> epoch ms), the last
+// 20,000: for the benchmark harness and for anyone asking how far behind the page is.
+const shownAt = new Map();
+let unshown = [];
 let live = false; // past the first lists: what arrives now happened now
 
 function workspaceOf(obj) {
@@ -331,6 +334,7 @@ function addToTimeline(entry) {
   if (timelineKeys.has(entry.key)) return;
   timelineKeys.add(entry.key);
   if (live) entry.seen = Date.now();
+  if (entry.event) unshown.push(entry.event);
   timeline.push(entry);
   if (timeline.length > TIMELINE_KEEP * 1.25) {
     timeline.sort((a, b) => a.at - b.at);
@@ -374,6 +378,7 @@ function noteEvent(ev) {
     key: `event/${ev.metadata.uid}/${ev.count || 1}`,
     text: `${ev.reason} ${key}: ${ev.message || ""}`,
     workload: key,
+    event: `${workspaceOf(ev)}/${ev.metadata.namespace || ""}/${ev.metadata.name}`,
   });
 }
 
@@ -382,9 +387,34 @@ let workloadsDirty = true;
 let timelineDirty = true;
 let detailDirty = true;
 
-// Keeps `map` as the watch says. `kind` is the kind of the objects when a map holds
-// several (one list's reset then clears only its own).
-function mapHandlers(map, keyFn, onChange, kind) {
+// What the page keeps of an object: the fields it shows, so that 10,000 workloads
+// cost what they show and not what they store.
+function slimMeta(m, keep) {
+  const out = { name: m.name, namespace: m.namespace, uid: m.uid, resourceVersion: m.resourceVersion };
+  const a = m.annotations || {};
+  const annotations = {};
+  for (const k of Object.keys(a)) if (k === CLUSTER_ANNOTATION || (keep && k.startsWith(keep))) annotations[k] = a[k];
+  out.annotations = annotations;
+  return out;
+}
+
+const SLIM = {
+  Deployments: (o) => ({
+    metadata: slimMeta(o.metadata || {}),
+    spec: { replicas: o.spec ? o.spec.replicas : undefined },
+    status: { readyReplicas: o.status ? o.status.readyReplicas : undefined },
+  }),
+  WorkloadPlacements: (o) => ({ metadata: slimMeta(o.metadata || {}), spec: o.spec, status: o.status }),
+  Companions: (o) => ({
+    metadata: { ...slimMeta(o.metadata || {}, STATUS_ANNOTATION_PREFIX), labels: (o.metadata && o.metadata.labels) || {} },
+    spec: { type: o.spec ? o.spec.type : undefined },
+  }),
+};
+
+// Keeps `map` as the watch says, and marks what must be drawn again. `kind` is the
+// kind of the objects when a map holds several (one list's reset then clears only
+// its own); `slim` cuts an object down to what the page shows.
+function mapHandlers(map, keyFn, { onChange = () => {}, kind, slim = (o) => o, marks }) {
   return {
     reset(items) {
       if (kind) {
@@ -393,47 +423,75 @@ function mapHandlers(map, keyFn, onChange, kind) {
         map.clear();
       }
       for (const o of items) {
-        map.set(keyFn(o), o);
+        map.set(keyFn(o), slim(o));
         onChange(o, false);
       }
-      markAll();
+      if (map === deployments) keysChanged = true;
+      marks();
     },
     event(type, o) {
       const k = keyFn(o);
-      if (type === "DELETED") map.delete(k);
-      else map.set(k, o);
+      if (type === "DELETED") {
+        map.delete(k);
+        if (map === deployments) keysChanged = true;
+      } else {
+        if (map === deployments && !map.has(k)) keysChanged = true;
+        map.set(k, slim(o));
+      }
       onChange(o, type === "DELETED");
-      markAll();
+      marks();
     },
   };
 }
 
-function markAll() {
-  clustersDirty = workloadsDirty = detailDirty = true;
+const markClusters = () => {
+  clustersDirty = true;
   draw();
-}
+};
+const markWorkloads = () => {
+  workloadsDirty = detailDirty = true;
+  draw();
+};
+
+// Events are not kept: the scheduling ones become timeline entries.
+const eventHandlers = {
+  reset(items) {
+    for (const o of items) noteEvent(o);
+    draw();
+  },
+  event(type, o) {
+    if (type !== "DELETED") noteEvent(o);
+    draw();
+  },
+};
 
 function startWatches() {
   const ws = session.workspace;
   const base = ws ? `/clusters/${encodeURIComponent(ws)}` : "/clusters/*";
   const defs = [
-    ["Deployments", `${base}/apis/apps/v1/deployments`, mapHandlers(deployments, (o) => keyOf(o), () => {})],
+    ["Deployments", `${base}/apis/apps/v1/deployments`, mapHandlers(deployments, (o) => keyOf(o), { slim: SLIM.Deployments, marks: markWorkloads })],
     ["WorkloadPlacements", `${base}/apis/scheduling.flotilla.io/v1alpha1/workloadplacements`,
-      mapHandlers(placements, (o) => keyOf(o, o.spec && o.spec.workload ? o.spec.workload.name : undefined), (o, gone) => {
-        if (!gone) noteAvailability(keyOf(o), o);
+      mapHandlers(placements, (o) => keyOf(o, o.spec && o.spec.workload ? o.spec.workload.name : undefined), {
+        onChange: (o, gone) => {
+          if (!gone) noteAvailability(keyOf(o), o);
+        },
+        slim: SLIM.WorkloadPlacements,
+        marks: markWorkloads,
       })],
-    ["Events", `${base}/api/v1/events`, mapHandlers(events, (o) => o.metadata.uid, (o, gone) => {
-      if (!gone && SCHEDULING_REASONS.has(o.reason)) noteEvent(o);
-    })],
+    ["Events", `${base}/api/v1/events`, eventHandlers],
   ];
   for (const [kind, path] of COMPANION_KINDS) {
     defs.push([path.split("/").pop(), `${base}/${path}?labelSelector=${encodeURIComponent(REFERENCED_LABEL)}`,
-      mapHandlers(companions, (o) => `${workspaceOf(o)}/${o.metadata.namespace}/${kind}/${o.metadata.name}`, () => {}, kind)]);
+      mapHandlers(companions, (o) => `${workspaceOf(o)}/${o.metadata.namespace}/${kind}/${o.metadata.name}`,
+        { kind, slim: SLIM.Companions, marks: markWorkloads })]);
   }
   if (!ws) {
     defs.unshift(["SyncTargets", "/apis/workload.flotilla.io/v1alpha1/synctargets",
-      mapHandlers(clusters, (o) => o.metadata.name, (o, gone) => {
-        if (!gone) noteClusterReadiness(o.metadata.name, o);
+      mapHandlers(clusters, (o) => o.metadata.name, {
+        onChange: (o, gone) => {
+          if (!gone) noteClusterReadiness(o.metadata.name, o);
+        },
+        marks: markClusters,
       })]);
   }
   watches = defs.map(([name, path, handlers]) => new Watch(name, path, {
@@ -679,18 +737,30 @@ function workloadView(key) {
 }
 
 let workloadKeys = [];
+let sortedKeys = [];
+let keysChanged = true;
 let filterText = "";
 const rowPool = [];
 
 function renderWorkloads() {
-  const all = [...new Set([...deployments.keys()])];
+  // Sorting 10,000 names is done when names come or go, not on every change.
+  if (keysChanged) {
+    sortedKeys = [...deployments.keys()].sort();
+    keysChanged = false;
+  }
+  const all = sortedKeys;
   const f = filterText.toLowerCase();
-  workloadKeys = all.filter((k) => {
-    if (!f) return true;
-    const wp = placements.get(k);
-    const where = ((wp && wp.spec && wp.spec.clusters) || []).map((c) => c.name).join(" ");
-    return k.toLowerCase().includes(f) || where.includes(f);
-  }).sort();
+  if (!f) {
+    workloadKeys = all;
+  } else {
+    // A filter also matches cluster names, which change with placements: it is run
+    // again on every drawing while it is set.
+    workloadKeys = all.filter((k) => {
+      const wp = placements.get(k);
+      const where = ((wp && wp.spec && wp.spec.clusters) || []).map((c) => c.name).join(" ");
+      return k.toLowerCase().includes(f) || where.includes(f);
+    });
+  }
   setText($("workload-count"), f ? `(${workloadKeys.length} of ${all.length})` : `(${all.length})`);
   drawVisibleRows();
 }
@@ -759,6 +829,12 @@ function renderTimeline() {
       since ? h("span", { class: "since" }, since) : null,
       h("span", { class: "what" }, e.text)));
   list.replaceChildren(...items);
+  if (unshown.length) {
+    const now = performance.timeOrigin + performance.now();
+    for (const k of unshown) if (!shownAt.has(k)) shownAt.set(k, now);
+    unshown = [];
+    if (shownAt.size > 20_000) for (const k of [...shownAt.keys()].slice(0, shownAt.size - 20_000)) shownAt.delete(k);
+  }
 }
 
 // The explanation of the workload on its page: asked for when the page opens and
@@ -930,5 +1006,12 @@ function drawVisibleRowsSoon() {
     drawVisibleRows();
   });
 }
+
+// Read-only numbers about the page, for diagnosis and the benchmark harness.
+window.flotillaDashboard = Object.freeze({
+  shownAt: (eventKey) => shownAt.get(eventKey),
+  counts: () => ({ clusters: clusters.size, workloads: deployments.size, placements: placements.size,
+    companions: companions.size, timeline: timeline.length, rowsInDom: rowPool.length }),
+});
 
 main();
