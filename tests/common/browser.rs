@@ -3,7 +3,7 @@
 //!
 //! It needs Node.js, `npm ci` in `tests/browser` (hack/browser.sh) and Debian's
 //! `chromium`. Without them a test skips and says so, unless FLOTILLA_REQUIRE_BROWSER is
-//! set, as CI sets it.
+//! set, as CI sets it. The benchmark harness uses this file too (hack/bench/src/dashboard.rs).
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
@@ -28,8 +28,11 @@ fn chromium() -> PathBuf {
     std::env::var_os("FLOTILLA_CHROMIUM").map(PathBuf::from).unwrap_or_else(|| PathBuf::from("/usr/bin/chromium"))
 }
 
+/// `tests/browser` of the repository: found from the crate being built, which is the
+/// repository's root for the tests and `hack/bench` for the benchmark harness.
 fn browser_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/browser")
+    let here = Path::new(env!("CARGO_MANIFEST_DIR"));
+    here.ancestors().map(|d| d.join("tests/browser")).find(|d| d.join("driver.mjs").exists()).unwrap_or_else(|| here.join("tests/browser"))
 }
 
 /// What is missing to run a browser, if anything.

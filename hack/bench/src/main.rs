@@ -20,6 +20,7 @@ use kube::core::{ApiResource, GroupVersionKind};
 use serde_json::json;
 
 mod companions;
+mod dashboard;
 mod etcd;
 mod hostile;
 mod plot;
@@ -53,7 +54,7 @@ struct Args {
     /// `companions` (apps of a Deployment and four companions) is both
     /// `companions-apply` and `companions-failover`; `etcd` is `etcd-store`,
     /// `etcd-replicas` and `etcd-failover`.
-    #[arg(long, value_parser = ["controlplane", "sim", "syncer", "syncer-latency", "syncer-steady", "scheduler", "scheduler-assign", "scheduler-failover", "companions", "companions-apply", "companions-failover", "scale", "hostile-bodies", "etcd", "etcd-store", "etcd-replicas", "etcd-failover"])]
+    #[arg(long, value_parser = ["controlplane", "sim", "syncer", "syncer-latency", "syncer-steady", "scheduler", "scheduler-assign", "scheduler-failover", "companions", "companions-apply", "companions-failover", "scale", "hostile-bodies", "etcd", "etcd-store", "etcd-replicas", "etcd-failover", "dashboard"])]
     only: Option<String>,
 }
 
@@ -87,6 +88,7 @@ struct Sizes {
     companions: companions::Sizes,
     scale: scale::Sizes,
     hostile: hostile::Sizes,
+    dashboard: dashboard::Sizes,
 }
 
 impl Sizes {
@@ -113,6 +115,7 @@ impl Sizes {
                 companions: companions::Sizes { clusters: 3, apps: 100, failover_apps: 100 },
                 scale: scale::Sizes { workspaces: 20, deployments_per_workspace: 5, clusters: 4, window_secs: 10 },
                 hostile: hostile::Sizes { repeats: 2, floor_repeats: 20, gets: 200, heartbeats: 30, window_secs: 3, senders: 16, worst: 3 },
+                dashboard: dashboard::Sizes { workloads: 500, clusters: 10, events: 100, events_per_sec: 50.0, moves: 200 },
             }
         } else {
             Sizes {
@@ -144,6 +147,7 @@ impl Sizes {
                     senders: 16,
                     worst: 3,
                 },
+                dashboard: dashboard::Sizes { workloads: 10_000, clusters: 100, events: 1_000, events_per_sec: 100.0, moves: 2_000 },
             }
         }
     }
@@ -439,6 +443,11 @@ async fn main() -> anyhow::Result<()> {
             report.calibrate("etcd-replicas").await;
             let r = etcd::replicas(&args.flotilla, &s, &mut report).await;
             report.outcome("etcd-replicas", r);
+        }
+        if selected("dashboard") {
+            report.calibrate("dashboard").await;
+            let r = dashboard::rows(&args.flotilla, s.dashboard, &mut report).await;
+            report.outcome("dashboard", r);
         }
         if selected("etcd-failover") {
             report.calibrate("etcd-failover").await;
