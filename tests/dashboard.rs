@@ -206,9 +206,32 @@ fn the_dashboard_shows_up_s_fleet_and_a_failover_live_without_a_reload() {
     let per_cluster = b.texts("#detail-clusters tr");
     assert!(per_cluster.iter().any(|r| r.starts_with("east")), "{per_cluster:?}");
     assert!(b.texts("#detail-conditions tr").iter().any(|r| r.starts_with("Scheduled")), "{:?}", b.texts("#detail-conditions tr"));
-    assert_eq!(unexpected_errors(&mut b), Vec::<String>::new());
     let drilled = drill.wait_with_output().unwrap();
     assert!(drilled.status.success(), "flotilla drill kill west: {}", String::from_utf8_lossy(&drilled.stderr));
+
+    // Back to the fleet: west returns and is cordoned, and the row says so.
+    b.click("#detail a[href=\"#\"]");
+    let o = run(&["drill", "restore", "west"]);
+    assert!(o.ok, "flotilla drill restore west: {o:?}");
+    wait_cluster(&mut b, "west", "True", DEADLINE);
+    let o = run(&["cluster", "cordon", "west"]);
+    assert!(o.ok, "flotilla cluster cordon west: {o:?}");
+    wait_for("west Cordoned on the page", DEADLINE, || match b.texts("#cluster-rows tr[data-cluster=\"west\"] td").get(6) {
+        Some(s) if s == "Cordoned" => Ok(()),
+        seen => Err(format!("{seen:?}")),
+    });
+    // Two of three clusters lost at once: the disruption brake holds their workloads,
+    // and the page says so in a banner that names them.
+    let o = run(&["drill", "kill", "east,eu"]);
+    assert!(o.ok && o.stdout.contains("failover paused"), "flotilla drill kill east,eu: {o:?}");
+    let banner = wait_for("the brake's banner", DEADLINE, || match b.text("#brake") {
+        Some(t) if b.visible("#brake") && t.contains("east") && t.contains("eu") => Ok(t),
+        seen => Err(format!("{seen:?}; rows: {:?}", b.texts("#cluster-rows tr"))),
+    });
+    assert!(banner.contains("FAILOVER PAUSED") && banner.contains("confirm-lost"), "{banner}");
+    assert_eq!(shown_clusters(&mut b, "demo/default/web").as_deref(), Some(moved.as_str()), "the brake let web move");
+    assert_eq!(b.eval("window.flotillaTestMark").as_str(), Some("kept"), "the page was reloaded");
+    assert_eq!(unexpected_errors(&mut b), Vec::<String>::new());
     drop(up);
 }
 

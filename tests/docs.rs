@@ -7,7 +7,7 @@
 //!   up to the next command are the output the page shows.
 //! - `cargo run --release --` is the `flotilla` binary under test; `flotilla` and
 //!   `kubectl` are found on PATH. Each page runs in its own directory (with `docs/` and
-//!   `test-clusters/` linked in), with its own HOME and data dir.
+//!   `test-clusters/` linked in), with its own HOME and data dir, and no display.
 //! - `... up` starts in the background on a free port and must print "ready".
 //! - `export ...` lines change the environment of the commands after them.
 //! - The README's test command is not run from inside the tests.
@@ -124,7 +124,9 @@ impl Reader {
         let bin_dir = dir.path().join("bin");
         std::fs::create_dir(&bin_dir).unwrap();
         std::os::unix::fs::symlink(bin(), bin_dir.join("flotilla")).unwrap();
-        let mut env: HashMap<String, String> = std::env::vars().filter(|(k, _)| !k.starts_with("FLOTILLA_") && k != "KUBECONFIG").collect();
+        // No display either: `flotilla dashboard` prints its link instead of opening it.
+        let ours = |k: &str| k.starts_with("FLOTILLA_") || ["KUBECONFIG", "DISPLAY", "WAYLAND_DISPLAY", "BROWSER"].contains(&k);
+        let mut env: HashMap<String, String> = std::env::vars().filter(|(k, _)| !ours(k)).collect();
         env.insert("PATH".into(), format!("{}:{}", bin_dir.display(), env.get("PATH").cloned().unwrap_or_default()));
         env.insert("HOME".into(), dir.path().display().to_string());
         let up_log = dir.path().join("up.log");

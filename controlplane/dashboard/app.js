@@ -147,6 +147,7 @@ async function openSession(token) {
     cache: "no-store",
   });
   noteServerDate(resp);
+  if (resp.status === 401 || resp.status === 403) throw new Refused(await statusMessage(resp));
   if (resp.status !== 201) throw new Error(await statusMessage(resp));
   const body = await resp.json();
   const s = body.status || {};
@@ -159,13 +160,21 @@ function keepSession(s) {
   clearTimeout(renewTimer);
   // Renewed halfway through its life, while the page is open.
   const wait = Math.max(10_000, (s.expiresAt - Date.now()) / 2);
-  renewTimer = setTimeout(async () => {
-    try {
-      keepSession(await openSession(session.token));
-    } catch (e) {
+  renewTimer = setTimeout(() => renew(30_000), Math.min(wait, 2 ** 31 - 1));
+}
+
+// Renews the session; a refusal ends it, anything else (the server restarting, a
+// network that dropped) is tried again after `pause`.
+async function renew(pause) {
+  try {
+    keepSession(await openSession(session.token));
+  } catch (e) {
+    if (e instanceof Refused || Date.now() >= session.expiresAt) {
       signOut(`The session could not be renewed: ${e.message}`);
+    } else {
+      renewTimer = setTimeout(() => renew(Math.min(pause * 2, 300_000)), pause);
     }
-  }, Math.min(wait, 2 ** 31 - 1));
+  }
 }
 
 function storedSession() {
@@ -269,8 +278,9 @@ class Watch {
     for (;;) {
       const { value, done } = await reader.read();
       if (done) return version;
+      const started = performance.now();
       // Only the new text is searched for line ends: a long line costs its length once.
-      let from = buffer.length;
+      const from = buffer.length;
       buffer += value;
       let start = 0;
       for (let end = buffer.indexOf("\n", from); end >= 0; end = buffer.indexOf("\n", start)) {
@@ -288,7 +298,10 @@ class Watch {
         if (event.type !== "BOOKMARK") this.handlers.event(event.type, event.object);
       }
       buffer = buffer.slice(start);
-      from = 0;
+      const ms = performance.now() - started;
+      costs.chunks += 1;
+      costs.applyMs += ms;
+      costs.applyMaxMs = Math.max(costs.applyMaxMs, ms);
     }
   }
 
@@ -330,17 +343,29 @@ function condition(obj, type) {
   return cs.find((c) => c.type === type);
 }
 
+// Timeline order: by time, then by when the page saw it.
+const byTime = (a, b) => (a.at - b.at) || ((a.seen || 0) - (b.seen || 0));
+let timelineUnsorted = false;
+
 function addToTimeline(entry) {
   if (timelineKeys.has(entry.key)) return;
   timelineKeys.add(entry.key);
+  if (!isFinite(entry.at)) entry.at = 0;
   if (live) entry.seen = Date.now();
   if (entry.event) unshown.push(entry.event);
+  // Entries mostly come in order; only one that does not costs a sort, once.
+  if (timeline.length && byTime(entry, timeline[timeline.length - 1]) < 0) timelineUnsorted = true;
   timeline.push(entry);
   if (timeline.length > TIMELINE_KEEP * 1.25) {
-    timeline.sort((a, b) => a.at - b.at);
+    sortTimeline();
     for (const old of timeline.splice(0, timeline.length - TIMELINE_KEEP)) timelineKeys.delete(old.key);
   }
   timelineDirty = true;
+}
+
+function sortTimeline() {
+  if (timelineUnsorted) timeline.sort(byTime);
+  timelineUnsorted = false;
 }
 
 function noteClusterReadiness(name, st) {
@@ -519,14 +544,39 @@ function draw() {
   });
 }
 
+// Where the page's time goes: drawing, and taking in what the watches deliver.
+const costs = {
+  renders: 0, renderMs: 0, renderMaxMs: 0, chunks: 0, applyMs: 0, applyMaxMs: 0,
+  clustersMs: 0, workloadsMs: 0, timelineMs: 0, detailMs: 0,
+};
+
 function render() {
   if (!session) return;
+  const started = performance.now();
+  try {
+    renderAll();
+  } finally {
+    const ms = performance.now() - started;
+    costs.renders += 1;
+    costs.renderMs += ms;
+    costs.renderMaxMs = Math.max(costs.renderMaxMs, ms);
+  }
+}
+
+// Runs one part of a drawing, and counts its time.
+function timed(part, f) {
+  const started = performance.now();
+  f();
+  costs[part] = (costs[part] || 0) + performance.now() - started;
+}
+
+function renderAll() {
   if (watches.length && watches.every((w) => w.state === "live")) live = true;
   renderConnection();
-  if (clustersDirty) renderClusters();
-  if (workloadsDirty) renderWorkloads();
-  if (timelineDirty) renderTimeline();
-  if (detailDirty) renderDetail();
+  if (clustersDirty) timed("clustersMs", renderClusters);
+  if (workloadsDirty) timed("workloadsMs", renderWorkloads);
+  if (timelineDirty) timed("timelineMs", renderTimeline);
+  if (detailDirty) timed("detailMs", renderDetail);
   clustersDirty = workloadsDirty = timelineDirty = detailDirty = false;
 }
 
@@ -809,26 +859,58 @@ function drawVisibleRows() {
 
 // The story of the last failover: times after the most recent cluster loss are shown
 // as T+seconds, measured on the page's clock when both were seen live.
-function renderTimeline() {
-  timeline.sort((a, b) => (a.at - b.at) || ((a.seen || 0) - (b.seen || 0)));
-  let lost = null;
-  const shown = [];
-  for (const e of timeline) {
-    if (e.kind === "lost") lost = e;
-    let since = "";
-    if (lost && e !== lost && e.at - lost.at < 10 * 60_000 && e.at >= lost.at) {
-      const ms = e.seen && lost.seen ? e.seen - lost.seen : e.at - lost.at;
-      since = `T+${(ms / 1000).toFixed(1)}s`;
-    }
-    shown.push({ e, since });
+function sinceLoss(e, lost) {
+  if (!lost || e === lost || e.at < lost.at || e.at - lost.at >= 10 * 60_000) return "";
+  const ms = e.seen && lost.seen ? e.seen - lost.seen : e.at - lost.at;
+  return `T+${(ms / 1000).toFixed(1)}s`;
+}
+
+const timelineItems = new Map(); // entry key -> its <li>, while it is shown
+
+// The <li> of entry `e`, made once and then only its T+ label kept current.
+function timelineItem(e, since) {
+  let li = timelineItems.get(e.key);
+  if (!li) {
+    li = h("li", { class: e.kind, "data-kind": e.kind },
+      h("time", { datetime: e.at ? new Date(e.at).toISOString() : "" }, clock(e.at)),
+      h("span", { class: "since" }),
+      h("span", { class: "what" }, e.text));
+    timelineItems.set(e.key, li);
   }
+  const label = li.children[1];
+  setText(label, since);
+  label.hidden = !since;
+  return li;
+}
+
+// Newest first. New entries are put above the ones shown, which stay as they are; the
+// list is rebuilt only when an entry arrived out of order.
+function renderTimeline() {
+  sortTimeline();
+  const first = Math.max(0, timeline.length - TIMELINE_SHOWN);
+  let lost = null;
+  for (let i = 0; i < first; i++) if (timeline[i].kind === "lost") lost = timeline[i];
+  const want = [];
+  for (let i = first; i < timeline.length; i++) {
+    const e = timeline[i];
+    if (e.kind === "lost") lost = e;
+    want.push(timelineItem(e, sinceLoss(e, lost)));
+  }
+  want.reverse();
   const list = $("timeline-list");
-  const items = shown.slice(-TIMELINE_SHOWN).reverse().map(({ e, since }) =>
-    h("li", { class: e.kind, "data-kind": e.kind },
-      h("time", { datetime: isFinite(e.at) ? new Date(e.at).toISOString() : "" }, clock(e.at)),
-      since ? h("span", { class: "since" }, since) : null,
-      h("span", { class: "what" }, e.text)));
-  list.replaceChildren(...items);
+  const top = list.firstElementChild;
+  const kept = top ? want.indexOf(top) : -1;
+  const inPlace = kept >= 0 && want.slice(kept).every((li, i) => list.children[i] === li);
+  if (inPlace) {
+    list.prepend(...want.slice(0, kept));
+    while (list.children.length > want.length) list.lastElementChild.remove();
+  } else {
+    list.replaceChildren(...want);
+  }
+  if (timelineItems.size > want.length) {
+    const shown = new Set(want);
+    for (const [k, li] of timelineItems) if (!shown.has(li)) timelineItems.delete(k);
+  }
   if (unshown.length) {
     const now = performance.timeOrigin + performance.now();
     for (const k of unshown) if (!shownAt.has(k)) shownAt.set(k, now);
@@ -1012,6 +1094,12 @@ window.flotillaDashboard = Object.freeze({
   shownAt: (eventKey) => shownAt.get(eventKey),
   counts: () => ({ clusters: clusters.size, workloads: deployments.size, placements: placements.size,
     companions: companions.size, timeline: timeline.length, rowsInDom: rowPool.length }),
+  // With `reset`, the account starts again from zero.
+  costs: (reset) => {
+    const now = { ...costs };
+    if (reset) for (const k of Object.keys(costs)) costs[k] = 0;
+    return now;
+  },
 });
 
 main();

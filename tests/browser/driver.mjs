@@ -71,6 +71,13 @@ const ops = {
     return path;
   },
   errors: async () => errors.splice(0),
+  // A full garbage collection, so that a heap figure counts what the page keeps.
+  gc: async () => {
+    const cdp = await context.newCDPSession(page);
+    await cdp.send("HeapProfiler.collectGarbage");
+    await cdp.detach();
+    return true;
+  },
   close: async () => {
     await browser.close();
     return "closed";

@@ -157,6 +157,11 @@ impl Browser {
         self.must("screenshot", json!({ "path": path, "fullPage": full_page }));
     }
 
+    /// Collects the page's garbage, so that a heap figure counts what it keeps.
+    pub fn gc(&mut self) {
+        self.must("gc", json!({}));
+    }
+
     /// The page's errors since the last call: uncaught exceptions, console errors,
     /// and what the Content-Security-Policy refused.
     pub fn errors(&mut self) -> Vec<String> {

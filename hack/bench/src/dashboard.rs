@@ -172,7 +172,16 @@ pub async fn rows(bin: &Path, sz: Sizes, report: &mut Report) -> anyhow::Result<
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     let load_secs = loading.elapsed().as_secs_f64();
-    let heap = |b: &mut browser::Browser| blocking(|| b.eval("performance.memory.usedJSHeapSize")).as_f64().unwrap_or(f64::NAN) / 1048576.0;
+    // What the page keeps, after a full collection.
+    let heap = |b: &mut browser::Browser| {
+        blocking(|| {
+            b.gc();
+            b.eval("performance.memory.usedJSHeapSize")
+        })
+        .as_f64()
+        .unwrap_or(f64::NAN)
+            / 1048576.0
+    };
     tokio::time::sleep(Duration::from_secs(1)).await;
     let heap_loaded = heap(&mut b);
     let dom_nodes = blocking(|| b.eval("document.getElementsByTagName('*').length")).as_u64().unwrap_or_default();
@@ -181,6 +190,7 @@ pub async fn rows(bin: &Path, sz: Sizes, report: &mut Report) -> anyhow::Result<
     blocking(|| {
         b.eval(
             "window.benchFrames = []; window.benchLong = []; window.benchStop = false;
+             window.flotillaDashboard.costs(true);
              new PerformanceObserver((l) => { for (const e of l.getEntries()) window.benchLong.push(e.duration); }).observe({ type: 'longtask' });
              (function frame(t) { if (window.benchStop) return; window.benchFrames.push(t); requestAnimationFrame(frame); })(performance.now()); true",
         )
@@ -243,6 +253,9 @@ pub async fn rows(bin: &Path, sz: Sizes, report: &mut Report) -> anyhow::Result<
         b.eval("window.benchStop = true; const f = window.benchFrames; f.slice(1).map((t, i) => t - f[i])")
     }))?;
     let long: Vec<f64> = serde_json::from_value(blocking(|| b.eval("window.benchLong")))?;
+    // The page's own account of its time: drawing, and taking in the watches' data.
+    let costs = blocking(|| b.eval("window.flotillaDashboard.costs()"));
+    let cost = |k: &str| costs.get(k).and_then(Value::as_f64).unwrap_or(f64::NAN);
     let heap_after = heap(&mut b);
     let names: Vec<String> = acked.iter().map(|(n, _)| format!("bench/default/{n}")).collect();
     let shown: Vec<Option<f64>> = serde_json::from_value(blocking(|| {
@@ -285,7 +298,7 @@ pub async fn rows(bin: &Path, sz: Sizes, report: &mut Report) -> anyhow::Result<
             "moves": sz.moves, "storm_secs": storm_secs, "event_to_page_ms": {"p50": p50, "p99": p99, "max": max},
             "event_to_watch_ms": {"p50": f50, "p99": f99}, "load_secs": load_secs, "list_secs": list_secs,
             "heap_loaded_mib": heap_loaded, "heap_after_storm_mib": heap_after, "dom_nodes": dom_nodes,
-            "frame_ms": {"p50": fr50, "p99": fr99, "max": frmax, "frames": frames.len()}, "long_tasks": long.len(), "long_tasks_ms": long_total,
+            "frame_ms": {"p50": fr50, "p99": fr99, "max": frmax, "frames": frames.len()}, "long_tasks": long.len(), "long_tasks_ms": long_total, "page_costs": costs,
             "page_errors": errors}),
     );
     report.add_row(
@@ -296,12 +309,17 @@ pub async fn rows(bin: &Path, sz: Sizes, report: &mut Report) -> anyhow::Result<
     report.add_row(
         Row::new("dashboard_frames", format!("dashboard: time between frames during the storm, p99, {what}"), fr99, "ms", Better::Lower)
             .detail(format!(
-                "p50 {} ms, max {} ms over {} frames; {} long tasks, {} ms in all",
+                "p50 {} ms, max {} ms over {} frames; {} long tasks, {} ms in all; drawing {} ms at most, {} ms in all; \
+                 taking in the watches {} ms at most, {} ms in all",
                 num(fr50),
                 num(frmax),
                 frames.len(),
                 long.len(),
-                num(long_total)
+                num(long_total),
+                num(cost("renderMaxMs")),
+                num(cost("renderMs")),
+                num(cost("applyMaxMs")),
+                num(cost("applyMs")),
             ))
             .floor("one frame at 60 Hz", 1000.0 / 60.0),
     );
