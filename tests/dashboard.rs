@@ -295,3 +295,58 @@ fn a_workspace_session_sees_only_its_workspace_and_writes_nothing() {
     assert!(!o.ok && o.stderr.contains("Forbidden"), "{o:?}");
     assert_eq!(unexpected_errors(&mut b), Vec::<String>::new());
 }
+
+#[test]
+fn the_page_draws_only_the_rows_in_view_and_shows_hostile_text_as_text() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some(mut b) = Browser::launch(&dir.path().join("browser.log")) else { return };
+    let f = Flotilla::start();
+    let o = f.flotilla(&["workspace", "create", "team-a"]);
+    assert!(o.ok, "workspace create: {o:?}");
+    let many: Vec<String> = (0..150).map(|i| deployment(&format!("app-{i:03}"), 1, "100m", "nginx", "")).collect();
+    let o = f.kubectl_stdin(&["--context", "team-a", "apply", "-f", "-"], &many.join("\n---\n"));
+    assert!(o.ok, "apply: {o:?}");
+    // A message with markup in it, as any client that may create Events can write.
+    let hostile = r#"<img src=x onerror="window.pwned=1"><script>window.pwned=2</script>"#;
+    let event = format!(
+        "apiVersion: v1\nkind: Event\nmetadata: {{name: hostile, namespace: default}}\ninvolvedObject: {{apiVersion: apps/v1, kind: Deployment, namespace: default, name: app-000}}\nreason: Rescheduled\ntype: Normal\nmessage: '{hostile}'\n"
+    );
+    let o = f.kubectl_stdin(&["--context", "team-a", "create", "-f", "-"], &event);
+    assert!(o.ok, "create the Event: {o:?}");
+
+    let admin = std::fs::read_to_string(f.data_dir().join("admin.token")).unwrap();
+    b.goto(&format!("{}/dashboard/", f.url.trim_end_matches('/')));
+    b.fill("#token", admin.trim());
+    b.click("#sign-in-form button");
+    wait_for("150 workloads counted", DEADLINE, || match b.text("#workload-count") {
+        Some(t) if t == "(150)" => Ok(()),
+        seen => Err(format!("{seen:?} {:?}", b.text("#sign-in-error"))),
+    });
+    // Only the rows in view (and a few around them) are in the page.
+    let rows = b.count(".vrow");
+    assert!((5..=60).contains(&rows), "{rows} row elements for 150 workloads");
+    assert!(shown_clusters(&mut b, "team-a/default/app-149").is_none(), "the last row is drawn before it is in view");
+    b.eval("const l = document.getElementById('workload-list'); l.scrollTop = l.scrollHeight; true");
+    wait_for("the last row in view", DEADLINE, || match shown_clusters(&mut b, "team-a/default/app-149") {
+        Some(_) => Ok(()),
+        None => Err(format!("{:?}", b.texts(".vrow:not([hidden]) a"))),
+    });
+    assert_eq!(b.count(".vrow"), rows, "scrolling made new row elements");
+    b.fill("#filter", "app-14");
+    wait_for("the filter", DEADLINE, || match b.text("#workload-count") {
+        Some(t) if t == "(10 of 150)" => Ok(()),
+        seen => Err(format!("{seen:?}")),
+    });
+
+    // The message shows as the text it is: no element is made of it, nothing runs.
+    let item = wait_for("the hostile Event in the timeline", DEADLINE, || {
+        match b.texts("#timeline-list li").into_iter().find(|t| t.contains("Rescheduled team-a/default/app-000")) {
+            Some(t) => Ok(t),
+            None => Err(format!("{:?}", b.texts("#timeline-list li"))),
+        }
+    });
+    assert!(item.contains(hostile), "{item}");
+    assert_eq!(b.count("#timeline-list img, #timeline-list script"), 0);
+    assert_eq!(b.eval("window.pwned === undefined"), serde_json::json!(true));
+    assert_eq!(unexpected_errors(&mut b), Vec::<String>::new());
+}
