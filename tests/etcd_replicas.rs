@@ -53,6 +53,17 @@ fn replicas_share_one_control_plane_and_survive_each_other_and_etcd() {
     let _ = watch.kill();
     let _ = watch.wait();
 
+    // Every replica serves the dashboard, and a session opened on one reads on another.
+    for f in [&a, &b] {
+        let page = f.k(&["--server", &f.url, "get", "--raw", "/dashboard/"]);
+        assert!(page.contains("<title>Flotilla</title>"), "{}: {page}", f.url);
+    }
+    let opened = a.kubectl_stdin(&["--server", &a.url, "create", "--raw", "/dashboard/session", "-f", "-"], "{}");
+    let session: serde_json::Value = serde_json::from_str(&opened.stdout).unwrap_or_else(|e| panic!("{opened:?}: {e}"));
+    let token = session["status"]["token"].as_str().unwrap_or_default();
+    let listed = b.kubectl(&["--server", &b.url, "--token", token, "get", "--raw", "/apis/workload.flotilla.io/v1alpha1/synctargets"]);
+    assert!(listed.ok && listed.stdout.contains("SyncTargetList"), "a session from A on B: {listed:?}");
+
     // etcd down: writes fail with a 503 that names etcd, readyz says so, and reads
     // are served from the replica's copy.
     etcd.kill(0);
