@@ -1037,7 +1037,8 @@ async function main() {
       await signIn(token);
       $("token").value = "";
     } catch (err) {
-      setText($("sign-in-error"), `The server refused this token: ${err.message}`);
+      const what = err instanceof Refused ? "The server refused this token" : "Signing in failed";
+      setText($("sign-in-error"), `${what}: ${err.message}`);
     }
   });
   $("sign-out").addEventListener("click", () => signOut(""));
