@@ -1,7 +1,7 @@
 //! The web dashboard in a real browser (Debian's headless Chromium, driven through
 //! Playwright by tests/browser/driver.mjs): sign-in, the fleet of `flotilla up`, a
 //! failover seen live without a reload, and a workspace's session that sees only its
-//! workspace and cannot write. Screenshots go to the test's temporary directory, and
+//! workspace and cannot write. axe-core checks each view for WCAG 2 A and AA violations. Screenshots go to the test's temporary directory, and
 //! to FLOTILLA_SCREENSHOTS when it is set (hack/screenshots.sh, for docs/images).
 
 mod common;
@@ -32,6 +32,12 @@ fn screenshot(b: &mut Browser, name: &str) -> PathBuf {
 /// The page's errors, but for the refusal of a wrong token, which the test provoked.
 fn unexpected_errors(b: &mut Browser) -> Vec<String> {
     b.errors().into_iter().filter(|e| !e.contains("status of 401")).collect()
+}
+
+/// No WCAG 2 A or AA violation that axe-core finds on the page as it is now.
+fn assert_accessible(b: &mut Browser, what: &str) {
+    let violations = b.accessibility_violations();
+    assert!(violations.is_empty(), "{what}: {}", serde_json::to_string_pretty(&violations).unwrap_or_default());
 }
 
 /// `flotilla dashboard --no-open`: the dashboard's URL and the sign-in link.
@@ -92,6 +98,7 @@ fn the_dashboard_shows_up_s_fleet_and_a_failover_live_without_a_reload() {
 
     // A wrong token is refused, with the server's reason, and the board stays hidden.
     b.goto(&url);
+    assert_accessible(&mut b, "the sign-in page");
     b.fill("#token", "not-a-token");
     b.click("#sign-in-form button");
     let refused = wait_for("the refusal", DEADLINE, || match b.text("#sign-in-error") {
@@ -119,6 +126,7 @@ fn the_dashboard_shows_up_s_fleet_and_a_failover_live_without_a_reload() {
     let huge = b.attr(".vrow[data-workload=\"demo/default/huge\"]", "data-state");
     assert_eq!(huge.as_deref(), Some("Pending"), "huge fits nowhere");
     assert_eq!(b.text("#connection").as_deref(), Some("live"));
+    assert_accessible(&mut b, "the fleet");
     screenshot(&mut b, "overview");
 
     // The page is not reloaded from here on: this mark would be lost.
@@ -197,6 +205,7 @@ fn the_dashboard_shows_up_s_fleet_and_a_failover_live_without_a_reload() {
         }
     });
     assert!(why.lines().any(|l| l.starts_with("west ") && l.contains("NotReady")), "{why}");
+    assert_accessible(&mut b, "a workload's page");
     let companions = b.texts("#detail-companions tr");
     for want in ["Service/webAvailable", "Ingress/webAvailable", "PodDisruptionBudget/webAvailable"] {
         assert!(companions.iter().any(|r| r.starts_with(want)), "{want}: {companions:?}");

@@ -6,8 +6,13 @@
 // policies) are collected and returned by the "errors" command, so a test can assert
 // that there were none.
 
+import { readFileSync } from "node:fs";
+import { createRequire } from "node:module";
 import { createInterface } from "node:readline";
 import { chromium } from "playwright-core";
+
+// axe-core, the accessibility checker, run in the page by the "axe" command.
+const axeSource = readFileSync(createRequire(import.meta.url).resolve("axe-core/axe.min.js"), "utf8");
 
 const executablePath = process.env.FLOTILLA_CHROMIUM || "/usr/bin/chromium";
 const browser = await chromium.launch({
@@ -71,6 +76,15 @@ const ops = {
     return path;
   },
   errors: async () => errors.splice(0),
+  // axe-core's WCAG 2 A and AA rules on the page as it is: the violations, each with
+  // its rule, impact and the elements it found.
+  axe: async () => {
+    await page.evaluate(axeSource);
+    return page.evaluate(async () => {
+      const r = await window.axe.run(document, { runOnly: { type: "tag", values: ["wcag2a", "wcag2aa"] } });
+      return r.violations.map((v) => ({ id: v.id, impact: v.impact, help: v.help, nodes: v.nodes.map((n) => n.target.join(" ")).slice(0, 5) }));
+    });
+  },
   // A full garbage collection, so that a heap figure counts what the page keeps.
   gc: async () => {
     const cdp = await context.newCDPSession(page);

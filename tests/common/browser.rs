@@ -157,6 +157,11 @@ impl Browser {
         self.must("screenshot", json!({ "path": path, "fullPage": full_page }));
     }
 
+    /// axe-core's WCAG 2 A and AA violations on the page as it is now.
+    pub fn accessibility_violations(&mut self) -> Vec<serde_json::Value> {
+        self.must("axe", json!({})).as_array().cloned().unwrap_or_default()
+    }
+
     /// Collects the page's garbage, so that a heap figure counts what it keeps.
     pub fn gc(&mut self) {
         self.must("gc", json!({}));
