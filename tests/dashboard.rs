@@ -298,6 +298,13 @@ fn a_workspace_session_sees_only_its_workspace_and_writes_nothing() {
         None => Err(format!("{:?} {:?}", b.texts(".vrow:not([hidden])"), b.text("#sign-in-error"))),
     });
     assert_eq!(b.count(".vrow:not([hidden])"), 1, "{:?}", b.texts(".vrow:not([hidden])"));
+    // With a kubeconfig that holds only team-a's context, as a tenant would have, the
+    // link covers team-a.
+    let tenant = f.data_dir().join("team-a.kubeconfig");
+    let minified = f.k(&["config", "view", "--raw", "--minify", "--context", "team-a"]);
+    std::fs::write(&tenant, minified).unwrap();
+    let o = f.flotilla(&["--kubeconfig", tenant.to_str().unwrap(), "dashboard", "--no-open"]);
+    assert!(o.ok && o.stdout.contains("sign-in link for workspace team-a") && o.stdout.contains("#signin=fdl1.team-a."), "{o:?}");
     // A link is for opening a session only: used as a bearer token it reads nothing.
     let fragment = link.split_once("#signin=").unwrap().1;
     let o = f.kubectl(&["--token", fragment, "get", "--raw", "/clusters/team-b/apis/apps/v1/deployments"]);
