@@ -283,6 +283,18 @@ fn a_workspace_session_sees_only_its_workspace_and_writes_nothing() {
         })()"#,
     );
     assert_eq!(write, serde_json::json!(["team-a", 403, 403, 403]));
+    // The page renews its session as it would halfway through its life: the new one
+    // works, and keeps the limit of renewals that the sign-in set.
+    let renewed = b.eval(
+        r#"(async () => {
+            const s = JSON.parse(sessionStorage.getItem("flotilla.dashboard.session"));
+            const r = await fetch("/clusters/team-a/dashboard/session", {method: "POST", headers: {Authorization: `Bearer ${s.token}`}});
+            const next = (await r.json()).status.token;
+            const read = await fetch("/clusters/team-a/apis/apps/v1/deployments", {headers: {Authorization: `Bearer ${next}`}});
+            return [r.status, read.status, next.split(".")[3] === s.token.split(".")[3]];
+        })()"#,
+    );
+    assert_eq!(renewed, serde_json::json!([201, 200, true]));
     // Those refusals were the point; the browser logs each.
     let refusals = b.errors();
     assert_eq!(refusals.iter().filter(|e| e.contains("status of 403")).count(), 3, "{refusals:?}");

@@ -12,11 +12,12 @@
 //!
 //! A metrics token (`fmt1.metrics.<mac>`) reads `/metrics` and nothing else.
 //!
-//! The dashboard's tokens expire: `<kind>.<scope>.<expires>.<mac>`, where the scope is a
-//! workspace or `*` (every workspace, for the admin) and `expires` is in Unix seconds.
-//! A sign-in link (`fdl1`, minutes) opens a session and nothing else; a session
-//! (`fds1`, hours) reads what its scope covers and writes nothing. Both are bound to the
-//! workspace's uid like a workspace token. What each principal may do is decided in one
+//! The dashboard's tokens expire: `<kind>.<scope>.<expires>.<until>.<mac>`, where the
+//! scope is a workspace or `*` (every workspace, for the admin), `expires` is in Unix
+//! seconds, and `until` is the latest that renewals may carry the token to. A sign-in
+//! link (`fdl1`, minutes) opens a session and nothing else; a session (`fds1`, hours,
+//! renewed while its page is open, for a week at most) reads what its scope covers and
+//! writes nothing. Both are bound to the workspace's uid like a workspace token. What each principal may do is decided in one
 //! place, [`crate::authz`].
 
 use std::path::Path;
@@ -38,8 +39,9 @@ pub enum Principal {
     SyncTarget(String),
     /// A metrics scraper: `/metrics` and nothing else.
     Metrics,
-    /// A dashboard session: reads one workspace (`Some`) or every one (`None`).
-    Dashboard(Option<String>),
+    /// A dashboard session: reads one workspace (`Some`) or every one (`None`); its
+    /// renewals reach `until` (Unix seconds) at the latest.
+    Dashboard { workspace: Option<String>, until: u64 },
     /// A dashboard sign-in link: opens a session of its scope, and nothing else.
     SignInLink(Option<String>),
 }
@@ -48,6 +50,9 @@ pub enum Principal {
 pub const SIGN_IN_LINK_TTL: std::time::Duration = std::time::Duration::from_secs(10 * 60);
 /// How long a dashboard session lasts; the page renews it while it is open.
 pub const DASHBOARD_SESSION_TTL: std::time::Duration = std::time::Duration::from_secs(12 * 3600);
+/// How long renewals may keep a dashboard session alive after its sign-in: a stolen
+/// session dies a week after it began at the latest.
+pub const DASHBOARD_SESSION_MAX: std::time::Duration = std::time::Duration::from_secs(7 * 24 * 3600);
 
 /// The two kinds of expiring dashboard token.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -91,8 +96,8 @@ impl Principal {
             Principal::Workspace(ws) => format!("flotilla:workspace:{ws}"),
             Principal::SyncTarget(t) => format!("flotilla:syncer:{t}"),
             Principal::Metrics => "flotilla:metrics".into(),
-            Principal::Dashboard(Some(ws)) => format!("flotilla:dashboard:{ws}"),
-            Principal::Dashboard(None) => "flotilla:dashboard".into(),
+            Principal::Dashboard { workspace: Some(ws), .. } => format!("flotilla:dashboard:{ws}"),
+            Principal::Dashboard { workspace: None, .. } => "flotilla:dashboard".into(),
             Principal::SignInLink(_) => "flotilla:dashboard-sign-in".into(),
         }
     }
@@ -161,18 +166,33 @@ impl Auth {
     }
 
     /// An expiring dashboard token of `kind` for `workspace` (`None`: every workspace)
-    /// whose uid is `uid` (ignored for every workspace), valid for `ttl` from now.
-    /// Returns the token and when it expires, in Unix seconds.
-    pub fn dashboard_token(&self, kind: DashboardToken, workspace: Option<&str>, uid: &str, ttl: std::time::Duration) -> (String, u64) {
-        let expires = unix_now() + ttl.as_secs();
+    /// whose uid is `uid` (ignored for every workspace), valid for `ttl` from now but
+    /// not past `until`. A session renewed passes its own `until`; a new one (`None`)
+    /// may be renewed for [`DASHBOARD_SESSION_MAX`], a link not at all. Returns the
+    /// token and when it expires, in Unix seconds.
+    pub fn dashboard_token(
+        &self,
+        kind: DashboardToken,
+        workspace: Option<&str>,
+        uid: &str,
+        ttl: std::time::Duration,
+        until: Option<u64>,
+    ) -> (String, u64) {
+        let now = unix_now();
+        let until = until.unwrap_or(match kind {
+            DashboardToken::Link => now + ttl.as_secs(),
+            DashboardToken::Session => now + DASHBOARD_SESSION_MAX.as_secs(),
+        });
+        let expires = (now + ttl.as_secs()).min(until);
         let scope = workspace.unwrap_or(ALL_WORKSPACES);
-        (format!("{}.{scope}.{expires}.{}", kind.prefix(), self.dashboard_mac(kind, scope, uid, expires)), expires)
+        let mac = self.dashboard_mac(kind, scope, uid, expires, until);
+        (format!("{}.{scope}.{expires}.{until}.{mac}", kind.prefix()), expires)
     }
 
-    fn dashboard_mac(&self, kind: DashboardToken, scope: &str, uid: &str, expires: u64) -> String {
+    fn dashboard_mac(&self, kind: DashboardToken, scope: &str, uid: &str, expires: u64, until: u64) -> String {
         let uid = if scope == ALL_WORKSPACES { "" } else { uid };
         // The kind is in the MAC, so a link never passes for a session.
-        self.mac(&format!("dashboard:{}:{scope}", kind.prefix()), &format!("{uid}\0{expires}"))
+        self.mac(&format!("dashboard:{}:{scope}", kind.prefix()), &format!("{uid}\0{expires}\0{until}"))
     }
 
     /// Checks a dashboard token (`fdl1` or `fds1`): its MAC, its expiry, and the uid of
@@ -183,14 +203,16 @@ impl Auth {
         rest: &str,
         uid_of: impl Fn(Scoped, &str) -> Option<String>,
     ) -> Result<Principal, ApiError> {
-        let mut parts = rest.splitn(3, '.');
-        let (scope, expires, mac) = (parts.next().unwrap_or_default(), parts.next().unwrap_or_default(), parts.next().unwrap_or_default());
+        let mut parts = rest.splitn(4, '.');
+        let mut next = || parts.next().unwrap_or_default();
+        let (scope, expires, until, mac) = (next(), next(), next(), next());
         let expires: u64 = expires.parse().map_err(|_| ApiError::unauthorized())?;
+        let until: u64 = until.parse().map_err(|_| ApiError::unauthorized())?;
         let uid = match scope {
             ALL_WORKSPACES => String::new(),
             ws => uid_of(Scoped::Workspace, ws).ok_or_else(ApiError::unauthorized)?,
         };
-        if !constant_time_eq(mac.as_bytes(), self.dashboard_mac(kind, scope, &uid, expires).as_bytes()) {
+        if !constant_time_eq(mac.as_bytes(), self.dashboard_mac(kind, scope, &uid, expires, until).as_bytes()) {
             return Err(ApiError::unauthorized());
         }
         if expires <= unix_now() {
@@ -203,7 +225,7 @@ impl Auth {
         let scope = (scope != ALL_WORKSPACES).then(|| scope.to_string());
         Ok(match kind {
             DashboardToken::Link => Principal::SignInLink(scope),
-            DashboardToken::Session => Principal::Dashboard(scope),
+            DashboardToken::Session => Principal::Dashboard { workspace: scope, until },
         })
     }
 
@@ -287,26 +309,37 @@ mod tests {
         let hour = std::time::Duration::from_secs(3600);
         let bearer = |t: &str| format!("Bearer {t}");
         let uid = |_: Scoped, _: &str| Some("uid-1".to_string());
-        let (session, _) = auth.dashboard_token(DashboardToken::Session, Some("team-a"), "uid-1", hour);
-        assert_eq!(auth.authenticate(Some(&bearer(&session)), uid).unwrap(), Principal::Dashboard(Some("team-a".into())));
+        let (session, _) = auth.dashboard_token(DashboardToken::Session, Some("team-a"), "uid-1", hour, None);
+        let until = unix_now() + DASHBOARD_SESSION_MAX.as_secs();
+        match auth.authenticate(Some(&bearer(&session)), uid).unwrap() {
+            Principal::Dashboard { workspace, until: u } => assert!(workspace.as_deref() == Some("team-a") && u.abs_diff(until) <= 1),
+            p => panic!("{p:?}"),
+        }
+        // A renewal keeps the first sign-in's limit, and never expires past it.
+        let (renewed, expires) = auth.dashboard_token(DashboardToken::Session, Some("team-a"), "uid-1", hour, Some(unix_now() + 60));
+        assert!(expires <= unix_now() + 60, "{expires}");
+        assert!(matches!(auth.authenticate(Some(&bearer(&renewed)), uid).unwrap(), Principal::Dashboard { .. }));
         // A new workspace of the same name (a new uid) does not inherit it.
         assert_eq!(auth.authenticate(Some(&bearer(&session)), |_, _| Some("uid-2".into())).unwrap_err().code, 401);
-        let (link, _) = auth.dashboard_token(DashboardToken::Link, None, "", hour);
+        let (link, _) = auth.dashboard_token(DashboardToken::Link, None, "", hour, None);
         assert_eq!(auth.authenticate(Some(&bearer(&link)), |_, _| None).unwrap(), Principal::SignInLink(None));
         // A link relabelled as a session, a changed scope or a later expiry fail the MAC.
         let forged = link.replacen("fdl1", "fds1", 1);
         assert_eq!(auth.authenticate(Some(&bearer(&forged)), |_, _| None).unwrap_err().code, 401);
         let widened = session.replacen(".team-a.", ".*.", 1);
         assert_eq!(auth.authenticate(Some(&bearer(&widened)), uid).unwrap_err().code, 401);
+        // A later expiry, or a later limit of renewals, fails the MAC.
         let parts: Vec<&str> = session.split('.').collect();
-        let later = format!("{}.{}.{}.{}", parts[0], parts[1], parts[2].parse::<u64>().unwrap() + 1, parts[3]);
+        let later = format!("{}.{}.{}.{}.{}", parts[0], parts[1], parts[2].parse::<u64>().unwrap() + 1, parts[3], parts[4]);
         assert_eq!(auth.authenticate(Some(&bearer(&later)), uid).unwrap_err().code, 401);
+        let longer = format!("{}.{}.{}.{}.{}", parts[0], parts[1], parts[2], parts[3].parse::<u64>().unwrap() + 86400, parts[4]);
+        assert_eq!(auth.authenticate(Some(&bearer(&longer)), uid).unwrap_err().code, 401);
         // An expired token is refused, and says what to do.
-        let (old, _) = auth.dashboard_token(DashboardToken::Link, Some("team-a"), "uid-1", std::time::Duration::ZERO);
+        let (old, _) = auth.dashboard_token(DashboardToken::Link, Some("team-a"), "uid-1", std::time::Duration::ZERO, None);
         let e = auth.authenticate(Some(&bearer(&old)), uid).unwrap_err();
         assert_eq!(e.code, 401);
         assert!(e.to_string().contains("flotilla dashboard"), "{e}");
-        for junk in ["fds1", "fds1.", "fds1.team-a", "fds1.team-a.x.y", "fds1.*.99999999999999999999999.ab"] {
+        for junk in ["fds1", "fds1.", "fds1.team-a", "fds1.team-a.x.y", "fds1.team-a.1.x.y", "fds1.*.99999999999999999999999.1.ab"] {
             assert_eq!(auth.authenticate(Some(&bearer(junk)), uid).unwrap_err().code, 401, "{junk}");
         }
     }

@@ -64,7 +64,9 @@ pub fn authorize(principal: &Principal, request: &Request<'_>) -> Result<Decisio
         _ if is_metrics(request) => Err(ApiError::forbidden(format!(
             "User \"{user}\" cannot read /metrics: use the admin token, or a metrics token (`flotilla metrics-token`)"
         ))),
-        Principal::Workspace(_) | Principal::Dashboard(Some(_)) | Principal::SignInLink(_) | Principal::SyncTarget(_) if needs_fleet(request) => {
+        Principal::Workspace(_) | Principal::Dashboard { workspace: Some(_), .. } | Principal::SignInLink(_) | Principal::SyncTarget(_)
+            if needs_fleet(request) =>
+        {
             Err(ApiError::forbidden(format!(
                 "User \"{user}\" cannot see why workloads run where they run: it shows the fleet's clusters; use the admin's kubeconfig or sign-in link"
             )))
@@ -75,14 +77,14 @@ pub fn authorize(principal: &Principal, request: &Request<'_>) -> Result<Decisio
         ))),
         // Discovery stays open to every authenticated principal, as in Kubernetes.
         Principal::SyncTarget(_) if matches!(request, Request::NonResource { .. }) => Ok(Decision::allow()),
-        Principal::Dashboard(scope) | Principal::SignInLink(scope) if scope.as_ref().is_some_and(|own| own != ws) => {
+        Principal::Dashboard { workspace: scope, .. } | Principal::SignInLink(scope) if scope.as_ref().is_some_and(|own| own != ws) => {
             Err(ApiError::forbidden(format!("User \"{user}\" cannot access workspace \"{ws}\": the dashboard session is scoped to another workspace")))
         }
         Principal::SignInLink(_) => match request {
             Request::NonResource { path: DASHBOARD_SESSION_PATH, .. } => Ok(Decision::allow()),
             _ => Err(ApiError::forbidden(format!("User \"{user}\" can only open a dashboard session: POST it to {DASHBOARD_SESSION_PATH}"))),
         },
-        Principal::Dashboard(_) => match request {
+        Principal::Dashboard { .. } => match request {
             Request::NonResource { path: DASHBOARD_SESSION_PATH, .. } => Ok(Decision::allow()),
             _ if needs_fleet(request) => Ok(Decision::allow()),
             Request::Resource(a) if matches!(a.verb, "get" | "list" | "watch") && a.resource != "secrets" => Ok(Decision::allow()),
@@ -139,12 +141,12 @@ mod tests {
 
     #[test]
     fn a_dashboard_session_reads_its_scope_and_writes_nothing() {
-        let scoped = Principal::Dashboard(Some("team-a".into()));
+        let scoped = Principal::Dashboard { workspace: Some("team-a".into()), until: u64::MAX };
         assert!(authorize(&scoped, &res("team-a", "watch", "deployments", None)).is_ok());
         for other in ["team-b", "root", "*"] {
             assert_eq!(authorize(&scoped, &res(other, "list", "deployments", None)).err().map(|e| e.code), Some(403), "{other}");
         }
-        let all = Principal::Dashboard(None);
+        let all = Principal::Dashboard { workspace: None, until: u64::MAX };
         for ws in ["team-a", "root", "*"] {
             assert!(authorize(&all, &res(ws, "list", "synctargets", None)).is_ok(), "{ws}");
         }

@@ -156,10 +156,12 @@ impl Workspaces {
             return Err(ApiError::method_not_allowed("POST to open a dashboard session or to mint a sign-in link"));
         }
         let path_scope = (workspace != ROOT_WORKSPACE && workspace != "*").then(|| workspace.to_string());
-        let scope = match (principal, kind) {
-            (Principal::Admin, _) => path_scope,
-            (Principal::Workspace(ws), _) => Some(ws.clone()),
-            (Principal::Dashboard(scope) | Principal::SignInLink(scope), DashboardToken::Session) => scope.clone(),
+        // A renewed session keeps the limit its sign-in set; any other opens a new one.
+        let (scope, until) = match (principal, kind) {
+            (Principal::Admin, _) => (path_scope, None),
+            (Principal::Workspace(ws), _) => (Some(ws.clone()), None),
+            (Principal::SignInLink(scope), DashboardToken::Session) => (scope.clone(), None),
+            (Principal::Dashboard { workspace, until }, DashboardToken::Session) => (workspace.clone(), Some(*until)),
             (p, _) => {
                 return Err(ApiError::forbidden(format!(
                     "User \"{}\" cannot open the dashboard: sign in with the admin token, a workspace's token or a link from `flotilla dashboard`",
@@ -177,7 +179,7 @@ impl Workspaces {
             DashboardToken::Link => SIGN_IN_LINK_TTL,
             DashboardToken::Session => DASHBOARD_SESSION_TTL,
         };
-        let (token, expires) = self.auth.dashboard_token(kind, scope.as_deref(), &uid, ttl);
+        let (token, expires) = self.auth.dashboard_token(kind, scope.as_deref(), &uid, ttl, until);
         let expires_at =
             jiff::Timestamp::from_second(expires as i64).map(|t| t.strftime("%Y-%m-%dT%H:%M:%SZ").to_string()).unwrap_or_default();
         Ok((
