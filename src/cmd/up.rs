@@ -156,6 +156,7 @@ pub(super) async fn fleet_up(
     println!("  export PATH={bin_dir}:$PATH KUBECONFIG={}", kc.display());
     println!("  kubectl apply -f docs/examples/       # Deployments and Placements in workspace {workspace}");
     println!("  flotilla status                       # the clusters, and where each workload runs");
+    println!("  flotilla dashboard                    # the same, live in a browser");
     println!("  flotilla drill kill west              # lose a cluster, and watch its workloads move");
     for line in more_next {
         println!("  {line}");
