@@ -17,8 +17,9 @@
 //! seconds, and `until` is the latest that renewals may carry the token to. A sign-in
 //! link (`fdl1`, minutes) opens a session and nothing else; a session (`fds1`, hours,
 //! renewed while its page is open, for a week at most) reads what its scope covers and
-//! writes nothing. Both are bound to the workspace's uid like a workspace token. What each principal may do is decided in one
-//! place, [`crate::authz`].
+//! writes nothing. Both are bound to the workspace's uid like a workspace token.
+//!
+//! What each principal may do is decided in one place, [`crate::authz`].
 
 use std::path::Path;
 
