@@ -10,7 +10,6 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use common::browser::Browser;
-use common::fleet::Killed;
 use common::*;
 
 const DEADLINE: Duration = Duration::from_secs(60);
@@ -32,6 +31,26 @@ fn screenshot(b: &mut Browser, name: &str) -> PathBuf {
 /// The page's errors, but for the refusal of a wrong token, which the test provoked.
 fn unexpected_errors(b: &mut Browser) -> Vec<String> {
     b.errors().into_iter().filter(|e| !e.contains("status of 401")).collect()
+}
+
+/// `flotilla up`, stopped as Ctrl-C stops it when the test ends, pass or fail: `up`
+/// then stops its clusters, those `flotilla drill restore` started again included,
+/// which a SIGKILL would leave running.
+struct Up(std::process::Child);
+
+impl Drop for Up {
+    fn drop(&mut self) {
+        signal(self.0.id(), "INT");
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.0.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
 }
 
 /// No WCAG 2 A or AA violation that axe-core finds on the page as it is now.
@@ -77,12 +96,12 @@ fn the_dashboard_shows_up_s_fleet_and_a_failover_live_without_a_reload() {
     let data_s = data.to_str().unwrap().to_string();
     let kubeconfig = data.join("admin.kubeconfig");
     let terminal = dir.path().join("terminal.txt");
-    let (_up, _) = spawn_ready_in(
+    let (up, _) = spawn_ready_in(
         dir.path(),
         &["--data-dir", &data_s, "up", "--listen", "127.0.0.1:0", "--heartbeat-interval", BEAT, "--heartbeat-grace", "4s"],
         &terminal,
     );
-    let up = Killed(_up);
+    let up = Up(up);
     let log = || tail(&std::fs::read_to_string(data.join("logs/flotilla.log")).unwrap_or_default());
     let run = |args: &[&str]| {
         let mut all = vec!["--data-dir", data_s.as_str()];
@@ -242,6 +261,14 @@ fn the_dashboard_shows_up_s_fleet_and_a_failover_live_without_a_reload() {
     assert_eq!(b.eval("window.flotillaTestMark").as_str(), Some("kept"), "the page was reloaded");
     assert_eq!(unexpected_errors(&mut b), Vec::<String>::new());
     drop(up);
+    // Stopping up stopped every cluster of its fleet, west that the drill restored too.
+    let left: Vec<String> = std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| std::fs::read(e.ok()?.path().join("cmdline")).ok())
+        .map(|c| String::from_utf8_lossy(&c).replace('\0', " "))
+        .filter(|c| c.contains(&data_s) && c.contains("sim-cluster"))
+        .collect();
+    assert_eq!(left, Vec::<String>::new(), "clusters of the fleet still run");
 }
 
 #[test]
