@@ -533,16 +533,21 @@ function startWatches() {
 
 // ---------------------------------------------------------------- drawing
 
-let frame = 0;
+// `f`, to be called once at the next animation frame however often it is asked for
+// before then.
+function perFrame(f) {
+  let pending = 0;
+  return () => {
+    if (pending) return;
+    pending = requestAnimationFrame(() => {
+      pending = 0;
+      f();
+    });
+  };
+}
 
 // Asks for one drawing at the next animation frame, however many changes come first.
-function draw() {
-  if (frame) return;
-  frame = requestAnimationFrame(() => {
-    frame = 0;
-    render();
-  });
-}
+const draw = perFrame(() => render());
 
 // Where the page's time goes: drawing, and taking in what the watches deliver.
 const costs = {
@@ -1081,14 +1086,8 @@ async function main() {
   }
 }
 
-let scrollFrame = 0;
-function drawVisibleRowsSoon() {
-  if (scrollFrame) return;
-  scrollFrame = requestAnimationFrame(() => {
-    scrollFrame = 0;
-    drawVisibleRows();
-  });
-}
+// Scrolling and resizing draw the rows in view again, once a frame.
+const drawVisibleRowsSoon = perFrame(() => drawVisibleRows());
 
 // Read-only numbers about the page, for diagnosis and the benchmark harness.
 window.flotillaDashboard = Object.freeze({
