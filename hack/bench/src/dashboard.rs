@@ -27,7 +27,7 @@ use kube::core::{ApiResource, GroupVersionKind};
 use serde_json::{json, Value};
 
 use crate::report::{int, num, Better, Report, Row};
-use crate::{bench_deployment, create_workspaces, placements_api, summarize, watch_applied, ServerProc};
+use crate::{bench_deployment, create_workspaces, placements_api, summarize, wait_until, watch_applied, ServerProc};
 
 #[allow(dead_code)]
 #[path = "../../../tests/common/browser.rs"]
@@ -164,13 +164,10 @@ pub async fn rows(bin: &Path, sz: Sizes, report: &mut Report) -> anyhow::Result<
     let loading = Instant::now();
     blocking(|| b.goto(&link));
     let counted = format!("window.flotillaDashboard && document.getElementById('workload-count').textContent === '({})'", sz.workloads);
-    loop {
-        if blocking(|| b.eval(&counted)).as_bool() == Some(true) {
-            break;
-        }
-        anyhow::ensure!(loading.elapsed() < Duration::from_secs(300), "the page did not count {} workloads in 300 s", sz.workloads);
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let poll = Duration::from_millis(50);
+    let counted_all = || blocking(|| b.eval(&counted)).as_bool() == Some(true);
+    wait_until(Duration::from_secs(300), poll, counted_all, || format!("the page did not count {} workloads in 300 s", sz.workloads))
+        .await?;
     let load_secs = loading.elapsed().as_secs_f64();
     // What the page keeps, after a full collection.
     let heap = |b: &mut browser::Browser| {
@@ -242,11 +239,9 @@ pub async fn rows(bin: &Path, sz: Sizes, report: &mut Report) -> anyhow::Result<
     let storm_secs = storm_started.elapsed().as_secs_f64();
     // Everything drawn: the last Event is on the page.
     let last = format!("bench/default/{}", acked.last().map(|(n, _)| n.as_str()).unwrap_or_default());
-    let drawn = Instant::now();
-    while blocking(|| b.eval(&format!("window.flotillaDashboard.shownAt({last:?}) !== undefined"))).as_bool() != Some(true) {
-        anyhow::ensure!(drawn.elapsed() < Duration::from_secs(60), "the page never drew {last}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let shown_last = format!("window.flotillaDashboard.shownAt({last:?}) !== undefined");
+    let drawn = || blocking(|| b.eval(&shown_last)).as_bool() == Some(true);
+    wait_until(Duration::from_secs(60), poll, drawn, || format!("the page never drew {last} in 60 s")).await?;
     tokio::time::sleep(Duration::from_secs(1)).await;
     watch.abort();
     let frames: Vec<f64> = serde_json::from_value(blocking(|| {
