@@ -1,7 +1,7 @@
 //! The web dashboard's files, built into the binary and served at `/dashboard/`.
 //!
-//! The page is plain HTML, CSS and one JavaScript module, written by hand: nothing
-//! to build, nothing fetched from elsewhere. It signs in with a bearer token, trades
+//! The page is plain HTML, CSS, one JavaScript module and an icon, written by hand:
+//! nothing to build, nothing fetched from elsewhere. It signs in with a bearer token, trades
 //! it for a read-only session ([`crate::authz::DASHBOARD_SESSION_PATH`]), and then
 //! lists and watches through the ordinary API paths, so it goes through the same
 //! authorization as kubectl and shows nothing kubectl would not.
