@@ -297,6 +297,20 @@ fn a_workspace_session_sees_only_its_workspace_and_writes_nothing() {
     assert_eq!(b.text("#scope").as_deref(), Some("workspace team-a"));
     assert_eq!(b.count(".vrow:not([hidden])"), 1, "{:?}", b.texts(".vrow:not([hidden])"));
     assert!(b.visible("#clusters-hidden") && !b.visible("#cluster-table"));
+    // A workload created while the page is open appears in the list, and goes with its
+    // deletion.
+    let o = f.kubectl_stdin(&["--context", "team-a", "apply", "-f", "-"], &deployment("late", 1, "100m", "nginx", ""));
+    assert!(o.ok, "apply late: {o:?}");
+    wait_for("the new workload on the page", DEADLINE, || match b.text("#workload-count") {
+        Some(t) if t == "(2)" && shown_clusters(&mut b, "team-a/default/late").is_some() => Ok(()),
+        seen => Err(format!("{seen:?} {:?}", b.texts(".vrow:not([hidden])"))),
+    });
+    let o = f.kubectl(&["--context", "team-a", "delete", "deploy", "late"]);
+    assert!(o.ok, "delete late: {o:?}");
+    wait_for("the deleted workload gone from the page", DEADLINE, || match b.text("#workload-count") {
+        Some(t) if t == "(1)" && shown_clusters(&mut b, "team-a/default/late").is_none() => Ok(()),
+        seen => Err(format!("{seen:?} {:?}", b.texts(".vrow:not([hidden])"))),
+    });
     // The session the page holds reads only: a write with it is refused by the server.
     let write = b.eval(
         r#"(async () => {

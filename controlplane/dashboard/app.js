@@ -438,8 +438,9 @@ const SLIM = {
 
 // Keeps `map` as the watch says, and marks what must be drawn again. `kind` is the
 // kind of the objects when a map holds several (one list's reset then clears only
-// its own); `slim` cuts an object down to what the page shows.
-function mapHandlers(map, keyFn, { onChange = () => {}, kind, slim = (o) => o, marks }) {
+// its own); `slim` cuts an object down to what the page shows; `onKeys` hears that
+// keys came or went.
+function mapHandlers(map, keyFn, { onChange = () => {}, kind, slim = (o) => o, marks, onKeys = () => {} }) {
   return {
     reset(items) {
       if (kind) {
@@ -451,18 +452,15 @@ function mapHandlers(map, keyFn, { onChange = () => {}, kind, slim = (o) => o, m
         map.set(keyFn(o), slim(o));
         onChange(o, false);
       }
-      if (map === deployments) keysChanged = true;
+      onKeys();
       marks();
     },
     event(type, o) {
       const k = keyFn(o);
-      if (type === "DELETED") {
-        map.delete(k);
-        if (map === deployments) keysChanged = true;
-      } else {
-        if (map === deployments && !map.has(k)) keysChanged = true;
-        map.set(k, slim(o));
-      }
+      const had = map.has(k);
+      if (type === "DELETED") map.delete(k);
+      else map.set(k, slim(o));
+      if (had === (type === "DELETED")) onKeys();
       onChange(o, type === "DELETED");
       marks();
     },
@@ -494,7 +492,13 @@ function startWatches() {
   const ws = session.workspace;
   const base = ws ? `/clusters/${encodeURIComponent(ws)}` : "/clusters/*";
   const defs = [
-    ["Deployments", `${base}/apis/apps/v1/deployments`, mapHandlers(deployments, (o) => keyOf(o), { slim: SLIM.Deployments, marks: markWorkloads })],
+    ["Deployments", `${base}/apis/apps/v1/deployments`, mapHandlers(deployments, (o) => keyOf(o), {
+      slim: SLIM.Deployments,
+      marks: markWorkloads,
+      onKeys: () => {
+        keysChanged = true;
+      },
+    })],
     ["WorkloadPlacements", `${base}/apis/scheduling.flotilla.io/v1alpha1/workloadplacements`,
       mapHandlers(placements, (o) => keyOf(o, o.spec && o.spec.workload ? o.spec.workload.name : undefined), {
         onChange: (o, gone) => {
