@@ -6,7 +6,7 @@
 //! Deployment's assignment labels and syncer finalizers, the SyncTargets' conditions,
 //! the Events, the metrics, and the copies on the clusters.
 //!
-//! The end-to-end tests of `tests/scheduler.rs` cover the same ground through the
+//! The end-to-end tests of `tests/e2e/scheduler.rs` cover the same ground through the
 //! `flotilla` binary, processes and kubectl; these take seconds, and fail with what
 //! they saw.
 
@@ -20,7 +20,8 @@ use kube::ResourceExt;
 use placement_api::{Placement, SyncTarget, WorkloadPlacement, CONDITION_READY, CONDITION_SCHEDULED, ROOT_WORKSPACE};
 use runtime::AbortOnDrop;
 use serde_json::json;
-use test_clusters::harness::{deployment, wait_until, ControlPlane, SimCluster, DEADLINE};
+use test_clusters::fixtures::deployment;
+use test_clusters::harness::{wait_until, ControlPlane, SimCluster, DEADLINE};
 
 /// Heartbeats come this often, and a cluster is lost after this grace without a new
 /// one: the product's 2 s and 8 s scaled down, so that a failover takes about three
@@ -202,7 +203,7 @@ async fn places_by_cluster_labels_and_room_and_divides_as_its_placement_says() {
     let deployments = workloads(&cp, "default");
 
     // The workspace's default Placement: one cluster, any, the roomiest first.
-    deployments.create(&PostParams::default(), &deployment("plain", 2, "100m")).await.unwrap();
+    deployments.create(&PostParams::default(), &deployment("plain").replicas(2).cpu("100m").build()).await.unwrap();
     let wp = wait_assignment(&cp, "default", "plain", "eu=2").await;
     assert_eq!(
         (wp.spec.placement.as_str(), wp.spec.workload.kind.as_str(), wp.spec.workload.name.as_str()),
@@ -220,8 +221,7 @@ async fn places_by_cluster_labels_and_room_and_divides_as_its_placement_says() {
         json!({"clusterSelector": {"matchLabels": {"region": "us"}}, "numberOfClusters": 2, "replicaScheduling": "Divide"}),
     );
     Api::<Placement>::all(cp.client(WS)).create(&PostParams::default(), &us).await.unwrap();
-    let mut web = deployment("web", 6, "1");
-    web.annotations_mut().insert(placement_api::PLACEMENT_ANNOTATION.into(), "us".into());
+    let web = deployment("web").replicas(6).cpu("1").placement("us").build();
     deployments.create(&PostParams::default(), &web).await.unwrap();
     let wp = wait_assignment(&cp, "default", "web", "east=4 west=2").await;
     assert_eq!(wp.spec.placement, "us");
@@ -239,11 +239,11 @@ async fn a_replica_goes_only_where_one_node_holds_it_and_what_fits_nowhere_says_
     let (cp, _controllers) = fleet(&[&east, &west]).await;
     let deployments = workloads(&cp, "default");
 
-    deployments.create(&PostParams::default(), &deployment("chunky", 1, "2")).await.unwrap();
+    deployments.create(&PostParams::default(), &deployment("chunky").replicas(1).cpu("2").build()).await.unwrap();
     wait_assignment(&cp, "default", "chunky", "west=1").await;
 
     // Too big for any cluster: no assignment, and the reason, counted by cluster.
-    deployments.create(&PostParams::default(), &deployment("huge", 1, "16")).await.unwrap();
+    deployments.create(&PostParams::default(), &deployment("huge").replicas(1).cpu("16").build()).await.unwrap();
     let why = "0/2 clusters fit: 2 Insufficient cpu";
     let message = wait_event(&cp, "default", "huge", "FailedScheduling").await;
     assert_eq!(message, why);
@@ -259,7 +259,7 @@ async fn a_replica_goes_only_where_one_node_holds_it_and_what_fits_nowhere_says_
     europe.metadata.name = Some("europe".into());
     europe.metadata.annotations = Some(BTreeMap::from([(placement_api::PLACEMENT_ANNOTATION.into(), "eu".into())]));
     Api::<Namespace>::all(cp.client(WS)).create(&PostParams::default(), &europe).await.unwrap();
-    workloads(&cp, "europe").create(&PostParams::default(), &deployment("api", 1, "100m")).await.unwrap();
+    workloads(&cp, "europe").create(&PostParams::default(), &deployment("api").replicas(1).cpu("100m").build()).await.unwrap();
     assert_eq!(wait_event(&cp, "europe", "api", "FailedScheduling").await, "0/2 clusters fit: 2 NotSelected");
     let wp = placements(&cp, "europe").get("api").await.unwrap();
     assert_eq!((wp.spec.placement.as_str(), assignment(&wp).as_str()), ("eu", ""));
@@ -271,7 +271,7 @@ async fn a_cluster_that_stops_beating_past_the_grace_loses_its_workloads_to_a_re
     let west = SimCluster::start(&cluster("west", "", 2, 2)).await;
     let (cp, _controllers) = fleet(&[&east, &west]).await;
     let deployments = workloads(&cp, "default");
-    deployments.create(&PostParams::default(), &deployment("web", 2, "100m")).await.unwrap();
+    deployments.create(&PostParams::default(), &deployment("web").replicas(2).cpu("100m").build()).await.unwrap();
     wait_assignment(&cp, "default", "web", "east=2").await;
     wait_copy(&east, "web", 2).await;
 
@@ -297,7 +297,7 @@ async fn a_lost_clusters_workload_stays_while_nothing_fits_and_moves_once_a_clus
     let east = SimCluster::start(&cluster("east", "", 2, 4)).await;
     let (cp, _controllers) = fleet(&[&east]).await;
     let deployments = workloads(&cp, "default");
-    deployments.create(&PostParams::default(), &deployment("web", 2, "100m")).await.unwrap();
+    deployments.create(&PostParams::default(), &deployment("web").replicas(2).cpu("100m").build()).await.unwrap();
     wait_assignment(&cp, "default", "web", "east=2").await;
 
     east.lose().await;

@@ -7,7 +7,7 @@
 //! cluster's share, then the `state.workload.flotilla.io/<cluster>: Sync` label on the
 //! Deployment. Everything is read through kube-rs over HTTPS.
 //!
-//! The end-to-end tests of `tests/syncer_push.rs` cover the same ground through the
+//! The end-to-end tests of `tests/e2e/syncer_push.rs` cover the same ground through the
 //! `flotilla` binary, processes and kubectl; these take seconds, and fail with what
 //! they saw.
 
@@ -22,7 +22,8 @@ use placement_api::{WorkloadPlacement, CONDITION_AVAILABLE, SYNCED_GENERATION_AN
 use runtime::followers::Followers;
 use runtime::AbortOnDrop;
 use serde_json::json;
-use test_clusters::harness::{deployment, wait_until, ControlPlane, SimCluster, DEADLINE};
+use test_clusters::fixtures::deployment;
+use test_clusters::harness::{wait_until, ControlPlane, SimCluster, DEADLINE};
 
 /// The product's heartbeat: no scheduler runs here, so nothing waits on one.
 const HEARTBEAT: Duration = Duration::from_secs(2);
@@ -77,8 +78,7 @@ async fn assign(cp: &ControlPlane, name: &str, replicas: i32) {
     }))
     .expect("a valid WorkloadPlacement");
     Api::<WorkloadPlacement>::namespaced(cp.client(WS), "default").create(&PostParams::default(), &wp).await.unwrap();
-    let mut d = deployment(name, replicas, "100m");
-    d.labels_mut().insert(label, "Sync".into());
+    let d = deployment(name).replicas(replicas).cpu("100m").label(&label, "Sync").build();
     deployments(cp).create(&PostParams::default(), &d).await.unwrap();
 }
 
@@ -330,7 +330,7 @@ async fn every_kind_follows(path: Path) {
         api(&ar).create(&PostParams::default(), &o).await.unwrap_or_else(|e| panic!("{kind:?}: {e}"));
     }
     // web names its ConfigMap, Secret and ServiceAccount; the others select it.
-    let mut web = deployment("web", 2, "100m");
+    let mut web = deployment("web").replicas(2).cpu("100m").build();
     let pod = web.spec.as_mut().unwrap().template.spec.as_mut().unwrap();
     pod.service_account_name = Some("web-runner".into());
     pod.containers[0].env_from =

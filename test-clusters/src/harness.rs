@@ -26,7 +26,6 @@ use kube::api::{Api, ListParams, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::Client;
 use placement_api::{SecretKeyRef, SyncMode, SyncTarget, SyncTargetSpec, Workspace, WorkspaceSpec, ROOT_WORKSPACE, SYSTEM_NAMESPACE};
-use serde_json::json;
 use tempfile::TempDir;
 
 use crate::local::LocalCluster;
@@ -196,16 +195,6 @@ async fn admin_client(kubeconfig: &Path) -> Client {
     let config = kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default()).await.expect("its current context is usable");
     let base = runtime::clients::base_config(config).expect("its server URL has a host");
     Client::try_from(base).expect("a client builds")
-}
-
-/// A Deployment `name` of `replicas` pods labelled `app: <name>`, with one container
-/// that requests `cpu` and 64Mi.
-pub fn deployment(name: &str, replicas: i32, cpu: &str) -> Deployment {
-    let app = json!({"app": name});
-    let container = json!({"name": "app", "image": "nginx:1.27", "resources": {"requests": {"cpu": cpu, "memory": "64Mi"}}});
-    let spec = json!({"replicas": replicas, "selector": {"matchLabels": app}, "template": {"metadata": {"labels": app}, "spec": {"containers": [container]}}});
-    serde_json::from_value(json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name, "labels": app}, "spec": spec}))
-        .expect("a valid Deployment")
 }
 
 /// Polls `observe` until it returns `Ok`, and returns its value. Once `deadline` has

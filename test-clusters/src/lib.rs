@@ -9,6 +9,7 @@
 //! - [`local`] serves one simulated cluster from this process: an API server with the
 //!   [`driver`] applying the simulator's actions to it, and the [`load_balancer`]
 //!   provider giving addresses to its LoadBalancer Services and Ingresses.
+//! - [`fixtures`] builds the objects that tests and benchmarks apply, typed.
 //! - `harness` (feature `harness`, for tests only) runs a control plane and simulated
 //!   clusters in the test's process, for in-process tests of the controllers.
 #![warn(missing_docs)]
@@ -16,6 +17,7 @@
 pub mod config;
 pub mod driver;
 pub mod duration;
+pub mod fixtures;
 #[cfg(feature = "harness")]
 pub mod harness;
 pub mod load_balancer;

@@ -5,19 +5,17 @@
 use std::collections::BTreeMap;
 
 use jiff::{SignedDuration, Timestamp};
-use k8s_openapi::api::apps::v1::{
-    Deployment, DeploymentSpec, DeploymentStatus, DeploymentStrategy, ReplicaSet, ReplicaSetSpec, ReplicaSetStatus, RollingUpdateDeployment,
-};
+use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec, DeploymentStatus, ReplicaSet, ReplicaSetSpec, ReplicaSetStatus};
 use k8s_openapi::api::core::v1::{
     Container, Event, Node, NodeAddress, NodeSpec, NodeStatus, Pod, PodSpec, PodStatus, PodTemplateSpec, ResourceRequirements,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, Time};
-use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use serde_json::Value;
 
 use super::action::{Action, Kind, Object};
 use super::pod;
+pub use crate::fixtures::DeploymentBuilder;
 
 /// `t(s)`: a fixed instant plus `s` seconds.
 pub fn t(secs: i64) -> Timestamp {
@@ -77,81 +75,13 @@ fn requirements(cpu: &str, mem: &str) -> ResourceRequirements {
     }
 }
 
-/// Builds a Deployment with label `app=<name>` and one container `web`.
-pub struct DeploymentBuilder(Deployment);
-
+/// The fixture of [`crate::fixtures::deployment`] as the API server holds it: in
+/// namespace `default`, with uid `uid-<name>` and generation 1, and its one container
+/// named `web`.
 impl Test for Deployment {
     type Builder = DeploymentBuilder;
     fn test(name: &str) -> DeploymentBuilder {
-        DeploymentBuilder(Deployment {
-            metadata: ObjectMeta { creation_timestamp: None, generation: Some(1), ..meta(name) },
-            spec: Some(DeploymentSpec {
-                replicas: Some(1),
-                selector: LabelSelector { match_labels: Some(labels(name)), ..Default::default() },
-                template: PodTemplateSpec {
-                    metadata: Some(ObjectMeta { labels: Some(labels(name)), ..Default::default() }),
-                    spec: Some(PodSpec { containers: vec![container("nginx:1.27")], ..Default::default() }),
-                },
-                ..Default::default()
-            }),
-            status: None,
-        })
-    }
-}
-
-impl DeploymentBuilder {
-    fn spec(&mut self) -> &mut DeploymentSpec {
-        self.0.spec.as_mut().unwrap()
-    }
-    fn pod_spec(&mut self) -> &mut PodSpec {
-        self.spec().template.spec.as_mut().unwrap()
-    }
-    /// `spec.replicas`.
-    pub fn replicas(mut self, n: i32) -> Self {
-        self.spec().replicas = Some(n);
-        self
-    }
-    /// The container's cpu and memory requests.
-    pub fn requests(mut self, cpu: &str, mem: &str) -> Self {
-        self.pod_spec().containers[0].resources = Some(requirements(cpu, mem));
-        self
-    }
-    /// RollingUpdate with these bounds.
-    pub fn rolling(mut self, max_surge: IntOrString, max_unavailable: IntOrString) -> Self {
-        self.spec().strategy = Some(DeploymentStrategy {
-            type_: Some("RollingUpdate".into()),
-            rolling_update: Some(RollingUpdateDeployment { max_surge: Some(max_surge), max_unavailable: Some(max_unavailable) }),
-        });
-        self
-    }
-    /// The Recreate strategy.
-    pub fn recreate(mut self) -> Self {
-        self.spec().strategy = Some(DeploymentStrategy { type_: Some("Recreate".into()), rolling_update: None });
-        self
-    }
-    /// `spec.minReadySeconds`.
-    pub fn min_ready_seconds(mut self, s: i32) -> Self {
-        self.spec().min_ready_seconds = Some(s);
-        self
-    }
-    /// `spec.progressDeadlineSeconds`.
-    pub fn progress_deadline(mut self, s: i32) -> Self {
-        self.spec().progress_deadline_seconds = Some(s);
-        self
-    }
-    /// `spec.revisionHistoryLimit`.
-    pub fn history(mut self, n: i32) -> Self {
-        self.spec().revision_history_limit = Some(n);
-        self
-    }
-    /// A `nodeSelector` entry.
-    pub fn node_selector(mut self, k: &str, v: &str) -> Self {
-        self.pod_spec().node_selector.get_or_insert_with(BTreeMap::new).insert(k.into(), v.into());
-        self
-    }
-    /// The Deployment.
-    pub fn build(self) -> Deployment {
-        self.0
+        crate::fixtures::deployment(name).container_name("web").with(|d| d.metadata = ObjectMeta { creation_timestamp: None, ..meta(name) })
     }
 }
 
