@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Installs what the dashboard's browser tests (tests/dashboard.rs) drive:
+# Installs what the dashboard's browser tests (tests/e2e/dashboard.rs) drive:
 #   - Debian's chromium, at /usr/bin/chromium (the tests never download a browser);
 #   - playwright-core into tests/browser/node_modules, at the version its
 #     package-lock.json pins, from the npm registry, with the machine's Node.js.

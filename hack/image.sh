@@ -14,7 +14,7 @@
 # Writes, under target/image/:
 #   oci/                           the image, as an OCI layout
 #   flotilla-<version>.tar         the same, as a docker archive
-#   unpacked/rootfs/               the image's filesystem, for tests/image.rs to run from
+#   unpacked/rootfs/               the image's filesystem, for tests/e2e/image.rs to run from
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

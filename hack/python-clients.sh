@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Creates the pinned Python virtualenvs that tests/clients.rs drives against a workspace:
+# Creates the pinned Python virtualenvs that tests/e2e/clients.rs drives against a workspace:
 #
 #   target/python-clients/kubernetes-37   kubernetes==37.0.2   (the official client, current)
 #   target/python-clients/kubernetes-35   kubernetes==35.0.0   (pre-37: sends watch=True, force=True)
@@ -8,7 +8,7 @@
 #   target/python-clients/kr8s            kr8s==0.20.15        (an asyncio client)
 #
 # Idempotent: a venv whose stamp and installed versions match is left alone, so a second
-# run costs a few Python start-ups. Safe to run concurrently (tests/clients.rs runs it
+# run costs a few Python start-ups. Safe to run concurrently (tests/e2e/clients.rs runs it
 # from parallel tests): one run at a time holds target/python-clients/.lock.
 #
 # Usage: hack/python-clients.sh [NAME...]   (no NAME: all of them)

@@ -1,6 +1,6 @@
 // Drives a headless Chromium for the dashboard's end-to-end tests.
 //
-// The Rust test (tests/common/browser.rs) writes one JSON command per line on stdin and
+// The Rust test (tests/e2e/common/browser.rs) writes one JSON command per line on stdin and
 // reads one JSON answer per line on stdout: {"id", "ok", "value"} or {"id", "ok": false,
 // "error"}. The page's own errors (uncaught exceptions, console errors, refused
 // policies) are collected and returned by the "errors" command, so a test can assert

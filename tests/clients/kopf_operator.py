@@ -1,4 +1,4 @@
-"""A small kopf operator, run by tests/clients.rs as
+"""A small kopf operator, run by tests/e2e/clients.rs as
   kopf run --standalone -n NS tests/clients/kopf_operator.py
 with KUBECONFIG naming a workspace context. The test checks what it did with kubectl.
 

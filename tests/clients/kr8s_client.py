@@ -1,7 +1,7 @@
 """kr8s (asyncio) against a Flotilla workspace: connect, discovery, get, list, create,
 patch, watch, wait, a custom resource, and delete.
 
-Run by tests/clients.rs with the kr8s venv:
+Run by tests/e2e/clients.rs with the kr8s venv:
   python kr8s_client.py --kubeconfig K --context WS --namespace NS
 """
 

@@ -1,6 +1,6 @@
 """The official Python client (`kubernetes`) against a Flotilla workspace.
 
-Run by tests/clients.rs with the venv of one pinned release:
+Run by tests/e2e/clients.rs with the venv of one pinned release:
   python kubernetes_client.py --kubeconfig K --context WS --namespace NS --expect-version V
 Releases before 37 render booleans in query strings with Python's str(), so they send
 `watch=True` and `force=True`; 37 sends `watch=true`. Every request's URL is recorded and

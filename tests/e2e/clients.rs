@@ -1,4 +1,4 @@
-//! Third-party Python Kubernetes clients against a workspace: what tests/kubectl_*.rs
+//! Third-party Python Kubernetes clients against a workspace: what tests/e2e/kubectl_*.rs
 //! prove for kubectl, this proves for the clients operators write tools with.
 //!
 //! - the official client `kubernetes`, 37.0.2 and 35.0.0 (before 37 it sends `watch=True`
@@ -13,7 +13,7 @@
 //! control plane, and each client uses a workspace context whose token reaches only that
 //! workspace.
 
-mod common;
+use crate::common;
 
 use std::cell::RefCell;
 use std::path::{Path, PathBuf};

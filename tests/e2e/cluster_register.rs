@@ -1,7 +1,7 @@
 //! `flotilla cluster register|list|cordon|uncordon|drain|deregister` against a running
 //! control plane and a simulated cluster, including every way a registration fails.
 
-mod common;
+use crate::common;
 
 use common::{Flotilla, Out, SimCluster};
 

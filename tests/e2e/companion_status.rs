@@ -4,7 +4,7 @@
 //! the workspace's Service and HorizontalPodAutoscaler read back through `kubectl get`
 //! as a user reads them.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -3,7 +3,7 @@
 //! end to end: `flotilla start` with the scheduler and two simulated clusters, driven
 //! with the real kubectl on every side.
 
-mod common;
+use crate::common;
 
 use common::fleet::{events, fleet, rollout, sim, wait_assignment, DEADLINE};
 use common::{tail, wait_for, wait_until, Flotilla, SimCluster};

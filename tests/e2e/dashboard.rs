@@ -4,7 +4,7 @@
 //! workspace and cannot write. axe-core checks each view for WCAG 2 A and AA violations. Screenshots go to the test's temporary directory, and
 //! to FLOTILLA_SCREENSHOTS when it is set (hack/screenshots.sh, for docs/images).
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -279,7 +279,7 @@ fn a_workspace_session_sees_only_its_workspace_and_writes_nothing() {
     for ws in ["team-a", "team-b"] {
         let o = f.flotilla(&["workspace", "create", ws]);
         assert!(o.ok, "workspace create {ws}: {o:?}");
-        let o = f.kubectl_stdin(&["--context", ws, "apply", "-f", "-"], &deployment(&format!("{ws}-app"), 1, "100m", "nginx", ""));
+        let o = f.kubectl_stdin(&["--context", ws, "apply", "-f", "-"], &deployment(&format!("{ws}-app")).cpu("100m").manifest());
         assert!(o.ok, "apply in {ws}: {o:?}");
     }
     let token = f.k(&["config", "view", "--raw", "-o", "jsonpath={.users[?(@.name==\"workspace-team-a\")].user.token}"]);
@@ -299,7 +299,7 @@ fn a_workspace_session_sees_only_its_workspace_and_writes_nothing() {
     assert!(b.visible("#clusters-hidden") && !b.visible("#cluster-table"));
     // A workload created while the page is open appears in the list, and goes with its
     // deletion.
-    let o = f.kubectl_stdin(&["--context", "team-a", "apply", "-f", "-"], &deployment("late", 1, "100m", "nginx", ""));
+    let o = f.kubectl_stdin(&["--context", "team-a", "apply", "-f", "-"], &deployment("late").cpu("100m").manifest());
     assert!(o.ok, "apply late: {o:?}");
     wait_for("the new workload on the page", DEADLINE, || match b.text("#workload-count") {
         Some(t) if t == "(2)" && shown_clusters(&mut b, "team-a/default/late").is_some() => Ok(()),
@@ -372,7 +372,7 @@ fn the_page_draws_only_the_rows_in_view_and_shows_hostile_text_as_text() {
     let f = Flotilla::start();
     let o = f.flotilla(&["workspace", "create", "team-a"]);
     assert!(o.ok, "workspace create: {o:?}");
-    let many: Vec<String> = (0..150).map(|i| deployment(&format!("app-{i:03}"), 1, "100m", "nginx", "")).collect();
+    let many: Vec<String> = (0..150).map(|i| deployment(&format!("app-{i:03}")).cpu("100m").manifest()).collect();
     let o = f.kubectl_stdin(&["--context", "team-a", "apply", "-f", "-"], &many.join("\n---\n"));
     assert!(o.ok, "apply: {o:?}");
     // A message with markup in it, as any client that may create Events can write.

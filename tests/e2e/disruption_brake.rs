@@ -2,7 +2,7 @@
 //! together in too large a share are not failed over until an operator confirms them
 //! lost or they come back, and a single loss fails over as before.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -28,7 +28,7 @@ fn two_of_three_clusters_lost_at_once_move_nothing_until_confirmed_lost_or_back(
     let f = fleet(&FAST, &[(&east, &[]), (&west, &[]), (&north, &[])]);
     let names: Vec<String> = (0..6).map(|i| format!("app{i}")).collect();
     for name in &names {
-        f.apply(&["--context", "demo"], &deployment(name, 1, "100m", "nginx", ""));
+        f.apply(&["--context", "demo"], &deployment(name).cpu("100m").manifest());
     }
     for name in &names {
         wait_assignment(&f, name, |a| !a.is_empty());

@@ -21,7 +21,7 @@
 //!
 //! Each page's test then checks, through kubectl, what a reader of the page would.
 
-mod common;
+use crate::common;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};

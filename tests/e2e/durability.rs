@@ -1,7 +1,7 @@
 //! No acknowledged write is lost: kill -9 the server while kubectl writes, restart
 //! it, and every write kubectl reported as done is still there.
 
-mod common;
+use crate::common;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};

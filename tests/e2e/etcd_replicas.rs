@@ -3,7 +3,7 @@
 //! (Debian's etcd-server); without it these tests say so and pass, unless
 //! FLOTILLA_REQUIRE_ETCD is set, as CI sets it.
 
-mod common;
+use crate::common;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -228,7 +228,7 @@ fn a_lost_replica_s_syncers_move_and_their_clusters_are_not_declared_lost() {
 #[test]
 fn killing_the_replica_that_schedules_and_syncs_loses_no_write_and_no_cluster() {
     let Some(Pair { mut a, b, east, id_b, _etcd, _dir, west: _west, .. }) = pair(true) else { return };
-    b.apply(&["--context", "demo"], &deployment("web", 2, "100m", "nginx", ""));
+    b.apply(&["--context", "demo"], &deployment("web").replicas(2).cpu("100m").manifest());
     wait_assignment(&b, "web", |a| !a.is_empty());
 
     // Clients write through A until it dies; every write it acknowledged must be there.
@@ -274,7 +274,7 @@ fn killing_the_replica_that_schedules_and_syncs_loses_no_write_and_no_cluster() 
     eprintln!("B held the scheduler's and every syncer's Lease {taken_over:.1?} after A's kill -9");
 
     // B schedules what comes after, and fails a lost cluster over.
-    b.apply(&["--context", "demo"], &deployment("after", 1, "100m", "nginx", ""));
+    b.apply(&["--context", "demo"], &deployment("after").cpu("100m").manifest());
     wait_assignment(&b, "after", |a| !a.is_empty());
     let mut east = east;
     east.kill9();
@@ -290,7 +290,7 @@ fn a_failover_under_way_when_the_scheduling_replica_dies_is_completed_by_another
     };
     let names: Vec<String> = (0..6).map(|i| format!("app{i}")).collect();
     for name in &names {
-        b.apply(&["--context", "demo"], &deployment(name, 1, "100m", "nginx", ""));
+        b.apply(&["--context", "demo"], &deployment(name).cpu("100m").manifest());
     }
     let before: Vec<String> = names.iter().map(|n| wait_assignment(&b, n, |a| !a.is_empty())).collect();
     let on_east = names.iter().zip(&before).filter(|(_, a)| a.contains("east")).count();

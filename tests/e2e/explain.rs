@@ -1,7 +1,7 @@
 //! `flotilla explain` and `flotilla what-if` through the real binary: what they print
 //! is what the scheduler then does.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 
@@ -20,9 +20,9 @@ fn predicted(out: &str, workload: &str) -> String {
 fn explain_and_what_if_say_what_the_scheduler_then_does() {
     let (mut east, west, north) = (sim("east", 8), sim("west", 4), sim("north", 2));
     let f = fleet(&FAST, &[(&east, &[]), (&west, &[]), (&north, &[])]);
-    f.apply(&["--context", "demo"], &deployment("web", 2, "500m", "nginx", ""));
+    f.apply(&["--context", "demo"], &deployment("web").replicas(2).cpu("500m").manifest());
     // Two nodes of 8, 4 and 2 cores: big (10 cores) fits on east alone.
-    f.apply(&["--context", "demo"], &deployment("big", 5, "2", "nginx", ""));
+    f.apply(&["--context", "demo"], &deployment("big").replicas(5).cpu("2").manifest());
     let web = wait_assignment(&f, "web", |a| !a.is_empty());
     let big = wait_assignment(&f, "big", |a| !a.is_empty());
     assert_eq!((web.as_str(), big.as_str()), ("east=2", "east=5"), "both go to the roomiest cluster");

@@ -6,7 +6,7 @@
 //! The server is held to 1,024 open files during the flood, as on a system where the
 //! limit cannot be raised, where 1,009 such connections used to stop the API.
 
-mod common;
+use crate::common;
 
 use std::io::{ErrorKind, Read};
 use std::net::TcpStream;

@@ -5,7 +5,7 @@
 //! own (`unshare -r`), or through `sudo -n`. Without the image or any of those it says
 //! so and passes, unless FLOTILLA_REQUIRE_IMAGE is set, as CI sets it.
 
-mod common;
+use crate::common;
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -84,7 +84,7 @@ fn the_image_runs_and_a_pull_syncer_from_it_syncs_a_cluster() {
     let (syncer, _) = spawn_ready_cmd(&mut cmd, &what, &log);
     let _syncer = fleet::Killed(syncer);
 
-    f.apply(&["--context", "demo", "-n", "default"], &assigned("web", 2, 2, "nginx:1.27"));
+    f.apply(&["--context", "demo", "-n", "default"], &assigned(deployment("web").replicas(2).cpu("100m"), 2));
     let o = f.kubectl(&["--context", "demo", "rollout", "status", "deploy/web", "--timeout=30s"]);
     assert!(o.ok, "{o:?}\nthe syncer's log:\n{}", tail(&std::fs::read_to_string(&log).unwrap_or_default()));
     assert!(copies(&east).ends_with("web=2 nginx:1.27"), "{}", copies(&east));

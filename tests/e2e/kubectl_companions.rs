@@ -4,7 +4,7 @@
 //! prints them from a cluster, patched by their merge keys, made by kubectl's own
 //! generators (which send protobuf), and refused with the field named when invalid.
 
-mod common;
+use crate::common;
 
 use common::Flotilla;
 

@@ -1,7 +1,7 @@
 //! CustomResourceDefinitions: established, served with schema validation,
 //! defaulting and pruning, printer columns, and status and scale subresources.
 
-mod common;
+use crate::common;
 
 use common::Flotilla;
 

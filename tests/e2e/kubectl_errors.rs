@@ -1,7 +1,7 @@
 //! Bad input gets a clear `Status` error, nothing is half-written, and the server
 //! keeps serving.
 
-mod common;
+use crate::common;
 
 use common::Flotilla;
 

@@ -2,7 +2,7 @@
 //! WorkloadPlacement types bound into every workspace, their printer columns, short
 //! names and schema validation, and `flotilla crds`.
 
-mod common;
+use crate::common;
 
 use common::Flotilla;
 

@@ -1,7 +1,7 @@
 //! kubectl against a real `flotilla start`: apply, server-side apply, scale, label,
 //! annotate, patch, get in its output forms, watch, describe with events, delete.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -3,7 +3,7 @@
 //! as a ReplicaSet, and an undo brings an old template back in the workspace and on
 //! the clusters the Deployment runs on.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -1,7 +1,7 @@
 //! Workspaces through the flotilla CLI and kubectl: creation, isolation, scoped
 //! tokens, the wildcard view, and deletion.
 
-mod common;
+use crate::common;
 
 use common::Flotilla;
 

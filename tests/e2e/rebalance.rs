@@ -3,7 +3,7 @@
 //! returned cluster has been Ready for `rebalance.afterReady`, make-before-break, and
 //! never under a Placement that does not opt in.
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 
@@ -30,7 +30,7 @@ fn a_short_spread_widens_after_the_window_only_where_the_placement_opts_in() {
     );
     assert!(!bad.ok && bad.stderr.contains("afterReady"), "{bad:?}");
     for (name, placement) in [("web", "rebalancing"), ("still", "sticky")] {
-        f.apply(&["--context", "demo"], &deployment(name, 4, "100m", "nginx", ""));
+        f.apply(&["--context", "demo"], &deployment(name).replicas(4).cpu("100m").manifest());
         f.k(&["--context", "demo", "annotate", "deploy", name, &format!("scheduling.flotilla.io/placement={placement}")]);
         wait_assignment(&f, name, |a| a.contains("east=") && a.contains("west="));
     }

@@ -1,16 +1,13 @@
 //! The scheduler end to end: the real `flotilla` binary (control plane, scheduler and
 //! push-mode syncers), simulated cluster processes, and real kubectl.
 
-mod common;
+use crate::common;
+use test_clusters::fixtures::deployment;
 
 use std::time::{Duration, Instant};
 
 use common::fleet::{assignment, copy_replicas, events, fleet, register, rollout, sim, wait_assignment, Killed, DEADLINE, FAST};
 use common::{signal, spawn_ready, wait_for, wait_until, Flotilla, SimCluster};
-
-fn deployment(name: &str, replicas: u32, cpu: &str) -> String {
-    common::deployment(name, replicas, cpu, "nginx:1.27", "")
-}
 
 #[test]
 fn places_by_room_divides_by_placement_and_reports_what_does_not_fit() {
@@ -19,7 +16,7 @@ fn places_by_room_divides_by_placement_and_reports_what_does_not_fit() {
     let f = fleet(&[], &[(&east, &["region=us"]), (&west, &["region=eu"])]);
 
     // The default Placement: one cluster, the roomiest.
-    f.apply(&["--context", "demo", "-n", "default"], &deployment("web", 3, "100m"));
+    f.apply(&["--context", "demo", "-n", "default"], &deployment("web").replicas(3).cpu("100m").manifest());
     assert_eq!(wait_assignment(&f, "web", |a| !a.is_empty()), "east=3");
     rollout(&f, "web");
     assert_eq!(copy_replicas(&east, "web"), "3");
@@ -82,7 +79,7 @@ fn places_by_room_divides_by_placement_and_reports_what_does_not_fit() {
         &["--context", "demo"],
         "apiVersion: scheduling.flotilla.io/v1alpha1\nkind: Placement\nmetadata: {name: eu}\nspec: {clusterSelector: {matchLabels: {region: eu}}}\n---\napiVersion: v1\nkind: Namespace\nmetadata: {name: europe, annotations: {scheduling.flotilla.io/placement: eu}}\n",
     );
-    f.apply(&["--context", "demo", "-n", "europe"], &deployment("api", 1, "100m"));
+    f.apply(&["--context", "demo", "-n", "europe"], &deployment("api").cpu("100m").manifest());
     let api_on = wait_until(
         "api placed",
         DEADLINE,
@@ -92,7 +89,7 @@ fn places_by_room_divides_by_placement_and_reports_what_does_not_fit() {
     assert_eq!(api_on, "west");
 
     // Too big for any cluster: it stays pending, and says why, counted per reason.
-    f.apply(&["--context", "demo", "-n", "default"], &deployment("huge", 1, "64"));
+    f.apply(&["--context", "demo", "-n", "default"], &deployment("huge").cpu("64").manifest());
     let why = wait_until("FailedScheduling for huge", DEADLINE, || events(&f, "FailedScheduling"), |e| e.contains("huge: "));
     assert!(why.contains("huge: 0/2 clusters fit: 2 Insufficient cpu"), "{why}");
     let cond = f.k(&[
@@ -144,7 +141,7 @@ fn fail_over(fault: Fault) {
     let watched = f.data_dir().join("web-versions.txt");
     let template = r#"jsonpath={.metadata.labels}|{.metadata.finalizers}{"\n"}"#;
     let mut watch = f.kubectl_background(&["--context", "demo", "-n", "default", "get", "deploy", "-w", "-o", template], &watched);
-    f.apply(&["--context", "demo", "-n", "default"], &deployment("web", 2, "100m"));
+    f.apply(&["--context", "demo", "-n", "default"], &deployment("web").replicas(2).cpu("100m").manifest());
     assert_eq!(wait_assignment(&f, "web", |a| !a.is_empty()), "east=2");
     rollout(&f, "web");
 
@@ -235,7 +232,7 @@ fn fail_over(fault: Fault) {
 fn with_no_room_after_a_loss_the_workload_stays_until_a_cluster_registers() {
     let mut east = sim("east", 4);
     let f = fleet(&FAST, &[(&east, &[])]);
-    f.apply(&["--context", "demo", "-n", "default"], &deployment("web", 2, "100m"));
+    f.apply(&["--context", "demo", "-n", "default"], &deployment("web").replicas(2).cpu("100m").manifest());
     assert_eq!(wait_assignment(&f, "web", |a| !a.is_empty()), "east=2");
     rollout(&f, "web");
 
@@ -257,7 +254,7 @@ fn a_deregistered_cluster_with_nowhere_to_go_lets_go_of_its_workloads() {
     let east = sim("east", 4);
     let f = fleet(&[], &[(&east, &[])]);
     let ns = ["--context", "demo", "-n", "default"];
-    f.apply(&ns, &deployment("web", 2, "100m"));
+    f.apply(&ns, &deployment("web").replicas(2).cpu("100m").manifest());
     assert_eq!(wait_assignment(&f, "web", |a| !a.is_empty()), "east=2");
     rollout(&f, "web");
 
@@ -304,7 +301,7 @@ fn a_deregistered_cluster_with_nowhere_to_go_lets_go_of_its_workloads() {
 fn a_workload_deleted_while_its_cluster_is_lost_goes_once_the_cluster_is_deregistered() {
     let mut east = sim("east", 4);
     let f = fleet(&FAST, &[(&east, &[])]);
-    f.apply(&["--context", "demo", "-n", "default"], &deployment("web", 1, "100m"));
+    f.apply(&["--context", "demo", "-n", "default"], &deployment("web").cpu("100m").manifest());
     assert_eq!(wait_assignment(&f, "web", |a| !a.is_empty()), "east=1");
     rollout(&f, "web");
 
@@ -326,13 +323,13 @@ fn cordon_takes_no_new_work_and_drain_moves_it_all() {
     let east = sim("east", 8);
     let west = sim("west", 4);
     let f = fleet(&[], &[(&east, &[]), (&west, &[])]);
-    f.apply(&["--context", "demo", "-n", "default"], &deployment("a", 1, "100m"));
+    f.apply(&["--context", "demo", "-n", "default"], &deployment("a").cpu("100m").manifest());
     assert_eq!(wait_assignment(&f, "a", |a| !a.is_empty()), "east=1");
 
     let o = f.flotilla(&["cluster", "cordon", "east"]);
     assert!(o.ok, "{o:?}");
     wait_until("east cordoned", DEADLINE, || f.k(&["get", "st", "east", "-o", "jsonpath={.status.schedulable}"]), |s| s == "Cordoned");
-    f.apply(&["--context", "demo", "-n", "default"], &deployment("b", 1, "100m"));
+    f.apply(&["--context", "demo", "-n", "default"], &deployment("b").cpu("100m").manifest());
     assert_eq!(wait_assignment(&f, "b", |a| !a.is_empty()), "west=1", "a cordoned cluster takes nothing new");
     assert_eq!(assignment(&f, "a"), "east=1", "what runs on a cordoned cluster stays");
 
@@ -351,7 +348,7 @@ fn a_drain_keeps_each_old_copy_until_its_replacement_is_available() {
     };
     let (east, west) = (slow("east"), slow("west"));
     let f = fleet(&[], &[(&east, &[]), (&west, &[])]);
-    f.apply(&["--context", "demo", "-n", "default"], &deployment("web", 3, "100m"));
+    f.apply(&["--context", "demo", "-n", "default"], &deployment("web").replicas(3).cpu("100m").manifest());
     let from = wait_assignment(&f, "web", |a| !a.is_empty());
     let (from, to, old) = match from.as_str() {
         "east=3" => ("east", "west", &east),
@@ -402,7 +399,7 @@ fn two_schedulers_one_acts_and_the_standby_takes_over() {
         h @ ("a" | "b") => Ok(h.to_string()),
         other => Err(other.to_string()),
     });
-    f.apply(&["--context", "demo", "-n", "default"], &deployment("web", 1, "100m"));
+    f.apply(&["--context", "demo", "-n", "default"], &deployment("web").cpu("100m").manifest());
     assert_eq!(wait_assignment(&f, "web", |a| !a.is_empty()), "east=1");
     let acted = |id: &str| std::fs::read_to_string(log(id)).unwrap_or_default().contains("became the leader");
     let (leader, _standby, second) = if first == "a" { (&mut a.0, &mut b.0, "b") } else { (&mut b.0, &mut a.0, "a") };
@@ -420,7 +417,7 @@ fn two_schedulers_one_acts_and_the_standby_takes_over() {
         "a released Lease is taken at the next try: {:?}\n{leader_log}",
         took_over.elapsed()
     );
-    f.apply(&["--context", "demo", "-n", "default"], &deployment("api", 1, "100m"));
+    f.apply(&["--context", "demo", "-n", "default"], &deployment("api").cpu("100m").manifest());
     assert_eq!(wait_assignment(&f, "api", |a| !a.is_empty()), "east=1");
     assert_eq!(assignment(&f, "web"), "east=1", "the new leader moves nothing");
 }

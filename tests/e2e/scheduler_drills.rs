@@ -4,7 +4,8 @@
 //! lost or left on a dead cluster, a false move, a false NotReady), waits on
 //! conditions with deadlines, and prints what it measured.
 
-mod common;
+use crate::common;
+use test_clusters::fixtures::deployment;
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -23,19 +24,6 @@ use serde_json::{json, Value};
 
 /// FAST's heartbeat grace, in the whole seconds that heartbeat times carry.
 const GRACE_SECS: i64 = 4;
-
-fn deployment(name: &str, replicas: u32) -> String {
-    common::deployment(name, replicas, "100m", "nginx:1.27", "")
-}
-
-/// A Deployment governed by the Placement `placement`, named by its annotation.
-fn governed(name: &str, replicas: u32, placement: &str) -> String {
-    deployment(name, replicas).replacen(
-        &format!("  name: {name}\n"),
-        &format!("  name: {name}\n  annotations: {{scheduling.flotilla.io/placement: {placement}}}\n"),
-        1,
-    )
-}
 
 /// Wall-clock seconds since the epoch: the unit and the clock of heartbeat times (the
 /// syncers run on this machine).
@@ -194,12 +182,12 @@ async fn first_sign_of_loss(root: kube::Client, demo: kube::Client, watching: st
 
 /// The workloads of the drills: name and replicas. Enough of them that moving them
 /// all takes the scheduler more than an instant, so a crash can land in the middle.
-const WORKLOADS: [(&str, u32); 8] =
+const WORKLOADS: [(&str, i32); 8] =
     [("web", 2), ("api", 1), ("worker", 1), ("cache", 1), ("queue", 1), ("search", 2), ("auth", 1), ("mail", 1)];
 
 /// Applies [`WORKLOADS`] to `demo` in one go.
 fn apply_workloads(f: &Flotilla) {
-    let all: Vec<String> = WORKLOADS.iter().map(|(name, replicas)| deployment(name, *replicas)).collect();
+    let all: Vec<String> = WORKLOADS.iter().map(|(name, replicas)| deployment(name).replicas(*replicas).cpu("100m").manifest()).collect();
     f.apply(&["--context", "demo", "-n", "default"], &all.join("---\n"));
 }
 
@@ -338,8 +326,9 @@ fn a_restarted_scheduler_moves_nothing_and_declares_no_cluster_lost() {
     );
     let workloads = [("web", 4, true), ("batch", 3, true), ("api", 1, false), ("worker", 2, false)];
     for (name, replicas, divided) in workloads {
-        let manifest = if divided { governed(name, replicas, "spread") } else { deployment(name, replicas) };
-        f.apply(&["--context", "demo", "-n", "default"], &manifest);
+        let manifest = deployment(name).replicas(replicas).cpu("100m");
+        let manifest = if divided { manifest.placement("spread") } else { manifest };
+        f.apply(&["--context", "demo", "-n", "default"], &manifest.manifest());
     }
     for (name, _, divided) in workloads {
         let clusters = if divided { 2 } else { 1 };
@@ -368,7 +357,7 @@ fn a_restarted_scheduler_moves_nothing_and_declares_no_cluster_lost() {
     let synced_at = now_secs();
     let synced = restarted.elapsed();
     // It reconciles: a new workload gets placed.
-    f.apply(&["--context", "demo", "-n", "default"], &deployment("probe", 1));
+    f.apply(&["--context", "demo", "-n", "default"], &deployment("probe").cpu("100m").manifest());
     wait_assignment(&f, "probe", |a| !a.is_empty());
     let probe = restarted.elapsed();
     // Past the window in which a false NotReady would show: a grace after the caches
@@ -460,18 +449,7 @@ fn configmap(w: usize, n: u64) -> Value {
 }
 
 fn load_deployment(w: usize, n: u64) -> Value {
-    let name = format!("d{w}-{n}");
-    json!({
-        "metadata": {"name": name, "labels": {"app": name}},
-        "spec": {
-            "replicas": 1,
-            "selector": {"matchLabels": {"app": name}},
-            "template": {
-                "metadata": {"labels": {"app": name}},
-                "spec": {"containers": [{"name": "app", "image": "nginx:1.27", "resources": {"requests": {"cpu": "100m", "memory": "64Mi"}}}]}
-            }
-        }
-    })
+    serde_json::to_value(deployment(&format!("d{w}-{n}")).cpu("100m").build()).expect("a Deployment serializes")
 }
 
 /// One SyncTarget as the drill's watch saw it.

@@ -6,7 +6,8 @@
 //! A cluster that is really killed afterwards must still fail over within the grace.
 //! Each step waits on conditions with deadlines and prints what it saw.
 
-mod common;
+use crate::common;
+use test_clusters::fixtures::deployment;
 
 use std::time::{Duration, Instant, SystemTime};
 
@@ -21,10 +22,6 @@ const GRACE_SECS: i64 = 4;
 /// The workloads: one replica of one cpu each, so that the scheduler, choosing the
 /// roomiest of two clusters of equal size, puts about half on each.
 const WORKLOADS: [&str; 6] = ["web", "api", "worker", "cache", "queue", "search"];
-
-fn deployment(name: &str) -> String {
-    common::deployment(name, 1, "1", "nginx:1.27", "")
-}
 
 /// Wall-clock seconds since the epoch: the unit and the clock of heartbeat times (the
 /// syncers run on this machine).
@@ -137,7 +134,7 @@ fn a_stopped_control_plane_moves_nothing_and_a_killed_cluster_still_fails_over()
     let mut east = sim("east", 4);
     let west = sim("west", 4);
     let f = fleet(&FAST, &[(&east, &[]), (&west, &[])]);
-    let all: Vec<String> = WORKLOADS.iter().map(|n| deployment(n)).collect();
+    let all: Vec<String> = WORKLOADS.iter().map(|n| deployment(n).cpu("1").manifest()).collect();
     f.apply(&["--context", "demo", "-n", "default"], &all.join("---\n"));
     for name in WORKLOADS {
         wait_assignment(&f, name, |a| !a.is_empty());

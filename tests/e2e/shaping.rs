@@ -3,7 +3,7 @@
 //! with Placement tolerations (a `NoExecute` taint moves what does not tolerate it at
 //! once, and what tolerates it for `tolerationSeconds` when that time is up).
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 
@@ -13,8 +13,8 @@ use common::{deployment, wait_for, wait_until};
 const SCHEDULED: &str =
     r#"jsonpath={.status.conditions[?(@.type=="Scheduled")].status} {.status.conditions[?(@.type=="Scheduled")].message}"#;
 
-fn placed_with(f: &common::Flotilla, name: &str, replicas: u32, placement: &str) {
-    f.apply(&["--context", "demo"], &deployment(name, replicas, "100m", "nginx", ""));
+fn placed_with(f: &common::Flotilla, name: &str, replicas: i32, placement: &str) {
+    f.apply(&["--context", "demo"], &deployment(name).replicas(replicas).cpu("100m").manifest());
     f.k(&["--context", "demo", "annotate", "deploy", name, &format!("scheduling.flotilla.io/placement={placement}")]);
 }
 

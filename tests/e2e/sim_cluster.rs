@@ -1,7 +1,8 @@
 //! A simulated cluster through the real kubectl: nodes, Deployments that become
 //! Available, capacity that leaves pods Pending, rollouts, and restarts that keep state.
 
-mod common;
+use crate::common;
+use test_clusters::fixtures::deployment;
 
 use std::time::Duration;
 
@@ -20,14 +21,6 @@ startupDelay: 200ms
 "#;
 
 const DEADLINE: Duration = Duration::from_secs(30);
-
-fn deployment(name: &str, replicas: u32, cpu: &str, image: &str) -> String {
-    format!(
-        "apiVersion: apps/v1\nkind: Deployment\nmetadata: {{name: {name}}}\nspec:\n  replicas: {replicas}\n  selector: {{matchLabels: {{app: {name}}}}}\n  \
-         template:\n    metadata: {{labels: {{app: {name}}}}}\n    spec:\n      containers:\n      - name: main\n        image: {image}\n        \
-         resources: {{requests: {{cpu: \"{cpu}\", memory: 64Mi}}}}\n"
-    )
-}
 
 fn running_pods(c: &SimCluster, app: &str) -> usize {
     c.k(&["get", "pods", "-l", &format!("app={app}"), "--field-selector=status.phase=Running", "-o", "name"]).lines().count()
@@ -95,7 +88,7 @@ fn a_deployment_rolls_out_and_becomes_available() {
 fn what_does_not_fit_stays_pending_with_the_reason() {
     let c = SimCluster::start(EAST);
     // 6 replicas of 900m on two 2-cpu nodes: two per node fit, two stay Pending.
-    c.apply(&deployment("big", 6, "900m", "busybox:1.36"));
+    c.apply(&deployment("big").replicas(6).cpu("900m").container_name("main").image("busybox:1.36").manifest());
     wait_for("4 running and 2 pending", DEADLINE, || {
         let pending = c.k(&["get", "pods", "-l", "app=big", "--field-selector=status.phase=Pending", "-o", "name"]).lines().count();
         match (running_pods(&c, "big"), pending) {
@@ -127,7 +120,7 @@ fn what_does_not_fit_stays_pending_with_the_reason() {
 #[test]
 fn an_image_change_rolls_the_pods_over() {
     let c = SimCluster::start(EAST);
-    c.apply(&deployment("api", 4, "100m", "nginx:1.27"));
+    c.apply(&deployment("api").replicas(4).cpu("100m").container_name("main").manifest());
     c.k(&["rollout", "status", "deployment/api", "--timeout=30s"]);
     c.k(&["set", "image", "deployment/api", "main=nginx:1.28"]);
     let status = c.k(&["rollout", "status", "deployment/api", "--timeout=30s"]);
@@ -159,7 +152,7 @@ fn an_image_change_rolls_the_pods_over() {
 #[test]
 fn a_restart_on_the_same_data_dir_is_the_same_cluster() {
     let mut c = SimCluster::start(EAST);
-    c.apply(&deployment("keep", 2, "100m", "nginx:1.27"));
+    c.apply(&deployment("keep").replicas(2).cpu("100m").container_name("main").manifest());
     c.k(&["rollout", "status", "deployment/keep", "--timeout=30s"]);
     let before = c.k(&["get", "pods", "-l", "app=keep", "-o", "name"]);
     c.kill9();

@@ -3,7 +3,7 @@
 //! 30000-32767 allocated on create, load-balancer addresses from the cluster's pool, the
 //! Ingress address on every Ingress, and a restart that hands nothing out twice.
 
-mod common;
+use crate::common;
 
 use std::collections::HashSet;
 use std::net::Ipv4Addr;

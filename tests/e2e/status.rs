@@ -1,7 +1,7 @@
 //! `flotilla status` against a fleet that `flotilla up` runs: `-w -o json` prints one
 //! line per change for scripts, and a workspace that does not exist is a clear error.
 
-mod common;
+use crate::common;
 
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};

@@ -4,7 +4,7 @@
 //! reverted. The control plane runs with a resync of an hour, so nothing here is put
 //! back by a resync: every revert within [`REVERT`] came from the watch.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

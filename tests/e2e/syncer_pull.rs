@@ -3,12 +3,12 @@
 //! and a simulated cluster, checked with the real kubectl, including what the token
 //! may not do.
 
-mod common;
+use crate::common;
 
 use std::path::PathBuf;
 use std::time::Duration;
 
-use common::{assigned, copies, register_pull, wait_for, wait_until, Flotilla, Out, PullSyncer, SimCluster};
+use common::{assigned, copies, deployment, register_pull, wait_for, wait_until, Flotilla, Out, PullSyncer, SimCluster};
 
 const EAST: &str = "name: east\nnodes:\n  - {count: 2, cpu: \"4\", memory: 8Gi, pods: 110}\nstartupDelay: 200ms\n";
 const DEADLINE: Duration = Duration::from_secs(30);
@@ -41,7 +41,7 @@ fn forbidden(o: &Out) -> bool {
 fn pull_mode_syncs_with_a_token_that_reaches_only_its_own_objects() {
     let (f, east, upstream) = pull_fleet();
     let _syncer = PullSyncer::start("east", &upstream, &east.kubeconfig(), f.data_dir().join("syncer.log"));
-    f.apply(&["--context", "demo", "-n", "default"], &assigned("web", 2, 2, "nginx:1.27"));
+    f.apply(&["--context", "demo", "-n", "default"], &assigned(deployment("web").replicas(2).cpu("100m"), 2));
     f.apply(&["--context", "demo", "-n", "default"], "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: private}\ndata: {k: v}\n");
     f.apply(
         &["--context", "demo", "-n", "default"],
@@ -116,7 +116,7 @@ fn pull_mode_syncs_with_a_token_that_reaches_only_its_own_objects() {
 fn a_syncer_killed_mid_sync_converges_with_no_duplicates_and_no_orphans() {
     let (f, east, upstream) = pull_fleet();
     let mut syncer = PullSyncer::start("east", &upstream, &east.kubeconfig(), f.data_dir().join("syncer.log"));
-    let all: String = (0..12).map(|i| assigned(&format!("app{i}"), 1, 1, "nginx:1.27")).collect::<Vec<_>>().join("---\n");
+    let all: String = (0..12).map(|i| assigned(deployment(&format!("app{i}")).cpu("100m"), 1)).collect::<Vec<_>>().join("---\n");
     f.apply(&["--context", "demo", "-n", "default"], &all);
     // Kill it while it is still pushing.
     wait_for("the first copies", DEADLINE, || {
@@ -174,7 +174,7 @@ fn a_syncer_killed_mid_sync_converges_with_no_duplicates_and_no_orphans() {
 fn the_syncer_rides_out_a_control_plane_restart() {
     let (mut f, east, upstream) = pull_fleet();
     let syncer = PullSyncer::start("east", &upstream, &east.kubeconfig(), f.data_dir().join("syncer.log"));
-    f.apply(&["--context", "demo", "-n", "default"], &assigned("web", 2, 2, "nginx:1.27"));
+    f.apply(&["--context", "demo", "-n", "default"], &assigned(deployment("web").replicas(2).cpu("100m"), 2));
     let o = f.kubectl(&["--context", "demo", "rollout", "status", "deploy/web", "--timeout=30s"]);
     assert!(o.ok, "{o:?}");
 

@@ -4,11 +4,13 @@
 //! `state.workload.flotilla.io/<target>=Sync` label on the Deployment and a labelled
 //! WorkloadPlacement with the cluster's share.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 
-use common::{assigned, copies, wait_for, wait_until, Flotilla, SimCluster};
+use serde_json::json;
+
+use common::{assigned, copies, deployment, wait_for, wait_until, Flotilla, SimCluster};
 
 const EAST: &str = "name: east\nnodes:\n  - {count: 2, cpu: \"4\", memory: 8Gi, pods: 110}\nstartupDelay: 200ms\n";
 const DEADLINE: Duration = Duration::from_secs(30);
@@ -55,7 +57,7 @@ fn an_assigned_deployment_runs_downstream_and_rolls_out_upstream() {
         ],
         &versions,
     );
-    f.apply(&["--context", "demo", "-n", "default"], &assigned("web", 3, 3, "nginx:1.27"));
+    f.apply(&["--context", "demo", "-n", "default"], &assigned(deployment("web").replicas(3).cpu("100m"), 3));
 
     // Down: one copy in the hashed namespace, with the share and the upstream's marks.
     let copy = wait_for("the copy downstream", DEADLINE, || {
@@ -132,7 +134,7 @@ fn a_burst_of_rollouts_spends_the_progress_budget_and_every_one_still_finishes()
     const SLOW_EAST: &str = "name: east\nnodes:\n  - {count: 2, cpu: \"8\", memory: 16Gi, pods: 110}\nstartupDelay: 3s\n";
     const N: usize = 60;
     let (f, _east) = fleet_of(SLOW_EAST);
-    let manifest: Vec<String> = (0..N).map(|i| assigned(&format!("burst-{i:02}"), 1, 1, "nginx:1.27")).collect();
+    let manifest: Vec<String> = (0..N).map(|i| assigned(deployment(&format!("burst-{i:02}")).cpu("100m"), 1)).collect();
     f.apply(&["--context", "demo", "-n", "default"], &manifest.join("---\n"));
     // What a rollout ends on is never put off: every entry reaches 1/1.
     wait_until(
@@ -159,7 +161,7 @@ fn a_burst_of_rollouts_spends_the_progress_budget_and_every_one_still_finishes()
 #[test]
 fn drift_downstream_is_reverted() {
     let (f, east) = fleet();
-    f.apply(&["--context", "demo", "-n", "default"], &assigned("web", 2, 2, "nginx:1.27"));
+    f.apply(&["--context", "demo", "-n", "default"], &assigned(deployment("web").replicas(2).cpu("100m"), 2));
     let copy =
         wait_for("the copy", DEADLINE, || Some(copies(&east)).filter(|c| c.ends_with("web=2 nginx:1.27")).ok_or_else(|| copies(&east)));
     let ns = copy.split_once('/').unwrap().0.to_string();
@@ -178,8 +180,8 @@ fn drift_downstream_is_reverted() {
 #[test]
 fn deletion_and_unassignment_remove_the_copies_and_their_namespace() {
     let (f, east) = fleet();
-    f.apply(&["--context", "demo", "-n", "default"], &assigned("gone", 1, 1, "nginx:1.27"));
-    f.apply(&["--context", "demo", "-n", "default"], &assigned("moved", 1, 1, "nginx:1.27"));
+    f.apply(&["--context", "demo", "-n", "default"], &assigned(deployment("gone").cpu("100m"), 1));
+    f.apply(&["--context", "demo", "-n", "default"], &assigned(deployment("moved").cpu("100m"), 1));
     wait_until("both copies", DEADLINE, || copies(&east), |c| c.lines().count() == 2);
 
     // Deleting upstream waits for the copy to go (the finalizer), then completes.
@@ -218,11 +220,12 @@ kind: ConfigMap
 metadata: {name: unrelated}
 data: {a: b}
 "#;
-    let manifest = assigned("web", 2, 2, "nginx:1.27").replace(
-        "      containers: [{name: app, ",
-        "      volumes: [{name: creds, secret: {secretName: web-secret}}]\n      containers: [{name: app, envFrom: [{configMapRef: {name: web-config}}], ",
-    );
-    assert!(manifest.contains("envFrom"), "{manifest}");
+    let web = deployment("web").replicas(2).cpu("100m").with(|d| {
+        let pod = d.spec.as_mut().unwrap().template.spec.as_mut().unwrap();
+        pod.volumes = Some(vec![serde_json::from_value(json!({"name": "creds", "secret": {"secretName": "web-secret"}})).unwrap()]);
+        pod.containers[0].env_from = Some(vec![serde_json::from_value(json!({"configMapRef": {"name": "web-config"}})).unwrap()]);
+    });
+    let manifest = assigned(web, 2);
     f.apply(&["--context", "demo", "-n", "default"], &format!("{refs}---\n{manifest}"));
 
     let copy = wait_for("the Deployment's copy", DEADLINE, || {
@@ -278,7 +281,7 @@ data: {a: b}
 fn a_cluster_that_comes_back_removes_what_is_no_longer_assigned() {
     let (f, mut east) = fleet();
     for name in ["keep", "gone", "moved"] {
-        f.apply(&["--context", "demo", "-n", "default"], &assigned(name, 1, 1, "nginx:1.27"));
+        f.apply(&["--context", "demo", "-n", "default"], &assigned(deployment(name).cpu("100m"), 1));
     }
     for name in ["keep", "gone", "moved"] {
         let o = f.kubectl(&["--context", "demo", "rollout", "status", &format!("deploy/{name}"), "--timeout=30s"]);

@@ -4,7 +4,7 @@
 //! repository, with the built-in definition of the fleet, and its terminal shows the
 //! progress and names the log file instead of showing the logs.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

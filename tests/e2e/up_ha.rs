@@ -2,7 +2,7 @@
 //! members, the examples applied through kubectl, the replica and etcd drills, and a
 //! clean stop. Needs the `etcd` binary (see storage::local_etcd::available_for_test).
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 

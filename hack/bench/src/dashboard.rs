@@ -30,7 +30,7 @@ use crate::report::{int, num, Better, Report, Row};
 use crate::{bench_deployment, create_workspaces, placements_api, summarize, wait_until, watch_applied, ServerProc};
 
 #[allow(dead_code)]
-#[path = "../../../tests/common/browser.rs"]
+#[path = "../../../tests/e2e/common/browser.rs"]
 mod browser;
 
 #[derive(Clone, Copy, Debug)]

@@ -46,7 +46,7 @@ pub struct Flotilla {
 
 /// With FLOTILLA_TEST_STORE=etcd, every control plane these tests start keeps its data
 /// in an etcd of its own, started in `dir`, so that the same end-to-end tests run
-/// against the etcd backend (.ci/run does so for tests/kubectl_*.rs); otherwise none.
+/// against the etcd backend (.ci/run does so for tests/e2e/kubectl_*.rs); otherwise none.
 fn store_flags(dir: &Path) -> (Option<controlplane::store::local_etcd::LocalEtcd>, Vec<String>) {
     use controlplane::store::local_etcd::{free_ports, LocalEtcd};
     match std::env::var("FLOTILLA_TEST_STORE").as_deref() {
@@ -427,29 +427,14 @@ pub fn wait_until(what: &str, timeout: Duration, mut observe: impl FnMut() -> St
     })
 }
 
-/// A Deployment of `replicas` one-container pods, each requesting `cpu` and 64Mi, with
-/// the label `app: <name>` and the `extra_labels` (`k: v, ...`, or empty).
-pub fn deployment(name: &str, replicas: u32, cpu: &str, image: &str, extra_labels: &str) -> String {
-    let extra = if extra_labels.is_empty() { String::new() } else { format!(", {extra_labels}") };
-    format!(
-        r#"apiVersion: apps/v1
-kind: Deployment
-metadata:
-  name: {name}
-  labels: {{app: {name}{extra}}}
-spec:
-  replicas: {replicas}
-  selector: {{matchLabels: {{app: {name}}}}}
-  template:
-    metadata: {{labels: {{app: {name}}}}}
-    spec:
-      containers: [{{name: app, image: "{image}", resources: {{requests: {{cpu: "{cpu}", memory: 64Mi}}}}}}]
-"#
-    )
-}
+/// The typed builder of the Deployments the tests apply.
+pub use test_clusters::fixtures::deployment;
 
-/// A Deployment assigned to `east` with `share` replicas there, as the scheduler writes it.
-pub fn assigned(name: &str, replicas: u32, share: u32, image: &str) -> String {
+/// The Deployment `d` assigned to `east` with `share` replicas there: the Deployment
+/// with the cluster's label, and its WorkloadPlacement, as the scheduler writes them.
+pub fn assigned(d: test_clusters::fixtures::DeploymentBuilder, share: u32) -> String {
+    let d = d.label(&placement_api::sync_state_label("east"), "Sync").build();
+    let name = d.metadata.name.as_deref().expect("a fixture has a name");
     format!(
         r#"{}---
 apiVersion: scheduling.flotilla.io/v1alpha1
@@ -462,7 +447,7 @@ spec:
   placement: default
   clusters: [{{name: east, replicas: {share}}}]
 "#,
-        deployment(name, replicas, "100m", image, "state.workload.flotilla.io/east: Sync")
+        test_clusters::fixtures::manifest(&d)
     )
 }
 
