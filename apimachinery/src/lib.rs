@@ -4,8 +4,8 @@
 //! Label and field selectors ([`selector`]), kubectl's JSONPath ([`jsonpath`]), strategic
 //! merge patches, server-side apply and managedFields ([`patch`]), structural schemas
 //! with their validation, defaulting and pruning ([`schema`]), the protobuf wire format
-//! ([`protobuf`]), ObjectMeta's rules ([`objmeta`]), resource quantities ([`quantity`])
-//! and a pod's QoS class ([`qos`]). Each rule is written once, here,
+//! ([`protobuf`]), ObjectMeta's rules ([`objmeta`]), resource quantities ([`quantity`]),
+//! a pod's QoS class ([`qos`]) and the pod-template hash ([`template_hash`]). Each rule is written once, here,
 //! and used by the API server, the simulated clusters, the scheduler and the CLI.
 
 pub mod jsonpath;
@@ -16,6 +16,7 @@ pub mod qos;
 pub mod quantity;
 pub mod schema;
 pub mod selector;
+pub mod template_hash;
 
 /// One validation failure, shaped like a `metav1.StatusCause`: a `details.causes[]`
 /// entry of a 422.

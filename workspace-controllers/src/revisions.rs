@@ -15,10 +15,10 @@
 //! `spec.revisionHistoryLimit` (10 by default), the oldest revisions are deleted.
 //!
 //! These ReplicaSets never leave the workspace: each cluster's own deployment
-//! controller keeps its own. The pod-template hash is FNV-32a over the template's JSON,
-//! written with the digits-to-letters encoding Kubernetes uses; it is stable and
-//! unique, but not the hash a cluster computes from its Go structures, which nothing
-//! compares.
+//! controller keeps its own. The pod-template hash is [`apimachinery::template_hash`]'s,
+//! the one the simulated clusters use too: stable, and written with the letters
+//! Kubernetes uses, but not the hash a real cluster computes from its Go structures,
+//! which nothing compares.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -32,6 +32,7 @@ use serde_json::{json, Map, Value};
 use tokio::sync::mpsc;
 use tracing::Instrument;
 
+use apimachinery::template_hash::{canonical, hash_canonical};
 use placement_api::synced::Kind;
 use runtime::cache::{ObjKey, Workspace};
 use runtime::clients;
@@ -49,7 +50,7 @@ pub const REVISION_HISTORY: &str = "deployment.kubernetes.io/revision-history";
 const DESIRED_REPLICAS: &str = "deployment.kubernetes.io/desired-replicas";
 const MAX_REPLICAS: &str = "deployment.kubernetes.io/max-replicas";
 /// The label that tells a template's ReplicaSet (and its pods) from the others.
-pub const HASH_LABEL: &str = "pod-template-hash";
+pub use apimachinery::template_hash::POD_TEMPLATE_HASH_LABEL as HASH_LABEL;
 /// The Deployment annotations a ReplicaSet does not copy (the deployment controller's
 /// annotationsToSkip).
 const NOT_COPIED: [&str; 6] = [
@@ -64,37 +65,6 @@ const NOT_COPIED: [&str; 6] = [
 const DEFAULT_HISTORY_LIMIT: i32 = 10;
 /// The longest `revision-history`, in characters (the deployment controller's).
 const MAX_HISTORY_CHARS: usize = 2000;
-
-/// The hash of a pod template: FNV-32a over its JSON (and the collision count, when
-/// there was a collision), written as Kubernetes writes it (each decimal digit as one
-/// of `4-9`, `b`, `c`, `d`, `f`: rand.SafeEncodeString).
-pub fn template_hash(template: &Value, collisions: u32) -> String {
-    const ALPHANUMS: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
-    let mut hash: u32 = 0x811c_9dc5;
-    let mut feed = |bytes: &[u8]| {
-        for b in bytes {
-            hash ^= u32::from(*b);
-            hash = hash.wrapping_mul(0x0100_0193);
-        }
-    };
-    feed(&serde_json::to_vec(template).unwrap_or_default());
-    if collisions > 0 {
-        feed(&u64::from(collisions).to_le_bytes());
-    }
-    hash.to_string().bytes().map(|d| char::from(ALPHANUMS[usize::from(d) % ALPHANUMS.len()])).collect()
-}
-
-/// `template` without the hash label, for comparing templates (EqualIgnoreHash).
-fn without_hash(template: &Value) -> Value {
-    let mut t = template.clone();
-    if let Some(labels) = t.pointer_mut("/metadata/labels").and_then(Value::as_object_mut) {
-        labels.remove(HASH_LABEL);
-        if labels.is_empty() {
-            t["metadata"].as_object_mut().map(|m| m.remove("labels"));
-        }
-    }
-    t
-}
 
 fn revision_of(rs: &ReplicaSet) -> Option<i64> {
     rs.metadata.annotations.as_ref()?.get(REVISION)?.parse().ok()
@@ -141,7 +111,7 @@ pub fn plan(d: &Deployment, owned: &[&ReplicaSet], taken: impl Fn(&str) -> bool)
         return Vec::new();
     };
     let template = serde_json::to_value(&spec.template).unwrap_or_default();
-    let bare = without_hash(&template);
+    let bare = canonical(template);
     let replicas = spec.replicas.unwrap_or(1);
     let max_revision = owned.iter().filter_map(|rs| revision_of(rs)).max().unwrap_or(0);
     let mut copied: Map<String, Value> = d
@@ -159,13 +129,13 @@ pub fn plan(d: &Deployment, owned: &[&ReplicaSet], taken: impl Fn(&str) -> bool)
         .sort_by(|a, b| (&a.metadata.creation_timestamp, &a.metadata.name).cmp(&(&b.metadata.creation_timestamp, &b.metadata.name)));
     let current = oldest_first.iter().copied().find(|rs| {
         let t = rs.spec.as_ref().and_then(|s| s.template.as_ref()).map(|t| serde_json::to_value(t).unwrap_or_default());
-        t.is_some_and(|t| without_hash(&t) == bare)
+        t.is_some_and(|t| canonical(t) == bare)
     });
     let mut actions = Vec::new();
     let (current_name, revision) = match current {
         None => {
             let (hash, rs_name) = (0..)
-                .map(|c| template_hash(&bare, c))
+                .map(|c: i32| hash_canonical(&bare, (c > 0).then_some(c)))
                 .map(|h| (h.clone(), format!("{name}-{h}")))
                 .find(|(_, n)| !taken(n))
                 .expect("some collision count gives a free name");
@@ -453,13 +423,18 @@ mod tests {
     }
 
     #[test]
-    fn the_hash_is_stable_and_written_with_kubernetes_letters() {
-        let t = json!({"metadata": {"labels": {"app": "web"}}});
-        let h = template_hash(&t, 0);
-        assert_eq!(h, template_hash(&t, 0));
-        assert!(h.chars().all(|c| "456789bcdf".contains(c)), "{h}");
-        assert_ne!(h, template_hash(&t, 1), "a collision count changes it");
-        assert_ne!(h, template_hash(&json!({"metadata": {"labels": {"app": "api"}}}), 0));
+    fn a_replica_set_is_named_by_the_shared_template_hash() {
+        let d = deployment("nginx:1.27", &[]);
+        let a = plan(&d, &[], |_| false);
+        let rs = created(&a, "2026-01-01T00:00:00Z");
+        let template = serde_json::to_value(&d.spec.as_ref().unwrap().template).unwrap();
+        let hash = apimachinery::template_hash::pod_template_hash(&template, None);
+        assert_eq!(rs.metadata.name.as_deref(), Some(format!("web-{hash}").as_str()));
+        assert_eq!(rs.metadata.labels.as_ref().unwrap()[HASH_LABEL], hash);
+        // A name taken by another template's ReplicaSet: the next collision count.
+        let a = plan(&d, &[], |n| n == format!("web-{hash}"));
+        let moved = apimachinery::template_hash::pod_template_hash(&template, Some(1));
+        assert_eq!(created(&a, "2026-01-01T00:00:00Z").metadata.name.as_deref(), Some(format!("web-{moved}").as_str()));
     }
 
     #[test]

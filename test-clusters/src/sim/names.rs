@@ -5,8 +5,7 @@
 //! alphabet of `k8s.io/apimachinery/pkg/util/rand`, which leaves out vowels (and the digits
 //! that look like them) so that generated names never spell words.
 
-/// The alphabet of `k8s.io/apimachinery/pkg/util/rand`.
-pub const ALPHANUMS: &[u8; 27] = b"bcdfghjklmnpqrstvwxz2456789";
+pub use apimachinery::template_hash::{safe_encode, ALPHANUMS};
 
 /// Length of the random part of a generated pod name (`generateName`'s suffix).
 pub const SUFFIX_LEN: usize = 5;
@@ -56,11 +55,6 @@ impl NameSource for SeededNames {
     }
 }
 
-/// Maps each character onto [`ALPHANUMS`] by its code, as `rand.SafeEncodeString` does.
-pub fn safe_encode(s: &str) -> String {
-    s.chars().map(|c| ALPHANUMS[(c as usize) % ALPHANUMS.len()] as char).collect()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -85,11 +79,5 @@ mod tests {
         // Twenty draws from 27^5 names should not repeat.
         let unique: std::collections::BTreeSet<_> = a.iter().collect();
         assert_eq!(unique.len(), a.len());
-    }
-
-    #[test]
-    fn safe_encode_maps_digits() {
-        // '0' is 48, 48 % 27 = 21 -> '4'; '1' -> '5'; '9' -> 57 % 27 = 3 -> 'f'.
-        assert_eq!(safe_encode("019"), "45f");
     }
 }

@@ -1,75 +1,25 @@
-//! The `pod-template-hash` that names a Deployment's ReplicaSets, and template equality.
-//!
-//! Kubernetes (`controller.ComputeHash`) feeds a spew dump of the Go template struct and the
-//! collision count to FNV-1a (32 bit) and renders the decimal sum through
-//! `rand.SafeEncodeString`. A Go spew dump cannot be reproduced outside Go, so this hashes the
-//! template's canonical JSON instead (nulls, empty lists and empty maps dropped; map keys are
-//! sorted because k8s-openapi keeps maps in `BTreeMap`s), then follows Kubernetes exactly:
-//! the collision count as 8 little-endian bytes (the low 4 used), FNV-1a 32, decimal, safe
-//! encoding. The result has the shape of the real thing (up to 10 characters of
-//! `bcdfghjklmnpqrstvwxz2456789`) and is stable across runs and machines, but it differs from
-//! the hash a real cluster would compute for the same template.
+//! The `pod-template-hash` and template equality for typed templates: the rule itself
+//! is [`apimachinery::template_hash`]'s, which the workspace's revisions controller
+//! asks too, so a template gets the same ReplicaSet name upstream and here.
 
 use k8s_openapi::api::core::v1::PodTemplateSpec;
-use serde_json::Value;
 
-use super::names::safe_encode;
+use apimachinery::template_hash::{canonical, hash_canonical};
+pub use apimachinery::template_hash::{fnv32a, POD_TEMPLATE_HASH_LABEL};
 
-/// The label Kubernetes adds to a Deployment's ReplicaSets, their selectors and their pods.
-pub const POD_TEMPLATE_HASH_LABEL: &str = "pod-template-hash";
-
-/// FNV-1a, 32 bit.
-pub fn fnv32a(bytes: &[u8]) -> u32 {
-    const OFFSET: u32 = 0x811c_9dc5;
-    const PRIME: u32 = 0x0100_0193;
-    bytes.iter().fold(OFFSET, |h, b| (h ^ u32::from(*b)).wrapping_mul(PRIME))
-}
-
-/// The template as JSON without the hash label, with empty values dropped.
-fn canonical(template: &PodTemplateSpec) -> Value {
-    let mut template = template.clone();
-    if let Some(labels) = template.metadata.as_mut().and_then(|m| m.labels.as_mut()) {
-        labels.remove(POD_TEMPLATE_HASH_LABEL);
-    }
-    let mut value = serde_json::to_value(&template).unwrap_or(Value::Null);
-    prune(&mut value);
-    value
-}
-
-/// Drops nulls, empty arrays and empty objects, so that "unset" and "set to empty" compare
-/// equal, as `apiequality.Semantic.DeepEqual` treats nil and empty slices and maps.
-fn prune(value: &mut Value) -> bool {
-    match value {
-        Value::Null => false,
-        Value::Array(items) => {
-            for item in items.iter_mut() {
-                prune(item);
-            }
-            !items.is_empty()
-        }
-        Value::Object(map) => {
-            map.retain(|_, v| prune(v));
-            !map.is_empty()
-        }
-        _ => true,
-    }
+fn canonical_of(template: &PodTemplateSpec) -> serde_json::Value {
+    canonical(serde_json::to_value(template).unwrap_or_default())
 }
 
 /// The `pod-template-hash` for a template and the Deployment's `status.collisionCount`.
 pub fn compute_hash(template: &PodTemplateSpec, collision_count: Option<i32>) -> String {
-    let mut bytes = serde_json::to_vec(&canonical(template)).unwrap_or_default();
-    if let Some(count) = collision_count {
-        let mut buf = [0u8; 8];
-        buf[..4].copy_from_slice(&(count as u32).to_le_bytes());
-        bytes.extend_from_slice(&buf);
-    }
-    safe_encode(&fnv32a(&bytes).to_string())
+    hash_canonical(&canonical_of(template), collision_count)
 }
 
 /// Whether two templates are equal apart from the `pod-template-hash` label
 /// (`deploymentutil.EqualIgnoreHash`).
 pub fn equal_ignore_hash(a: &PodTemplateSpec, b: &PodTemplateSpec) -> bool {
-    canonical(a) == canonical(b)
+    canonical_of(a) == canonical_of(b)
 }
 
 #[cfg(test)]
@@ -90,21 +40,11 @@ mod tests {
     }
 
     #[test]
-    fn fnv_matches_reference_vectors() {
-        assert_eq!(fnv32a(b""), 0x811c9dc5);
-        assert_eq!(fnv32a(b"a"), 0xe40c292c);
-        assert_eq!(fnv32a(b"foobar"), 0xbf9cf968);
-    }
-
-    #[test]
-    fn hash_is_stable_short_and_safe() {
-        let h = compute_hash(&template("nginx:1.27"), None);
-        assert_eq!(h, compute_hash(&template("nginx:1.27"), None));
-        assert!(!h.is_empty() && h.len() <= 10, "{h}");
-        assert!(h.bytes().all(|c| super::super::names::ALPHANUMS.contains(&c)), "{h}");
-        assert_ne!(h, compute_hash(&template("nginx:1.28"), None));
-        assert_ne!(h, compute_hash(&template("nginx:1.27"), Some(1)));
-        assert_ne!(compute_hash(&template("nginx:1.27"), Some(1)), compute_hash(&template("nginx:1.27"), Some(2)));
+    fn a_typed_template_hashes_as_its_json_does() {
+        let t = template("nginx:1.27");
+        let json = serde_json::to_value(&t).unwrap();
+        assert_eq!(compute_hash(&t, None), apimachinery::template_hash::pod_template_hash(&json, None));
+        assert_eq!(compute_hash(&t, Some(2)), apimachinery::template_hash::pod_template_hash(&json, Some(2)));
     }
 
     #[test]
