@@ -292,6 +292,14 @@ pub struct Book {
 /// controller's `--unhealthy-zone-threshold`.
 pub const DEFAULT_UNHEALTHY_THRESHOLD: f64 = 0.55;
 
+/// The disruption brake's rule, which the scheduler and `flotilla what-if` both ask:
+/// clusters lost at once hold their workloads when they are two or more, and more than
+/// `threshold` (a share, 0 to 1) of the clusters that were Ready. One lost cluster never
+/// engages it, however small the fleet.
+pub fn brake_engaged(lost: usize, were_ready: usize, threshold: f64) -> bool {
+    lost >= 2 && lost as f64 / were_ready.max(1) as f64 > threshold
+}
+
 /// The shortest gap taken for a stall of the scheduler: four periods of its ticker
 /// (250 ms), so that ordinary scheduling delays under load never count.
 const MIN_STALL: Duration = Duration::from_secs(1);
@@ -677,8 +685,7 @@ impl Book {
         }
         let mut brake = self.brake.lock().unwrap_or_else(|e| e.into_inner());
         let counted: BTreeSet<String> = brake.lost.intersection(&down).cloned().chain(recent).collect();
-        let pressure = (counted.len() + late.len()) as f64 / (ready + counted.len()).max(1) as f64;
-        let engaged = !counted.is_empty() && counted.len() + late.len() >= 2 && pressure > self.threshold;
+        let engaged = !counted.is_empty() && brake_engaged(counted.len() + late.len(), ready + counted.len(), self.threshold);
         late.sort();
         brake.lost = if engaged { counted } else { BTreeSet::new() };
         let state = BrakeState {
@@ -862,6 +869,24 @@ pub fn desired_status(o: &Observed, grace: Duration, now: &Time, paused: Option<
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn the_brake_holds_two_or_more_lost_past_the_threshold_of_those_that_were_ready() {
+        use super::brake_engaged;
+        // (lost, were Ready, threshold, engaged)
+        for (lost, ready, threshold, engaged) in [
+            (1, 1, 0.55, false), // one cluster alone never engages it
+            (1, 2, 0.0, false),
+            (2, 3, 0.55, true),  // 67% > 55%
+            (2, 4, 0.55, false), // 50%
+            (3, 5, 0.55, true),  // 60%
+            (2, 3, 0.7, false),
+            (2, 2, 0.99, true),
+            (2, 0, 0.55, true), // nothing was counted Ready: all of it is lost
+        ] {
+            assert_eq!(brake_engaged(lost, ready, threshold), engaged, "{lost} of {ready} at {threshold}");
+        }
+    }
+
     use super::*;
     use placement_api::SyncTargetStatus;
 

@@ -92,7 +92,7 @@ pub async fn run(kubeconfig: &Path, args: WhatIfArgs) -> anyhow::Result<()> {
     if let Change::Lose(lost) = &change {
         let ready = before.iter().filter(|c| c.ready).count();
         let lost_ready = before.iter().filter(|c| c.ready && lost.contains(&c.name)).count();
-        brake = lost_ready >= 2 && lost_ready as f64 / ready.max(1) as f64 > args.unhealthy_cluster_threshold;
+        brake = scheduler::health::brake_engaged(lost_ready, ready, args.unhealthy_cluster_threshold);
         if brake {
             out.push_str(&format!(
                 "the disruption brake would hold: {lost_ready} of {ready} Ready clusters lost at once, more than {:.0}%; their workloads \
