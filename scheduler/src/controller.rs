@@ -45,6 +45,7 @@ use crate::assumed::Assumed;
 use crate::core::{self, Share};
 use crate::events::{self, Recorder};
 use crate::health::{self, Book};
+use crate::inputs::{self, assigned_labels, scheduled_condition};
 use crate::metrics::Metrics;
 use crate::resolve;
 use crate::syncers::SyncerLeases;
@@ -120,7 +121,7 @@ impl Evictions {
 
 /// The reason of `Scheduled=True` when fewer clusters than the Placement asks for could
 /// take the workload: it runs on those that could.
-pub const REASON_FEWER_CLUSTERS: &str = "FewerClusters";
+pub use crate::inputs::REASON_FEWER_CLUSTERS;
 
 /// How often cluster health is re-evaluated against the clock (the metrics, `evictAfter`,
 /// condition writes). A heartbeat's grace running out is looked at the moment it does,
@@ -260,16 +261,6 @@ impl OwnWrites {
         self.labels.remove(key);
         self.placements.remove(key);
     }
-}
-
-/// The clusters that `labels` assign an object to.
-fn assigned_labels(labels: Option<&BTreeMap<String, String>>) -> BTreeSet<String> {
-    labels
-        .into_iter()
-        .flatten()
-        .filter(|(_, v)| *v == SYNC_STATE_SYNC)
-        .filter_map(|(k, _)| sync_target_of_label(k).map(str::to_string))
-        .collect()
 }
 
 /// The labels other than the assignment labels.
@@ -576,10 +567,6 @@ fn same_shares(a: &[Share], b: &[Share]) -> bool {
 }
 
 /// A WorkloadPlacement's `Scheduled` condition.
-fn scheduled_condition(wp: &WorkloadPlacement) -> Option<&Condition> {
-    wp.status.as_ref()?.conditions.iter().find(|c| c.type_ == CONDITION_SCHEDULED)
-}
-
 /// The clusters a workload is labelled for.
 fn labelled(d: &Deployment) -> BTreeSet<String> {
     assigned_labels(d.metadata.labels.as_ref())
@@ -774,10 +761,7 @@ impl Scheduler {
             return Ok((Outcome::Skipped, self.release_deregistered(key, &d).await?));
         }
         let wp = self.placements.get(key);
-        let current: Vec<Share> = match &wp {
-            Some(wp) => wp.spec.clusters.iter().map(|c| Share::new(&c.name, u32::try_from(c.replicas).unwrap_or(0))).collect(),
-            None => labelled(&d).iter().map(|c| Share::new(c, 0)).collect(),
-        };
+        let current = inputs::current(wp.as_deref(), &d);
 
         let ns = self.namespaces.get(&ObjKey::new(&key.workspace, "", &key.namespace));
         let rules: Vec<Arc<Placement>> = self.rules.values_where(|k| k.workspace == key.workspace);
@@ -795,20 +779,17 @@ impl Scheduler {
             }
         };
         let rule_name = rule.metadata.name.clone().unwrap_or_default();
-        let template = d.spec.as_ref().and_then(|s| s.template.spec.as_ref());
-        let per_replica = match template.map(Resources::for_pod).transpose() {
-            Ok(r) => r.unwrap_or(Resources::ZERO).max(Resources::new(0, 0, 1)),
+        let workload = match inputs::workload(&d) {
+            Ok(w) => w,
             Err(e) => {
                 let message = format!("the pod template's resource requests cannot be read: {e}; fix spec.template");
                 self.metrics.failure("InvalidRequests");
                 return self.fail(key, &d, wp.as_deref(), &rule_name, &current, message).await.map(|n| (Outcome::Unschedulable, n));
             }
         };
-        let replicas = d.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1);
-        let workload = core::Workload { replicas: u32::try_from(replicas).unwrap_or(0), per_replica };
         // A workload left on fewer clusters than asked for stays so until rebalancing
         // widens it; a new or whole one is spread as far as its Placement says.
-        let short = wp.as_ref().and_then(|wp| scheduled_condition(wp)).is_some_and(|c| c.reason == REASON_FEWER_CLUSTERS);
+        let short = inputs::short(wp.as_deref());
         // A rebalance under way ends once its new shares are Available.
         if let Some(next) = self.finish_rebalance(key, &d, wp.as_deref(), &rule_name, &source).await? {
             return Ok((Outcome::Scheduled, next));
@@ -835,7 +816,7 @@ impl Scheduler {
                         return Ok((Outcome::Skipped, Next::After(wait)));
                     }
                 }
-                self.assume(key, &current, &decided.shares, per_replica);
+                self.assume(key, &current, &decided.shares, workload.per_replica);
             }
             result
         };

@@ -5,7 +5,8 @@
 //! - [`core`]: where one workload runs, or why nothing fits;
 //! - [`resolve`]: which Placement governs a workload;
 //! - [`selector`]: label selectors over cluster labels;
-//! - [`health`]: when a cluster is Ready, from its heartbeats;
+//! - [`health`]: when a cluster is Ready, from its heartbeats, and the disruption brake;
+//! - [`inputs`]: what a decision about one workload is made from, out of its objects;
 //! - [`assumed`]: room handed out that heartbeats do not show yet.
 //!
 //! Around them, [`controller`] watches and writes, [`events`] records Events on the
@@ -20,6 +21,7 @@ pub mod controller;
 pub mod core;
 pub mod events;
 pub mod health;
+pub mod inputs;
 pub mod metrics;
 pub mod resolve;
 pub mod selector;

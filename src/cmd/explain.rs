@@ -12,8 +12,7 @@ use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Namespace;
 use kube::api::{Api, ListParams};
 use kube::ResourceExt;
-use placement_api::quantity::Resources;
-use placement_api::{Placement, ReplicaScheduling, SyncTarget, TaintEffect, WorkloadPlacement, CLUSTER_ANNOTATION, CONDITION_SCHEDULED};
+use placement_api::{Placement, ReplicaScheduling, SyncTarget, TaintEffect, WorkloadPlacement, CLUSTER_ANNOTATION};
 use scheduler::core::{self, Share};
 
 use super::status::{cpu, memory};
@@ -77,30 +76,11 @@ pub(super) fn resolve(
     );
     let (placement, source) = resolved.map_err(|why| anyhow::anyhow!("{workspace}/{ns}/{name} has no Placement to follow: {why}"))?;
     let placement = placement.clone();
-    let template = deployment.spec.as_ref().and_then(|s| s.template.spec.as_ref());
-    let per_replica = template
-        .map(Resources::for_pod)
-        .transpose()
-        .map_err(|e| anyhow::anyhow!("{workspace}/{ns}/{name}: the pod template's resource requests cannot be read: {e}"))?
-        .unwrap_or(Resources::ZERO)
-        .max(Resources::new(0, 0, 1));
-    let replicas = deployment.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1);
-    let current = wp
-        .map(|wp| wp.spec.clusters.iter().map(|c| Share::new(&c.name, u32::try_from(c.replicas).unwrap_or(0))).collect())
-        .unwrap_or_default();
-    let short = wp
-        .and_then(|wp| wp.status.as_ref())
-        .and_then(|s| s.conditions.iter().find(|c| c.type_ == CONDITION_SCHEDULED))
-        .is_some_and(|c| c.reason == scheduler::controller::REASON_FEWER_CLUSTERS);
-    Ok(Inputs {
-        workspace: workspace.to_string(),
-        deployment,
-        placement,
-        source,
-        workload: core::Workload { replicas: u32::try_from(replicas).unwrap_or(0), per_replica },
-        current,
-        short,
-    })
+    let workload = scheduler::inputs::workload(&deployment)
+        .map_err(|e| anyhow::anyhow!("{workspace}/{ns}/{name}: the pod template's resource requests cannot be read: {e}"))?;
+    let current = scheduler::inputs::current(wp, &deployment);
+    let short = scheduler::inputs::short(wp);
+    Ok(Inputs { workspace: workspace.to_string(), deployment, placement, source, workload, current, short })
 }
 
 /// `east=2 west=1`, or `nowhere`.
