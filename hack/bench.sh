@@ -6,7 +6,7 @@
 #   hack/bench.sh --quick     smaller sizes, one run, on the test build (the one that
 #                             `cargo nextest run` and CI use), so that it compiles nothing
 #                             after the tests; it proves that every scenario works, and its
-#                             timings mean nothing. CI runs this
+#                             timings are not the figures to compare. CI runs this
 #   hack/bench.sh --publish   full run, then the report into docs/benchmarks.md and
 #                             the plots into docs/bench/
 # Results, plots and report.md go to target/bench/ (--out-dir to change it).
