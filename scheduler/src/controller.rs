@@ -566,7 +566,6 @@ fn same_shares(a: &[Share], b: &[Share]) -> bool {
     a == b
 }
 
-/// A WorkloadPlacement's `Scheduled` condition.
 /// The clusters a workload is labelled for.
 fn labelled(d: &Deployment) -> BTreeSet<String> {
     assigned_labels(d.metadata.labels.as_ref())
