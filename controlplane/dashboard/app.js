@@ -777,19 +777,12 @@ function workloadView(key) {
     return `${c.name} ${s ? s.readyReplicas || 0 : 0}/${c.replicas}`;
   });
   const where = assigned.map((c) => `${c.name}=${c.replicas}`).join(" ");
-  const scheduled = condition(wp, "Scheduled");
-  const available = condition(wp, "Available");
-  let state;
-  let why = "";
-  if (!wp || (scheduled && scheduled.status !== "True")) {
-    state = "Pending";
-    why = scheduled ? scheduled.message || scheduled.reason : "not scheduled yet";
-  } else if (available && available.status === "True" && ready >= want) {
-    state = "Available";
-  } else {
-    state = "Progressing";
-    why = available ? available.message || available.reason || "" : "";
-  }
+  // The state is the server's (the status aggregator writes it with the same rule
+  // `flotilla status` uses); the page never judges it itself. Until the aggregator has
+  // looked at a workload, it has no state: it is not placed yet.
+  const judged = wp && wp.status && wp.status.state;
+  const state = judged || "Pending";
+  const why = judged ? wp.status.stateMessage || "" : "not scheduled yet";
   const companionList = companionsOf(key, wp);
   return { key, ws, ns, name, ready: `${ready}/${want}`, shares: shares.join(" · "), where, state, why, companionList,
     companions: companionsSummary(companionList) };

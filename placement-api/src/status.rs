@@ -5,15 +5,16 @@
 //! Each syncer writes only its own entry of `WorkloadPlacement.status.clusters` (that
 //! is all a pull-mode syncer's token may change there). One controller in the control
 //! plane process, the status aggregator, derives the rest from the entries: the
-//! WorkloadPlacement's summary, `Synced` and `Available` ([`derived`]), and the
-//! upstream Deployment's status ([`aggregate`]).
+//! WorkloadPlacement's summary, `Synced` and `Available` ([`derived`]), the
+//! upstream Deployment's status ([`aggregate`]), and the workload's state
+//! ([`workload_state`]), which `flotilla status` and the dashboard show.
 
 use std::borrow::Cow;
 use std::collections::BTreeSet;
 
 use crate::{
-    ClusterSyncStatus, WorkloadPlacement, WorkloadPlacementStatus, CONDITION_AVAILABLE, CONDITION_COMPANIONS_SYNCED, CONDITION_SYNCED,
-    SYNCED_GENERATION_ANNOTATION,
+    ClusterAssignment, ClusterSyncStatus, WorkloadPlacement, WorkloadPlacementStatus, CONDITION_AVAILABLE, CONDITION_COMPANIONS_SYNCED,
+    CONDITION_SCHEDULED, CONDITION_SYNCED, SYNCED_GENERATION_ANNOTATION,
 };
 use k8s_openapi::api::apps::v1::{Deployment, DeploymentCondition, DeploymentStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
@@ -150,8 +151,8 @@ pub fn derived(wp: &WorkloadPlacement, generation: i64, now: &Time) -> WorkloadP
 }
 
 /// The part of a WorkloadPlacement status the status aggregator owns, as its
-/// server-side apply configuration: the summary, the ready count, and the `Synced`
-/// and `Available` conditions. A field missing here is one the aggregator removes.
+/// server-side apply configuration: the summary, the ready count, the state, and the
+/// `Synced` and `Available` conditions. A field missing here is one the aggregator removes.
 pub fn aggregator_fields(status: &WorkloadPlacementStatus) -> serde_json::Value {
     let mut fields = serde_json::Map::new();
     if let Some(s) = &status.summary {
@@ -159,6 +160,12 @@ pub fn aggregator_fields(status: &WorkloadPlacementStatus) -> serde_json::Value 
     }
     if let Some(r) = &status.ready {
         fields.insert("ready".into(), r.clone().into());
+    }
+    if let Some(state) = &status.state {
+        fields.insert("state".into(), state.clone().into());
+    }
+    if let Some(why) = &status.state_message {
+        fields.insert("stateMessage".into(), why.clone().into());
     }
     let conditions: Vec<&Condition> = status
         .conditions
@@ -233,6 +240,86 @@ fn derive(status: &mut WorkloadPlacementStatus, wp: &WorkloadPlacement, generati
         cond(CONDITION_AVAILABLE, false, "ClustersUnavailable", format!("not yet available on: {}", unavailable.join(", ")))
     };
     set_condition(&mut status.conditions, available);
+}
+
+/// A workload's state across its clusters, as `flotilla status` and the dashboard show it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WorkloadState {
+    /// Placed nowhere yet, or nothing fits it.
+    Pending,
+    /// Placed, and not yet ready everywhere it is assigned.
+    Progressing,
+    /// Every replica ready, on every assigned cluster.
+    Available,
+}
+
+impl WorkloadState {
+    /// `Pending`, `Progressing` or `Available`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            WorkloadState::Pending => "Pending",
+            WorkloadState::Progressing => "Progressing",
+            WorkloadState::Available => "Available",
+        }
+    }
+}
+
+/// A workload's state and, when it is not Available, why, from its desired `replicas`,
+/// its upstream `status` (the sums [`aggregate`] writes) and its WorkloadPlacement:
+/// - Pending without a WorkloadPlacement, when the scheduler says `Scheduled=False`
+///   (its message says why, `0/3 clusters fit: ...`), or with no cluster assigned;
+/// - Available when the Deployment is Available with all its replicas ready, and every
+///   assigned cluster is (the WorkloadPlacement's `Available`);
+/// - Progressing otherwise: a lost cluster says so first, then the clusters not yet
+///   available, else the ready count.
+///
+/// The status aggregator writes it into the WorkloadPlacement's status, for the
+/// dashboard; `flotilla status` asks it of the objects it reads.
+pub fn workload_state(replicas: i32, status: Option<&DeploymentStatus>, wp: Option<&WorkloadPlacement>) -> (WorkloadState, Option<String>) {
+    match wp {
+        None => (WorkloadState::Pending, Some("not scheduled yet: the scheduler has not placed it".into())),
+        Some(wp) => placed_state(replicas, status, &wp.spec.clusters, wp.status.as_ref()),
+    }
+}
+
+/// Writes [`workload_state`] into `placement` (the WorkloadPlacement's status, with
+/// the clusters `assigned` to it), as the status aggregator does.
+pub fn set_state(
+    placement: &mut WorkloadPlacementStatus,
+    assigned: &[ClusterAssignment],
+    replicas: i32,
+    status: Option<&DeploymentStatus>,
+) {
+    let (state, why) = placed_state(replicas, status, assigned, Some(placement));
+    placement.state = Some(state.as_str().to_string());
+    placement.state_message = why;
+}
+
+fn placed_state(
+    replicas: i32,
+    status: Option<&DeploymentStatus>,
+    assigned: &[ClusterAssignment],
+    placement: Option<&WorkloadPlacementStatus>,
+) -> (WorkloadState, Option<String>) {
+    let ready_replicas = status.and_then(|s| s.ready_replicas).unwrap_or(0);
+    let deployment_available =
+        status.and_then(|s| s.conditions.as_ref()).into_iter().flatten().any(|c| c.type_ == CONDITION_AVAILABLE && c.status == "True");
+    let conds = placement.map(|s| s.conditions.as_slice()).unwrap_or_default();
+    let find = |type_: &str| conds.iter().find(|c| c.type_ == type_);
+    let (scheduled, available) = (find(CONDITION_SCHEDULED), find(CONDITION_AVAILABLE));
+    if let Some(c) = scheduled.filter(|c| c.status == "False") {
+        return (WorkloadState::Pending, Some(c.message.clone()));
+    }
+    if assigned.is_empty() && replicas > 0 {
+        return (WorkloadState::Pending, Some("not scheduled yet: no cluster assigned".into()));
+    }
+    if deployment_available && ready_replicas >= replicas && available.is_none_or(|c| c.status == "True") {
+        return (WorkloadState::Available, None);
+    }
+    // A lost cluster says so first; then the aggregator's summary.
+    let lost = placement.iter().flat_map(|s| &s.clusters).flat_map(|e| &e.conditions).find(|c| c.reason == REASON_CLUSTER_NOT_READY);
+    let why = lost.or_else(|| available.filter(|c| c.status != "True")).map(|c| c.message.clone());
+    (WorkloadState::Progressing, Some(why.unwrap_or_else(|| format!("{ready_replicas}/{replicas} replicas ready"))))
 }
 
 /// The upstream Deployment's status: the sums over the assigned clusters' reports, and
@@ -380,6 +467,72 @@ mod tests {
         let mut bare = entry(&copy(1, 1, 1, 0, false));
         bare.conditions.clear();
         assert!(finished(&bare, 0), "a copy with no replicas and no conditions has nothing to wait for");
+    }
+
+    #[test]
+    fn a_workloads_state_is_pending_progressing_or_available_with_the_reason() {
+        let cond = |type_: &str, status: &str, reason: &str, message: &str| Condition {
+            type_: type_.into(),
+            status: status.into(),
+            reason: reason.into(),
+            message: message.into(),
+            last_transition_time: t(0),
+            observed_generation: None,
+        };
+        let with = |mut p: WorkloadPlacement, conditions: Vec<Condition>, entries: Vec<ClusterSyncStatus>| {
+            p.status = Some(WorkloadPlacementStatus { conditions, clusters: entries, ..Default::default() });
+            p
+        };
+        let deployment_status = |ready: i32, available: bool| copy(1, 1, 1, ready, available).status.unwrap();
+        let ready3 = deployment_status(3, true);
+        let state = |replicas, status: Option<&DeploymentStatus>, p: Option<&WorkloadPlacement>| {
+            let (s, why) = workload_state(replicas, status, p);
+            (s.as_str(), why.unwrap_or_default())
+        };
+        assert_eq!(state(3, None, None), ("Pending", "not scheduled yet: the scheduler has not placed it".into()));
+        let nowhere =
+            with(wp(&[]), vec![cond(CONDITION_SCHEDULED, "False", "Unschedulable", "0/3 clusters fit: 3 Insufficient cpu")], vec![]);
+        assert_eq!(state(3, None, Some(&nowhere)), ("Pending", "0/3 clusters fit: 3 Insufficient cpu".into()));
+        assert_eq!(state(3, None, Some(&wp(&[]))), ("Pending", "not scheduled yet: no cluster assigned".into()));
+        assert_eq!(state(0, None, Some(&wp(&[]))).0, "Progressing", "a workload of no replicas needs no cluster");
+        let placed =
+            with(wp(&[("east", 3)]), vec![cond(CONDITION_AVAILABLE, "True", "AllClustersAvailable", "3/3 replicas ready")], vec![]);
+        assert_eq!(state(3, Some(&ready3), Some(&placed)), ("Available", String::new()));
+        assert_eq!(state(3, Some(&deployment_status(2, true)), Some(&placed)), ("Progressing", "2/3 replicas ready".into()));
+        let waiting =
+            with(wp(&[("east", 3)]), vec![cond(CONDITION_AVAILABLE, "False", "ClustersUnavailable", "not yet available on: east")], vec![]);
+        assert_eq!(state(3, Some(&ready3), Some(&waiting)), ("Progressing", "not yet available on: east".into()));
+        // A lost cluster is named before the summary.
+        let mut lost = cluster_entry("east", &copy(1, 1, 1, 3, true), t(0));
+        lost.conditions.push(cond("Available", "Unknown", REASON_CLUSTER_NOT_READY, "east is NotReady: its last report is not counted"));
+        let lost = with(
+            wp(&[("east", 3)]),
+            vec![cond(CONDITION_AVAILABLE, "False", "ClustersUnavailable", "not yet available on: east")],
+            vec![lost],
+        );
+        assert_eq!(state(3, Some(&ready3), Some(&lost)), ("Progressing", "east is NotReady: its last report is not counted".into()));
+    }
+
+    #[test]
+    fn the_aggregator_writes_the_state_with_its_other_fields() {
+        let p = wp(&[]);
+        let mut placed = WorkloadPlacementStatus {
+            conditions: vec![Condition {
+                type_: CONDITION_SCHEDULED.into(),
+                status: "False".into(),
+                reason: "Unschedulable".into(),
+                message: "0/1 clusters fit: 1 NotReady".into(),
+                last_transition_time: t(0),
+                observed_generation: None,
+            }],
+            ..Default::default()
+        };
+        set_state(&mut placed, &p.spec.clusters, 2, None);
+        assert_eq!((placed.state.as_deref(), placed.state_message.as_deref()), (Some("Pending"), Some("0/1 clusters fit: 1 NotReady")));
+        let fields = aggregator_fields(&placed);
+        assert_eq!((fields["state"].as_str(), fields["stateMessage"].as_str()), (Some("Pending"), Some("0/1 clusters fit: 1 NotReady")));
+        // The scheduler's condition stays the scheduler's: the aggregator does not apply it.
+        assert!(fields["conditions"].as_array().unwrap().is_empty(), "{fields}");
     }
 
     /// A syncer's write followed by the aggregator's.

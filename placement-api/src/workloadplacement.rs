@@ -89,6 +89,14 @@ pub struct WorkloadPlacementStatus {
     /// Ready/desired replicas over all clusters, for `kubectl get`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ready: Option<String>,
+    /// `Pending`, `Progressing` or `Available`: the workload's state as the status
+    /// aggregator last judged it ([`crate::status::workload_state`]); the dashboard
+    /// shows it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub state: Option<String>,
+    /// Why the workload is not Available, when it is not.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub state_message: Option<String>,
     /// What follows the workload to its clusters, as `Kind/name` in the workload's
     /// namespace, sorted (the companions controller's): its Services, Ingresses,
     /// ServiceAccount, PodDisruptionBudgets, NetworkPolicies, autoscalers, and the

@@ -17,9 +17,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::api::{Api, DynamicObject, ListParams};
 use kube::ResourceExt;
 use placement_api::quantity::Resources;
-use placement_api::{
-    SyncTarget, WorkloadPlacement, CLUSTER_ANNOTATION, CONDITION_AVAILABLE, CONDITION_FAILOVER_PAUSED, CONDITION_READY, CONDITION_SCHEDULED,
-};
+use placement_api::{SyncTarget, WorkloadPlacement, CLUSTER_ANNOTATION, CONDITION_FAILOVER_PAUSED, CONDITION_READY};
 use serde::Serialize;
 
 use crate::cli::{OutputFormat, StatusArgs};
@@ -296,58 +294,34 @@ fn cluster_status(now: jiff::Timestamp, t: &SyncTarget) -> ClusterStatus {
 
 fn workload_status(namespace: String, name: String, d: &Deployment, wp: Option<&WorkloadPlacement>) -> WorkloadStatus {
     let replicas = d.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1);
-    let ds = d.status.clone().unwrap_or_default();
-    let ready_replicas = ds.ready_replicas.unwrap_or(0);
-    let deployment_available = ds.conditions.iter().flatten().any(|c| c.type_ == CONDITION_AVAILABLE && c.status == "True");
+    let ready_replicas = d.status.as_ref().and_then(|s| s.ready_replicas).unwrap_or(0);
     let mut clusters = Vec::new();
-    let (state, reason) = match wp {
-        None => ("Pending".to_string(), Some("not scheduled yet: the scheduler has not placed it".to_string())),
-        Some(wp) => {
-            let reported: HashMap<&str, _> = wp.status.iter().flat_map(|s| &s.clusters).map(|c| (c.name.as_str(), c)).collect();
-            for a in &wp.spec.clusters {
-                let r = reported.get(a.name.as_str());
+    if let Some(wp) = wp {
+        let reported: HashMap<&str, _> = wp.status.iter().flat_map(|s| &s.clusters).map(|c| (c.name.as_str(), c)).collect();
+        for a in &wp.spec.clusters {
+            let r = reported.get(a.name.as_str());
+            clusters.push(Share {
+                name: a.name.clone(),
+                replicas: a.replicas,
+                ready_replicas: r.map_or(0, |r| r.ready_replicas),
+                available_replicas: r.map_or(0, |r| r.available_replicas),
+            });
+        }
+        for (cluster, r) in &reported {
+            if !wp.spec.clusters.iter().any(|a| a.name == *cluster) {
                 clusters.push(Share {
-                    name: a.name.clone(),
-                    replicas: a.replicas,
-                    ready_replicas: r.map_or(0, |r| r.ready_replicas),
-                    available_replicas: r.map_or(0, |r| r.available_replicas),
+                    name: cluster.to_string(),
+                    replicas: 0,
+                    ready_replicas: r.ready_replicas,
+                    available_replicas: r.available_replicas,
                 });
             }
-            for (cluster, r) in &reported {
-                if !wp.spec.clusters.iter().any(|a| a.name == *cluster) {
-                    clusters.push(Share {
-                        name: cluster.to_string(),
-                        replicas: 0,
-                        ready_replicas: r.ready_replicas,
-                        available_replicas: r.available_replicas,
-                    });
-                }
-            }
-            // The clusters it runs on by name, then those it is leaving.
-            clusters.sort_by(|a, b| (a.replicas == 0, &a.name).cmp(&(b.replicas == 0, &b.name)));
-            let conds = wp.status.as_ref().map(|s| s.conditions.as_slice()).unwrap_or_default();
-            let scheduled = condition(conds, CONDITION_SCHEDULED);
-            let available = condition(conds, CONDITION_AVAILABLE);
-            if scheduled.is_some_and(|c| c.status == "False") {
-                ("Pending".to_string(), scheduled.map(|c| c.message.clone()))
-            } else if wp.spec.clusters.is_empty() && replicas > 0 {
-                ("Pending".to_string(), Some("not scheduled yet: no cluster assigned".to_string()))
-            } else if deployment_available && ready_replicas >= replicas && available.is_none_or(|c| c.status == "True") {
-                ("Available".to_string(), None)
-            } else {
-                // A lost cluster says so first; then the aggregator's summary.
-                let lost = wp
-                    .status
-                    .iter()
-                    .flat_map(|s| &s.clusters)
-                    .flat_map(|e| &e.conditions)
-                    .find(|c| c.reason == placement_api::status::REASON_CLUSTER_NOT_READY)
-                    .map(|c| c.message.clone());
-                let why = lost.or_else(|| available.filter(|c| c.status != "True").map(|c| c.message.clone()));
-                ("Progressing".to_string(), why.or_else(|| Some(format!("{ready_replicas}/{replicas} replicas ready"))))
-            }
         }
-    };
+        // The clusters it runs on by name, then those it is leaving.
+        clusters.sort_by(|a, b| (a.replicas == 0, &a.name).cmp(&(b.replicas == 0, &b.name)));
+    }
+    let (state, reason) = placement_api::status::workload_state(replicas, d.status.as_ref(), wp);
+    let state = state.as_str().to_string();
     let companions = wp.and_then(|wp| wp.status.as_ref()).map(|s| s.companions.clone()).unwrap_or_default();
     let conds = wp.and_then(|wp| wp.status.as_ref()).map(|s| s.conditions.as_slice()).unwrap_or_default();
     let companions_refused =

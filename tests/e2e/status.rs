@@ -67,6 +67,33 @@ fn status_watch_prints_a_json_line_per_change() {
     }
     assert_eq!(east["cpuMillicores"]["allocatable"], 8000);
 
+    // The rest of the examples: api on eu, and huge, which fits nowhere.
+    k(&["apply", "-f", "docs/examples/"]);
+    let states = |v: &Value| -> String {
+        let mut rows: Vec<String> = v["workspaces"][0]["workloads"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|w| format!("{}={}:{}", w["name"].as_str().unwrap(), w["state"].as_str().unwrap(), w["reason"].as_str().unwrap_or("")))
+            .collect();
+        rows.sort();
+        rows.join("\n")
+    };
+    let settled = wait_line("web and api Available, huge Pending", &|v| {
+        let s = states(v);
+        s.contains("api=Available:") && s.contains("huge=Pending:0/3 clusters fit") && s.contains("web=Available:")
+    });
+    // The dashboard shows the state the status aggregator wrote into each
+    // WorkloadPlacement: it must be what flotilla status judges, reason and all.
+    let expected = states(&settled);
+    let written = r#"jsonpath={range .items[*]}{.metadata.name}={.status.state}:{.status.stateMessage}{"\n"}{end}"#;
+    wait_until(
+        "the WorkloadPlacements' state to be flotilla status's",
+        DEADLINE,
+        || k(&["get", "wp", "-o", written]),
+        |got| got.trim() == expected,
+    );
+
     // A change shows up as a new line.
     let o = flotilla(&["cluster", "cordon", "east"]);
     assert!(o.ok, "{}{}", o.stdout, o.stderr);

@@ -1,8 +1,9 @@
 //! The upstream Deployments' status, summed from their WorkloadPlacements.
 //!
 //! Each syncer reports its own cluster in the WorkloadPlacement; this controller, run
-//! once in the control plane process, derives the WorkloadPlacement's summary and
-//! conditions from the entries ([`status::derived`]) and turns them into the
+//! once in the control plane process, derives the WorkloadPlacement's summary,
+//! conditions and state from the entries ([`status::derived`], [`status::set_state`])
+//! and turns them into the
 //! Deployment's `.status` ([`status::aggregate`]), so that `kubectl rollout status` and `kubectl wait
 //! --for=condition=Available` work in a workspace. One writer for the Deployment
 //! status means the syncers of different clusters never race on it.
@@ -103,7 +104,11 @@ pub async fn run(base: Client, resync: Duration) {
                 let generation = d.metadata.generation.unwrap_or(0);
                 // First the WorkloadPlacement's derived fields: the syncers write only
                 // their own entries, the scheduler its condition.
-                let derived = status::aggregator_fields(&status::derived(&view, generation, &now));
+                let next = status::aggregate(&d, &view, &now);
+                let mut placed = status::derived(&view, generation, &now);
+                let replicas = d.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1);
+                status::set_state(&mut placed, &view.spec.clusters, replicas, next.as_ref().or(d.status.as_ref()));
+                let derived = status::aggregator_fields(&placed);
                 if status::aggregator_fields(&wp.status.clone().unwrap_or_default()) != derived {
                     let api: Api<WorkloadPlacement> = Api::namespaced(client.clone(), &key.namespace);
                     match clients::apply_placement_status(&api, &key.name, FIELD_MANAGER, derived).await {
@@ -112,7 +117,7 @@ pub async fn run(base: Client, resync: Duration) {
                         Err(e) => return Err(failed(format!("writing the status of WorkloadPlacement {key}"))(e)),
                     }
                 }
-                let Some(next) = status::aggregate(&d, &view, &now) else { return Ok(Next::Done) };
+                let Some(next) = next else { return Ok(Next::Done) };
                 if d.status.as_ref() == Some(&next) {
                     return Ok(Next::Done);
                 }

@@ -80,7 +80,7 @@ fn placement_status(cluster: &str, now: &str) -> Value {
         "conditions": [
             {"type": "Scheduled", "status": "True", "reason": "Scheduled", "message": "placed by Placement default", "lastTransitionTime": now},
             {"type": "Available", "status": "True", "reason": "AllClustersAvailable", "message": "1/1 replicas ready", "lastTransitionTime": now}],
-        "ready": "1/1", "summary": format!("{cluster}=1/1")}})
+        "ready": "1/1", "summary": format!("{cluster}=1/1"), "state": "Available"}})
 }
 
 fn placement(name: &str, cluster: &str) -> anyhow::Result<DynamicObject> {
