@@ -5,7 +5,7 @@
 //! alphabet of `k8s.io/apimachinery/pkg/util/rand`, which leaves out vowels (and the digits
 //! that look like them) so that generated names never spell words.
 
-pub use apimachinery::template_hash::{safe_encode, ALPHANUMS};
+pub use apimachinery::template_hash::ALPHANUMS;
 
 /// Length of the random part of a generated pod name (`generateName`'s suffix).
 pub const SUFFIX_LEN: usize = 5;

@@ -15,7 +15,7 @@ use serde_json::Value;
 
 use super::action::{Action, Kind, Object};
 use super::pod;
-pub use crate::fixtures::DeploymentBuilder;
+use crate::fixtures::DeploymentBuilder;
 
 /// `t(s)`: a fixed instant plus `s` seconds.
 pub fn t(secs: i64) -> Timestamp {
