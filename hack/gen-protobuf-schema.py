@@ -25,7 +25,8 @@ Three sources of facts go into the table:
    which is which by serving skeleton objects to kubectl from a throwaway
    HTTP server on 127.0.0.1 and reading the protobuf bodies kubectl sends
    back (`kubectl debug --copy-to` re-sends a whole Pod; `kubectl create`
-   sends the simpler kinds, Services, Ingresses and PodDisruptionBudgets;
+   sends the simpler kinds, Services, Ingresses, PodDisruptionBudgets, Jobs
+   and CronJobs;
    `kubectl autoscale` an autoscaling/v1 HorizontalPodAutoscaler): a scalar
    that kubectl left out of any instance of a message it did send is a
    pointer. Messages kubectl never sends (Lease, DeleteOptions, NetworkPolicy,
@@ -75,6 +76,8 @@ ROOTS = [
     ("coordination.k8s.io/v1", "Lease", "api.coordination.v1.Lease"),
     ("events.k8s.io/v1", "Event", "api.events.v1.Event"),
     ("autoscaling/v1", "Scale", "api.autoscaling.v1.Scale"),
+    ("batch/v1", "Job", "api.batch.v1.Job"),
+    ("batch/v1", "CronJob", "api.batch.v1.CronJob"),
     (None, "DeleteOptions", "apimachinery.pkg.apis.meta.v1.DeleteOptions"),
 ]
 
@@ -143,6 +146,17 @@ GO_POINTER_SCALARS = {
     "api.core.v1.PodCertificateProjection": ["maxExpirationSeconds"],
     "api.core.v1.PodResourceClaimStatus": ["resourceClaimName"],
     "api.core.v1.ServiceAccount": ["automountServiceAccountToken"],
+    "api.batch.v1.JobSpec": [
+        "parallelism", "completions", "activeDeadlineSeconds", "backoffLimit", "backoffLimitPerIndex",
+        "maxFailedIndexes", "manualSelector", "ttlSecondsAfterFinished", "completionMode", "suspend",
+        "podReplacementPolicy", "managedBy",
+    ],
+    "api.batch.v1.JobStatus": ["terminating", "ready", "failedIndexes"],
+    "api.batch.v1.SuccessPolicyRule": ["succeededIndexes", "succeededCount"],
+    "api.batch.v1.PodFailurePolicyOnExitCodesRequirement": ["containerName"],
+    "api.batch.v1.CronJobSpec": [
+        "timeZone", "startingDeadlineSeconds", "suspend", "successfulJobsHistoryLimit", "failedJobsHistoryLimit",
+    ],
     "api.core.v1.ConfigMap": ["immutable"],
     "api.core.v1.Secret": ["immutable"],
 }
@@ -469,7 +483,7 @@ def probe(schema):
         "/api": {"kind": "APIVersions", "versions": ["v1"]},
         "/apis": {"kind": "APIGroupList", "apiVersion": "v1", "groups": [
             group("apps", "v1"), group("networking.k8s.io", "v1"), group("policy", "v1"),
-            group("autoscaling", "v2", "v1")]},
+            group("autoscaling", "v2", "v1"), group("batch", "v1")]},
         "/api/v1": resources("v1", ("namespaces", "Namespace", False), ("configmaps", "ConfigMap", True),
                              ("secrets", "Secret", True), ("serviceaccounts", "ServiceAccount", True),
                              ("pods", "Pod", True), ("services", "Service", True)),
@@ -483,6 +497,7 @@ def probe(schema):
                                           ("horizontalpodautoscalers", "HorizontalPodAutoscaler", True)),
         "/apis/autoscaling/v1": resources("autoscaling/v1",
                                           ("horizontalpodautoscalers", "HorizontalPodAutoscaler", True)),
+        "/apis/batch/v1": resources("batch/v1", ("jobs", "Job", True), ("cronjobs", "CronJob", True)),
         "/api/v1/namespaces/default/pods/p": pod,
         "/apis/apps/v1/namespaces/default/deployments/web": {
             "apiVersion": "apps/v1", "kind": "Deployment",
@@ -541,6 +556,8 @@ def probe(schema):
         ["create", "poddisruptionbudget", "y", "--selector=app=web", "--max-unavailable=50%"],
         ["autoscale", "deployment", "web", "--min=2", "--max=5", "--cpu-percent=80"],
         ["autoscale", "deployment", "web", "--max=3"],
+        ["create", "job", "x", "--image=busybox", "--", "echo", "hi"],
+        ["create", "cronjob", "x", "--image=busybox", "--schedule=*/5 * * * *", "--restart=OnFailure", "--", "date"],
     ]
     env = dict(os.environ, KUBECONFIG=os.devnull)
     try:

@@ -8,6 +8,7 @@
 //! a pod's QoS class ([`qos`]) and the pod-template hash ([`template_hash`]). Each rule is written once, here,
 //! and used by the API server, the simulated clusters, the scheduler and the CLI.
 
+pub mod cron;
 pub mod jsonpath;
 pub mod objmeta;
 pub mod patch;

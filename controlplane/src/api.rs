@@ -396,6 +396,7 @@ impl Api {
             return Err(ApiError::bad_request("resourceVersion should not be set on objects to be created"));
         }
         let name = meta_str(&obj, "name").unwrap_or_default().to_string();
+        scope.rt.strategy.check_create(&name)?;
         self.check_namespace_writable(scope)?;
         let mut obj = self.admit(scope, &name, obj, None, Sub::Main, opts, &mut warnings)?;
         {
@@ -1273,8 +1274,7 @@ fn matches(scope: &Scope, obj: &Value, opts: &ListOptions) -> bool {
         }
     }
     if let Some(fs) = &opts.fields {
-        let _ = scope;
-        if !fs.matches(|f| kinds::field_value(obj, f)) {
+        if !fs.matches(|f| scope.rt.strategy.field(obj, f)) {
             return false;
         }
     }
@@ -1301,10 +1301,10 @@ fn set_pod_scheduled(pod: &mut Value) {
 }
 
 /// Whether a stored object passes a scope's selectors (used by watch).
-pub fn selected(obj: &Value, labels: Option<&LabelSelector>, fields: Option<&FieldSelector>) -> bool {
+pub fn selected(strategy: &dyn kinds::Strategy, obj: &Value, labels: Option<&LabelSelector>, fields: Option<&FieldSelector>) -> bool {
     let empty = Map::new();
     let l = obj.pointer("/metadata/labels").and_then(Value::as_object).unwrap_or(&empty);
-    labels.is_none_or(|s| s.matches(l)) && fields.is_none_or(|f| f.matches(|p| kinds::field_value(obj, p)))
+    labels.is_none_or(|s| s.matches(l)) && fields.is_none_or(|f| f.matches(|p| strategy.field(obj, p)))
 }
 
 /// The object as the client sees it: converted to the requested group's shape, and

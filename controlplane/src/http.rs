@@ -259,6 +259,14 @@ async fn route(
             get_only(method)?;
             discovery::resource_list(&types(), g, v).map(|d| json_response(200, &d)).ok_or_else(|| ApiError::no_route(path))
         }
+        ["openapi", "v2"] => {
+            get_only(method)?;
+            let protobuf = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()).is_some_and(|a| a.contains("protobuf"));
+            let mut resp = body_response(200, openapi::v2_document(protobuf));
+            let media = if protobuf { openapi::V2_PROTOBUF } else { "application/json" };
+            resp.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static(media));
+            Ok(resp)
+        }
         ["openapi", "v3"] => Ok(json_response(200, &openapi::index(&openapi::documents(&types())))),
         ["openapi", "v3", gv @ ..] => {
             let docs = openapi::documents(&types());

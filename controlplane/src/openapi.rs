@@ -106,3 +106,61 @@ pub fn index(docs: &BTreeMap<String, Value>) -> Value {
         docs.iter().map(|(p, d)| (p.clone(), json!({"serverRelativeURL": format!("/openapi/v3/{p}?hash={}", hash(d))}))).collect();
     json!({"paths": paths})
 }
+
+/// The media type of the protobuf OpenAPI v2 document. kubectl asks for
+/// `...spec.v2@v1.0+protobuf`, which is no valid media type, so kube-apiserver answers
+/// with this form.
+pub const V2_PROTOBUF: &str = "application/com.github.proto-openapi.spec.v2.v1.0+protobuf";
+
+/// `GET /openapi/v2`: a Swagger 2.0 document with no definitions.
+///
+/// kubectl downloads it only for a kind the v3 documents do not name, to validate on
+/// the client. An empty document names no kind either, so kubectl skips its own
+/// validation and goes on to look the kind up in discovery, which answers as
+/// kube-apiserver does: `no matches for kind "X" in version "Y"`. Every kind the
+/// server does serve is validated by the server, as the v3 documents tell kubectl.
+///
+/// kubectl asks for the protobuf form (gnostic's `openapi_v2.Document`): field 1 is
+/// `swagger`, field 2 the `info` message, whose fields 1 and 2 are `title` and
+/// `version`. Other clients get the same document as JSON.
+pub fn v2_document(protobuf: bool) -> Vec<u8> {
+    let (title, version) = ("Flotilla", env!("CARGO_PKG_VERSION"));
+    if !protobuf {
+        let doc = json!({"swagger": "2.0", "info": {"title": title, "version": version}, "paths": {}});
+        return serde_json::to_vec(&doc).unwrap_or_default();
+    }
+    fn string_field(out: &mut Vec<u8>, tag: u8, s: &[u8]) {
+        out.push(tag << 3 | 2);
+        length(out, s.len());
+        out.extend_from_slice(s);
+    }
+    fn length(out: &mut Vec<u8>, mut n: usize) {
+        while n >= 0x80 {
+            out.push((n as u8 & 0x7f) | 0x80);
+            n >>= 7;
+        }
+        out.push(n as u8);
+    }
+    let mut info = Vec::new();
+    string_field(&mut info, 1, title.as_bytes());
+    string_field(&mut info, 2, version.as_bytes());
+    let mut doc = Vec::new();
+    string_field(&mut doc, 1, b"2.0");
+    string_field(&mut doc, 2, &info);
+    doc
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_v2_document_is_a_swagger_header_in_protobuf() {
+        let doc = v2_document(true);
+        assert_eq!(&doc[..5], b"\x0a\x032.0");
+        assert_eq!(doc[5], 0x12, "field 2, length-delimited");
+        assert_eq!(doc[6] as usize, doc.len() - 7, "the info message fills the rest");
+        let json: Value = serde_json::from_slice(&v2_document(false)).unwrap();
+        assert_eq!(json["swagger"], "2.0");
+    }
+}

@@ -247,17 +247,38 @@ pub fn builtin_types(profile: Profile) -> Vec<ResourceType> {
         let mut pod = rt("", "v1", "Pod", "pods", true, &["po"], kinds::Pod);
         pod.status = true;
         pod.categories = vec!["all".into()];
+        let mut pv = rt("", "v1", "PersistentVolume", "persistentvolumes", false, &["pv"], kinds::PersistentVolume);
+        pv.status = true;
         // A pull-mode syncer's manifest carries RBAC objects; a simulated cluster
         // stores them (and kubectl applies them) but authorizes by token alone.
         let rbac = "rbac.authorization.k8s.io";
         types.extend([
             node,
             pod,
+            pv,
             rt(rbac, "v1", "ClusterRole", "clusterroles", false, &[], kinds::ClusterRole),
             rt(rbac, "v1", "ClusterRoleBinding", "clusterrolebindings", false, &[], kinds::ClusterRoleBinding),
         ]);
     }
+    if profile == Profile::ControlPlane {
+        let mut pod = rt("", "v1", "Pod", "pods", true, &["po"], kinds::WorkspacePod);
+        pod.status = true;
+        pod.categories = vec!["all".into()];
+        types.push(pod);
+    }
     types
+}
+
+/// A kind with a status subresource, in the `all` category.
+fn workload(mut t: ResourceType) -> ResourceType {
+    t.status = true;
+    t.categories = vec!["all".into()];
+    t
+}
+
+/// The scale subresource at `.spec.replicas` and `.status.replicas`.
+fn replicas_scale() -> Option<ScalePaths> {
+    Some(ScalePaths { spec_replicas: ".spec.replicas".into(), status_replicas: ".status.replicas".into(), label_selector: None })
 }
 
 fn workspace_types() -> Vec<ResourceType> {
@@ -299,6 +320,10 @@ fn workspace_types() -> Vec<ResourceType> {
         t.categories = vec!["all".into()];
         t
     }
+    let mut sts = workload(rt("apps", "v1", "StatefulSet", "statefulsets", true, &["sts"], kinds::StatefulSet));
+    sts.scale = replicas_scale();
+    let mut pvc = rt("", "v1", "PersistentVolumeClaim", "persistentvolumeclaims", true, &["pvc"], kinds::PersistentVolumeClaim);
+    pvc.status = true;
     vec![
         ns,
         rt("", "v1", "ConfigMap", "configmaps", true, &["cm"], kinds::ConfigMap),
@@ -308,6 +333,13 @@ fn workspace_types() -> Vec<ResourceType> {
         rt("events.k8s.io", "v1", "Event", "events", true, &["ev"], kinds::EventV1),
         deploy,
         rs,
+        sts,
+        workload(rt("apps", "v1", "DaemonSet", "daemonsets", true, &["ds"], kinds::DaemonSet)),
+        rt("apps", "v1", "ControllerRevision", "controllerrevisions", true, &[], kinds::ControllerRevision),
+        workload(rt("batch", "v1", "Job", "jobs", true, &[], kinds::Job)),
+        workload(rt("batch", "v1", "CronJob", "cronjobs", true, &["cj"], kinds::CronJob)),
+        pvc,
+        rt("storage.k8s.io", "v1", "StorageClass", "storageclasses", false, &["sc"], kinds::StorageClass),
         rt("coordination.k8s.io", "v1", "Lease", "leases", true, &[], kinds::Lease),
         crd,
         service,

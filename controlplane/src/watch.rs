@@ -265,7 +265,7 @@ async fn run(
     // whole object.
     let matches = |doc: &Doc| match &opts.fields {
         None => opts.labels.as_ref().is_none_or(|l| l.matches(doc.labels())),
-        Some(_) => selected(&doc.value(), opts.labels.as_ref(), opts.fields.as_ref()),
+        Some(_) => selected(&*scope.rt.strategy, &doc.value(), opts.labels.as_ref(), opts.fields.as_ref()),
     };
     let mut ticker = tokio::time::interval_at(tokio::time::Instant::now() + BOOKMARK_INTERVAL, BOOKMARK_INTERVAL);
     loop {

@@ -24,6 +24,7 @@ mod image;
 mod kubectl_companions;
 mod kubectl_crds;
 mod kubectl_errors;
+mod kubectl_kinds;
 mod kubectl_placement_api;
 mod kubectl_resources;
 mod kubectl_rollout;

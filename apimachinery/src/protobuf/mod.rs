@@ -2,7 +2,7 @@
 //! into the JSON form Flotilla stores.
 //!
 //! kubectl's typed-client commands (`kubectl create namespace|configmap|secret|
-//! serviceaccount|deployment|service|ingress|poddisruptionbudget`, `kubectl
+//! serviceaccount|deployment|service|ingress|poddisruptionbudget|job|cronjob`, `kubectl
 //! autoscale`, `kubectl debug --copy-to`, ...) send protobuf, never JSON. A body
 //! is the 4-byte magic `k8s\0` followed by a `runtime.Unknown` message whose
 //! `typeMeta` names the kind and whose `raw` bytes are the object's

@@ -10,24 +10,26 @@ const fn f(tag: u32, json: &'static str, kind: K, shape: S, keep_zero: bool) -> 
 
 /// Top-level kinds: apiVersion (`None` = any) and kind to message index.
 pub(super) static ROOTS: &[Root] = &[
-    Root { api_version: Some("v1"), kind: "Namespace", message: 106 },
-    Root { api_version: Some("v1"), kind: "ConfigMap", message: 53 },
-    Root { api_version: Some("v1"), kind: "Secret", message: 156 },
-    Root { api_version: Some("v1"), kind: "ServiceAccount", message: 163 },
-    Root { api_version: Some("v1"), kind: "Event", message: 80 },
-    Root { api_version: Some("v1"), kind: "Pod", message: 121 },
-    Root { api_version: Some("v1"), kind: "Service", message: 162 },
+    Root { api_version: Some("v1"), kind: "Namespace", message: 121 },
+    Root { api_version: Some("v1"), kind: "ConfigMap", message: 68 },
+    Root { api_version: Some("v1"), kind: "Secret", message: 171 },
+    Root { api_version: Some("v1"), kind: "ServiceAccount", message: 178 },
+    Root { api_version: Some("v1"), kind: "Event", message: 95 },
+    Root { api_version: Some("v1"), kind: "Pod", message: 136 },
+    Root { api_version: Some("v1"), kind: "Service", message: 177 },
     Root { api_version: Some("apps/v1"), kind: "Deployment", message: 0 },
     Root { api_version: Some("apps/v1"), kind: "ReplicaSet", message: 5 },
-    Root { api_version: Some("networking.k8s.io/v1"), kind: "Ingress", message: 192 },
-    Root { api_version: Some("networking.k8s.io/v1"), kind: "NetworkPolicy", message: 204 },
-    Root { api_version: Some("policy/v1"), kind: "PodDisruptionBudget", message: 211 },
+    Root { api_version: Some("networking.k8s.io/v1"), kind: "Ingress", message: 207 },
+    Root { api_version: Some("networking.k8s.io/v1"), kind: "NetworkPolicy", message: 219 },
+    Root { api_version: Some("policy/v1"), kind: "PodDisruptionBudget", message: 226 },
     Root { api_version: Some("autoscaling/v1"), kind: "HorizontalPodAutoscaler", message: 11 },
     Root { api_version: Some("autoscaling/v2"), kind: "HorizontalPodAutoscaler", message: 22 },
-    Root { api_version: Some("coordination.k8s.io/v1"), kind: "Lease", message: 40 },
-    Root { api_version: Some("events.k8s.io/v1"), kind: "Event", message: 188 },
+    Root { api_version: Some("coordination.k8s.io/v1"), kind: "Lease", message: 55 },
+    Root { api_version: Some("events.k8s.io/v1"), kind: "Event", message: 203 },
     Root { api_version: Some("autoscaling/v1"), kind: "Scale", message: 14 },
-    Root { api_version: None, kind: "DeleteOptions", message: 215 },
+    Root { api_version: Some("batch/v1"), kind: "Job", message: 43 },
+    Root { api_version: Some("batch/v1"), kind: "CronJob", message: 40 },
+    Root { api_version: None, kind: "DeleteOptions", message: 230 },
 ];
 
 /// Every message reachable from ROOTS, in a stable order; fields sorted by tag.
@@ -35,7 +37,7 @@ pub(super) static MESSAGES: &[Message] = &[
     Message {
         name: "k8s.io.api.apps.v1.Deployment",
         fields: &[
-            f(1, "metadata", K::Msg(219), S::One, true),
+            f(1, "metadata", K::Msg(234), S::One, true),
             f(2, "spec", K::Msg(2), S::One, true),
             f(3, "status", K::Msg(3), S::One, true),
         ],
@@ -55,8 +57,8 @@ pub(super) static MESSAGES: &[Message] = &[
         name: "k8s.io.api.apps.v1.DeploymentSpec",
         fields: &[
             f(1, "replicas", K::Int32, S::One, true),
-            f(2, "selector", K::Msg(216), S::One, true),
-            f(3, "template", K::Msg(139), S::One, true),
+            f(2, "selector", K::Msg(231), S::One, true),
+            f(3, "template", K::Msg(154), S::One, true),
             f(4, "strategy", K::Msg(4), S::One, true),
             f(5, "minReadySeconds", K::Int32, S::One, false),
             f(6, "revisionHistoryLimit", K::Int32, S::One, true),
@@ -88,7 +90,7 @@ pub(super) static MESSAGES: &[Message] = &[
     Message {
         name: "k8s.io.api.apps.v1.ReplicaSet",
         fields: &[
-            f(1, "metadata", K::Msg(219), S::One, true),
+            f(1, "metadata", K::Msg(234), S::One, true),
             f(2, "spec", K::Msg(7), S::One, true),
             f(3, "status", K::Msg(8), S::One, true),
         ],
@@ -107,8 +109,8 @@ pub(super) static MESSAGES: &[Message] = &[
         name: "k8s.io.api.apps.v1.ReplicaSetSpec",
         fields: &[
             f(1, "replicas", K::Int32, S::One, true),
-            f(2, "selector", K::Msg(216), S::One, true),
-            f(3, "template", K::Msg(139), S::One, true),
+            f(2, "selector", K::Msg(231), S::One, true),
+            f(3, "template", K::Msg(154), S::One, true),
             f(4, "minReadySeconds", K::Int32, S::One, false),
         ],
     },
@@ -142,7 +144,7 @@ pub(super) static MESSAGES: &[Message] = &[
     Message {
         name: "k8s.io.api.autoscaling.v1.HorizontalPodAutoscaler",
         fields: &[
-            f(1, "metadata", K::Msg(219), S::One, true),
+            f(1, "metadata", K::Msg(234), S::One, true),
             f(2, "spec", K::Msg(12), S::One, true),
             f(3, "status", K::Msg(13), S::One, true),
         ],
@@ -169,7 +171,7 @@ pub(super) static MESSAGES: &[Message] = &[
     Message {
         name: "k8s.io.api.autoscaling.v1.Scale",
         fields: &[
-            f(1, "metadata", K::Msg(219), S::One, true),
+            f(1, "metadata", K::Msg(234), S::One, true),
             f(2, "spec", K::Msg(15), S::One, true),
             f(3, "status", K::Msg(16), S::One, true),
         ],
@@ -228,7 +230,7 @@ pub(super) static MESSAGES: &[Message] = &[
     Message {
         name: "k8s.io.api.autoscaling.v2.HorizontalPodAutoscaler",
         fields: &[
-            f(1, "metadata", K::Msg(219), S::One, true),
+            f(1, "metadata", K::Msg(234), S::One, true),
             f(2, "spec", K::Msg(25), S::One, true),
             f(3, "status", K::Msg(26), S::One, true),
         ],
@@ -292,7 +294,7 @@ pub(super) static MESSAGES: &[Message] = &[
         name: "k8s.io.api.autoscaling.v2.MetricIdentifier",
         fields: &[
             f(1, "name", K::String, S::One, true),
-            f(2, "selector", K::Msg(216), S::One, true),
+            f(2, "selector", K::Msg(231), S::One, true),
         ],
     },
     Message {
@@ -379,10 +381,151 @@ pub(super) static MESSAGES: &[Message] = &[
         ],
     },
     Message {
+        name: "k8s.io.api.batch.v1.CronJob",
+        fields: &[
+            f(1, "metadata", K::Msg(234), S::One, true),
+            f(2, "spec", K::Msg(41), S::One, true),
+            f(3, "status", K::Msg(42), S::One, true),
+        ],
+    },
+    Message {
+        name: "k8s.io.api.batch.v1.CronJobSpec",
+        fields: &[
+            f(1, "schedule", K::String, S::One, true),
+            f(2, "startingDeadlineSeconds", K::Int64, S::One, true),
+            f(3, "concurrencyPolicy", K::String, S::One, false),
+            f(4, "suspend", K::Bool, S::One, true),
+            f(5, "jobTemplate", K::Msg(47), S::One, true),
+            f(6, "successfulJobsHistoryLimit", K::Int32, S::One, true),
+            f(7, "failedJobsHistoryLimit", K::Int32, S::One, true),
+            f(8, "timeZone", K::String, S::One, true),
+        ],
+    },
+    Message {
+        name: "k8s.io.api.batch.v1.CronJobStatus",
+        fields: &[
+            f(1, "active", K::Msg(131), S::List, true),
+            f(4, "lastScheduleTime", K::Time, S::One, true),
+            f(5, "lastSuccessfulTime", K::Time, S::One, true),
+        ],
+    },
+    Message {
+        name: "k8s.io.api.batch.v1.Job",
+        fields: &[
+            f(1, "metadata", K::Msg(234), S::One, true),
+            f(2, "spec", K::Msg(45), S::One, true),
+            f(3, "status", K::Msg(46), S::One, true),
+        ],
+    },
+    Message {
+        name: "k8s.io.api.batch.v1.JobCondition",
+        fields: &[
+            f(1, "type", K::String, S::One, true),
+            f(2, "status", K::String, S::One, true),
+            f(3, "lastProbeTime", K::Time, S::One, true),
+            f(4, "lastTransitionTime", K::Time, S::One, true),
+            f(5, "reason", K::String, S::One, false),
+            f(6, "message", K::String, S::One, false),
+        ],
+    },
+    Message {
+        name: "k8s.io.api.batch.v1.JobSpec",
+        fields: &[
+            f(1, "parallelism", K::Int32, S::One, true),
+            f(2, "completions", K::Int32, S::One, true),
+            f(3, "activeDeadlineSeconds", K::Int64, S::One, true),
+            f(4, "selector", K::Msg(231), S::One, true),
+            f(5, "manualSelector", K::Bool, S::One, true),
+            f(6, "template", K::Msg(154), S::One, true),
+            f(7, "backoffLimit", K::Int32, S::One, true),
+            f(8, "ttlSecondsAfterFinished", K::Int32, S::One, true),
+            f(9, "completionMode", K::String, S::One, true),
+            f(10, "suspend", K::Bool, S::One, true),
+            f(11, "podFailurePolicy", K::Msg(48), S::One, true),
+            f(12, "backoffLimitPerIndex", K::Int32, S::One, true),
+            f(13, "maxFailedIndexes", K::Int32, S::One, true),
+            f(14, "podReplacementPolicy", K::String, S::One, true),
+            f(15, "managedBy", K::String, S::One, true),
+            f(16, "successPolicy", K::Msg(52), S::One, true),
+        ],
+    },
+    Message {
+        name: "k8s.io.api.batch.v1.JobStatus",
+        fields: &[
+            f(1, "conditions", K::Msg(44), S::List, true),
+            f(2, "startTime", K::Time, S::One, true),
+            f(3, "completionTime", K::Time, S::One, true),
+            f(4, "active", K::Int32, S::One, false),
+            f(5, "succeeded", K::Int32, S::One, false),
+            f(6, "failed", K::Int32, S::One, false),
+            f(7, "completedIndexes", K::String, S::One, false),
+            f(8, "uncountedTerminatedPods", K::Msg(54), S::One, true),
+            f(9, "ready", K::Int32, S::One, true),
+            f(10, "failedIndexes", K::String, S::One, true),
+            f(11, "terminating", K::Int32, S::One, true),
+        ],
+    },
+    Message {
+        name: "k8s.io.api.batch.v1.JobTemplateSpec",
+        fields: &[
+            f(1, "metadata", K::Msg(234), S::One, true),
+            f(2, "spec", K::Msg(45), S::One, true),
+        ],
+    },
+    Message {
+        name: "k8s.io.api.batch.v1.PodFailurePolicy",
+        fields: &[
+            f(1, "rules", K::Msg(51), S::List, true),
+        ],
+    },
+    Message {
+        name: "k8s.io.api.batch.v1.PodFailurePolicyOnExitCodesRequirement",
+        fields: &[
+            f(1, "containerName", K::String, S::One, true),
+            f(2, "operator", K::String, S::One, true),
+            f(3, "values", K::Int32, S::List, true),
+        ],
+    },
+    Message {
+        name: "k8s.io.api.batch.v1.PodFailurePolicyOnPodConditionsPattern",
+        fields: &[
+            f(1, "type", K::String, S::One, true),
+            f(2, "status", K::String, S::One, true),
+        ],
+    },
+    Message {
+        name: "k8s.io.api.batch.v1.PodFailurePolicyRule",
+        fields: &[
+            f(1, "action", K::String, S::One, true),
+            f(2, "onExitCodes", K::Msg(49), S::One, true),
+            f(3, "onPodConditions", K::Msg(50), S::List, true),
+        ],
+    },
+    Message {
+        name: "k8s.io.api.batch.v1.SuccessPolicy",
+        fields: &[
+            f(1, "rules", K::Msg(53), S::List, true),
+        ],
+    },
+    Message {
+        name: "k8s.io.api.batch.v1.SuccessPolicyRule",
+        fields: &[
+            f(1, "succeededIndexes", K::String, S::One, true),
+            f(2, "succeededCount", K::Int32, S::One, true),
+        ],
+    },
+    Message {
+        name: "k8s.io.api.batch.v1.UncountedTerminatedPods",
+        fields: &[
+            f(1, "succeeded", K::String, S::List, true),
+            f(2, "failed", K::String, S::List, true),
+        ],
+    },
+    Message {
         name: "k8s.io.api.coordination.v1.Lease",
         fields: &[
-            f(1, "metadata", K::Msg(219), S::One, true),
-            f(2, "spec", K::Msg(41), S::One, true),
+            f(1, "metadata", K::Msg(234), S::One, true),
+            f(2, "spec", K::Msg(56), S::One, true),
         ],
     },
     Message {
@@ -400,9 +543,9 @@ pub(super) static MESSAGES: &[Message] = &[
     Message {
         name: "k8s.io.api.core.v1.Affinity",
         fields: &[
-            f(1, "nodeAffinity", K::Msg(111), S::One, true),
-            f(2, "podAffinity", K::Msg(122), S::One, true),
-            f(3, "podAntiAffinity", K::Msg(124), S::One, true),
+            f(1, "nodeAffinity", K::Msg(126), S::One, true),
+            f(2, "podAffinity", K::Msg(137), S::One, true),
+            f(3, "podAntiAffinity", K::Msg(139), S::One, true),
         ],
     },
     Message {
@@ -447,7 +590,7 @@ pub(super) static MESSAGES: &[Message] = &[
             f(2, "readOnly", K::Bool, S::One, true),
             f(3, "fsType", K::String, S::One, true),
             f(4, "volumeAttributes", K::String, S::Map, true),
-            f(5, "nodePublishSecretRef", K::Msg(105), S::One, true),
+            f(5, "nodePublishSecretRef", K::Msg(120), S::One, true),
         ],
     },
     Message {
@@ -464,7 +607,7 @@ pub(super) static MESSAGES: &[Message] = &[
             f(2, "path", K::String, S::One, false),
             f(3, "user", K::String, S::One, false),
             f(4, "secretFile", K::String, S::One, false),
-            f(5, "secretRef", K::Msg(105), S::One, true),
+            f(5, "secretRef", K::Msg(120), S::One, true),
             f(6, "readOnly", K::Bool, S::One, false),
         ],
     },
@@ -474,7 +617,7 @@ pub(super) static MESSAGES: &[Message] = &[
             f(1, "volumeID", K::String, S::One, true),
             f(2, "fsType", K::String, S::One, false),
             f(3, "readOnly", K::Bool, S::One, false),
-            f(4, "secretRef", K::Msg(105), S::One, true),
+            f(4, "secretRef", K::Msg(120), S::One, true),
         ],
     },
     Message {
@@ -488,7 +631,7 @@ pub(super) static MESSAGES: &[Message] = &[
         fields: &[
             f(1, "name", K::String, S::One, true),
             f(2, "signerName", K::String, S::One, true),
-            f(3, "labelSelector", K::Msg(216), S::One, true),
+            f(3, "labelSelector", K::Msg(231), S::One, true),
             f(4, "path", K::String, S::One, true),
             f(5, "optional", K::Bool, S::One, true),
         ],
@@ -496,7 +639,7 @@ pub(super) static MESSAGES: &[Message] = &[
     Message {
         name: "k8s.io.api.core.v1.ConfigMap",
         fields: &[
-            f(1, "metadata", K::Msg(219), S::One, true),
+            f(1, "metadata", K::Msg(234), S::One, true),
             f(2, "data", K::String, S::Map, true),
             f(3, "binaryData", K::Bytes, S::Map, true),
             f(4, "immutable", K::Bool, S::One, true),
@@ -505,14 +648,14 @@ pub(super) static MESSAGES: &[Message] = &[
     Message {
         name: "k8s.io.api.core.v1.ConfigMapEnvSource",
         fields: &[
-            f(1, "", K::Msg(105), S::Inline, true),
+            f(1, "", K::Msg(120), S::Inline, true),
             f(2, "optional", K::Bool, S::One, true),
         ],
     },
     Message {
         name: "k8s.io.api.core.v1.ConfigMapKeySelector",
         fields: &[
-            f(1, "", K::Msg(105), S::Inline, true),
+            f(1, "", K::Msg(120), S::Inline, true),
             f(2, "key", K::String, S::One, true),
             f(3, "optional", K::Bool, S::One, true),
         ],
@@ -520,16 +663,16 @@ pub(super) static MESSAGES: &[Message] = &[
     Message {
         name: "k8s.io.api.core.v1.ConfigMapProjection",
         fields: &[
-            f(1, "", K::Msg(105), S::Inline, true),
-            f(2, "items", K::Msg(99), S::List, true),
+            f(1, "", K::Msg(120), S::Inline, true),
+            f(2, "items", K::Msg(114), S::List, true),
             f(4, "optional", K::Bool, S::One, true),
         ],
     },
     Message {
         name: "k8s.io.api.core.v1.ConfigMapVolumeSource",
         fields: &[
-            f(1, "", K::Msg(105), S::Inline, true),
-            f(2, "items", K::Msg(99), S::List, true),
+            f(1, "", K::Msg(120), S::Inline, true),
+            f(2, "items", K::Msg(114), S::List, true),
             f(3, "defaultMode", K::Int32, S::One, true),
             f(4, "optional", K::Bool, S::One, true),
         ],
@@ -542,26 +685,26 @@ pub(super) static MESSAGES: &[Message] = &[
             f(3, "command", K::String, S::List, true),
             f(4, "args", K::String, S::List, true),
             f(5, "workingDir", K::String, S::One, false),
-            f(6, "ports", K::Msg(60), S::List, true),
-            f(7, "env", K::Msg(75), S::List, true),
-            f(8, "resources", K::Msg(151), S::One, true),
-            f(9, "volumeMounts", K::Msg(179), S::List, true),
-            f(10, "livenessProbe", K::Msg(143), S::One, true),
-            f(11, "readinessProbe", K::Msg(143), S::One, true),
-            f(12, "lifecycle", K::Msg(100), S::One, true),
+            f(6, "ports", K::Msg(75), S::List, true),
+            f(7, "env", K::Msg(90), S::List, true),
+            f(8, "resources", K::Msg(166), S::One, true),
+            f(9, "volumeMounts", K::Msg(194), S::List, true),
+            f(10, "livenessProbe", K::Msg(158), S::One, true),
+            f(11, "readinessProbe", K::Msg(158), S::One, true),
+            f(12, "lifecycle", K::Msg(115), S::One, true),
             f(13, "terminationMessagePath", K::String, S::One, false),
             f(14, "imagePullPolicy", K::String, S::One, false),
-            f(15, "securityContext", K::Msg(161), S::One, true),
+            f(15, "securityContext", K::Msg(176), S::One, true),
             f(16, "stdin", K::Bool, S::One, false),
             f(17, "stdinOnce", K::Bool, S::One, false),
             f(18, "tty", K::Bool, S::One, false),
-            f(19, "envFrom", K::Msg(74), S::List, true),
+            f(19, "envFrom", K::Msg(89), S::List, true),
             f(20, "terminationMessagePolicy", K::String, S::One, false),
-            f(21, "volumeDevices", K::Msg(178), S::List, true),
-            f(22, "startupProbe", K::Msg(143), S::One, true),
-            f(23, "resizePolicy", K::Msg(61), S::List, true),
+            f(21, "volumeDevices", K::Msg(193), S::List, true),
+            f(22, "startupProbe", K::Msg(158), S::One, true),
+            f(23, "resizePolicy", K::Msg(76), S::List, true),
             f(24, "restartPolicy", K::String, S::One, true),
-            f(25, "restartPolicyRules", K::Msg(62), S::List, true),
+            f(25, "restartPolicyRules", K::Msg(77), S::List, true),
         ],
     },
     Message {
@@ -593,7 +736,7 @@ pub(super) static MESSAGES: &[Message] = &[
         name: "k8s.io.api.core.v1.ContainerRestartRule",
         fields: &[
             f(1, "action", K::String, S::One, true),
-            f(2, "exitCodes", K::Msg(63), S::One, true),
+            f(2, "exitCodes", K::Msg(78), S::One, true),
         ],
     },
     Message {
@@ -606,9 +749,9 @@ pub(super) static MESSAGES: &[Message] = &[
     Message {
         name: "k8s.io.api.core.v1.ContainerState",
         fields: &[
-            f(1, "waiting", K::Msg(67), S::One, true),
-            f(2, "running", K::Msg(65), S::One, true),
-            f(3, "terminated", K::Msg(66), S::One, true),
+            f(1, "waiting", K::Msg(82), S::One, true),
+            f(2, "running", K::Msg(80), S::One, true),
+            f(3, "terminated", K::Msg(81), S::One, true),
         ],
     },
     Message {
@@ -640,8 +783,8 @@ pub(super) static MESSAGES: &[Message] = &[
         name: "k8s.io.api.core.v1.ContainerStatus",
         fields: &[
             f(1, "name", K::String, S::One, true),
-            f(2, "state", K::Msg(64), S::One, true),
-            f(3, "lastState", K::Msg(64), S::One, true),
+            f(2, "state", K::Msg(79), S::One, true),
+            f(3, "lastState", K::Msg(79), S::One, true),
             f(4, "ready", K::Bool, S::One, true),
             f(5, "restartCount", K::Int32, S::One, true),
             f(6, "image", K::String, S::One, true),
@@ -649,38 +792,38 @@ pub(super) static MESSAGES: &[Message] = &[
             f(8, "containerID", K::String, S::One, false),
             f(9, "started", K::Bool, S::One, true),
             f(10, "allocatedResources", K::Quantity, S::Map, true),
-            f(11, "resources", K::Msg(151), S::One, true),
-            f(12, "volumeMounts", K::Msg(180), S::List, true),
-            f(13, "user", K::Msg(69), S::One, true),
-            f(14, "allocatedResourcesStatus", K::Msg(152), S::List, true),
+            f(11, "resources", K::Msg(166), S::One, true),
+            f(12, "volumeMounts", K::Msg(195), S::List, true),
+            f(13, "user", K::Msg(84), S::One, true),
+            f(14, "allocatedResourcesStatus", K::Msg(167), S::List, true),
             f(15, "stopSignal", K::String, S::One, true),
         ],
     },
     Message {
         name: "k8s.io.api.core.v1.ContainerUser",
         fields: &[
-            f(1, "linux", K::Msg(102), S::One, true),
+            f(1, "linux", K::Msg(117), S::One, true),
         ],
     },
     Message {
         name: "k8s.io.api.core.v1.DownwardAPIProjection",
         fields: &[
-            f(1, "items", K::Msg(71), S::List, true),
+            f(1, "items", K::Msg(86), S::List, true),
         ],
     },
     Message {
         name: "k8s.io.api.core.v1.DownwardAPIVolumeFile",
         fields: &[
             f(1, "path", K::String, S::One, true),
-            f(2, "fieldRef", K::Msg(115), S::One, true),
-            f(3, "resourceFieldRef", K::Msg(149), S::One, true),
+            f(2, "fieldRef", K::Msg(130), S::One, true),
+            f(3, "resourceFieldRef", K::Msg(164), S::One, true),
             f(4, "mode", K::Int32, S::One, true),
         ],
     },
     Message {
         name: "k8s.io.api.core.v1.DownwardAPIVolumeSource",
         fields: &[
-            f(1, "items", K::Msg(71), S::List, true),
+            f(1, "items", K::Msg(86), S::List, true),
             f(2, "defaultMode", K::Int32, S::One, true),
         ],
     },
@@ -695,8 +838,8 @@ pub(super) static MESSAGES: &[Message] = &[
         name: "k8s.io.api.core.v1.EnvFromSource",
         fields: &[
             f(1, "prefix", K::String, S::One, false),
-            f(2, "configMapRef", K::Msg(54), S::One, true),
-            f(3, "secretRef", K::Msg(157), S::One, true),
+            f(2, "configMapRef", K::Msg(69), S::One, true),
+            f(3, "secretRef", K::Msg(172), S::One, true),
         ],
     },
     Message {
@@ -704,23 +847,23 @@ pub(super) static MESSAGES: &[Message] = &[
         fields: &[
             f(1, "name", K::String, S::One, true),
             f(2, "value", K::String, S::One, false),
-            f(3, "valueFrom", K::Msg(76), S::One, true),
+            f(3, "valueFrom", K::Msg(91), S::One, true),
         ],
     },
     Message {
         name: "k8s.io.api.core.v1.EnvVarSource",
         fields: &[
-            f(1, "fieldRef", K::Msg(115), S::One, true),
-            f(2, "resourceFieldRef", K::Msg(149), S::One, true),
-            f(3, "configMapKeyRef", K::Msg(55), S::One, true),
-            f(4, "secretKeyRef", K::Msg(158), S::One, true),
-            f(5, "fileKeyRef", K::Msg(85), S::One, true),
+            f(1, "fieldRef", K::Msg(130), S::One, true),
+            f(2, "resourceFieldRef", K::Msg(164), S::One, true),
+            f(3, "configMapKeyRef", K::Msg(70), S::One, true),
+            f(4, "secretKeyRef", K::Msg(173), S::One, true),
+            f(5, "fileKeyRef", K::Msg(100), S::One, true),
         ],
     },
     Message {
         name: "k8s.io.api.core.v1.EphemeralContainer",
         fields: &[
-            f(1, "", K::Msg(78), S::Inline, true),
+            f(1, "", K::Msg(93), S::Inline, true),
             f(2, "targetContainerName", K::String, S::One, false),
         ],
     },
@@ -732,50 +875,50 @@ pub(super) static MESSAGES: &[Message] = &[
             f(3, "command", K::String, S::List, true),
             f(4, "args", K::String, S::List, true),
             f(5, "workingDir", K::String, S::One, false),
-            f(6, "ports", K::Msg(60), S::List, true),
-            f(7, "env", K::Msg(75), S::List, true),
-            f(8, "resources", K::Msg(151), S::One, true),
-            f(9, "volumeMounts", K::Msg(179), S::List, true),
-            f(10, "livenessProbe", K::Msg(143), S::One, true),
-            f(11, "readinessProbe", K::Msg(143), S::One, true),
-            f(12, "lifecycle", K::Msg(100), S::One, true),
+            f(6, "ports", K::Msg(75), S::List, true),
+            f(7, "env", K::Msg(90), S::List, true),
+            f(8, "resources", K::Msg(166), S::One, true),
+            f(9, "volumeMounts", K::Msg(194), S::List, true),
+            f(10, "livenessProbe", K::Msg(158), S::One, true),
+            f(11, "readinessProbe", K::Msg(158), S::One, true),
+            f(12, "lifecycle", K::Msg(115), S::One, true),
             f(13, "terminationMessagePath", K::String, S::One, false),
             f(14, "imagePullPolicy", K::String, S::One, false),
-            f(15, "securityContext", K::Msg(161), S::One, true),
+            f(15, "securityContext", K::Msg(176), S::One, true),
             f(16, "stdin", K::Bool, S::One, false),
             f(17, "stdinOnce", K::Bool, S::One, false),
             f(18, "tty", K::Bool, S::One, false),
-            f(19, "envFrom", K::Msg(74), S::List, true),
+            f(19, "envFrom", K::Msg(89), S::List, true),
             f(20, "terminationMessagePolicy", K::String, S::One, false),
-            f(21, "volumeDevices", K::Msg(178), S::List, true),
-            f(22, "startupProbe", K::Msg(143), S::One, true),
-            f(23, "resizePolicy", K::Msg(61), S::List, true),
+            f(21, "volumeDevices", K::Msg(193), S::List, true),
+            f(22, "startupProbe", K::Msg(158), S::One, true),
+            f(23, "resizePolicy", K::Msg(76), S::List, true),
             f(24, "restartPolicy", K::String, S::One, true),
-            f(25, "restartPolicyRules", K::Msg(62), S::List, true),
+            f(25, "restartPolicyRules", K::Msg(77), S::List, true),
         ],
     },
     Message {
         name: "k8s.io.api.core.v1.EphemeralVolumeSource",
         fields: &[
-            f(1, "volumeClaimTemplate", K::Msg(118), S::One, true),
+            f(1, "volumeClaimTemplate", K::Msg(133), S::One, true),
         ],
     },
     Message {
         name: "k8s.io.api.core.v1.Event",
         fields: &[
-            f(1, "metadata", K::Msg(219), S::One, true),
-            f(2, "involvedObject", K::Msg(116), S::One, true),
+            f(1, "metadata", K::Msg(234), S::One, true),
+            f(2, "involvedObject", K::Msg(131), S::One, true),
             f(3, "reason", K::String, S::One, false),
             f(4, "message", K::String, S::One, false),
-            f(5, "source", K::Msg(82), S::One, true),
+            f(5, "source", K::Msg(97), S::One, true),
             f(6, "firstTimestamp", K::Time, S::One, true),
             f(7, "lastTimestamp", K::Time, S::One, true),
             f(8, "count", K::Int32, S::One, false),
             f(9, "type", K::String, S::One, false),
             f(10, "eventTime", K::MicroTime, S::One, true),
-            f(11, "series", K::Msg(81), S::One, true),
+            f(11, "series", K::Msg(96), S::One, true),
             f(12, "action", K::String, S::One, false),
-            f(13, "related", K::Msg(116), S::One, true),
+            f(13, "related", K::Msg(131), S::One, true),
             f(14, "reportingComponent", K::String, S::One, false),
             f(15, "reportingInstance", K::String, S::One, false),
         ],
@@ -824,7 +967,7 @@ pub(super) static MESSAGES: &[Message] = &[
         fields: &[
             f(1, "driver", K::String, S::One, true),
             f(2, "fsType", K::String, S::One, false),
-            f(3, "secretRef", K::Msg(105), S::One, true),
+            f(3, "secretRef", K::Msg(120), S::One, true),
             f(4, "readOnly", K::Bool, S::One, false),
             f(5, "options", K::String, S::Map, true),
         ],
@@ -895,7 +1038,7 @@ pub(super) static MESSAGES: &[Message] = &[
             f(2, "port", K::IntOrString, S::One, true),
             f(3, "host", K::String, S::One, false),
             f(4, "scheme", K::String, S::One, false),
-            f(5, "httpHeaders", K::Msg(96), S::List, true),
+            f(5, "httpHeaders", K::Msg(111), S::List, true),
         ],
     },
     Message {
@@ -923,7 +1066,7 @@ pub(super) static MESSAGES: &[Message] = &[
             f(6, "readOnly", K::Bool, S::One, false),
             f(7, "portals", K::String, S::List, true),
             f(8, "chapAuthDiscovery", K::Bool, S::One, false),
-            f(10, "secretRef", K::Msg(105), S::One, true),
+            f(10, "secretRef", K::Msg(120), S::One, true),
             f(11, "chapAuthSession", K::Bool, S::One, false),
             f(12, "initiatorName", K::String, S::One, true),
         ],
@@ -939,18 +1082,18 @@ pub(super) static MESSAGES: &[Message] = &[
     Message {
         name: "k8s.io.api.core.v1.Lifecycle",
         fields: &[
-            f(1, "postStart", K::Msg(101), S::One, true),
-            f(2, "preStop", K::Msg(101), S::One, true),
+            f(1, "postStart", K::Msg(116), S::One, true),
+            f(2, "preStop", K::Msg(116), S::One, true),
             f(3, "stopSignal", K::String, S::One, true),
         ],
     },
     Message {
         name: "k8s.io.api.core.v1.LifecycleHandler",
         fields: &[
-            f(1, "exec", K::Msg(83), S::One, true),
-            f(2, "httpGet", K::Msg(95), S::One, true),
-            f(3, "tcpSocket", K::Msg(172), S::One, true),
-            f(4, "sleep", K::Msg(169), S::One, true),
+            f(1, "exec", K::Msg(98), S::One, true),
+            f(2, "httpGet", K::Msg(110), S::One, true),
+            f(3, "tcpSocket", K::Msg(187), S::One, true),
+            f(4, "sleep", K::Msg(184), S::One, true),
         ],
     },
     Message {
@@ -967,13 +1110,13 @@ pub(super) static MESSAGES: &[Message] = &[
             f(1, "ip", K::String, S::One, false),
             f(2, "hostname", K::String, S::One, false),
             f(3, "ipMode", K::String, S::One, true),
-            f(4, "ports", K::Msg(140), S::List, true),
+            f(4, "ports", K::Msg(155), S::List, true),
         ],
     },
     Message {
         name: "k8s.io.api.core.v1.LoadBalancerStatus",
         fields: &[
-            f(1, "ingress", K::Msg(103), S::List, true),
+            f(1, "ingress", K::Msg(118), S::List, true),
         ],
     },
     Message {
@@ -985,9 +1128,9 @@ pub(super) static MESSAGES: &[Message] = &[
     Message {
         name: "k8s.io.api.core.v1.Namespace",
         fields: &[
-            f(1, "metadata", K::Msg(219), S::One, true),
-            f(2, "spec", K::Msg(108), S::One, true),
-            f(3, "status", K::Msg(109), S::One, true),
+            f(1, "metadata", K::Msg(234), S::One, true),
+            f(2, "spec", K::Msg(123), S::One, true),
+            f(3, "status", K::Msg(124), S::One, true),
         ],
     },
     Message {
@@ -1010,7 +1153,7 @@ pub(super) static MESSAGES: &[Message] = &[
         name: "k8s.io.api.core.v1.NamespaceStatus",
         fields: &[
             f(1, "phase", K::String, S::One, false),
-            f(2, "conditions", K::Msg(107), S::List, true),
+            f(2, "conditions", K::Msg(122), S::List, true),
         ],
     },
     Message {
@@ -1024,14 +1167,14 @@ pub(super) static MESSAGES: &[Message] = &[
     Message {
         name: "k8s.io.api.core.v1.NodeAffinity",
         fields: &[
-            f(1, "requiredDuringSchedulingIgnoredDuringExecution", K::Msg(112), S::One, true),
-            f(2, "preferredDuringSchedulingIgnoredDuringExecution", K::Msg(142), S::List, true),
+            f(1, "requiredDuringSchedulingIgnoredDuringExecution", K::Msg(127), S::One, true),
+            f(2, "preferredDuringSchedulingIgnoredDuringExecution", K::Msg(157), S::List, true),
         ],
     },
     Message {
         name: "k8s.io.api.core.v1.NodeSelector",
         fields: &[
-            f(1, "nodeSelectorTerms", K::Msg(114), S::List, true),
+            f(1, "nodeSelectorTerms", K::Msg(129), S::List, true),
         ],
     },
     Message {
@@ -1045,8 +1188,8 @@ pub(super) static MESSAGES: &[Message] = &[
     Message {
         name: "k8s.io.api.core.v1.NodeSelectorTerm",
         fields: &[
-            f(1, "matchExpressions", K::Msg(113), S::List, true),
-            f(2, "matchFields", K::Msg(113), S::List, true),
+            f(1, "matchExpressions", K::Msg(128), S::List, true),
+            f(2, "matchFields", K::Msg(128), S::List, true),
         ],
     },
     Message {
@@ -1072,21 +1215,21 @@ pub(super) static MESSAGES: &[Message] = &[
         name: "k8s.io.api.core.v1.PersistentVolumeClaimSpec",
         fields: &[
             f(1, "accessModes", K::String, S::List, true),
-            f(2, "resources", K::Msg(182), S::One, true),
+            f(2, "resources", K::Msg(197), S::One, true),
             f(3, "volumeName", K::String, S::One, false),
-            f(4, "selector", K::Msg(216), S::One, true),
+            f(4, "selector", K::Msg(231), S::One, true),
             f(5, "storageClassName", K::String, S::One, true),
             f(6, "volumeMode", K::String, S::One, true),
-            f(7, "dataSource", K::Msg(175), S::One, true),
-            f(8, "dataSourceRef", K::Msg(176), S::One, true),
+            f(7, "dataSource", K::Msg(190), S::One, true),
+            f(8, "dataSourceRef", K::Msg(191), S::One, true),
             f(9, "volumeAttributesClassName", K::String, S::One, true),
         ],
     },
     Message {
         name: "k8s.io.api.core.v1.PersistentVolumeClaimTemplate",
         fields: &[
-            f(1, "metadata", K::Msg(219), S::One, true),
-            f(2, "spec", K::Msg(117), S::One, true),
+            f(1, "metadata", K::Msg(234), S::One, true),
+            f(2, "spec", K::Msg(132), S::One, true),
         ],
     },
     Message {
@@ -1106,25 +1249,25 @@ pub(super) static MESSAGES: &[Message] = &[
     Message {
         name: "k8s.io.api.core.v1.Pod",
         fields: &[
-            f(1, "metadata", K::Msg(219), S::One, true),
-            f(2, "spec", K::Msg(137), S::One, true),
-            f(3, "status", K::Msg(138), S::One, true),
+            f(1, "metadata", K::Msg(234), S::One, true),
+            f(2, "spec", K::Msg(152), S::One, true),
+            f(3, "status", K::Msg(153), S::One, true),
         ],
     },
     Message {
         name: "k8s.io.api.core.v1.PodAffinity",
         fields: &[
-            f(1, "requiredDuringSchedulingIgnoredDuringExecution", K::Msg(123), S::List, true),
-            f(2, "preferredDuringSchedulingIgnoredDuringExecution", K::Msg(185), S::List, true),
+            f(1, "requiredDuringSchedulingIgnoredDuringExecution", K::Msg(138), S::List, true),
+            f(2, "preferredDuringSchedulingIgnoredDuringExecution", K::Msg(200), S::List, true),
         ],
     },
     Message {
         name: "k8s.io.api.core.v1.PodAffinityTerm",
         fields: &[
-            f(1, "labelSelector", K::Msg(216), S::One, true),
+            f(1, "labelSelector", K::Msg(231), S::One, true),
             f(2, "namespaces", K::String, S::List, true),
             f(3, "topologyKey", K::String, S::One, true),
-            f(4, "namespaceSelector", K::Msg(216), S::One, true),
+            f(4, "namespaceSelector", K::Msg(231), S::One, true),
             f(5, "matchLabelKeys", K::String, S::List, true),
             f(6, "mismatchLabelKeys", K::String, S::List, true),
         ],
@@ -1132,8 +1275,8 @@ pub(super) static MESSAGES: &[Message] = &[
     Message {
         name: "k8s.io.api.core.v1.PodAntiAffinity",
         fields: &[
-            f(1, "requiredDuringSchedulingIgnoredDuringExecution", K::Msg(123), S::List, true),
-            f(2, "preferredDuringSchedulingIgnoredDuringExecution", K::Msg(185), S::List, true),
+            f(1, "requiredDuringSchedulingIgnoredDuringExecution", K::Msg(138), S::List, true),
+            f(2, "preferredDuringSchedulingIgnoredDuringExecution", K::Msg(200), S::List, true),
         ],
     },
     Message {
@@ -1165,7 +1308,7 @@ pub(super) static MESSAGES: &[Message] = &[
         fields: &[
             f(1, "nameservers", K::String, S::List, true),
             f(2, "searches", K::String, S::List, true),
-            f(3, "options", K::Msg(128), S::List, true),
+            f(3, "options", K::Msg(143), S::List, true),
         ],
     },
     Message {
@@ -1178,7 +1321,7 @@ pub(super) static MESSAGES: &[Message] = &[
     Message {
         name: "k8s.io.api.core.v1.PodExtendedResourceClaimStatus",
         fields: &[
-            f(1, "requestMappings", K::Msg(59), S::List, true),
+            f(1, "requestMappings", K::Msg(74), S::List, true),
             f(2, "resourceClaimName", K::String, S::One, true),
         ],
     },
@@ -1224,17 +1367,17 @@ pub(super) static MESSAGES: &[Message] = &[
     Message {
         name: "k8s.io.api.core.v1.PodSecurityContext",
         fields: &[
-            f(1, "seLinuxOptions", K::Msg(154), S::One, true),
+            f(1, "seLinuxOptions", K::Msg(169), S::One, true),
             f(2, "runAsUser", K::Int64, S::One, true),
             f(3, "runAsNonRoot", K::Bool, S::One, true),
             f(4, "supplementalGroups", K::Int64, S::List, true),
             f(5, "fsGroup", K::Int64, S::One, true),
             f(6, "runAsGroup", K::Int64, S::One, true),
-            f(7, "sysctls", K::Msg(171), S::List, true),
-            f(8, "windowsOptions", K::Msg(186), S::One, true),
+            f(7, "sysctls", K::Msg(186), S::List, true),
+            f(8, "windowsOptions", K::Msg(201), S::One, true),
             f(9, "fsGroupChangePolicy", K::String, S::One, true),
-            f(10, "seccompProfile", K::Msg(155), S::One, true),
-            f(11, "appArmorProfile", K::Msg(43), S::One, true),
+            f(10, "seccompProfile", K::Msg(170), S::One, true),
+            f(11, "appArmorProfile", K::Msg(58), S::One, true),
             f(12, "supplementalGroupsPolicy", K::String, S::One, true),
             f(13, "seLinuxChangePolicy", K::String, S::One, true),
         ],
@@ -1242,8 +1385,8 @@ pub(super) static MESSAGES: &[Message] = &[
     Message {
         name: "k8s.io.api.core.v1.PodSpec",
         fields: &[
-            f(1, "volumes", K::Msg(177), S::List, true),
-            f(2, "containers", K::Msg(58), S::List, true),
+            f(1, "volumes", K::Msg(192), S::List, true),
+            f(2, "containers", K::Msg(73), S::List, true),
             f(3, "restartPolicy", K::String, S::One, false),
             f(4, "terminationGracePeriodSeconds", K::Int64, S::One, true),
             f(5, "activeDeadlineSeconds", K::Int64, S::One, true),
@@ -1255,67 +1398,67 @@ pub(super) static MESSAGES: &[Message] = &[
             f(11, "hostNetwork", K::Bool, S::One, false),
             f(12, "hostPID", K::Bool, S::One, false),
             f(13, "hostIPC", K::Bool, S::One, false),
-            f(14, "securityContext", K::Msg(136), S::One, true),
-            f(15, "imagePullSecrets", K::Msg(105), S::List, true),
+            f(14, "securityContext", K::Msg(151), S::One, true),
+            f(15, "imagePullSecrets", K::Msg(120), S::List, true),
             f(16, "hostname", K::String, S::One, false),
             f(17, "subdomain", K::String, S::One, false),
-            f(18, "affinity", K::Msg(42), S::One, true),
+            f(18, "affinity", K::Msg(57), S::One, true),
             f(19, "schedulerName", K::String, S::One, false),
-            f(20, "initContainers", K::Msg(58), S::List, true),
+            f(20, "initContainers", K::Msg(73), S::List, true),
             f(21, "automountServiceAccountToken", K::Bool, S::One, true),
-            f(22, "tolerations", K::Msg(173), S::List, true),
-            f(23, "hostAliases", K::Msg(92), S::List, true),
+            f(22, "tolerations", K::Msg(188), S::List, true),
+            f(23, "hostAliases", K::Msg(107), S::List, true),
             f(24, "priorityClassName", K::String, S::One, false),
             f(25, "priority", K::Int32, S::One, true),
-            f(26, "dnsConfig", K::Msg(127), S::One, true),
+            f(26, "dnsConfig", K::Msg(142), S::One, true),
             f(27, "shareProcessNamespace", K::Bool, S::One, true),
-            f(28, "readinessGates", K::Msg(132), S::List, true),
+            f(28, "readinessGates", K::Msg(147), S::List, true),
             f(29, "runtimeClassName", K::String, S::One, true),
             f(30, "enableServiceLinks", K::Bool, S::One, true),
             f(31, "preemptionPolicy", K::String, S::One, true),
             f(32, "overhead", K::Quantity, S::Map, true),
-            f(33, "topologySpreadConstraints", K::Msg(174), S::List, true),
-            f(34, "ephemeralContainers", K::Msg(77), S::List, true),
+            f(33, "topologySpreadConstraints", K::Msg(189), S::List, true),
+            f(34, "ephemeralContainers", K::Msg(92), S::List, true),
             f(35, "setHostnameAsFQDN", K::Bool, S::One, true),
-            f(36, "os", K::Msg(131), S::One, true),
+            f(36, "os", K::Msg(146), S::One, true),
             f(37, "hostUsers", K::Bool, S::One, true),
-            f(38, "schedulingGates", K::Msg(135), S::List, true),
-            f(39, "resourceClaims", K::Msg(133), S::List, true),
-            f(40, "resources", K::Msg(151), S::One, true),
+            f(38, "schedulingGates", K::Msg(150), S::List, true),
+            f(39, "resourceClaims", K::Msg(148), S::List, true),
+            f(40, "resources", K::Msg(166), S::One, true),
             f(41, "hostnameOverride", K::String, S::One, true),
-            f(42, "workloadRef", K::Msg(187), S::One, true),
+            f(42, "workloadRef", K::Msg(202), S::One, true),
         ],
     },
     Message {
         name: "k8s.io.api.core.v1.PodStatus",
         fields: &[
             f(1, "phase", K::String, S::One, false),
-            f(2, "conditions", K::Msg(126), S::List, true),
+            f(2, "conditions", K::Msg(141), S::List, true),
             f(3, "message", K::String, S::One, false),
             f(4, "reason", K::String, S::One, false),
             f(5, "hostIP", K::String, S::One, false),
             f(6, "podIP", K::String, S::One, false),
             f(7, "startTime", K::Time, S::One, true),
-            f(8, "containerStatuses", K::Msg(68), S::List, true),
+            f(8, "containerStatuses", K::Msg(83), S::List, true),
             f(9, "qosClass", K::String, S::One, false),
-            f(10, "initContainerStatuses", K::Msg(68), S::List, true),
+            f(10, "initContainerStatuses", K::Msg(83), S::List, true),
             f(11, "nominatedNodeName", K::String, S::One, false),
-            f(12, "podIPs", K::Msg(130), S::List, true),
-            f(13, "ephemeralContainerStatuses", K::Msg(68), S::List, true),
+            f(12, "podIPs", K::Msg(145), S::List, true),
+            f(13, "ephemeralContainerStatuses", K::Msg(83), S::List, true),
             f(14, "resize", K::String, S::One, false),
-            f(15, "resourceClaimStatuses", K::Msg(134), S::List, true),
-            f(16, "hostIPs", K::Msg(93), S::List, true),
+            f(15, "resourceClaimStatuses", K::Msg(149), S::List, true),
+            f(16, "hostIPs", K::Msg(108), S::List, true),
             f(17, "observedGeneration", K::Int64, S::One, true),
-            f(18, "extendedResourceClaimStatus", K::Msg(129), S::One, true),
+            f(18, "extendedResourceClaimStatus", K::Msg(144), S::One, true),
             f(19, "allocatedResources", K::Quantity, S::Map, true),
-            f(20, "resources", K::Msg(151), S::One, true),
+            f(20, "resources", K::Msg(166), S::One, true),
         ],
     },
     Message {
         name: "k8s.io.api.core.v1.PodTemplateSpec",
         fields: &[
-            f(1, "metadata", K::Msg(219), S::One, true),
-            f(2, "spec", K::Msg(137), S::One, true),
+            f(1, "metadata", K::Msg(234), S::One, true),
+            f(2, "spec", K::Msg(152), S::One, true),
         ],
     },
     Message {
@@ -1338,13 +1481,13 @@ pub(super) static MESSAGES: &[Message] = &[
         name: "k8s.io.api.core.v1.PreferredSchedulingTerm",
         fields: &[
             f(1, "weight", K::Int32, S::One, true),
-            f(2, "preference", K::Msg(114), S::One, true),
+            f(2, "preference", K::Msg(129), S::One, true),
         ],
     },
     Message {
         name: "k8s.io.api.core.v1.Probe",
         fields: &[
-            f(1, "", K::Msg(144), S::Inline, true),
+            f(1, "", K::Msg(159), S::Inline, true),
             f(2, "initialDelaySeconds", K::Int32, S::One, false),
             f(3, "timeoutSeconds", K::Int32, S::One, false),
             f(4, "periodSeconds", K::Int32, S::One, false),
@@ -1356,16 +1499,16 @@ pub(super) static MESSAGES: &[Message] = &[
     Message {
         name: "k8s.io.api.core.v1.ProbeHandler",
         fields: &[
-            f(1, "exec", K::Msg(83), S::One, true),
-            f(2, "httpGet", K::Msg(95), S::One, true),
-            f(3, "tcpSocket", K::Msg(172), S::One, true),
-            f(4, "grpc", K::Msg(91), S::One, true),
+            f(1, "exec", K::Msg(98), S::One, true),
+            f(2, "httpGet", K::Msg(110), S::One, true),
+            f(3, "tcpSocket", K::Msg(187), S::One, true),
+            f(4, "grpc", K::Msg(106), S::One, true),
         ],
     },
     Message {
         name: "k8s.io.api.core.v1.ProjectedVolumeSource",
         fields: &[
-            f(1, "sources", K::Msg(181), S::List, true),
+            f(1, "sources", K::Msg(196), S::List, true),
             f(2, "defaultMode", K::Int32, S::One, true),
         ],
     },
@@ -1389,7 +1532,7 @@ pub(super) static MESSAGES: &[Message] = &[
             f(4, "pool", K::String, S::One, false),
             f(5, "user", K::String, S::One, false),
             f(6, "keyring", K::String, S::One, false),
-            f(7, "secretRef", K::Msg(105), S::One, true),
+            f(7, "secretRef", K::Msg(120), S::One, true),
             f(8, "readOnly", K::Bool, S::One, false),
         ],
     },
@@ -1420,14 +1563,14 @@ pub(super) static MESSAGES: &[Message] = &[
         fields: &[
             f(1, "limits", K::Quantity, S::Map, true),
             f(2, "requests", K::Quantity, S::Map, true),
-            f(3, "claims", K::Msg(148), S::List, true),
+            f(3, "claims", K::Msg(163), S::List, true),
         ],
     },
     Message {
         name: "k8s.io.api.core.v1.ResourceStatus",
         fields: &[
             f(1, "name", K::String, S::One, true),
-            f(2, "resources", K::Msg(150), S::List, true),
+            f(2, "resources", K::Msg(165), S::List, true),
         ],
     },
     Message {
@@ -1435,7 +1578,7 @@ pub(super) static MESSAGES: &[Message] = &[
         fields: &[
             f(1, "gateway", K::String, S::One, true),
             f(2, "system", K::String, S::One, true),
-            f(3, "secretRef", K::Msg(105), S::One, true),
+            f(3, "secretRef", K::Msg(120), S::One, true),
             f(4, "sslEnabled", K::Bool, S::One, false),
             f(5, "protectionDomain", K::String, S::One, false),
             f(6, "storagePool", K::String, S::One, false),
@@ -1464,7 +1607,7 @@ pub(super) static MESSAGES: &[Message] = &[
     Message {
         name: "k8s.io.api.core.v1.Secret",
         fields: &[
-            f(1, "metadata", K::Msg(219), S::One, true),
+            f(1, "metadata", K::Msg(234), S::One, true),
             f(2, "data", K::Bytes, S::Map, true),
             f(3, "type", K::String, S::One, false),
             f(4, "stringData", K::String, S::Map, true),
@@ -1474,14 +1617,14 @@ pub(super) static MESSAGES: &[Message] = &[
     Message {
         name: "k8s.io.api.core.v1.SecretEnvSource",
         fields: &[
-            f(1, "", K::Msg(105), S::Inline, true),
+            f(1, "", K::Msg(120), S::Inline, true),
             f(2, "optional", K::Bool, S::One, true),
         ],
     },
     Message {
         name: "k8s.io.api.core.v1.SecretKeySelector",
         fields: &[
-            f(1, "", K::Msg(105), S::Inline, true),
+            f(1, "", K::Msg(120), S::Inline, true),
             f(2, "key", K::String, S::One, true),
             f(3, "optional", K::Bool, S::One, true),
         ],
@@ -1489,8 +1632,8 @@ pub(super) static MESSAGES: &[Message] = &[
     Message {
         name: "k8s.io.api.core.v1.SecretProjection",
         fields: &[
-            f(1, "", K::Msg(105), S::Inline, true),
-            f(2, "items", K::Msg(99), S::List, true),
+            f(1, "", K::Msg(120), S::Inline, true),
+            f(2, "items", K::Msg(114), S::List, true),
             f(4, "optional", K::Bool, S::One, true),
         ],
     },
@@ -1498,7 +1641,7 @@ pub(super) static MESSAGES: &[Message] = &[
         name: "k8s.io.api.core.v1.SecretVolumeSource",
         fields: &[
             f(1, "secretName", K::String, S::One, false),
-            f(2, "items", K::Msg(99), S::List, true),
+            f(2, "items", K::Msg(114), S::List, true),
             f(3, "defaultMode", K::Int32, S::One, true),
             f(4, "optional", K::Bool, S::One, true),
         ],
@@ -1506,34 +1649,34 @@ pub(super) static MESSAGES: &[Message] = &[
     Message {
         name: "k8s.io.api.core.v1.SecurityContext",
         fields: &[
-            f(1, "capabilities", K::Msg(48), S::One, true),
+            f(1, "capabilities", K::Msg(63), S::One, true),
             f(2, "privileged", K::Bool, S::One, true),
-            f(3, "seLinuxOptions", K::Msg(154), S::One, true),
+            f(3, "seLinuxOptions", K::Msg(169), S::One, true),
             f(4, "runAsUser", K::Int64, S::One, true),
             f(5, "runAsNonRoot", K::Bool, S::One, true),
             f(6, "readOnlyRootFilesystem", K::Bool, S::One, true),
             f(7, "allowPrivilegeEscalation", K::Bool, S::One, true),
             f(8, "runAsGroup", K::Int64, S::One, true),
             f(9, "procMount", K::String, S::One, true),
-            f(10, "windowsOptions", K::Msg(186), S::One, true),
-            f(11, "seccompProfile", K::Msg(155), S::One, true),
-            f(12, "appArmorProfile", K::Msg(43), S::One, true),
+            f(10, "windowsOptions", K::Msg(201), S::One, true),
+            f(11, "seccompProfile", K::Msg(170), S::One, true),
+            f(12, "appArmorProfile", K::Msg(58), S::One, true),
         ],
     },
     Message {
         name: "k8s.io.api.core.v1.Service",
         fields: &[
-            f(1, "metadata", K::Msg(219), S::One, true),
-            f(2, "spec", K::Msg(166), S::One, true),
-            f(3, "status", K::Msg(167), S::One, true),
+            f(1, "metadata", K::Msg(234), S::One, true),
+            f(2, "spec", K::Msg(181), S::One, true),
+            f(3, "status", K::Msg(182), S::One, true),
         ],
     },
     Message {
         name: "k8s.io.api.core.v1.ServiceAccount",
         fields: &[
-            f(1, "metadata", K::Msg(219), S::One, true),
-            f(2, "secrets", K::Msg(116), S::List, true),
-            f(3, "imagePullSecrets", K::Msg(105), S::List, true),
+            f(1, "metadata", K::Msg(234), S::One, true),
+            f(2, "secrets", K::Msg(131), S::List, true),
+            f(3, "imagePullSecrets", K::Msg(120), S::List, true),
             f(4, "automountServiceAccountToken", K::Bool, S::One, true),
         ],
     },
@@ -1559,7 +1702,7 @@ pub(super) static MESSAGES: &[Message] = &[
     Message {
         name: "k8s.io.api.core.v1.ServiceSpec",
         fields: &[
-            f(1, "ports", K::Msg(165), S::List, true),
+            f(1, "ports", K::Msg(180), S::List, true),
             f(2, "selector", K::String, S::Map, true),
             f(3, "clusterIP", K::String, S::One, false),
             f(4, "type", K::String, S::One, false),
@@ -1571,7 +1714,7 @@ pub(super) static MESSAGES: &[Message] = &[
             f(11, "externalTrafficPolicy", K::String, S::One, false),
             f(12, "healthCheckNodePort", K::Int32, S::One, false),
             f(13, "publishNotReadyAddresses", K::Bool, S::One, false),
-            f(14, "sessionAffinityConfig", K::Msg(168), S::One, true),
+            f(14, "sessionAffinityConfig", K::Msg(183), S::One, true),
             f(17, "ipFamilyPolicy", K::String, S::One, true),
             f(18, "clusterIPs", K::String, S::List, true),
             f(19, "ipFamilies", K::String, S::List, true),
@@ -1584,14 +1727,14 @@ pub(super) static MESSAGES: &[Message] = &[
     Message {
         name: "k8s.io.api.core.v1.ServiceStatus",
         fields: &[
-            f(1, "loadBalancer", K::Msg(104), S::One, true),
-            f(2, "conditions", K::Msg(214), S::List, true),
+            f(1, "loadBalancer", K::Msg(119), S::One, true),
+            f(2, "conditions", K::Msg(229), S::List, true),
         ],
     },
     Message {
         name: "k8s.io.api.core.v1.SessionAffinityConfig",
         fields: &[
-            f(1, "clientIP", K::Msg(51), S::One, true),
+            f(1, "clientIP", K::Msg(66), S::One, true),
         ],
     },
     Message {
@@ -1607,7 +1750,7 @@ pub(super) static MESSAGES: &[Message] = &[
             f(2, "volumeNamespace", K::String, S::One, false),
             f(3, "fsType", K::String, S::One, false),
             f(4, "readOnly", K::Bool, S::One, false),
-            f(5, "secretRef", K::Msg(105), S::One, true),
+            f(5, "secretRef", K::Msg(120), S::One, true),
         ],
     },
     Message {
@@ -1640,7 +1783,7 @@ pub(super) static MESSAGES: &[Message] = &[
             f(1, "maxSkew", K::Int32, S::One, true),
             f(2, "topologyKey", K::String, S::One, true),
             f(3, "whenUnsatisfiable", K::String, S::One, true),
-            f(4, "labelSelector", K::Msg(216), S::One, true),
+            f(4, "labelSelector", K::Msg(231), S::One, true),
             f(5, "minDomains", K::Int32, S::One, true),
             f(6, "nodeAffinityPolicy", K::String, S::One, true),
             f(7, "nodeTaintsPolicy", K::String, S::One, true),
@@ -1668,7 +1811,7 @@ pub(super) static MESSAGES: &[Message] = &[
         name: "k8s.io.api.core.v1.Volume",
         fields: &[
             f(1, "name", K::String, S::One, true),
-            f(2, "", K::Msg(183), S::Inline, true),
+            f(2, "", K::Msg(198), S::Inline, true),
         ],
     },
     Message {
@@ -1702,12 +1845,12 @@ pub(super) static MESSAGES: &[Message] = &[
     Message {
         name: "k8s.io.api.core.v1.VolumeProjection",
         fields: &[
-            f(1, "secret", K::Msg(159), S::One, true),
-            f(2, "downwardAPI", K::Msg(70), S::One, true),
-            f(3, "configMap", K::Msg(56), S::One, true),
-            f(4, "serviceAccountToken", K::Msg(164), S::One, true),
-            f(5, "clusterTrustBundle", K::Msg(52), S::One, true),
-            f(6, "podCertificate", K::Msg(125), S::One, true),
+            f(1, "secret", K::Msg(174), S::One, true),
+            f(2, "downwardAPI", K::Msg(85), S::One, true),
+            f(3, "configMap", K::Msg(71), S::One, true),
+            f(4, "serviceAccountToken", K::Msg(179), S::One, true),
+            f(5, "clusterTrustBundle", K::Msg(67), S::One, true),
+            f(6, "podCertificate", K::Msg(140), S::One, true),
         ],
     },
     Message {
@@ -1720,36 +1863,36 @@ pub(super) static MESSAGES: &[Message] = &[
     Message {
         name: "k8s.io.api.core.v1.VolumeSource",
         fields: &[
-            f(1, "hostPath", K::Msg(94), S::One, true),
-            f(2, "emptyDir", K::Msg(73), S::One, true),
-            f(3, "gcePersistentDisk", K::Msg(88), S::One, true),
-            f(4, "awsElasticBlockStore", K::Msg(44), S::One, true),
-            f(5, "gitRepo", K::Msg(89), S::One, true),
-            f(6, "secret", K::Msg(160), S::One, true),
-            f(7, "nfs", K::Msg(110), S::One, true),
-            f(8, "iscsi", K::Msg(98), S::One, true),
-            f(9, "glusterfs", K::Msg(90), S::One, true),
-            f(10, "persistentVolumeClaim", K::Msg(119), S::One, true),
-            f(11, "rbd", K::Msg(147), S::One, true),
-            f(12, "flexVolume", K::Msg(86), S::One, true),
-            f(13, "cinder", K::Msg(50), S::One, true),
-            f(14, "cephfs", K::Msg(49), S::One, true),
-            f(15, "flocker", K::Msg(87), S::One, true),
-            f(16, "downwardAPI", K::Msg(72), S::One, true),
-            f(17, "fc", K::Msg(84), S::One, true),
-            f(18, "azureFile", K::Msg(46), S::One, true),
-            f(19, "configMap", K::Msg(57), S::One, true),
-            f(20, "vsphereVolume", K::Msg(184), S::One, true),
-            f(21, "quobyte", K::Msg(146), S::One, true),
-            f(22, "azureDisk", K::Msg(45), S::One, true),
-            f(23, "photonPersistentDisk", K::Msg(120), S::One, true),
-            f(24, "portworxVolume", K::Msg(141), S::One, true),
-            f(25, "scaleIO", K::Msg(153), S::One, true),
-            f(26, "projected", K::Msg(145), S::One, true),
-            f(27, "storageos", K::Msg(170), S::One, true),
-            f(28, "csi", K::Msg(47), S::One, true),
-            f(29, "ephemeral", K::Msg(79), S::One, true),
-            f(30, "image", K::Msg(97), S::One, true),
+            f(1, "hostPath", K::Msg(109), S::One, true),
+            f(2, "emptyDir", K::Msg(88), S::One, true),
+            f(3, "gcePersistentDisk", K::Msg(103), S::One, true),
+            f(4, "awsElasticBlockStore", K::Msg(59), S::One, true),
+            f(5, "gitRepo", K::Msg(104), S::One, true),
+            f(6, "secret", K::Msg(175), S::One, true),
+            f(7, "nfs", K::Msg(125), S::One, true),
+            f(8, "iscsi", K::Msg(113), S::One, true),
+            f(9, "glusterfs", K::Msg(105), S::One, true),
+            f(10, "persistentVolumeClaim", K::Msg(134), S::One, true),
+            f(11, "rbd", K::Msg(162), S::One, true),
+            f(12, "flexVolume", K::Msg(101), S::One, true),
+            f(13, "cinder", K::Msg(65), S::One, true),
+            f(14, "cephfs", K::Msg(64), S::One, true),
+            f(15, "flocker", K::Msg(102), S::One, true),
+            f(16, "downwardAPI", K::Msg(87), S::One, true),
+            f(17, "fc", K::Msg(99), S::One, true),
+            f(18, "azureFile", K::Msg(61), S::One, true),
+            f(19, "configMap", K::Msg(72), S::One, true),
+            f(20, "vsphereVolume", K::Msg(199), S::One, true),
+            f(21, "quobyte", K::Msg(161), S::One, true),
+            f(22, "azureDisk", K::Msg(60), S::One, true),
+            f(23, "photonPersistentDisk", K::Msg(135), S::One, true),
+            f(24, "portworxVolume", K::Msg(156), S::One, true),
+            f(25, "scaleIO", K::Msg(168), S::One, true),
+            f(26, "projected", K::Msg(160), S::One, true),
+            f(27, "storageos", K::Msg(185), S::One, true),
+            f(28, "csi", K::Msg(62), S::One, true),
+            f(29, "ephemeral", K::Msg(94), S::One, true),
+            f(30, "image", K::Msg(112), S::One, true),
         ],
     },
     Message {
@@ -1765,7 +1908,7 @@ pub(super) static MESSAGES: &[Message] = &[
         name: "k8s.io.api.core.v1.WeightedPodAffinityTerm",
         fields: &[
             f(1, "weight", K::Int32, S::One, true),
-            f(2, "podAffinityTerm", K::Msg(123), S::One, true),
+            f(2, "podAffinityTerm", K::Msg(138), S::One, true),
         ],
     },
     Message {
@@ -1788,18 +1931,18 @@ pub(super) static MESSAGES: &[Message] = &[
     Message {
         name: "k8s.io.api.events.v1.Event",
         fields: &[
-            f(1, "metadata", K::Msg(219), S::One, true),
+            f(1, "metadata", K::Msg(234), S::One, true),
             f(2, "eventTime", K::MicroTime, S::One, true),
-            f(3, "series", K::Msg(189), S::One, true),
+            f(3, "series", K::Msg(204), S::One, true),
             f(4, "reportingController", K::String, S::One, false),
             f(5, "reportingInstance", K::String, S::One, false),
             f(6, "action", K::String, S::One, false),
             f(7, "reason", K::String, S::One, false),
-            f(8, "regarding", K::Msg(116), S::One, true),
-            f(9, "related", K::Msg(116), S::One, true),
+            f(8, "regarding", K::Msg(131), S::One, true),
+            f(9, "related", K::Msg(131), S::One, true),
             f(10, "note", K::String, S::One, false),
             f(11, "type", K::String, S::One, false),
-            f(12, "deprecatedSource", K::Msg(82), S::One, true),
+            f(12, "deprecatedSource", K::Msg(97), S::One, true),
             f(13, "deprecatedFirstTimestamp", K::Time, S::One, true),
             f(14, "deprecatedLastTimestamp", K::Time, S::One, true),
             f(15, "deprecatedCount", K::Int32, S::One, false),
@@ -1816,29 +1959,29 @@ pub(super) static MESSAGES: &[Message] = &[
         name: "k8s.io.api.networking.v1.HTTPIngressPath",
         fields: &[
             f(1, "path", K::String, S::One, false),
-            f(2, "backend", K::Msg(193), S::One, true),
+            f(2, "backend", K::Msg(208), S::One, true),
             f(3, "pathType", K::String, S::One, true),
         ],
     },
     Message {
         name: "k8s.io.api.networking.v1.HTTPIngressRuleValue",
         fields: &[
-            f(1, "paths", K::Msg(190), S::List, true),
+            f(1, "paths", K::Msg(205), S::List, true),
         ],
     },
     Message {
         name: "k8s.io.api.networking.v1.Ingress",
         fields: &[
-            f(1, "metadata", K::Msg(219), S::One, true),
-            f(2, "spec", K::Msg(200), S::One, true),
-            f(3, "status", K::Msg(201), S::One, true),
+            f(1, "metadata", K::Msg(234), S::One, true),
+            f(2, "spec", K::Msg(215), S::One, true),
+            f(3, "status", K::Msg(216), S::One, true),
         ],
     },
     Message {
         name: "k8s.io.api.networking.v1.IngressBackend",
         fields: &[
-            f(3, "resource", K::Msg(175), S::One, true),
-            f(4, "service", K::Msg(199), S::One, true),
+            f(3, "resource", K::Msg(190), S::One, true),
+            f(4, "service", K::Msg(214), S::One, true),
         ],
     },
     Message {
@@ -1846,13 +1989,13 @@ pub(super) static MESSAGES: &[Message] = &[
         fields: &[
             f(1, "ip", K::String, S::One, false),
             f(2, "hostname", K::String, S::One, false),
-            f(4, "ports", K::Msg(196), S::List, true),
+            f(4, "ports", K::Msg(211), S::List, true),
         ],
     },
     Message {
         name: "k8s.io.api.networking.v1.IngressLoadBalancerStatus",
         fields: &[
-            f(1, "ingress", K::Msg(194), S::List, true),
+            f(1, "ingress", K::Msg(209), S::List, true),
         ],
     },
     Message {
@@ -1867,35 +2010,35 @@ pub(super) static MESSAGES: &[Message] = &[
         name: "k8s.io.api.networking.v1.IngressRule",
         fields: &[
             f(1, "host", K::String, S::One, false),
-            f(2, "", K::Msg(198), S::Inline, true),
+            f(2, "", K::Msg(213), S::Inline, true),
         ],
     },
     Message {
         name: "k8s.io.api.networking.v1.IngressRuleValue",
         fields: &[
-            f(1, "http", K::Msg(191), S::One, true),
+            f(1, "http", K::Msg(206), S::One, true),
         ],
     },
     Message {
         name: "k8s.io.api.networking.v1.IngressServiceBackend",
         fields: &[
             f(1, "name", K::String, S::One, true),
-            f(2, "port", K::Msg(210), S::One, true),
+            f(2, "port", K::Msg(225), S::One, true),
         ],
     },
     Message {
         name: "k8s.io.api.networking.v1.IngressSpec",
         fields: &[
-            f(1, "defaultBackend", K::Msg(193), S::One, true),
-            f(2, "tls", K::Msg(202), S::List, true),
-            f(3, "rules", K::Msg(197), S::List, true),
+            f(1, "defaultBackend", K::Msg(208), S::One, true),
+            f(2, "tls", K::Msg(217), S::List, true),
+            f(3, "rules", K::Msg(212), S::List, true),
             f(4, "ingressClassName", K::String, S::One, true),
         ],
     },
     Message {
         name: "k8s.io.api.networking.v1.IngressStatus",
         fields: &[
-            f(1, "loadBalancer", K::Msg(195), S::One, true),
+            f(1, "loadBalancer", K::Msg(210), S::One, true),
         ],
     },
     Message {
@@ -1915,30 +2058,30 @@ pub(super) static MESSAGES: &[Message] = &[
     Message {
         name: "k8s.io.api.networking.v1.NetworkPolicy",
         fields: &[
-            f(1, "metadata", K::Msg(219), S::One, true),
-            f(2, "spec", K::Msg(209), S::One, true),
+            f(1, "metadata", K::Msg(234), S::One, true),
+            f(2, "spec", K::Msg(224), S::One, true),
         ],
     },
     Message {
         name: "k8s.io.api.networking.v1.NetworkPolicyEgressRule",
         fields: &[
-            f(1, "ports", K::Msg(208), S::List, true),
-            f(2, "to", K::Msg(207), S::List, true),
+            f(1, "ports", K::Msg(223), S::List, true),
+            f(2, "to", K::Msg(222), S::List, true),
         ],
     },
     Message {
         name: "k8s.io.api.networking.v1.NetworkPolicyIngressRule",
         fields: &[
-            f(1, "ports", K::Msg(208), S::List, true),
-            f(2, "from", K::Msg(207), S::List, true),
+            f(1, "ports", K::Msg(223), S::List, true),
+            f(2, "from", K::Msg(222), S::List, true),
         ],
     },
     Message {
         name: "k8s.io.api.networking.v1.NetworkPolicyPeer",
         fields: &[
-            f(1, "podSelector", K::Msg(216), S::One, true),
-            f(2, "namespaceSelector", K::Msg(216), S::One, true),
-            f(3, "ipBlock", K::Msg(203), S::One, true),
+            f(1, "podSelector", K::Msg(231), S::One, true),
+            f(2, "namespaceSelector", K::Msg(231), S::One, true),
+            f(3, "ipBlock", K::Msg(218), S::One, true),
         ],
     },
     Message {
@@ -1952,9 +2095,9 @@ pub(super) static MESSAGES: &[Message] = &[
     Message {
         name: "k8s.io.api.networking.v1.NetworkPolicySpec",
         fields: &[
-            f(1, "podSelector", K::Msg(216), S::One, true),
-            f(2, "ingress", K::Msg(206), S::List, true),
-            f(3, "egress", K::Msg(205), S::List, true),
+            f(1, "podSelector", K::Msg(231), S::One, true),
+            f(2, "ingress", K::Msg(221), S::List, true),
+            f(3, "egress", K::Msg(220), S::List, true),
             f(4, "policyTypes", K::String, S::List, true),
         ],
     },
@@ -1968,16 +2111,16 @@ pub(super) static MESSAGES: &[Message] = &[
     Message {
         name: "k8s.io.api.policy.v1.PodDisruptionBudget",
         fields: &[
-            f(1, "metadata", K::Msg(219), S::One, true),
-            f(2, "spec", K::Msg(212), S::One, true),
-            f(3, "status", K::Msg(213), S::One, true),
+            f(1, "metadata", K::Msg(234), S::One, true),
+            f(2, "spec", K::Msg(227), S::One, true),
+            f(3, "status", K::Msg(228), S::One, true),
         ],
     },
     Message {
         name: "k8s.io.api.policy.v1.PodDisruptionBudgetSpec",
         fields: &[
             f(1, "minAvailable", K::IntOrString, S::One, true),
-            f(2, "selector", K::Msg(216), S::One, true),
+            f(2, "selector", K::Msg(231), S::One, true),
             f(3, "maxUnavailable", K::IntOrString, S::One, true),
             f(4, "unhealthyPodEvictionPolicy", K::String, S::One, true),
         ],
@@ -1991,7 +2134,7 @@ pub(super) static MESSAGES: &[Message] = &[
             f(4, "currentHealthy", K::Int32, S::One, true),
             f(5, "desiredHealthy", K::Int32, S::One, true),
             f(6, "expectedPods", K::Int32, S::One, true),
-            f(7, "conditions", K::Msg(214), S::List, true),
+            f(7, "conditions", K::Msg(229), S::List, true),
         ],
     },
     Message {
@@ -2009,7 +2152,7 @@ pub(super) static MESSAGES: &[Message] = &[
         name: "k8s.io.apimachinery.pkg.apis.meta.v1.DeleteOptions",
         fields: &[
             f(1, "gracePeriodSeconds", K::Int64, S::One, true),
-            f(2, "preconditions", K::Msg(221), S::One, true),
+            f(2, "preconditions", K::Msg(236), S::One, true),
             f(3, "orphanDependents", K::Bool, S::One, true),
             f(4, "propagationPolicy", K::String, S::One, true),
             f(5, "dryRun", K::String, S::List, true),
@@ -2020,7 +2163,7 @@ pub(super) static MESSAGES: &[Message] = &[
         name: "k8s.io.apimachinery.pkg.apis.meta.v1.LabelSelector",
         fields: &[
             f(1, "matchLabels", K::String, S::Map, true),
-            f(2, "matchExpressions", K::Msg(217), S::List, true),
+            f(2, "matchExpressions", K::Msg(232), S::List, true),
         ],
     },
     Message {
@@ -2058,9 +2201,9 @@ pub(super) static MESSAGES: &[Message] = &[
             f(10, "deletionGracePeriodSeconds", K::Int64, S::One, true),
             f(11, "labels", K::String, S::Map, true),
             f(12, "annotations", K::String, S::Map, true),
-            f(13, "ownerReferences", K::Msg(220), S::List, true),
+            f(13, "ownerReferences", K::Msg(235), S::List, true),
             f(14, "finalizers", K::String, S::List, true),
-            f(17, "managedFields", K::Msg(218), S::List, true),
+            f(17, "managedFields", K::Msg(233), S::List, true),
         ],
     },
     Message {

@@ -21,7 +21,9 @@ use crate::error::{ApiError, Cause};
 use crate::objmeta::NameRule;
 use crate::patch::meta::{BuiltinPatchMeta, PatchMeta};
 
+mod apps;
 mod autoscaling;
+mod batch;
 mod config;
 mod crd;
 pub mod custom;
@@ -34,9 +36,12 @@ mod policy;
 mod print;
 mod rules;
 mod service;
+mod storage;
 mod workload;
 
+pub use apps::{ControllerRevision, DaemonSet, StatefulSet};
 pub use autoscaling::{HorizontalPodAutoscaler, HorizontalPodAutoscalerV1};
+pub use batch::{CronJob, Job, CONTROLLER_UID_LABEL, JOB_NAME_LABEL};
 pub use config::{ConfigMap, Secret, MAX_DATA_SIZE};
 pub use crd::CustomResourceDefinition;
 pub use custom::{CustomDef, CustomResource, PrinterColumn};
@@ -44,9 +49,10 @@ pub use event::{event_from_v1, event_to_v1, Event, EventV1};
 pub use namespace::Namespace;
 pub use networking::{Ingress, NetworkPolicy};
 pub use other::{ClusterRole, ClusterRoleBinding, Lease, Node, ServiceAccount};
-pub use pod::Pod;
+pub use pod::{Pod, WorkspacePod};
 pub use policy::PodDisruptionBudget;
 pub use service::Service;
+pub use storage::{class_of, PersistentVolume, PersistentVolumeClaim, StorageClass};
 pub use workload::{Deployment, ReplicaSet};
 
 /// The outcome of decoding an object.
@@ -122,6 +128,11 @@ pub trait Strategy: Send + Sync + fmt::Debug {
         true
     }
 
+    /// Refuses the creation of an object that may never be created here.
+    fn check_create(&self, _name: &str) -> Result<(), ApiError> {
+        Ok(())
+    }
+
     /// Refuses the deletion of an object that may never be deleted.
     fn check_delete(&self, _name: &str) -> Result<(), ApiError> {
         Ok(())
@@ -153,6 +164,11 @@ pub trait Strategy: Send + Sync + fmt::Debug {
     /// Field selectors the kind supports beyond `metadata.name` and `metadata.namespace`.
     fn selectable_fields(&self) -> &'static [&'static str] {
         &[]
+    }
+
+    /// The value of a selectable field of `obj`; by default the field at that path.
+    fn field(&self, obj: &Value, field: &str) -> Option<String> {
+        field_value(obj, field)
     }
 
     /// Whether stored objects are shown converted ([`Strategy::to_external`] changes them).

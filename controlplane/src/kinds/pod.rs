@@ -5,13 +5,44 @@ use serde_json::{json, Value};
 
 use super::print::{self, col, AGE, NAME};
 use super::{decode_typed, set_default, Decoded, Strategy};
-use crate::error::Cause;
+use crate::error::{ApiError, Cause};
 use crate::objmeta;
 
 /// core/v1 Pod (physical clusters only): Pending with its QoS class on creation, the
 /// `binding` subresource, and the columns of `kubectl get pods`.
 #[derive(Debug)]
 pub struct Pod;
+
+/// core/v1 Pod in a workspace: served so that kubectl can name the kind, and never
+/// created there, since a workspace runs nothing itself; its clusters run the pods of
+/// its workloads.
+#[derive(Debug)]
+pub struct WorkspacePod;
+
+impl Strategy for WorkspacePod {
+    fn decode(&self, obj: Value, old: Option<&Value>, status_write: bool) -> Result<Decoded, String> {
+        Pod.decode(obj, old, status_write)
+    }
+
+    fn check_create(&self, name: &str) -> Result<(), ApiError> {
+        Err(ApiError::forbidden(format!(
+            "pods \"{name}\" is forbidden: a workspace runs no pods of its own; its clusters run the pods of its workloads. \
+             Create a Deployment, StatefulSet or DaemonSet for pods that keep running, or a Job for pods that run to completion"
+        )))
+    }
+
+    fn selectable_fields(&self) -> &'static [&'static str] {
+        Pod.selectable_fields()
+    }
+
+    fn columns(&self) -> Vec<Value> {
+        Pod.columns()
+    }
+
+    fn cells(&self, obj: &Value) -> Vec<Value> {
+        Pod.cells(obj)
+    }
+}
 
 impl Strategy for Pod {
     fn decode(&self, obj: Value, old: Option<&Value>, status_write: bool) -> Result<Decoded, String> {

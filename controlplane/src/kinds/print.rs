@@ -21,6 +21,8 @@ pub const fn col(name: &'static str, type_: &'static str, priority: i64, descrip
 
 pub const NAME: Col = col("Name", "string", 0, "Name must be unique within a namespace.");
 pub const AGE: Col = col("Age", "string", 0, "CreationTimestamp is a timestamp representing the server time when this object was created.");
+pub const CONTAINERS: Col = col("Containers", "string", 1, "Names of each container in the template.");
+pub const IMAGES: Col = col("Images", "string", 1, "Images referenced by each container in the template.");
 pub const CREATED_AT: Col = col("Created At", "date", 0, "Creation time");
 
 /// The definitions of `cols`, as a Table carries them.

@@ -3,7 +3,7 @@
 use serde_json::{json, Map, Value};
 
 use super::pod::{default_pod_spec, quantities_parse, validate_containers};
-use super::print::{self, col, Col, AGE, NAME};
+use super::print::{self, col, Col, AGE, CONTAINERS, IMAGES, NAME};
 use super::{decode_typed, set_default, Decoded, Strategy};
 use crate::error::Cause;
 use crate::objmeta;
@@ -131,35 +131,34 @@ impl Strategy for ReplicaSet {
 /// and selector for `-o wide`.
 fn workload_columns(counts: [Col; 3], selector: &'static str) -> Vec<Value> {
     let [a, b, c] = counts;
-    print::columns(&[
-        NAME,
-        a,
-        b,
-        c,
-        AGE,
-        col("Containers", "string", 1, "Names of each container in the template."),
-        col("Images", "string", 1, "Images referenced by each container in the template."),
-        col("Selector", "string", 1, selector),
-    ])
+    print::columns(&[NAME, a, b, c, AGE, CONTAINERS, IMAGES, col("Selector", "string", 1, selector)])
 }
 
 /// The cells of [`workload_columns`].
 fn workload_cells(obj: &Value, counts: [Value; 3]) -> Vec<Value> {
-    let containers = obj.pointer("/spec/template/spec/containers").and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default();
+    let [a, b, c] = counts;
+    let [containers, images, selector] = template_cells(obj, "/spec/template");
+    vec![print::name(obj), a, b, c, print::age_of(obj), containers, images, selector]
+}
+
+/// The Containers, Images and Selector cells of a workload whose pod template is at
+/// `template` (`/spec/template`), with the selector of the spec that holds it.
+pub(super) fn template_cells(obj: &Value, template: &str) -> [Value; 3] {
+    let containers = obj.pointer(&format!("{template}/spec/containers")).and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default();
     let join = |f: &str| json!(containers.iter().map(|c| c[f].as_str().unwrap_or_default()).collect::<Vec<_>>().join(","));
+    let spec = template.rsplit_once('/').map_or("", |(spec, _)| spec);
     let selector = obj
-        .pointer("/spec/selector/matchLabels")
+        .pointer(&format!("{spec}/selector/matchLabels"))
         .and_then(Value::as_object)
         .map(|m| m.iter().map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or_default())).collect::<Vec<_>>().join(","))
         .unwrap_or_default();
-    let [a, b, c] = counts;
-    vec![print::name(obj), a, b, c, print::age_of(obj), join("name"), join("image"), json!(selector)]
+    [join("name"), join("image"), json!(selector)]
 }
 
 /// The workload controllers' status strategies reset only spec and labels, so a
 /// status write may carry annotations: the deployment controller sets
 /// `deployment.kubernetes.io/revision` that way, without moving the generation.
-fn status_write_annotations(merged: &mut Value, sent: &Value) {
+pub(super) fn status_write_annotations(merged: &mut Value, sent: &Value) {
     if let Some(a) = sent.pointer("/metadata/annotations").filter(|a| a.is_object()) {
         objmeta::meta_mut(merged).insert("annotations".into(), a.clone());
     }
@@ -172,19 +171,29 @@ fn validate_workload(obj: &Value) -> Vec<Cause> {
     if obj.pointer("/spec/replicas").and_then(Value::as_i64).is_some_and(|r| r < 0) {
         causes.push(Cause::new("FieldValueInvalid", "spec.replicas", "Invalid value: must be greater than or equal to 0"));
     }
-    let selector = obj.pointer("/spec/selector");
+    causes.extend(validate_selected_template(obj, "spec", true));
+    causes
+}
+
+/// The selector of the spec at `spec` (`spec`, `spec.jobTemplate.spec`) and its pod
+/// template: a selector that the template's labels match (required unless
+/// `require_selector` is false), and valid containers.
+pub(super) fn validate_selected_template(obj: &Value, spec: &str, require_selector: bool) -> Vec<Cause> {
+    let mut causes = Vec::new();
+    let ptr = format!("/{}", spec.replace('.', "/"));
+    let selector = obj.pointer(&format!("{ptr}/selector"));
     let match_labels = selector.and_then(|s| s.get("matchLabels")).and_then(Value::as_object);
     let has_exprs = selector.and_then(|s| s.get("matchExpressions")).and_then(Value::as_array).is_some_and(|a| !a.is_empty());
-    if match_labels.is_none_or(Map::is_empty) && !has_exprs {
-        causes.push(Cause::new("FieldValueRequired", "spec.selector", "Required value"));
+    if require_selector && match_labels.is_none_or(Map::is_empty) && !has_exprs {
+        causes.push(Cause::new("FieldValueRequired", &format!("{spec}.selector"), "Required value"));
     }
-    let template_labels = obj.pointer("/spec/template/metadata/labels").and_then(Value::as_object);
+    let template_labels = obj.pointer(&format!("{ptr}/template/metadata/labels")).and_then(Value::as_object);
     if let Some(ml) = match_labels {
         let matches = ml.iter().all(|(k, v)| template_labels.and_then(|t| t.get(k)) == Some(v));
         if !matches {
             causes.push(Cause::new(
                 "FieldValueInvalid",
-                "spec.template.metadata.labels",
+                &format!("{spec}.template.metadata.labels"),
                 format!(
                     "Invalid value: {}: `selector` does not match template `labels`",
                     serde_json::to_string(&template_labels).unwrap_or_default()
@@ -192,8 +201,36 @@ fn validate_workload(obj: &Value) -> Vec<Cause> {
             ));
         }
     }
-    causes.extend(validate_containers(obj.pointer("/spec/template/spec/containers"), "spec.template.spec.containers"));
     causes
+        .extend(validate_containers(obj.pointer(&format!("{ptr}/template/spec/containers")), &format!("{spec}.template.spec.containers")));
+    causes
+}
+
+/// The template's restart policy is one of `allowed` (Always for the kinds that keep
+/// pods running, OnFailure or Never for Jobs).
+pub(super) fn validate_restart_policy(obj: &Value, template: &str, allowed: &[&str]) -> Option<Cause> {
+    let ptr = format!("/{}/spec/restartPolicy", template.replace('.', "/"));
+    let policy = obj.pointer(&ptr).and_then(Value::as_str).unwrap_or("Always");
+    (!allowed.contains(&policy)).then(|| super::rules::unsupported(&format!("{template}.spec.restartPolicy"), policy, allowed))
+}
+
+/// A count that must not be negative.
+pub(super) fn non_negative(obj: &Value, field: &str) -> Option<Cause> {
+    let v = obj.pointer(&format!("/{}", field.replace('.', "/")))?;
+    v.as_i64().is_some_and(|n| n < 0).then(|| super::rules::invalid(field, v, "must be greater than or equal to 0"))
+}
+
+/// `field is immutable` for each of `fields` (dotted) that differs from `old`.
+pub(super) fn immutable(obj: &Value, old: Option<&Value>, fields: &[&str]) -> Vec<Cause> {
+    let Some(old) = old else { return Vec::new() };
+    fields
+        .iter()
+        .filter_map(|f| {
+            let ptr = format!("/{}", f.replace('.', "/"));
+            let new = obj.pointer(&ptr).unwrap_or(&Value::Null);
+            (old.pointer(&ptr).unwrap_or(&Value::Null) != new).then(|| super::rules::invalid(f, new, "field is immutable"))
+        })
+        .collect()
 }
 
 #[cfg(test)]
