@@ -17,6 +17,7 @@ pub mod references;
 pub mod status;
 pub mod synced;
 mod synctarget;
+pub mod workload;
 mod workloadplacement;
 mod workspace;
 

@@ -12,6 +12,7 @@
 use std::borrow::Cow;
 use std::collections::BTreeSet;
 
+use crate::workload::Workload;
 use crate::{
     ClusterAssignment, ClusterSyncStatus, WorkloadPlacement, WorkloadPlacementStatus, CONDITION_AVAILABLE, CONDITION_COMPANIONS_SYNCED,
     CONDITION_SCHEDULED, CONDITION_SYNCED, SYNCED_GENERATION_ANNOTATION,
@@ -51,21 +52,6 @@ pub fn cluster_entry(sync_target: &str, copy: &Deployment, now: Time) -> Cluster
         conditions,
         last_sync_time: Some(now),
     }
-}
-
-/// Whether `entry` reports a copy whose rollout has come to an end: observed, with
-/// every replica of its `share` updated, ready and available, and the cluster's
-/// Deployment controller saying so (`Progressing` with reason `NewReplicaSetAvailable`,
-/// as kube-controller-manager sets it once a rollout completes); or a rollout that
-/// exceeded its progress deadline (`Progressing=False`). Nothing more is coming for
-/// such a copy until something changes, so its report is never held back.
-pub fn finished(entry: &ClusterSyncStatus, share: i32) -> bool {
-    let progressing = entry.conditions.iter().find(|c| c.type_ == "Progressing");
-    let stalled = progressing.is_some_and(|c| c.status == "False");
-    let complete = entry.observed
-        && [entry.replicas, entry.updated_replicas, entry.ready_replicas, entry.available_replicas].iter().all(|n| *n == share)
-        && progressing.is_none_or(|c| c.reason == "NewReplicaSetAvailable");
-    complete || stalled
 }
 
 /// Whether two entries say the same, apart from when they were written.
@@ -345,7 +331,7 @@ pub fn aggregate(deployment: &Deployment, wp: &WorkloadPlacement, now: &Time) ->
         !unassigned && entries.len() == assigned.len() && entries.iter().all(|e| e.synced_generation >= generation && e.observed);
     // Never move backwards: a cluster still catching up keeps the last value.
     let observed_generation = if all_synced { generation } else { current.observed_generation.unwrap_or(0) };
-    let desired = deployment.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1);
+    let desired = Workload::replicas(deployment);
 
     let cluster_cond = |type_: &str| -> Vec<(&str, Option<&Condition>)> {
         assigned
@@ -451,22 +437,6 @@ mod tests {
             json!({"metadata": {"name": "web", "generation": generation}, "spec": {"replicas": replicas, "selector": {}, "template": {}}}),
         )
         .unwrap()
-    }
-
-    #[test]
-    fn a_copy_is_finished_once_its_share_is_available_and_its_controller_says_so() {
-        let entry = |c: &Deployment| cluster_entry("east", c, t(0));
-        assert!(finished(&entry(&copy(2, 2, 2, 3, true)), 3));
-        assert!(!finished(&entry(&copy(2, 2, 2, 3, true)), 4), "a replica of the share is missing");
-        assert!(!finished(&entry(&copy(2, 1, 2, 3, true)), 3), "the new generation is not observed yet");
-        assert!(!finished(&entry(&copy(2, 2, 2, 3, false)), 3), "the controller still says ReplicaSetUpdated");
-        let mut stalled = entry(&copy(2, 2, 2, 1, false));
-        let progressing = stalled.conditions.iter_mut().find(|c| c.type_ == "Progressing").unwrap();
-        (progressing.status, progressing.reason) = ("False".into(), "ProgressDeadlineExceeded".into());
-        assert!(finished(&stalled, 3), "a rollout past its deadline changes no more by itself");
-        let mut bare = entry(&copy(1, 1, 1, 0, false));
-        bare.conditions.clear();
-        assert!(finished(&bare, 0), "a copy with no replicas and no conditions has nothing to wait for");
     }
 
     #[test]

@@ -778,7 +778,7 @@ impl Scheduler {
             }
         };
         let rule_name = rule.metadata.name.clone().unwrap_or_default();
-        let workload = match inputs::workload(&d) {
+        let workload = match inputs::workload(&*d) {
             Ok(w) => w,
             Err(e) => {
                 let message = format!("the pod template's resource requests cannot be read: {e}; fix spec.template");

@@ -9,6 +9,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use placement_api::quantity::{QuantityError, Resources};
+use placement_api::workload::Workload;
 use placement_api::{sync_target_of_label, WorkloadPlacement, CONDITION_SCHEDULED, SYNC_STATE_SYNC};
 
 use crate::core::{self, Share};
@@ -17,12 +18,11 @@ use crate::core::{self, Share};
 /// for; only rebalancing widens it again.
 pub const REASON_FEWER_CLUSTERS: &str = "FewerClusters";
 
-/// The workload's demand: its replicas (1 when unset, as the API defaults them), and
+/// The workload's demand: the replicas the workload model places for its kind, and
 /// what one replica asks for (its pod's requests, and one pod).
-pub fn workload(d: &Deployment) -> Result<core::Workload, QuantityError> {
-    let spec = d.spec.as_ref();
-    let per_replica = spec.and_then(|s| s.template.spec.as_ref()).map(Resources::for_pod).transpose()?;
-    let replicas = spec.and_then(|s| s.replicas).unwrap_or(1);
+pub fn workload<W: Workload>(d: &W) -> Result<core::Workload, QuantityError> {
+    let per_replica = d.pod_template().and_then(|t| t.spec.as_ref()).map(Resources::for_pod).transpose()?;
+    let replicas = d.replicas();
     Ok(core::Workload {
         replicas: u32::try_from(replicas).unwrap_or(0),
         per_replica: per_replica.unwrap_or(Resources::ZERO).max(Resources::new(0, 0, 1)),

@@ -17,6 +17,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::api::{Api, DynamicObject, ListParams};
 use kube::ResourceExt;
 use placement_api::quantity::Resources;
+use placement_api::workload::Workload;
 use placement_api::{SyncTarget, WorkloadPlacement, CLUSTER_ANNOTATION, CONDITION_FAILOVER_PAUSED, CONDITION_READY};
 use serde::Serialize;
 
@@ -293,7 +294,7 @@ fn cluster_status(now: jiff::Timestamp, t: &SyncTarget) -> ClusterStatus {
 }
 
 fn workload_status(namespace: String, name: String, d: &Deployment, wp: Option<&WorkloadPlacement>) -> WorkloadStatus {
-    let replicas = d.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1);
+    let replicas = Workload::replicas(d);
     let ready_replicas = d.status.as_ref().and_then(|s| s.ready_replicas).unwrap_or(0);
     let mut clusters = Vec::new();
     if let Some(wp) = wp {

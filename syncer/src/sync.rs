@@ -61,6 +61,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, ObjectMeta, Time
 use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
 use kube::runtime::watcher;
 use kube::{Client, Resource};
+use placement_api::workload::{self, WorkloadKind};
 use placement_api::{
     sync_state_label, syncer_finalizer, ClusterSyncStatus, WorkloadPlacement, CONDITION_COMPANIONS_SYNCED, CONDITION_SYNCED,
     NAMESPACE_LOCATOR_ANNOTATION, SYNC_STATE_SYNC, SYNC_TARGET_LABEL, UPSTREAM_ANNOTATION,
@@ -1101,11 +1102,13 @@ impl Syncer {
     /// [`OBSERVE_GRACE`] while the cluster has not observed the copy, then up to
     /// [`PROGRESS_HOLD`] from the first change held while the copy rolls out, and past
     /// that until the syncer's progress budget has a token. `None` when it is to be
-    /// written now (a finished rollout always is), or has nothing new to say.
+    /// written now (a copy the workload model calls settled always is: its rollout is
+    /// over or stalled), or has nothing new to say.
     fn hold(&self, key: &Key, wp: &WorkloadPlacement, entry: &ClusterSyncStatus, share: i32) -> Option<Duration> {
         let target = &self.settings.sync_target;
         let current = wp.status.as_ref().and_then(|s| s.clusters.iter().find(|c| &c.name == target));
-        if status::finished(entry, share) || current.is_some_and(|c| status::same_report(c, entry)) {
+        let kind = WorkloadKind::of(&wp.spec.workload.api_version, &wp.spec.workload.kind).unwrap_or(WorkloadKind::Deployment);
+        if workload::copy_state(kind, entry, share).settled() || current.is_some_and(|c| status::same_report(c, entry)) {
             self.held.remove(key);
             return None;
         }

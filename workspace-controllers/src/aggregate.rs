@@ -26,6 +26,7 @@ use tracing::Instrument;
 
 use placement_api::status;
 use placement_api::synced::Kind;
+use placement_api::workload::Workload;
 use runtime::clients;
 use runtime::errors::{failed, is_conflict, is_not_found, Failed};
 use runtime::key as cache;
@@ -106,7 +107,7 @@ pub async fn run(base: Client, resync: Duration) {
                 // their own entries, the scheduler its condition.
                 let next = status::aggregate(&d, &view, &now);
                 let mut placed = status::derived(&view, generation, &now);
-                let replicas = d.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1);
+                let replicas = Workload::replicas(&*d);
                 status::set_state(&mut placed, &view.spec.clusters, replicas, next.as_ref().or(d.status.as_ref()));
                 let derived = status::aggregator_fields(&placed);
                 if status::aggregator_fields(&wp.status.clone().unwrap_or_default()) != derived {

@@ -1,0 +1,288 @@
+//! The workload model: every workload kind Flotilla places, described once.
+//!
+//! For each kind this module says where its pod template and its replicas are, how it
+//! spreads over the clusters a Placement chooses, what a failover may do with it,
+//! which objects keep its revision history, and what its copies' reports mean:
+//! whether a copy is progressing, available, stalled, complete or failed. The
+//! scheduler, the syncer, the status aggregator, `flotilla status`, `explain` and the
+//! dashboard ask it, and keep no rule of their own about a kind.
+//!
+//! ```text
+//!                 ┌──────────────────── WorkloadKind ─────────────────────┐
+//!   apply ──────▶ │ Deployment  StatefulSet  DaemonSet  Job  CronJob      │
+//!                 │   spread:   Replicas     Whole      Every One  One    │ ──▶ scheduler
+//!                 │   failover: Move   AfterConfirm Stay Rerun AfterConfirm│ ──▶ health, drain
+//!                 │   history:  ReplicaSets  ControllerRevisions  ─   ─   │ ──▶ revisions
+//!                 │   reports:  copy_state(entry, share)                  │ ──▶ aggregator,
+//!                 └───────────────────────────────────────────────────────┘     status, dashboard
+//! ```
+//!
+//! Adding a kind is one more variant, its row in [`KINDS`], and one module that
+//! implements [`Workload`] for its type and its report rule.
+
+mod cronjob;
+mod daemonset;
+mod deployment;
+mod job;
+mod statefulset;
+
+use k8s_openapi::api::core::v1::PodTemplateSpec;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+
+use crate::ClusterSyncStatus;
+
+/// A kind of workload.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum WorkloadKind {
+    /// `apps/v1` Deployment.
+    Deployment,
+    /// `apps/v1` StatefulSet.
+    StatefulSet,
+    /// `apps/v1` DaemonSet.
+    DaemonSet,
+    /// `batch/v1` Job.
+    Job,
+    /// `batch/v1` CronJob.
+    CronJob,
+}
+
+/// How a workload spreads over the clusters its Placement chooses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Spread {
+    /// Its replicas divide over the chosen clusters (`Divide`), or every chosen
+    /// cluster runs all of them (`Duplicate`).
+    Replicas,
+    /// It runs whole on one cluster, because its pods' names and volumes live there;
+    /// `Duplicate` gives each chosen cluster a whole set of its own.
+    Whole,
+    /// It runs on every cluster the Placement selects; `numberOfClusters` does not
+    /// limit it.
+    EveryCluster,
+    /// It runs on exactly one cluster, whatever the Placement asks.
+    One,
+}
+
+/// What a failover may do with the copy on a cluster that was lost.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Failover {
+    /// Start a replacement elsewhere at once, make-before-break.
+    Move,
+    /// Start it elsewhere only once the lost cluster is confirmed lost (`flotilla
+    /// cluster confirm-lost`), or at once where the Placement says
+    /// `failover.statefulSets: Immediate`: at most one copy is ever alive, as
+    /// Kubernetes treats a StatefulSet's pods on an unreachable node. A CronJob's
+    /// schedule moves the same way, so that it never runs on two clusters.
+    AfterConfirm,
+    /// Run it again elsewhere unless it finished; a finished one never runs again.
+    RerunUnlessFinished,
+    /// Nothing moves: it runs on every selected cluster, and a lost one just has no
+    /// copy until it returns.
+    Stay,
+}
+
+/// Which objects keep a workload's revision history (for `kubectl rollout history`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum History {
+    /// apps/v1 ReplicaSets, one per pod template.
+    ReplicaSets,
+    /// apps/v1 ControllerRevisions, one per pod template.
+    ControllerRevisions,
+    /// None: a Job's template never changes; a CronJob's history is its Jobs.
+    None,
+}
+
+/// One kind's facts.
+#[derive(Debug)]
+pub struct Kind {
+    /// The kind.
+    pub kind: WorkloadKind,
+    /// `Deployment`.
+    pub name: &'static str,
+    /// The API group.
+    pub group: &'static str,
+    /// The version served and synced.
+    pub version: &'static str,
+    /// The resource.
+    pub plural: &'static str,
+    /// The short name kubectl accepts (`deploy`, `sts`...), as `flotilla explain` does.
+    pub short: &'static str,
+    /// A bounded label value for metrics.
+    pub label: &'static str,
+    /// How it spreads.
+    pub spread: Spread,
+    /// What a failover may do with it.
+    pub failover: Failover,
+    /// Where its revision history is kept.
+    pub history: History,
+}
+
+/// Every workload kind, in the order `flotilla status` and the dashboard list them.
+pub const KINDS: [Kind; 5] = [
+    Kind {
+        kind: WorkloadKind::Deployment,
+        name: "Deployment",
+        group: "apps",
+        version: "v1",
+        plural: "deployments",
+        short: "deploy",
+        label: "deployment",
+        spread: Spread::Replicas,
+        failover: Failover::Move,
+        history: History::ReplicaSets,
+    },
+    Kind {
+        kind: WorkloadKind::StatefulSet,
+        name: "StatefulSet",
+        group: "apps",
+        version: "v1",
+        plural: "statefulsets",
+        short: "sts",
+        label: "statefulset",
+        spread: Spread::Whole,
+        failover: Failover::AfterConfirm,
+        history: History::ControllerRevisions,
+    },
+    Kind {
+        kind: WorkloadKind::DaemonSet,
+        name: "DaemonSet",
+        group: "apps",
+        version: "v1",
+        plural: "daemonsets",
+        short: "ds",
+        label: "daemonset",
+        spread: Spread::EveryCluster,
+        failover: Failover::Stay,
+        history: History::ControllerRevisions,
+    },
+    Kind {
+        kind: WorkloadKind::Job,
+        name: "Job",
+        group: "batch",
+        version: "v1",
+        plural: "jobs",
+        short: "job",
+        label: "job",
+        spread: Spread::One,
+        failover: Failover::RerunUnlessFinished,
+        history: History::None,
+    },
+    Kind {
+        kind: WorkloadKind::CronJob,
+        name: "CronJob",
+        group: "batch",
+        version: "v1",
+        plural: "cronjobs",
+        short: "cj",
+        label: "cronjob",
+        spread: Spread::One,
+        failover: Failover::AfterConfirm,
+        history: History::None,
+    },
+];
+
+impl WorkloadKind {
+    /// This kind's facts.
+    pub fn describe(self) -> &'static Kind {
+        &KINDS[self as usize]
+    }
+
+    /// The kind an `apiVersion` and `kind` name, if it is a workload.
+    pub fn of(api_version: &str, kind: &str) -> Option<Self> {
+        KINDS.iter().find(|k| k.name == kind && api_version == k.api_version()).map(|k| k.kind)
+    }
+
+    /// The kind a resource name or short name names (`deployments`, `deploy`,
+    /// `deployment`, `statefulset.apps`), as kubectl resolves `TYPE/NAME`.
+    pub fn of_resource(resource: &str) -> Option<Self> {
+        let (resource, group) = resource.split_once('.').map_or((resource, None), |(r, g)| (r, Some(g)));
+        let resource = resource.to_ascii_lowercase();
+        KINDS
+            .iter()
+            .find(|k| {
+                group.is_none_or(|g| g == k.group)
+                    && (resource == k.plural || resource == k.short || resource == k.name.to_ascii_lowercase())
+            })
+            .map(|k| k.kind)
+    }
+
+    /// `Deployment`.
+    pub fn name(self) -> &'static str {
+        self.describe().name
+    }
+}
+
+impl Kind {
+    /// `apps/v1`.
+    pub fn api_version(&self) -> String {
+        format!("{}/{}", self.group, self.version)
+    }
+}
+
+/// What one cluster's copy of a workload is doing, as its report says.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CopyState {
+    /// Still getting to what it was asked for: not yet observed, or pods not yet
+    /// ready, updated or available.
+    Progressing,
+    /// Running as asked: every pod of its share ready and available, its rollout
+    /// over.
+    Available,
+    /// Its rollout stopped making progress (a Deployment past its progress deadline);
+    /// the reason says how.
+    Stalled(String),
+    /// It ran to completion (a Job).
+    Complete,
+    /// It failed for good (a Job past its backoff limit or deadline); the reason says how.
+    Failed(String),
+}
+
+impl CopyState {
+    /// Whether nothing more is coming for the copy until something changes: its
+    /// report is never held back.
+    pub fn settled(&self) -> bool {
+        !matches!(self, CopyState::Progressing)
+    }
+}
+
+/// What a cluster's report on its copy means for a workload of `kind`, with `share`
+/// replicas assigned there.
+pub fn copy_state(kind: WorkloadKind, entry: &ClusterSyncStatus, share: i32) -> CopyState {
+    match kind {
+        WorkloadKind::Deployment => deployment::copy_state(entry, share),
+        WorkloadKind::StatefulSet => statefulset::copy_state(entry, share),
+        WorkloadKind::DaemonSet => daemonset::copy_state(entry),
+        WorkloadKind::Job => job::copy_state(entry),
+        WorkloadKind::CronJob => cronjob::copy_state(entry),
+    }
+}
+
+/// The rules of one workload kind that read its object.
+pub trait Workload {
+    /// Its kind.
+    const KIND: WorkloadKind;
+
+    /// The pod template its pods are made from.
+    fn pod_template(&self) -> Option<&PodTemplateSpec>;
+
+    /// The replicas the scheduler places: all of them for [`Spread::Replicas`] and
+    /// [`Spread::Whole`]; for a Job the pods that run at once; 1 per node for a
+    /// DaemonSet and for a CronJob's Jobs.
+    fn replicas(&self) -> i32;
+}
+
+fn condition<'a>(entry: &'a ClusterSyncStatus, type_: &str) -> Option<&'a Condition> {
+    entry.conditions.iter().find(|c| c.type_ == type_)
+}
+
+fn is_true(entry: &ClusterSyncStatus, type_: &str) -> bool {
+    condition(entry, type_).is_some_and(|c| c.status == "True")
+}
+
+/// Every count of the report at `share`: observed, and all replicas there, updated,
+/// ready and available.
+fn all_counts_at(entry: &ClusterSyncStatus, share: i32) -> bool {
+    entry.observed && [entry.replicas, entry.updated_replicas, entry.ready_replicas, entry.available_replicas].iter().all(|n| *n == share)
+}
+
+#[cfg(test)]
+mod tests;
