@@ -15,6 +15,7 @@
 //! serviceCIDR: 10.96.0.0/16                      # optional, this is the default
 //! loadBalancerPool: 172.18.255.200-172.18.255.219 # optional: a range, a CIDR, or a list of them
 //! ingressAddress: 172.18.255.10                  # optional: an IP address or a host name
+//! failingImages: [registry.example.com/app:1.2]   # optional: images that never run
 //! ```
 //!
 //! `labels` describe the cluster as a whole (they go on its SyncTarget); node group labels go
@@ -27,6 +28,16 @@
 //! that Services of type LoadBalancer get, as MetalLB's address pools do; without one they
 //! stay `<pending>`, as on a kind cluster with no load-balancer provider. `ingressAddress`
 //! is what every Ingress reports as its address; without one Ingresses report none.
+//!
+//! Two rules make failures easy to stage in tests and demos:
+//! - a pod that does not restart forever (`restartPolicy: Never` or `OnFailure`, a
+//!   Job's) runs for the seconds in its annotation `sim.flotilla.io/run-seconds`
+//!   (default 2, counted from when it is Running), then exits 0 and is `Succeeded`;
+//! - a container whose image has the tag `broken` (`nginx:broken`), or is listed in
+//!   `failingImages`, never becomes Ready: in a pod that restarts (a Deployment's,
+//!   StatefulSet's or DaemonSet's) it crash-loops, its restart count rising on the
+//!   kubelet's back-off (10 s, doubling, at most 5 min) with the container waiting in
+//!   `CrashLoopBackOff`; in a pod that does not, it exits 1 and the pod is `Failed`.
 //!
 //! Unknown fields are errors, and every error names the file, the cluster and the field.
 
@@ -65,6 +76,8 @@ pub struct ClusterDef {
     pub load_balancer_pool: AddressPool,
     /// The address (an IP or a host name) every Ingress reports, if any.
     pub ingress_address: Option<String>,
+    /// Images whose containers never run (beside any image tagged `broken`).
+    pub failing_images: Vec<String>,
 }
 
 /// IPv4 addresses to hand out, as ranges in the order they are handed out, such as
@@ -241,6 +254,8 @@ struct RawCluster {
     load_balancer_pool: Option<OneOrMany>,
     #[serde(default)]
     ingress_address: Option<String>,
+    #[serde(default)]
+    failing_images: Vec<String>,
 }
 
 /// A string, or a list of them.
@@ -403,6 +418,7 @@ fn validate(raw: RawCluster, source_name: &str, label: &str) -> Result<ClusterDe
         service_cidr,
         load_balancer_pool,
         ingress_address: raw.ingress_address,
+        failing_images: raw.failing_images,
     })
 }
 

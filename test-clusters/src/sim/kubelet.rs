@@ -17,6 +17,12 @@
 //! container IDs are SHA-256 digests of stable inputs.
 //!
 //! A pod being deleted is finished at once: the kubelet deletes it with a grace period of 0.
+//!
+//! What a running pod does next follows the two rules of the simulation ([`Course`], and
+//! the cluster definition's documentation): a pod that does not restart forever runs for
+//! its `sim.flotilla.io/run-seconds` and then `Succeeded`; a container of a failing image
+//! (tag `broken`, or one the definition lists) crash-loops in a pod that restarts, and
+//! fails a pod that does not.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
@@ -45,7 +51,14 @@ pub struct KubeletSync {
 
 /// Brings the status of every pod bound to one of `nodes` up to date. `started` maps pod
 /// uids to the exact moment their first status was written.
-pub fn sync(nodes: &[Node], pods: &[Pod], started: &BTreeMap<String, Timestamp>, startup_delay: Duration, now: Timestamp) -> KubeletSync {
+pub fn sync(
+    nodes: &[Node],
+    pods: &[Pod],
+    started: &BTreeMap<String, Timestamp>,
+    startup_delay: Duration,
+    failing_images: &[String],
+    now: Timestamp,
+) -> KubeletSync {
     let mut out = KubeletSync::default();
     let by_name: BTreeMap<&str, &Node> = nodes.iter().filter_map(|n| Some((n.metadata.name.as_deref()?, n))).collect();
     let mut used_ips: BTreeMap<&str, BTreeSet<String>> = BTreeMap::new();
@@ -69,7 +82,7 @@ pub fn sync(nodes: &[Node], pods: &[Pod], started: &BTreeMap<String, Timestamp>,
         let ips = used_ips.entry(node_name).or_default();
         let uid = p.metadata.uid.clone().unwrap_or_default();
         let anchor = started.get(&uid).copied();
-        let status = desired_status(p, node, startup_delay, now, anchor, |cidr| allocate_ip(cidr, ips));
+        let status = desired_status(p, node, startup_delay, failing_images, now, anchor, |cidr| allocate_ip(cidr, ips));
         if p.status.as_ref().and_then(|s| s.start_time.as_ref()).is_none() {
             out.started.push(uid);
         }
@@ -78,7 +91,7 @@ pub fn sync(nodes: &[Node], pods: &[Pod], started: &BTreeMap<String, Timestamp>,
             updated.status = Some(status);
             out.actions.push(Action::UpdateStatus(Object::Pod(Box::new(updated))));
         }
-        if let Some(at) = next_transition(p, startup_delay, now, anchor) {
+        if let Some(at) = next_transition(p, startup_delay, failing_images, now, anchor) {
             out.wake_at = Some(out.wake_at.map_or(at, |w| w.min(at)));
         }
     }
@@ -89,17 +102,102 @@ fn bound_node(p: &Pod) -> Option<&str> {
     p.spec.as_ref()?.node_name.as_deref().filter(|n| !n.is_empty())
 }
 
-/// When the pod will turn Running, if it has started (has a `startTime`) and is not running
-/// yet. `started` is the exact start when known. A pod without a `startTime` changes on the
-/// next sync, which writes it.
-pub fn next_transition(pod: &Pod, startup_delay: Duration, now: Timestamp, started: Option<Timestamp>) -> Option<Timestamp> {
+/// The next moment the pod's status changes by itself, if it has started (has a
+/// `startTime`): when it turns Running, when a pod that runs to completion is done, or
+/// when a crash-looping container restarts. `started` is the exact start when known. A
+/// pod without a `startTime` changes on the next sync, which writes it.
+pub fn next_transition(
+    pod: &Pod,
+    startup_delay: Duration,
+    failing_images: &[String],
+    now: Timestamp,
+    started: Option<Timestamp>,
+) -> Option<Timestamp> {
     let status = pod.status.as_ref()?;
-    if status.phase.as_deref() == Some("Running") {
-        return None;
-    }
+    let course = Course::of(pod, failing_images);
     let start = exact_start(started, status.start_time.as_ref()?.0);
-    let at = start + signed(startup_delay);
+    let running_at = start + signed(startup_delay);
+    let at = if status.phase.as_deref() != Some("Running") {
+        running_at
+    } else {
+        match course {
+            Course::RunsForever | Course::Fails => return None,
+            Course::RunsFor(d) => running_at + d,
+            Course::CrashLoops => running_at + crash_loop(now.duration_since(running_at)).1,
+        }
+    };
     Some(at.max(now))
+}
+
+/// What a pod's containers do once they run, by the simulation's two rules.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Course {
+    /// They keep running (a pod that restarts, with no failing image).
+    RunsForever,
+    /// They exit 0 after this long (a pod that does not restart: a Job's).
+    RunsFor(SignedDuration),
+    /// A failing image's container exits 1 and is restarted on the kubelet's back-off.
+    CrashLoops,
+    /// A failing image's container exits 1 and the pod, which does not restart, fails.
+    Fails,
+}
+
+/// The annotation that says how long a pod that does not restart runs.
+pub const RUN_SECONDS_ANNOTATION: &str = "sim.flotilla.io/run-seconds";
+/// How long such a pod runs without the annotation.
+pub const DEFAULT_RUN_SECONDS: i64 = 2;
+
+impl Course {
+    /// The course of `pod`, where `failing_images` fail beside any image tagged `broken`.
+    pub fn of(pod: &Pod, failing_images: &[String]) -> Course {
+        let spec = pod.spec.as_ref();
+        let restarts = spec.and_then(|s| s.restart_policy.as_deref()).unwrap_or("Always") == "Always";
+        let failing =
+            spec.is_some_and(|s| s.containers.iter().any(|c| image_fails(c.image.as_deref().unwrap_or_default(), failing_images)));
+        match (restarts, failing) {
+            (true, false) => Course::RunsForever,
+            (true, true) => Course::CrashLoops,
+            (false, true) => Course::Fails,
+            (false, false) => {
+                let secs = pod
+                    .metadata
+                    .annotations
+                    .as_ref()
+                    .and_then(|a| a.get(RUN_SECONDS_ANNOTATION))
+                    .and_then(|v| v.trim().parse::<i64>().ok())
+                    .filter(|s| *s >= 0)
+                    .unwrap_or(DEFAULT_RUN_SECONDS);
+                Course::RunsFor(SignedDuration::from_secs(secs))
+            }
+        }
+    }
+}
+
+/// Whether a container of `image` never runs: its tag is `broken`, or the cluster's
+/// definition lists it (compared as containerd names images).
+pub fn image_fails(image: &str, failing_images: &[String]) -> bool {
+    let name = image.split_once('@').map_or(image, |(n, _)| n);
+    let tag = name.rsplit('/').next().and_then(|last| last.rsplit_once(':')).map(|(_, t)| t);
+    tag == Some("broken") || failing_images.iter().any(|f| normalize_image(f) == normalize_image(image))
+}
+
+/// The kubelet's restart back-off for a container that keeps failing: 10 s, doubling,
+/// at most 5 min. For a container that first failed `elapsed` ago: how many times it
+/// has been restarted, and when (from its first failure) the next restart comes.
+pub fn crash_loop(elapsed: SignedDuration) -> (i32, SignedDuration) {
+    let (mut restarts, mut at, mut delay) = (0, SignedDuration::ZERO, 10i64);
+    loop {
+        let next = at + SignedDuration::from_secs(delay);
+        if next > elapsed {
+            return (restarts, next);
+        }
+        (restarts, at, delay) = (restarts + 1, next, (delay * 2).min(300));
+    }
+}
+
+/// The back-off a container waits after its `restarts`th restart.
+fn back_off(restarts: i32) -> i64 {
+    (10i64 << restarts.clamp(0, 5)).min(300)
 }
 
 /// The remembered start moment if it agrees with the stored `startTime` (same second), else
@@ -120,6 +218,7 @@ pub fn desired_status(
     pod: &Pod,
     node: &Node,
     startup_delay: Duration,
+    failing_images: &[String],
     now: Timestamp,
     started: Option<Timestamp>,
     allocate_ip: impl FnOnce(&str) -> String,
@@ -129,7 +228,16 @@ pub fn desired_status(
     let start = old.start_time.clone().unwrap_or_else(|| k8s_time(now));
     let anchor = exact_start(started, start.0);
     // The first status is always ContainerCreating, however short the delay.
-    let running = old.start_time.is_some() && now >= anchor + signed(startup_delay);
+    let running_at = anchor + signed(startup_delay);
+    let running = old.start_time.is_some() && now >= running_at;
+    let course = Course::of(pod, failing_images);
+    // How a running pod ends, if it has: Succeeded or Failed, with its containers' exit.
+    let ended = match course {
+        _ if !running => None,
+        Course::RunsFor(d) if now >= running_at + d => Some(("Succeeded", 0, "Completed", "PodCompleted")),
+        Course::Fails => Some(("Failed", 1, "Error", "PodFailed")),
+        _ => None,
+    };
     let host_ip = nodes::internal_ip(node).unwrap_or_default().to_string();
 
     let init: Vec<&Container> = spec.init_containers.iter().flatten().collect();
@@ -150,7 +258,12 @@ pub fn desired_status(
         .iter()
         .map(|c| {
             let previous = find_status(old.container_statuses.as_ref(), &c.name);
-            if running {
+            let fails = image_fails(c.image.as_deref().unwrap_or_default(), failing_images);
+            if let Some((_, code, reason, _)) = ended {
+                terminated(pod, c, previous, code, reason, now)
+            } else if running && fails {
+                crash_looping(pod, c, now.duration_since(running_at), running_at)
+            } else if running {
                 running_status(pod, c, previous, now)
             } else {
                 waiting(c, if regular_init.is_empty() { "ContainerCreating" } else { "PodInitializing" })
@@ -158,25 +271,33 @@ pub fn desired_status(
         })
         .collect();
 
-    let not_ready: Vec<&str> = spec.containers.iter().map(|c| c.name.as_str()).collect();
+    // Ready: every container running and ready. An ended pod is not Ready, for the
+    // reason the kubelet gives (PodCompleted, PodFailed).
+    let not_ready: Vec<&str> =
+        spec.containers.iter().zip(&container_statuses).filter(|(_, st)| !st.ready || !running).map(|(c, _)| c.name.as_str()).collect();
+    let ready = running && not_ready.is_empty() && ended.is_none();
     let unready = format!("containers with unready status: [{}]", not_ready.join(" "));
+    let (unready_reason, unready_message) = match ended {
+        Some((_, _, _, reason)) => (reason, None),
+        None => ("ContainersNotReady", Some(unready)),
+    };
     let mut conditions = vec![
-        condition(&old, "PodReadyToStartContainers", running, None, None, now),
+        condition(&old, "PodReadyToStartContainers", running && ended.is_none(), None, None, now),
         if running || regular_init.is_empty() {
             condition(&old, "Initialized", true, None, None, now)
         } else {
             let msg = format!("containers with incomplete status: [{}]", regular_init.join(" "));
             condition(&old, "Initialized", false, Some("ContainersNotInitialized"), Some(msg), now)
         },
-        if running {
+        if ready {
             condition(&old, "Ready", true, None, None, now)
         } else {
-            condition(&old, "Ready", false, Some("ContainersNotReady"), Some(unready.clone()), now)
+            condition(&old, "Ready", false, Some(unready_reason), unready_message.clone(), now)
         },
-        if running {
+        if ready {
             condition(&old, "ContainersReady", true, None, None, now)
         } else {
-            condition(&old, "ContainersReady", false, Some("ContainersNotReady"), Some(unready), now)
+            condition(&old, "ContainersReady", false, Some(unready_reason), unready_message, now)
         },
         // Binding set PodScheduled=True; the kubelet reports it too.
         condition(&old, "PodScheduled", true, None, None, now),
@@ -194,7 +315,14 @@ pub fn desired_status(
         None
     };
     PodStatus {
-        phase: Some(if running { "Running" } else { "Pending" }.to_string()),
+        phase: Some(
+            match ended {
+                Some((phase, ..)) => phase,
+                None if running => "Running",
+                None => "Pending",
+            }
+            .to_string(),
+        ),
         conditions: Some(conditions),
         host_ip: Some(host_ip.clone()),
         host_ips: Some(vec![HostIP { ip: host_ip }]),
@@ -291,6 +419,72 @@ fn completed(pod: &Pod, c: &Container, previous: Option<&ContainerStatus>, now: 
     }
 }
 
+/// A container that exited with `code` and is not restarted: its pod has ended.
+fn terminated(pod: &Pod, c: &Container, previous: Option<&ContainerStatus>, code: i32, reason: &str, now: Timestamp) -> ContainerStatus {
+    let state = previous.and_then(|s| s.state.as_ref());
+    let was = state.and_then(|s| s.terminated.as_ref());
+    let started_at = was.and_then(|t| t.started_at.as_ref()).or_else(|| state?.running.as_ref()?.started_at.as_ref());
+    let base = started(pod, c);
+    ContainerStatus {
+        state: Some(ContainerState {
+            terminated: Some(ContainerStateTerminated {
+                container_id: base.container_id.clone(),
+                exit_code: code,
+                reason: Some(reason.to_string()),
+                started_at: Some(kept(started_at, now)),
+                finished_at: Some(kept(was.and_then(|t| t.finished_at.as_ref()), now)),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
+        ready: false,
+        started: Some(false),
+        ..base
+    }
+}
+
+/// A container of a failing image in a pod that restarts, `elapsed` after it first
+/// failed (at `first`): waiting in `CrashLoopBackOff`, with its restarts so far and
+/// the last one's exit in `lastState`. Every field is a function of `elapsed`'s
+/// restart count, so a status recomputed between restarts is unchanged.
+fn crash_looping(pod: &Pod, c: &Container, elapsed: SignedDuration, first: Timestamp) -> ContainerStatus {
+    let (restarts, _) = crash_loop(elapsed);
+    let mut last_start = first;
+    for n in 0..restarts {
+        last_start += SignedDuration::from_secs(back_off(n));
+    }
+    let base = started(pod, c);
+    let pod_name = pod.metadata.name.as_deref().unwrap_or_default();
+    let message = format!(
+        "back-off {}s restarting failed container={} pod={pod_name}_{}({})",
+        back_off(restarts),
+        c.name,
+        pod.metadata.namespace.as_deref().unwrap_or_default(),
+        pod.metadata.uid.as_deref().unwrap_or_default()
+    );
+    ContainerStatus {
+        state: Some(ContainerState {
+            waiting: Some(ContainerStateWaiting { reason: Some("CrashLoopBackOff".into()), message: Some(message) }),
+            ..Default::default()
+        }),
+        last_state: Some(ContainerState {
+            terminated: Some(ContainerStateTerminated {
+                container_id: base.container_id.clone(),
+                exit_code: 1,
+                reason: Some("Error".into()),
+                started_at: Some(k8s_time(last_start)),
+                finished_at: Some(k8s_time(last_start)),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
+        ready: false,
+        started: Some(false),
+        restart_count: restarts,
+        ..base
+    }
+}
+
 /// The fields of a container that has been created: resolved image, image and container IDs.
 fn started(pod: &Pod, c: &Container) -> ContainerStatus {
     let image = normalize_image(c.image.as_deref().unwrap_or_default());
@@ -365,7 +559,7 @@ mod tests {
     }
 
     fn status_after(p: &Pod, now: Timestamp) -> PodStatus {
-        desired_status(p, &node(), DELAY, now, None, |cidr| allocate_ip(cidr, &mut BTreeSet::new()))
+        desired_status(p, &node(), DELAY, &[], now, None, |cidr| allocate_ip(cidr, &mut BTreeSet::new()))
     }
 
     fn with_status(p: &Pod, s: PodStatus) -> Pod {
@@ -396,7 +590,7 @@ mod tests {
         assert_eq!(cond(&s, "Initialized").status, "True");
         assert_eq!(s.qos_class.as_deref(), Some("BestEffort"));
         // Even a zero delay shows ContainerCreating once.
-        let s0 = desired_status(&p, &node(), Duration::ZERO, t(10), None, |_| unreachable!());
+        let s0 = desired_status(&p, &node(), Duration::ZERO, &[], t(10), None, |_| unreachable!());
         assert_eq!(s0.phase.as_deref(), Some("Pending"));
     }
 
@@ -404,11 +598,11 @@ mod tests {
     fn the_pod_runs_after_the_startup_delay() {
         let p = Pod::test("web-1").on_node("n1").image("nginx").requests("100m", "64Mi").build();
         let creating = with_status(&p, status_after(&p, t(10)));
-        assert_eq!(next_transition(&creating, DELAY, t(10), None), Some(t(10) + SignedDuration::from_millis(1500)));
+        assert_eq!(next_transition(&creating, DELAY, &[], t(10), None), Some(t(10) + SignedDuration::from_millis(1500)));
         // An exact start moment, when known, beats the whole-second startTime.
         let exact = t(10) + SignedDuration::from_millis(700);
-        assert_eq!(next_transition(&creating, DELAY, t(10), Some(exact)), Some(exact + SignedDuration::from_millis(1500)));
-        let s = desired_status(&creating, &node(), DELAY, t(11) + SignedDuration::from_millis(600), Some(exact), |_| unreachable!());
+        assert_eq!(next_transition(&creating, DELAY, &[], t(10), Some(exact)), Some(exact + SignedDuration::from_millis(1500)));
+        let s = desired_status(&creating, &node(), DELAY, &[], t(11) + SignedDuration::from_millis(600), Some(exact), |_| unreachable!());
         assert_eq!(s.phase.as_deref(), Some("Pending"));
         // Still creating just before the delay has passed.
         let s = status_after(&creating, t(11));
@@ -438,7 +632,7 @@ mod tests {
         // Recomputing later changes nothing.
         let running = with_status(&creating, s.clone());
         assert_eq!(status_after(&running, t(500)), s);
-        assert_eq!(next_transition(&running, DELAY, t(500), None), None);
+        assert_eq!(next_transition(&running, DELAY, &[], t(500), None), None);
     }
 
     #[test]
@@ -466,7 +660,7 @@ mod tests {
         let b = Pod::test("b").on_node("n1").build();
         let elsewhere = Pod::test("c").on_node("other-node").build();
         let none = BTreeMap::new();
-        let first = sync(&nodes, &[a.clone(), b.clone(), elsewhere], &none, DELAY, t(0));
+        let first = sync(&nodes, &[a.clone(), b.clone(), elsewhere], &none, DELAY, &[], t(0));
         assert_eq!(first.actions.len(), 2);
         assert_eq!(first.started, ["uid-a", "uid-b"]);
         assert_eq!(first.wake_at, None, "no pod has a startTime yet");
@@ -478,10 +672,10 @@ mod tests {
                 other => panic!("{other:?}"),
             })
             .collect();
-        let again = sync(&nodes, &statuses, &none, DELAY, t(1));
+        let again = sync(&nodes, &statuses, &none, DELAY, &[], t(1));
         assert!(again.actions.is_empty());
         assert_eq!(again.wake_at, Some(t(0) + SignedDuration::from_millis(1500)));
-        let later = sync(&nodes, &statuses, &none, DELAY, t(2));
+        let later = sync(&nodes, &statuses, &none, DELAY, &[], t(2));
         let ips: BTreeSet<String> = later
             .actions
             .iter()
@@ -496,8 +690,69 @@ mod tests {
     #[test]
     fn deleting_pods_are_finished() {
         let p = Pod::test("a").on_node("n1").ready_at(t(0)).deleting().build();
-        let out = sync(&[node()], &[p], &BTreeMap::new(), DELAY, t(5));
+        let out = sync(&[node()], &[p], &BTreeMap::new(), DELAY, &[], t(5));
         assert!(matches!(&out.actions[..], [Action::Delete { target, grace_period_seconds: Some(0) }] if target.name == "a"));
+    }
+
+    /// Statuses from the first sync to `until`, a second at a time, as a driver that
+    /// writes every change would see them.
+    fn run(p: &Pod, failing: &[String], until: i64) -> Vec<PodStatus> {
+        let mut p = p.clone();
+        let mut seen = Vec::new();
+        for sec in 0..=until {
+            let s = desired_status(&p, &node(), DELAY, failing, t(sec), None, |cidr| allocate_ip(cidr, &mut BTreeSet::new()));
+            p.status = Some(s.clone());
+            seen.push(s);
+        }
+        seen
+    }
+
+    #[test]
+    fn a_pod_that_does_not_restart_runs_for_its_seconds_then_succeeds() {
+        let p =
+            Pod::test("pi-x").on_node("n1").image("perl:5.34.0").restart_policy("Never").annotation(RUN_SECONDS_ANNOTATION, "3").build();
+        let seen = run(&p, &[], 8);
+        // Running from t(2) (the 1.5 s delay, seen at the next whole second) to t(5).
+        let phases: Vec<&str> = seen.iter().map(|s| s.phase.as_deref().unwrap()).collect();
+        assert_eq!(phases, ["Pending", "Pending", "Running", "Running", "Running", "Succeeded", "Succeeded", "Succeeded", "Succeeded"]);
+        let done = seen.last().unwrap();
+        let c = &done.container_statuses.as_ref().unwrap()[0];
+        let term = c.state.as_ref().unwrap().terminated.as_ref().unwrap();
+        assert_eq!((term.exit_code, term.reason.as_deref(), c.ready), (0, Some("Completed"), false));
+        assert_eq!(term.started_at.as_ref().unwrap().0, t(2), "it started when it ran");
+        let ready = cond(done, "Ready");
+        assert_eq!((ready.status.as_str(), ready.reason.as_deref()), ("False", Some("PodCompleted")));
+        assert_eq!(seen[5], seen[8], "an ended pod's status no longer changes");
+        let with = |status: &PodStatus| with_status(&p, status.clone());
+        assert_eq!(next_transition(&with(&seen[2]), DELAY, &[], t(2), None), Some(t(0) + SignedDuration::from_millis(4500)));
+    }
+
+    #[test]
+    fn a_failing_image_crash_loops_where_pods_restart_and_fails_where_they_do_not() {
+        assert!(image_fails("nginx:broken", &[]) && image_fails("registry.example.com:5000/app:broken", &[]));
+        assert!(!image_fails("nginx:1.27", &[]) && !image_fails("broken:1.0", &[]));
+        assert!(image_fails("nginx", &["docker.io/library/nginx:latest".to_string()]), "names compare as containerd reports them");
+
+        let web = Pod::test("web-x").on_node("n1").image("nginx:broken").build();
+        let seen = run(&web, &[], 40);
+        let last = seen.last().unwrap();
+        assert_eq!(last.phase.as_deref(), Some("Running"));
+        let c = &last.container_statuses.as_ref().unwrap()[0];
+        let waiting = c.state.as_ref().unwrap().waiting.as_ref().unwrap();
+        assert_eq!(waiting.reason.as_deref(), Some("CrashLoopBackOff"));
+        // Failed first at t(2); restarted at +10 s and +30 s: 2 restarts by t(40).
+        assert_eq!(c.restart_count, 2);
+        assert_eq!(c.last_state.as_ref().unwrap().terminated.as_ref().unwrap().exit_code, 1);
+        assert_eq!(cond(last, "Ready").status, "False");
+        let counts: Vec<i32> = seen.iter().map(|s| s.container_statuses.as_ref().unwrap()[0].restart_count).collect();
+        assert!(counts.windows(2).all(|w| w[0] <= w[1]), "the restart count only rises: {counts:?}");
+        assert_eq!(crash_loop(SignedDuration::from_secs(1000)), (7, SignedDuration::from_secs(1210)), "the back-off stops at 5 min");
+
+        let job = Pod::test("job-x").on_node("n1").image("busybox:broken").restart_policy("Never").build();
+        let last = run(&job, &[], 5).pop().unwrap();
+        assert_eq!(last.phase.as_deref(), Some("Failed"));
+        let term = last.container_statuses.as_ref().unwrap()[0].state.as_ref().unwrap().terminated.clone().unwrap();
+        assert_eq!((term.exit_code, term.reason.as_deref()), (1, Some("Error")));
     }
 
     #[test]

@@ -305,7 +305,7 @@ impl Simulator {
         out.actions.extend(scheduled.actions);
 
         // Kubelets.
-        let kubelets = kubelet::sync(&state.nodes, &state.pods, &self.started, self.def.startup_delay, now);
+        let kubelets = kubelet::sync(&state.nodes, &state.pods, &self.started, self.def.startup_delay, &self.def.failing_images, now);
         self.started.extend(kubelets.started.into_iter().map(|uid| (uid, now)));
         out.actions.extend(kubelets.actions);
         wake(kubelets.wake_at, &mut out);

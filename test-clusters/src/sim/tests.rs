@@ -429,3 +429,25 @@ fn settled_objects_are_not_recomputed_until_they_or_theirs_change() {
     sim.reconcile(&api.state, t(9));
     assert!(sim.quiet.is_empty(), "{:?}", sim.quiet.keys());
 }
+
+/// A container whose image is tagged `broken` crash-loops, so a Deployment of it never
+/// becomes available and stops progressing at its deadline, as the deployment
+/// controller reports it.
+#[test]
+fn a_broken_image_crash_loops_until_the_progress_deadline() {
+    let (mut api, mut sim) = start(east());
+    api.create_deployment(Deployment::test("web").replicas(2).image("nginx:broken").progress_deadline(30).build(), t(0));
+    let end = run_until(&mut api, &mut sim, t(0), ms(1000), 60, |api, _| {
+        util::get_condition(&api.deployment_status("web"), "Progressing").is_some_and(|c| c.status == "False")
+    });
+    let p = util::get_condition(&api.deployment_status("web"), "Progressing").cloned().unwrap();
+    assert_eq!(p.reason.as_deref(), Some(util::reason::TIMED_OUT));
+    assert!(end >= t(30), "not before the deadline: {end}");
+    assert_eq!(api.deployment_status("web").available_replicas.unwrap_or(0), 0);
+    for pod in api.live_pods() {
+        let c = &pod.status.as_ref().unwrap().container_statuses.as_ref().unwrap()[0];
+        let waiting = c.state.as_ref().and_then(|s| s.waiting.as_ref()).and_then(|w| w.reason.as_deref());
+        assert_eq!(waiting, Some("CrashLoopBackOff"), "{:?}", pod.metadata.name);
+        assert!(c.restart_count >= 1, "restarted by now: {c:?}");
+    }
+}

@@ -167,6 +167,16 @@ impl PodBuilder {
         self.spec().containers[0].image = Some(image.into());
         self
     }
+    /// `spec.restartPolicy`.
+    pub fn restart_policy(mut self, policy: &str) -> Self {
+        self.spec().restart_policy = Some(policy.into());
+        self
+    }
+    /// An annotation.
+    pub fn annotation(mut self, k: &str, v: &str) -> Self {
+        self.0.metadata.annotations.get_or_insert_with(BTreeMap::new).insert(k.into(), v.into());
+        self
+    }
     /// An extra init container.
     pub fn init_container(mut self, name: &str, image: &str) -> Self {
         self.spec().init_containers.get_or_insert_with(Vec::new).push(Container {
