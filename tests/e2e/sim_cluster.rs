@@ -192,3 +192,36 @@ fn a_file_with_several_clusters_needs_a_name() {
     let _ = child.wait();
     assert_eq!(String::from_utf8_lossy(&nodes.stdout).trim(), "node/eu-worker");
 }
+
+/// Jobs run to completion (for their `sim.flotilla.io/run-seconds`), a broken image
+/// fails a Job and crash-loops a Deployment's pods, as kubectl shows them.
+#[test]
+fn jobs_complete_and_broken_images_fail_or_crash_loop() {
+    let c = SimCluster::start(EAST);
+    assert!(c.k(&["create", "job", "pi", "--image=perl:5.34.0", "--", "perl", "-e", "print 1"]).contains("job.batch/pi created"));
+    let done = c.k(&["wait", "--for=condition=complete", "job/pi", "--timeout=30s"]);
+    assert!(done.contains("condition met"), "{done}");
+    assert_eq!(c.k(&["get", "job", "pi", "-o", "jsonpath={.status.succeeded}/{.spec.completions}"]), "1/1");
+    let pod = c.k(&["get", "pods", "-l", "job-name=pi", "-o", "jsonpath={.items[*].status.phase}"]);
+    assert_eq!(pod, "Succeeded");
+    let row = c.k(&["get", "pods", "-l", "job-name=pi", "--no-headers"]);
+    assert!(row.contains("Completed"), "kubectl shows a finished pod as Completed: {row}");
+
+    let broken = "apiVersion: batch/v1\nkind: Job\nmetadata: {name: bad}\nspec:\n  backoffLimit: 1\n  template:\n    spec:\n      \
+                  restartPolicy: Never\n      containers: [{name: c, image: 'busybox:broken'}]\n";
+    c.apply(broken);
+    let failed = c.k(&["wait", "--for=condition=failed", "job/bad", "--timeout=30s"]);
+    assert!(failed.contains("condition met"), "{failed}");
+    let reason = c.k(&["get", "job", "bad", "-o", "jsonpath={.status.conditions[?(@.type==\"Failed\")].reason}"]);
+    assert_eq!(reason, "BackoffLimitExceeded");
+
+    c.k(&["create", "deployment", "crash", "--image=nginx:broken"]);
+    wait_for("the crash-looping pod to restart", DEADLINE, || {
+        let out = c.k(&["get", "pods", "-l", "app=crash", "--no-headers"]);
+        let cells: Vec<&str> = out.split_whitespace().collect();
+        match cells.as_slice() {
+            [_, "0/1", "CrashLoopBackOff", restarts, ..] if restarts.parse::<u32>().is_ok_and(|n| n >= 1) => Ok(()),
+            _ => Err(out),
+        }
+    });
+}

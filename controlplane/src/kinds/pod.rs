@@ -116,12 +116,24 @@ impl Strategy for Pod {
         let total = obj.pointer("/spec/containers").and_then(Value::as_array).map_or(0, Vec::len);
         let ready = statuses.iter().filter(|c| c["ready"] == json!(true)).count();
         let restarts: i64 = statuses.iter().map(|c| c["restartCount"].as_i64().unwrap_or(0)).sum();
+        // With how long ago the last restart was, as the pod printer shows it.
+        let last_restart = statuses
+            .iter()
+            .filter_map(|c| c.pointer("/lastState/terminated/finishedAt").and_then(Value::as_str))
+            .filter_map(|t| t.parse::<jiff::Timestamp>().ok())
+            .max();
+        let restarts = match last_restart {
+            Some(at) if restarts > 0 => {
+                format!("{restarts} ({} ago)", objmeta::human_duration(jiff::Timestamp::now().as_second() - at.as_second()))
+            }
+            _ => restarts.to_string(),
+        };
         let or_none = |v: &str| if v.is_empty() { "<none>".to_string() } else { v.to_string() };
         vec![
             print::name(obj),
             json!(format!("{ready}/{total}")),
             json!(pod_status(obj, &statuses)),
-            json!(restarts.to_string()),
+            json!(restarts),
             print::age_of(obj),
             json!(or_none(print::s(obj, "/status/podIP"))),
             json!(or_none(print::s(obj, "/spec/nodeName"))),

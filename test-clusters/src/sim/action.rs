@@ -1,6 +1,7 @@
 //! What the simulation asks its driver to do, phrased as Kubernetes API requests.
 
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
+use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Event, Node, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
@@ -13,6 +14,8 @@ pub enum Kind {
     Deployment,
     /// `apps/v1` ReplicaSet.
     ReplicaSet,
+    /// `batch/v1` Job.
+    Job,
     /// `v1` Pod.
     Pod,
     /// `v1` Event.
@@ -26,6 +29,7 @@ impl Kind {
             Kind::Node => "Node",
             Kind::Deployment => "Deployment",
             Kind::ReplicaSet => "ReplicaSet",
+            Kind::Job => "Job",
             Kind::Pod => "Pod",
             Kind::Event => "Event",
         }
@@ -35,6 +39,7 @@ impl Kind {
     pub fn api_version(self) -> &'static str {
         match self {
             Kind::Deployment | Kind::ReplicaSet => "apps/v1",
+            Kind::Job => "batch/v1",
             Kind::Node | Kind::Pod | Kind::Event => "v1",
         }
     }
@@ -45,6 +50,7 @@ impl Kind {
             Kind::Node => "nodes",
             Kind::Deployment => "deployments",
             Kind::ReplicaSet => "replicasets",
+            Kind::Job => "jobs",
             Kind::Pod => "pods",
             Kind::Event => "events",
         }
@@ -99,6 +105,8 @@ pub enum Object {
     Deployment(Box<Deployment>),
     /// A ReplicaSet.
     ReplicaSet(Box<ReplicaSet>),
+    /// A Job.
+    Job(Box<Job>),
     /// A Pod.
     Pod(Box<Pod>),
     /// An Event.
@@ -112,6 +120,7 @@ impl Object {
             Object::Node(_) => Kind::Node,
             Object::Deployment(_) => Kind::Deployment,
             Object::ReplicaSet(_) => Kind::ReplicaSet,
+            Object::Job(_) => Kind::Job,
             Object::Pod(_) => Kind::Pod,
             Object::Event(_) => Kind::Event,
         }
@@ -123,6 +132,7 @@ impl Object {
             Object::Node(o) => &o.metadata,
             Object::Deployment(o) => &o.metadata,
             Object::ReplicaSet(o) => &o.metadata,
+            Object::Job(o) => &o.metadata,
             Object::Pod(o) => &o.metadata,
             Object::Event(o) => &o.metadata,
         }
@@ -139,6 +149,7 @@ impl Object {
             Object::Node(o) => serde_json::to_value(o),
             Object::Deployment(o) => serde_json::to_value(o),
             Object::ReplicaSet(o) => serde_json::to_value(o),
+            Object::Job(o) => serde_json::to_value(o),
             Object::Pod(o) => serde_json::to_value(o),
             Object::Event(o) => serde_json::to_value(o),
         };

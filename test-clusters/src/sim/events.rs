@@ -13,6 +13,8 @@ pub mod component {
     pub const DEPLOYMENT: &str = "deployment-controller";
     /// kube-controller-manager's replicaset controller.
     pub const REPLICASET: &str = "replicaset-controller";
+    /// kube-controller-manager's job controller.
+    pub const JOB: &str = "job-controller";
     /// kube-scheduler.
     pub const SCHEDULER: &str = "default-scheduler";
 }

@@ -20,6 +20,7 @@
 pub mod action;
 pub mod deployment;
 pub mod events;
+pub mod job;
 pub mod kubelet;
 pub mod names;
 pub mod nodes;
@@ -38,6 +39,7 @@ use std::hash::{DefaultHasher, Hash, Hasher};
 
 use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
+use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 
@@ -56,6 +58,8 @@ pub struct ClusterState {
     pub deployments: Vec<Deployment>,
     /// ReplicaSets.
     pub replicasets: Vec<ReplicaSet>,
+    /// Jobs.
+    pub jobs: Vec<Job>,
     /// Pods.
     pub pods: Vec<Pod>,
 }
@@ -276,22 +280,33 @@ impl Simulator {
                 continue;
             }
             let input = replicaset::ReplicaSetInput { replica_set: rs, pods, related_pods, manage };
-            let taken = taken.get_or_insert_with(|| {
-                let mut by_ns: BTreeMap<Option<String>, BTreeSet<String>> = BTreeMap::new();
-                for p in &state.pods {
-                    by_ns.entry(p.metadata.namespace.clone()).or_default().insert(p.metadata.name.clone().unwrap_or_default());
-                }
-                by_ns
-            });
+            let taken = taken.get_or_insert_with(|| pod_names_by_namespace(&state.pods));
             let names_taken = taken.entry(rs.metadata.namespace.clone()).or_default();
             let result = replicaset::sync(&input, now, self.names.as_mut(), names_taken, &mut rec);
             self.remember(uid.clone(), inputs, result.actions.is_empty(), result.wake_at, now);
-            if !result.created.is_empty() || !result.deleted.is_empty() {
-                let e = self.expectations.entry(uid).or_default();
-                e.creates.extend(result.created);
-                e.deletes.extend(result.deleted);
-                e.since = Some(now);
+            self.expect(uid, result.created, result.deleted, now);
+            out.actions.extend(result.actions);
+            wake(result.wake_at, &mut out);
+        }
+
+        // Job controller.
+        let mut jobs: Vec<&Job> = state.jobs.iter().collect();
+        jobs.sort_by(|a, b| by_namespace_and_name(&a.metadata, &b.metadata));
+        for j in jobs {
+            let uid = j.metadata.uid.clone().unwrap_or_default();
+            let pods = pods_by_owner.get(uid.as_str()).cloned().unwrap_or_default();
+            let manage = self.expectations.get(&uid).is_none_or(|e| e.creates.is_empty() && e.deletes.is_empty());
+            let inputs = fingerprint(std::iter::once(&j.metadata).chain(pods.iter().map(|p| &p.metadata)), manage);
+            if let Some(wake_at) = self.still_quiet(&uid, inputs, now) {
+                wake(wake_at, &mut out);
+                continue;
             }
+            let taken = taken.get_or_insert_with(|| pod_names_by_namespace(&state.pods));
+            let names_taken = taken.entry(j.metadata.namespace.clone()).or_default();
+            let input = job::JobInput { job: j, pods, manage };
+            let result = job::sync(&input, now, self.names.as_mut(), names_taken, &mut rec);
+            self.remember(uid.clone(), inputs, result.actions.is_empty(), result.wake_at, now);
+            self.expect(uid, result.created, result.deleted, now);
             out.actions.extend(result.actions);
             wake(result.wake_at, &mut out);
         }
@@ -318,6 +333,17 @@ impl Simulator {
             wake(Some(*since + ASSUME_TIMEOUT), &mut out);
         }
         out
+    }
+
+    /// Notes the pods a controller of `uid` asked for and asked to delete, so that it
+    /// waits until it sees them (the controllers' expectations).
+    fn expect(&mut self, uid: String, created: Vec<String>, deleted: Vec<String>, now: Timestamp) {
+        if !created.is_empty() || !deleted.is_empty() {
+            let e = self.expectations.entry(uid).or_default();
+            e.creates.extend(created);
+            e.deletes.extend(deleted);
+            e.since = Some(now);
+        }
     }
 
     /// When the Deployment or ReplicaSet `uid` last had nothing to do with the same
@@ -347,13 +373,18 @@ impl Simulator {
     fn observe(&mut self, state: &ClusterState, now: Timestamp) {
         let pod_names: BTreeSet<(&str, &str)> = state.pods.iter().map(namespace_and_name).collect();
         let pod_uids: BTreeSet<&str> = state.pods.iter().filter_map(|p| p.metadata.uid.as_deref()).collect();
-        let rs_by_uid: BTreeMap<&str, &ReplicaSet> =
-            state.replicasets.iter().filter_map(|rs| Some((rs.metadata.uid.as_deref()?, rs))).collect();
+        // The namespace of each object that creates pods (ReplicaSets and Jobs), by uid.
+        let owners: BTreeMap<&str, &str> = state
+            .replicasets
+            .iter()
+            .map(|rs| &rs.metadata)
+            .chain(state.jobs.iter().map(|j| &j.metadata))
+            .filter_map(|m| Some((m.uid.as_deref()?, m.namespace.as_deref().unwrap_or_default())))
+            .collect();
         self.expectations.retain(|uid, e| {
-            let Some(rs) = rs_by_uid.get(uid.as_str()) else {
+            let Some(&ns) = owners.get(uid.as_str()) else {
                 return false;
             };
-            let ns = rs.metadata.namespace.as_deref().unwrap_or_default();
             e.creates.retain(|name| !pod_names.contains(&(ns, name.as_str())));
             e.deletes.retain(|uid| pod_uids.contains(uid.as_str()));
             let fresh = e.since.is_some_and(|s| now < s + replicaset::EXPECTATIONS_TIMEOUT);
@@ -371,17 +402,27 @@ impl Simulator {
         // Only pods still starting need their start moment.
         self.started.retain(|uid, _| pod_uids.contains(uid.as_str()) && !running.contains(uid.as_str()));
         // Quiet answers of objects that are gone.
-        if self.quiet.len() > state.deployments.len() + state.replicasets.len() {
+        if self.quiet.len() > state.deployments.len() + state.replicasets.len() + state.jobs.len() {
             let live: BTreeSet<&str> = state
                 .deployments
                 .iter()
                 .map(|d| &d.metadata)
                 .chain(state.replicasets.iter().map(|rs| &rs.metadata))
+                .chain(state.jobs.iter().map(|j| &j.metadata))
                 .filter_map(|m| m.uid.as_deref())
                 .collect();
             self.quiet.retain(|uid, _| live.contains(uid.as_str()));
         }
     }
+}
+
+/// The pod names taken in each namespace.
+fn pod_names_by_namespace(pods: &[Pod]) -> BTreeMap<Option<String>, BTreeSet<String>> {
+    let mut by_ns: BTreeMap<Option<String>, BTreeSet<String>> = BTreeMap::new();
+    for p in pods {
+        by_ns.entry(p.metadata.namespace.clone()).or_default().insert(p.metadata.name.clone().unwrap_or_default());
+    }
+    by_ns
 }
 
 /// A pod's namespace and name, borrowed (the parts of [`pod::key`]).

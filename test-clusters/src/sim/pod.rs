@@ -4,7 +4,9 @@
 use std::collections::BTreeMap;
 
 use jiff::{SignedDuration, Timestamp};
-use k8s_openapi::api::core::v1::{Pod, PodCondition, PodSpec};
+use std::collections::BTreeSet;
+
+use k8s_openapi::api::core::v1::{Pod, PodCondition, PodSpec, PodStatus, PodTemplateSpec};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 
@@ -101,6 +103,45 @@ pub fn qos_class(spec: &PodSpec) -> &'static str {
         let res = c.resources.as_ref();
         ContainerResources { requests: pairs(res.and_then(|r| r.requests.as_ref())), limits: pairs(res.and_then(|r| r.limits.as_ref())) }
     }))
+}
+
+/// A pod from a controller's template (`controller.GetPodFromTemplate`): the template's
+/// labels, annotations and finalizers, `owner` (of `api_version` and `kind`) as
+/// controller, `generateName` `<owner>-` and a name already filled in from `names`.
+/// `taken` holds the pod names used in the namespace; the new one is added.
+pub fn from_template(
+    owner: &ObjectMeta,
+    api_version: &str,
+    kind: &str,
+    template: Option<PodTemplateSpec>,
+    names: &mut dyn super::NameSource,
+    taken: &mut BTreeSet<String>,
+) -> Pod {
+    let prefix = format!("{}-", owner.name.as_deref().unwrap_or_default());
+    let name = loop {
+        let candidate = format!("{prefix}{}", names.suffix());
+        if taken.insert(candidate.clone()) {
+            break candidate;
+        }
+    };
+    let template = template.unwrap_or_default();
+    let template_meta = template.metadata.unwrap_or_default();
+    let spec = template.spec.unwrap_or_default();
+    let qos = qos_class(&spec).to_string();
+    Pod {
+        metadata: ObjectMeta {
+            name: Some(name),
+            generate_name: Some(prefix),
+            namespace: owner.namespace.clone(),
+            labels: template_meta.labels,
+            annotations: template_meta.annotations,
+            finalizers: template_meta.finalizers,
+            owner_references: Some(vec![controller_ref(api_version, kind, owner)]),
+            ..Default::default()
+        },
+        spec: Some(spec),
+        status: Some(PodStatus { phase: Some("Pending".into()), qos_class: Some(qos), ..Default::default() }),
+    }
 }
 
 /// `namespace/name`, the key pods are tracked by.

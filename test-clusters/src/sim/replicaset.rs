@@ -9,8 +9,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::api::apps::v1::{ReplicaSet, ReplicaSetStatus};
-use k8s_openapi::api::core::v1::{Pod, PodStatus};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::api::core::v1::Pod;
 
 use super::action::{Action, Kind, Object, ObjectRef};
 use super::events::{component, Recorder};
@@ -67,7 +66,8 @@ pub fn sync(
         if active.len() < want {
             let count = (want - active.len()).min(BURST_REPLICAS);
             for _ in 0..count {
-                let pod = new_pod(rs, names, taken);
+                let template = rs.spec.as_ref().and_then(|s| s.template.clone());
+                let pod = pod::from_template(&rs.metadata, "apps/v1", "ReplicaSet", template, names, taken);
                 let name = pod.metadata.name.clone().unwrap_or_default();
                 out.created.push(name.clone());
                 out.actions.push(Action::Create(Object::Pod(Box::new(pod))));
@@ -160,38 +160,6 @@ fn normalized(s: &ReplicaSetStatus) -> ReplicaSetStatus {
         observed_generation: s.observed_generation.filter(|g| *g != 0),
         conditions: s.conditions.clone().filter(|c| !c.is_empty()),
         terminating_replicas: z(s.terminating_replicas),
-    }
-}
-
-/// A pod from the ReplicaSet's template (`controller.GetPodFromTemplate`): template labels,
-/// annotations and finalizers, the ReplicaSet as controller, `generateName` `<rs>-` and a
-/// name already filled in from `names`.
-fn new_pod(rs: &ReplicaSet, names: &mut dyn NameSource, taken: &mut BTreeSet<String>) -> Pod {
-    let rs_name = rs.metadata.name.clone().unwrap_or_default();
-    let prefix = format!("{rs_name}-");
-    let name = loop {
-        let candidate = format!("{prefix}{}", names.suffix());
-        if taken.insert(candidate.clone()) {
-            break candidate;
-        }
-    };
-    let template = rs.spec.as_ref().and_then(|s| s.template.clone()).unwrap_or_default();
-    let template_meta = template.metadata.unwrap_or_default();
-    let spec = template.spec.unwrap_or_default();
-    let qos = pod::qos_class(&spec).to_string();
-    Pod {
-        metadata: ObjectMeta {
-            name: Some(name),
-            generate_name: Some(prefix),
-            namespace: rs.metadata.namespace.clone(),
-            labels: template_meta.labels,
-            annotations: template_meta.annotations,
-            finalizers: template_meta.finalizers,
-            owner_references: Some(vec![pod::controller_ref("apps/v1", "ReplicaSet", &rs.metadata)]),
-            ..Default::default()
-        },
-        spec: Some(spec),
-        status: Some(PodStatus { phase: Some("Pending".into()), qos_class: Some(qos), ..Default::default() }),
     }
 }
 

@@ -451,3 +451,70 @@ fn a_broken_image_crash_loops_until_the_progress_deadline() {
         assert!(c.restart_count >= 1, "restarted by now: {c:?}");
     }
 }
+
+fn job(name: &str, yaml: &str) -> k8s_openapi::api::batch::v1::Job {
+    let mut j: k8s_openapi::api::batch::v1::Job = serde_yaml::from_str(yaml).expect("a Job");
+    j.metadata.name = Some(name.into());
+    j
+}
+
+const JOB: &str = "spec:
+  completions: 2
+  parallelism: 1
+  backoffLimit: 1
+  template:
+    metadata: {annotations: {sim.flotilla.io/run-seconds: '3'}}
+    spec:
+      restartPolicy: Never
+      containers: [{name: pi, image: perl:5.34.0}]
+";
+
+#[test]
+fn a_job_runs_its_pods_one_after_another_to_completion() {
+    let (mut api, mut sim) = start(east());
+    api.create_job(job("pi", JOB), t(0));
+    let end = run_until(&mut api, &mut sim, t(0), ms(1000), 30, |api, _| api.job_status("pi").completion_time.is_some());
+    let s = api.job_status("pi");
+    assert_eq!((s.succeeded, s.failed, s.active), (Some(2), None, None));
+    let types: Vec<(&str, &str)> = s.conditions.iter().flatten().map(|c| (c.type_.as_str(), c.status.as_str())).collect();
+    assert_eq!(types, [("SuccessCriteriaMet", "True"), ("Complete", "True")]);
+    assert_eq!(s.start_time.as_ref().unwrap().0, t(0));
+    // Each pod takes about 1 s to start and runs 3 s; one at a time.
+    assert!(end >= t(8) && end <= t(12), "completed at {end}");
+    assert_eq!(api.state.pods.len(), 2, "no pod beyond the completions");
+    assert_eq!(events_with_reason(&api, "Completed"), ["Job completed"]);
+    // Nothing runs again.
+    api.settle(&mut sim, end + SignedDuration::from_secs(60));
+    assert_eq!(api.state.pods.len(), 2);
+}
+
+#[test]
+fn a_job_of_a_broken_image_fails_past_its_backoff_limit() {
+    let (mut api, mut sim) = start(east());
+    api.create_job(job("bad", &JOB.replace("perl:5.34.0", "perl:broken")), t(0));
+    run_until(&mut api, &mut sim, t(0), ms(1000), 30, |api, _| {
+        api.job_status("bad").conditions.iter().flatten().any(|c| c.type_ == "Failed" && c.status == "True")
+    });
+    let s = api.job_status("bad");
+    assert_eq!(s.failed, Some(2), "backoffLimit 1: the second failure ends it");
+    assert_eq!(s.completion_time, None);
+    let failed = s.conditions.iter().flatten().find(|c| c.type_ == "Failed").unwrap();
+    assert_eq!(failed.reason.as_deref(), Some("BackoffLimitExceeded"));
+    assert_eq!(events_with_reason(&api, "BackoffLimitExceeded"), ["Job has reached the specified backoff limit"]);
+}
+
+#[test]
+fn a_suspended_job_runs_nothing_until_resumed() {
+    let (mut api, mut sim) = start(east());
+    api.create_job(job("later", &JOB.replace("backoffLimit: 1", "backoffLimit: 1\n  suspend: true")), t(0));
+    api.settle(&mut sim, t(5));
+    assert!(api.state.pods.is_empty());
+    let s = api.job_status("later");
+    assert!(s.conditions.iter().flatten().any(|c| c.type_ == "Suspended" && c.status == "True"));
+    assert_eq!(s.start_time, None);
+    api.update_job("later", |spec| spec.suspend = Some(false));
+    api.settle(&mut sim, t(6));
+    assert_eq!(api.state.pods.len(), 1);
+    let s = api.job_status("later");
+    assert!(s.conditions.iter().flatten().any(|c| c.type_ == "Suspended" && c.status == "False"));
+}

@@ -328,6 +328,32 @@ impl FakeApi {
         }
     }
 
+    /// Creates a Job as the API server would: with the selector and pod labels it
+    /// generates from the uid.
+    pub fn create_job(&mut self, mut j: k8s_openapi::api::batch::v1::Job, now: Timestamp) {
+        self.stamp(&mut j.metadata, now);
+        let uid = j.metadata.uid.clone().unwrap_or_default();
+        let spec = j.spec.get_or_insert_with(Default::default);
+        let selector = BTreeMap::from([("batch.kubernetes.io/controller-uid".to_string(), uid)]);
+        spec.template.metadata.get_or_insert_with(Default::default).labels.get_or_insert_with(BTreeMap::new).extend(selector.clone());
+        spec.selector = Some(LabelSelector { match_labels: Some(selector), ..Default::default() });
+        self.state.jobs.push(j);
+    }
+
+    /// Changes a Job's spec as a client would.
+    pub fn update_job(&mut self, name: &str, f: impl FnOnce(&mut k8s_openapi::api::batch::v1::JobSpec)) {
+        let rv = self.next_rv();
+        let j = self.state.jobs.iter_mut().find(|j| j.metadata.name.as_deref() == Some(name)).expect("job");
+        f(j.spec.as_mut().unwrap());
+        j.metadata.resource_version = rv;
+    }
+
+    /// The named Job's status (default when unset).
+    pub fn job_status(&self, name: &str) -> k8s_openapi::api::batch::v1::JobStatus {
+        let j = self.state.jobs.iter().find(|j| j.metadata.name.as_deref() == Some(name)).expect("job");
+        j.status.clone().unwrap_or_default()
+    }
+
     /// The named Deployment.
     pub fn deployment(&self, name: &str) -> &Deployment {
         self.state.deployments.iter().find(|d| d.metadata.name.as_deref() == Some(name)).expect("deployment")
@@ -390,6 +416,7 @@ impl FakeApi {
                     self.stamp(&mut d.metadata, now);
                     self.state.deployments.push(*d);
                 }
+                Object::Job(j) => self.create_job(*j, now),
             },
             Action::Patch { target, patch } => {
                 assert_eq!(target.kind, Kind::ReplicaSet, "only ReplicaSets are patched");
@@ -422,6 +449,12 @@ impl FakeApi {
                 Object::Pod(p) => {
                     if let Some(x) = self.state.pods.iter_mut().find(|x| x.metadata.uid == p.metadata.uid) {
                         x.status = p.status.clone();
+                        x.metadata.resource_version = rv;
+                    }
+                }
+                Object::Job(j) => {
+                    if let Some(x) = self.state.jobs.iter_mut().find(|x| x.metadata.uid == j.metadata.uid) {
+                        x.status = j.status.clone();
                         x.metadata.resource_version = rv;
                     }
                 }
