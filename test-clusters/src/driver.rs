@@ -46,13 +46,13 @@ struct Cache {
 fn key_prefix(kind: Kind) -> String {
     let group = match kind {
         Kind::Deployment | Kind::ReplicaSet => "apps",
-        Kind::Job => "batch",
+        Kind::Job | Kind::CronJob => "batch",
         Kind::Node | Kind::Pod | Kind::Event => "core",
     };
     format!("{group}/{}/{CLUSTER}/", kind.plural())
 }
 
-const WATCHED: [Kind; 5] = [Kind::Node, Kind::Deployment, Kind::ReplicaSet, Kind::Job, Kind::Pod];
+const WATCHED: [Kind; 6] = [Kind::Node, Kind::Deployment, Kind::ReplicaSet, Kind::Job, Kind::CronJob, Kind::Pod];
 
 impl Cache {
     /// Puts the object stored as `json` under `key`, or removes it for `None`.
@@ -66,6 +66,7 @@ impl Cache {
                     Kind::Deployment => serde_json::from_str(json).map(|o| self.put(kind, key, o, |s| &mut s.deployments)),
                     Kind::ReplicaSet => serde_json::from_str(json).map(|o| self.put(kind, key, o, |s| &mut s.replicasets)),
                     Kind::Job => serde_json::from_str(json).map(|o| self.put(kind, key, o, |s| &mut s.jobs)),
+                    Kind::CronJob => serde_json::from_str(json).map(|o| self.put(kind, key, o, |s| &mut s.cronjobs)),
                     Kind::Pod => serde_json::from_str(json).map(|o| self.put(kind, key, o, |s| &mut s.pods)),
                     Kind::Event => Ok(()),
                 };
@@ -104,6 +105,7 @@ impl Cache {
             Kind::Deployment => drop(self.state.deployments.swap_remove(i)),
             Kind::ReplicaSet => drop(self.state.replicasets.swap_remove(i)),
             Kind::Job => drop(self.state.jobs.swap_remove(i)),
+            Kind::CronJob => drop(self.state.cronjobs.swap_remove(i)),
             Kind::Pod => drop(self.state.pods.swap_remove(i)),
             Kind::Event => {}
         }

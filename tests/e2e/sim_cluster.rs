@@ -225,3 +225,25 @@ fn jobs_complete_and_broken_images_fail_or_crash_loop() {
         }
     });
 }
+
+/// A CronJob makes Jobs on its schedule (`@every`, so the test need not wait for a
+/// minute), and `kubectl create job --from=cronjob/...` runs one now.
+#[test]
+fn a_cronjob_makes_jobs_on_its_schedule() {
+    let c = SimCluster::start(EAST);
+    c.k(&["create", "cronjob", "hello", "--image=busybox:1.28", "--schedule=@every 2s", "--", "date"]);
+    let last = wait_for("the CronJob's first schedule", DEADLINE, || {
+        let s = c.k(&["get", "cronjob", "hello", "-o", "jsonpath={.status.lastScheduleTime}|{.status.lastSuccessfulTime}"]);
+        match s.split_once('|') {
+            Some((scheduled, succeeded)) if !scheduled.is_empty() && !succeeded.is_empty() => Ok(s),
+            _ => Err(s),
+        }
+    });
+    let jobs = c.k(&["get", "jobs", "-o", "jsonpath={.items[*].metadata.ownerReferences[0].name}"]);
+    assert!(jobs.split_whitespace().all(|owner| owner == "hello") && !jobs.is_empty(), "{jobs} ({last})");
+    assert!(c.k(&["create", "job", "now", "--from=cronjob/hello"]).contains("job.batch/now created"));
+    assert!(c.k(&["wait", "--for=condition=complete", "job/now", "--timeout=30s"]).contains("condition met"));
+    c.k(&["patch", "cronjob", "hello", "-p", r#"{"spec":{"suspend":true}}"#]);
+    let row = c.k(&["get", "cronjob", "hello", "--no-headers"]);
+    assert_eq!(row.split_whitespace().nth(4), Some("True"), "SUSPEND, after NAME, the two-word SCHEDULE and TIMEZONE: {row}");
+}

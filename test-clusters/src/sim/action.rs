@@ -1,7 +1,7 @@
 //! What the simulation asks its driver to do, phrased as Kubernetes API requests.
 
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
-use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::batch::v1::{CronJob, Job};
 use k8s_openapi::api::core::v1::{Event, Node, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
@@ -16,6 +16,8 @@ pub enum Kind {
     ReplicaSet,
     /// `batch/v1` Job.
     Job,
+    /// `batch/v1` CronJob.
+    CronJob,
     /// `v1` Pod.
     Pod,
     /// `v1` Event.
@@ -30,6 +32,7 @@ impl Kind {
             Kind::Deployment => "Deployment",
             Kind::ReplicaSet => "ReplicaSet",
             Kind::Job => "Job",
+            Kind::CronJob => "CronJob",
             Kind::Pod => "Pod",
             Kind::Event => "Event",
         }
@@ -39,7 +42,7 @@ impl Kind {
     pub fn api_version(self) -> &'static str {
         match self {
             Kind::Deployment | Kind::ReplicaSet => "apps/v1",
-            Kind::Job => "batch/v1",
+            Kind::Job | Kind::CronJob => "batch/v1",
             Kind::Node | Kind::Pod | Kind::Event => "v1",
         }
     }
@@ -51,6 +54,7 @@ impl Kind {
             Kind::Deployment => "deployments",
             Kind::ReplicaSet => "replicasets",
             Kind::Job => "jobs",
+            Kind::CronJob => "cronjobs",
             Kind::Pod => "pods",
             Kind::Event => "events",
         }
@@ -107,6 +111,8 @@ pub enum Object {
     ReplicaSet(Box<ReplicaSet>),
     /// A Job.
     Job(Box<Job>),
+    /// A CronJob.
+    CronJob(Box<CronJob>),
     /// A Pod.
     Pod(Box<Pod>),
     /// An Event.
@@ -121,6 +127,7 @@ impl Object {
             Object::Deployment(_) => Kind::Deployment,
             Object::ReplicaSet(_) => Kind::ReplicaSet,
             Object::Job(_) => Kind::Job,
+            Object::CronJob(_) => Kind::CronJob,
             Object::Pod(_) => Kind::Pod,
             Object::Event(_) => Kind::Event,
         }
@@ -133,6 +140,7 @@ impl Object {
             Object::Deployment(o) => &o.metadata,
             Object::ReplicaSet(o) => &o.metadata,
             Object::Job(o) => &o.metadata,
+            Object::CronJob(o) => &o.metadata,
             Object::Pod(o) => &o.metadata,
             Object::Event(o) => &o.metadata,
         }
@@ -150,6 +158,7 @@ impl Object {
             Object::Deployment(o) => serde_json::to_value(o),
             Object::ReplicaSet(o) => serde_json::to_value(o),
             Object::Job(o) => serde_json::to_value(o),
+            Object::CronJob(o) => serde_json::to_value(o),
             Object::Pod(o) => serde_json::to_value(o),
             Object::Event(o) => serde_json::to_value(o),
         };

@@ -15,6 +15,8 @@ pub mod component {
     pub const REPLICASET: &str = "replicaset-controller";
     /// kube-controller-manager's job controller.
     pub const JOB: &str = "job-controller";
+    /// kube-controller-manager's cronjob controller.
+    pub const CRONJOB: &str = "cronjob-controller";
     /// kube-scheduler.
     pub const SCHEDULER: &str = "default-scheduler";
 }

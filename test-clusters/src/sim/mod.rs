@@ -18,6 +18,7 @@
 //! Timestamps written into objects are whole seconds, the precision `metav1.Time` keeps.
 
 pub mod action;
+pub mod cronjob;
 pub mod deployment;
 pub mod events;
 pub mod job;
@@ -39,7 +40,7 @@ use std::hash::{DefaultHasher, Hash, Hasher};
 
 use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
-use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::batch::v1::{CronJob, Job};
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 
@@ -60,6 +61,8 @@ pub struct ClusterState {
     pub replicasets: Vec<ReplicaSet>,
     /// Jobs.
     pub jobs: Vec<Job>,
+    /// CronJobs.
+    pub cronjobs: Vec<CronJob>,
     /// Pods.
     pub pods: Vec<Pod>,
 }
@@ -285,6 +288,16 @@ impl Simulator {
             let result = replicaset::sync(&input, now, self.names.as_mut(), names_taken, &mut rec);
             self.remember(uid.clone(), inputs, result.actions.is_empty(), result.wake_at, now);
             self.expect(uid, result.created, result.deleted, now);
+            out.actions.extend(result.actions);
+            wake(result.wake_at, &mut out);
+        }
+
+        // CronJob controller.
+        let jobs_by_owner = group_by_controller(&state.jobs);
+        for cj in &state.cronjobs {
+            let uid = cj.metadata.uid.clone().unwrap_or_default();
+            let jobs = jobs_by_owner.get(uid.as_str()).cloned().unwrap_or_default();
+            let result = cronjob::sync(cj, &jobs, now, &mut rec);
             out.actions.extend(result.actions);
             wake(result.wake_at, &mut out);
         }

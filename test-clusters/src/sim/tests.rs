@@ -518,3 +518,68 @@ fn a_suspended_job_runs_nothing_until_resumed() {
     let s = api.job_status("later");
     assert!(s.conditions.iter().flatten().any(|c| c.type_ == "Suspended" && c.status == "False"));
 }
+
+fn cronjob(yaml: &str) -> k8s_openapi::api::batch::v1::CronJob {
+    serde_yaml::from_str(yaml).expect("a CronJob")
+}
+
+const HELLO: &str = "metadata: {name: hello, namespace: default}
+spec:
+  schedule: '* * * * *'
+  concurrencyPolicy: Allow
+  successfulJobsHistoryLimit: 1
+  jobTemplate:
+    spec:
+      template:
+        spec:
+          restartPolicy: OnFailure
+          containers: [{name: hello, image: busybox:1.28}]
+";
+
+#[test]
+fn a_cronjob_makes_a_job_each_minute_and_keeps_its_history_short() {
+    let (mut api, mut sim) = start(east());
+    let cj = cronjob(HELLO);
+    api.apply(&[Action::Create(Object::CronJob(Box::new(cj)))], t(0));
+    // t(0) is 22:13:20 UTC: the first minute is 40 s away, and the simulator says so.
+    let (_, wake) = api.settle(&mut sim, t(1));
+    assert!(api.state.jobs.is_empty());
+    assert_eq!(wake, Some(t(40)));
+    api.settle(&mut sim, t(40));
+    assert_eq!(api.state.jobs.iter().map(|j| j.metadata.name.clone().unwrap()).collect::<Vec<_>>(), ["hello-28333334"]);
+    let job = &api.state.jobs[0];
+    assert_eq!(job.metadata.annotations.as_ref().unwrap()[cronjob::SCHEDULED_TIMESTAMP_ANNOTATION], "2023-11-14T22:14:00Z");
+    let status = api.state.cronjobs[0].status.clone().unwrap();
+    assert_eq!(status.last_schedule_time.unwrap().0, t(40));
+    assert_eq!(status.active.unwrap().len(), 1);
+    // The Job runs its 2 s and completes; the CronJob says when.
+    run_until(&mut api, &mut sim, t(41), ms(1000), 10, |api, _| api.state.cronjobs[0].status.as_ref().unwrap().active.is_none());
+    assert!(api.state.cronjobs[0].status.as_ref().unwrap().last_successful_time.is_some());
+    // The next minute's Job replaces the first in a history of one.
+    run_until(&mut api, &mut sim, t(100), ms(1000), 10, |api, _| {
+        api.state.jobs.len() == 1 && api.state.jobs[0].metadata.name.as_deref() == Some("hello-28333335")
+    });
+}
+
+#[test]
+fn forbid_holds_a_time_back_while_a_job_runs_and_suspend_makes_none() {
+    let (mut api, mut sim) = start(east());
+    let slow = HELLO
+        .replace("concurrencyPolicy: Allow", "concurrencyPolicy: Forbid")
+        .replace("      template:\n", "      template:\n        metadata: {annotations: {sim.flotilla.io/run-seconds: '90'}}\n");
+    api.apply(&[Action::Create(Object::CronJob(Box::new(cronjob(&slow))))], t(0));
+    api.settle(&mut sim, t(40));
+    api.settle(&mut sim, t(100));
+    assert_eq!(api.state.jobs.len(), 1, "the first Job still runs at the second minute");
+    assert_eq!(api.state.cronjobs[0].status.as_ref().unwrap().last_schedule_time.as_ref().unwrap().0, t(40));
+    // Once it ends, the time held back runs, late.
+    run_until(&mut api, &mut sim, t(101), ms(2000), 40, |api, _| api.state.jobs.len() == 2);
+    assert!(api.state.jobs.iter().any(|j| j.metadata.name.as_deref() == Some("hello-28333335")));
+
+    let (mut api, mut sim) = start(east());
+    let suspended = HELLO.replace("concurrencyPolicy: Allow", "concurrencyPolicy: Allow\n  suspend: true");
+    api.apply(&[Action::Create(Object::CronJob(Box::new(cronjob(&suspended))))], t(0));
+    api.settle(&mut sim, t(40));
+    api.settle(&mut sim, t(200));
+    assert!(api.state.jobs.is_empty());
+}

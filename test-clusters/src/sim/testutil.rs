@@ -416,7 +416,15 @@ impl FakeApi {
                     self.stamp(&mut d.metadata, now);
                     self.state.deployments.push(*d);
                 }
-                Object::Job(j) => self.create_job(*j, now),
+                Object::Job(j) => {
+                    if self.state.jobs.iter().all(|x| x.metadata.name != j.metadata.name) {
+                        self.create_job(*j, now);
+                    }
+                }
+                Object::CronJob(mut c) => {
+                    self.stamp(&mut c.metadata, now);
+                    self.state.cronjobs.push(*c);
+                }
             },
             Action::Patch { target, patch } => {
                 assert_eq!(target.kind, Kind::ReplicaSet, "only ReplicaSets are patched");
@@ -458,6 +466,12 @@ impl FakeApi {
                         x.metadata.resource_version = rv;
                     }
                 }
+                Object::CronJob(c) => {
+                    if let Some(x) = self.state.cronjobs.iter_mut().find(|x| x.metadata.uid == c.metadata.uid) {
+                        x.status = c.status.clone();
+                        x.metadata.resource_version = rv;
+                    }
+                }
                 other => panic!("unexpected status write {other:?}"),
             },
             Action::Delete { target, grace_period_seconds } => match target.kind {
@@ -481,6 +495,11 @@ impl FakeApi {
                 Kind::ReplicaSet => {
                     let uid = target.uid.clone();
                     self.state.replicasets.retain(|rs| rs.metadata.uid != uid);
+                    self.state.pods.retain(|p| pod::controller_uid(&p.metadata) != uid.as_deref());
+                }
+                Kind::Job => {
+                    let uid = target.uid.clone();
+                    self.state.jobs.retain(|j| j.metadata.uid != uid);
                     self.state.pods.retain(|p| pod::controller_uid(&p.metadata) != uid.as_deref());
                 }
                 other => panic!("unexpected delete of {other:?}"),
