@@ -45,14 +45,15 @@ struct Cache {
 
 fn key_prefix(kind: Kind) -> String {
     let group = match kind {
-        Kind::Deployment | Kind::ReplicaSet => "apps",
+        Kind::Deployment | Kind::ReplicaSet | Kind::StatefulSet => "apps",
         Kind::Job | Kind::CronJob => "batch",
-        Kind::Node | Kind::Pod | Kind::Event => "core",
+        Kind::Node | Kind::Pod | Kind::Event | Kind::PersistentVolumeClaim => "core",
     };
     format!("{group}/{}/{CLUSTER}/", kind.plural())
 }
 
-const WATCHED: [Kind; 6] = [Kind::Node, Kind::Deployment, Kind::ReplicaSet, Kind::Job, Kind::CronJob, Kind::Pod];
+const WATCHED: [Kind; 8] =
+    [Kind::Node, Kind::Deployment, Kind::ReplicaSet, Kind::StatefulSet, Kind::PersistentVolumeClaim, Kind::Job, Kind::CronJob, Kind::Pod];
 
 impl Cache {
     /// Puts the object stored as `json` under `key`, or removes it for `None`.
@@ -65,6 +66,8 @@ impl Cache {
                     Kind::Node => serde_json::from_str(json).map(|o| self.put(kind, key, o, |s| &mut s.nodes)),
                     Kind::Deployment => serde_json::from_str(json).map(|o| self.put(kind, key, o, |s| &mut s.deployments)),
                     Kind::ReplicaSet => serde_json::from_str(json).map(|o| self.put(kind, key, o, |s| &mut s.replicasets)),
+                    Kind::StatefulSet => serde_json::from_str(json).map(|o| self.put(kind, key, o, |s| &mut s.statefulsets)),
+                    Kind::PersistentVolumeClaim => serde_json::from_str(json).map(|o| self.put(kind, key, o, |s| &mut s.claims)),
                     Kind::Job => serde_json::from_str(json).map(|o| self.put(kind, key, o, |s| &mut s.jobs)),
                     Kind::CronJob => serde_json::from_str(json).map(|o| self.put(kind, key, o, |s| &mut s.cronjobs)),
                     Kind::Pod => serde_json::from_str(json).map(|o| self.put(kind, key, o, |s| &mut s.pods)),
@@ -104,6 +107,8 @@ impl Cache {
             Kind::Node => drop(self.state.nodes.swap_remove(i)),
             Kind::Deployment => drop(self.state.deployments.swap_remove(i)),
             Kind::ReplicaSet => drop(self.state.replicasets.swap_remove(i)),
+            Kind::StatefulSet => drop(self.state.statefulsets.swap_remove(i)),
+            Kind::PersistentVolumeClaim => drop(self.state.claims.swap_remove(i)),
             Kind::Job => drop(self.state.jobs.swap_remove(i)),
             Kind::CronJob => drop(self.state.cronjobs.swap_remove(i)),
             Kind::Pod => drop(self.state.pods.swap_remove(i)),

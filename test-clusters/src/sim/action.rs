@@ -1,8 +1,8 @@
 //! What the simulation asks its driver to do, phrased as Kubernetes API requests.
 
-use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
+use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet, StatefulSet};
 use k8s_openapi::api::batch::v1::{CronJob, Job};
-use k8s_openapi::api::core::v1::{Event, Node, Pod};
+use k8s_openapi::api::core::v1::{Event, Node, PersistentVolumeClaim, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 /// The kinds of object the simulation reads or writes.
@@ -14,6 +14,10 @@ pub enum Kind {
     Deployment,
     /// `apps/v1` ReplicaSet.
     ReplicaSet,
+    /// `apps/v1` StatefulSet.
+    StatefulSet,
+    /// `v1` PersistentVolumeClaim.
+    PersistentVolumeClaim,
     /// `batch/v1` Job.
     Job,
     /// `batch/v1` CronJob.
@@ -31,6 +35,8 @@ impl Kind {
             Kind::Node => "Node",
             Kind::Deployment => "Deployment",
             Kind::ReplicaSet => "ReplicaSet",
+            Kind::StatefulSet => "StatefulSet",
+            Kind::PersistentVolumeClaim => "PersistentVolumeClaim",
             Kind::Job => "Job",
             Kind::CronJob => "CronJob",
             Kind::Pod => "Pod",
@@ -41,9 +47,9 @@ impl Kind {
     /// The `apiVersion` field value.
     pub fn api_version(self) -> &'static str {
         match self {
-            Kind::Deployment | Kind::ReplicaSet => "apps/v1",
+            Kind::Deployment | Kind::ReplicaSet | Kind::StatefulSet => "apps/v1",
             Kind::Job | Kind::CronJob => "batch/v1",
-            Kind::Node | Kind::Pod | Kind::Event => "v1",
+            Kind::Node | Kind::Pod | Kind::Event | Kind::PersistentVolumeClaim => "v1",
         }
     }
 
@@ -53,6 +59,8 @@ impl Kind {
             Kind::Node => "nodes",
             Kind::Deployment => "deployments",
             Kind::ReplicaSet => "replicasets",
+            Kind::StatefulSet => "statefulsets",
+            Kind::PersistentVolumeClaim => "persistentvolumeclaims",
             Kind::Job => "jobs",
             Kind::CronJob => "cronjobs",
             Kind::Pod => "pods",
@@ -109,6 +117,10 @@ pub enum Object {
     Deployment(Box<Deployment>),
     /// A ReplicaSet.
     ReplicaSet(Box<ReplicaSet>),
+    /// A StatefulSet.
+    StatefulSet(Box<StatefulSet>),
+    /// A PersistentVolumeClaim.
+    PersistentVolumeClaim(Box<PersistentVolumeClaim>),
     /// A Job.
     Job(Box<Job>),
     /// A CronJob.
@@ -126,6 +138,8 @@ impl Object {
             Object::Node(_) => Kind::Node,
             Object::Deployment(_) => Kind::Deployment,
             Object::ReplicaSet(_) => Kind::ReplicaSet,
+            Object::StatefulSet(_) => Kind::StatefulSet,
+            Object::PersistentVolumeClaim(_) => Kind::PersistentVolumeClaim,
             Object::Job(_) => Kind::Job,
             Object::CronJob(_) => Kind::CronJob,
             Object::Pod(_) => Kind::Pod,
@@ -139,6 +153,8 @@ impl Object {
             Object::Node(o) => &o.metadata,
             Object::Deployment(o) => &o.metadata,
             Object::ReplicaSet(o) => &o.metadata,
+            Object::StatefulSet(o) => &o.metadata,
+            Object::PersistentVolumeClaim(o) => &o.metadata,
             Object::Job(o) => &o.metadata,
             Object::CronJob(o) => &o.metadata,
             Object::Pod(o) => &o.metadata,
@@ -157,6 +173,8 @@ impl Object {
             Object::Node(o) => serde_json::to_value(o),
             Object::Deployment(o) => serde_json::to_value(o),
             Object::ReplicaSet(o) => serde_json::to_value(o),
+            Object::StatefulSet(o) => serde_json::to_value(o),
+            Object::PersistentVolumeClaim(o) => serde_json::to_value(o),
             Object::Job(o) => serde_json::to_value(o),
             Object::CronJob(o) => serde_json::to_value(o),
             Object::Pod(o) => serde_json::to_value(o),

@@ -17,6 +17,8 @@ pub mod component {
     pub const JOB: &str = "job-controller";
     /// kube-controller-manager's cronjob controller.
     pub const CRONJOB: &str = "cronjob-controller";
+    /// kube-controller-manager's statefulset controller.
+    pub const STATEFULSET: &str = "statefulset-controller";
     /// kube-scheduler.
     pub const SCHEDULER: &str = "default-scheduler";
 }

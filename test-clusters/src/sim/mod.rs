@@ -28,6 +28,7 @@ pub mod nodes;
 pub mod pod;
 pub mod replicaset;
 pub mod scheduler;
+pub mod statefulset;
 pub mod template_hash;
 
 #[cfg(test)]
@@ -39,9 +40,9 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::hash::{DefaultHasher, Hash, Hasher};
 
 use jiff::{SignedDuration, Timestamp};
-use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
+use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet, StatefulSet};
 use k8s_openapi::api::batch::v1::{CronJob, Job};
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::{Node, PersistentVolumeClaim, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 
 pub use action::{Action, Kind, Object, ObjectRef};
@@ -59,6 +60,10 @@ pub struct ClusterState {
     pub deployments: Vec<Deployment>,
     /// ReplicaSets.
     pub replicasets: Vec<ReplicaSet>,
+    /// StatefulSets.
+    pub statefulsets: Vec<StatefulSet>,
+    /// PersistentVolumeClaims.
+    pub claims: Vec<PersistentVolumeClaim>,
     /// Jobs.
     pub jobs: Vec<Job>,
     /// CronJobs.
@@ -288,6 +293,23 @@ impl Simulator {
             let result = replicaset::sync(&input, now, self.names.as_mut(), names_taken, &mut rec);
             self.remember(uid.clone(), inputs, result.actions.is_empty(), result.wake_at, now);
             self.expect(uid, result.created, result.deleted, now);
+            out.actions.extend(result.actions);
+            wake(result.wake_at, &mut out);
+        }
+
+        // StatefulSet controller.
+        for set in &state.statefulsets {
+            let uid = set.metadata.uid.as_deref().unwrap_or_default();
+            let pods = pods_by_owner.get(uid).cloned().unwrap_or_default();
+            let ns = set.metadata.namespace.as_deref();
+            let claims = state
+                .claims
+                .iter()
+                .filter(|c| c.metadata.namespace.as_deref() == ns)
+                .filter_map(|c| Some((c.metadata.name.as_deref()?, c)))
+                .collect();
+            let input = statefulset::StatefulSetInput { set, pods, claims };
+            let result = statefulset::sync(&input, now, &mut rec);
             out.actions.extend(result.actions);
             wake(result.wake_at, &mut out);
         }

@@ -583,3 +583,95 @@ fn forbid_holds_a_time_back_while_a_job_runs_and_suspend_makes_none() {
     api.settle(&mut sim, t(200));
     assert!(api.state.jobs.is_empty());
 }
+
+const STORE: &str = "metadata: {name: store, namespace: default}
+spec:
+  serviceName: store-hs
+  replicas: 3
+  selector: {matchLabels: {app: store}}
+  template:
+    metadata: {labels: {app: store}}
+    spec:
+      containers: [{name: store, image: registry.example.com/store:3.9, resources: {requests: {cpu: 100m, memory: 64Mi}}}]
+  volumeClaimTemplates:
+  - metadata: {name: data}
+    spec: {accessModes: [ReadWriteOnce], resources: {requests: {storage: 1Gi}}}
+";
+
+fn statefulset(yaml: &str) -> k8s_openapi::api::apps::v1::StatefulSet {
+    serde_yaml::from_str(yaml).expect("a StatefulSet")
+}
+
+fn pod_names(api: &FakeApi) -> Vec<String> {
+    let mut names: Vec<String> = api.live_pods().iter().map(|p| p.metadata.name.clone().unwrap()).collect();
+    names.sort();
+    names
+}
+
+#[test]
+fn a_statefulset_makes_its_pods_in_order_each_with_its_claim() {
+    let (mut api, mut sim) = start(east());
+    api.apply(&[Action::Create(Object::StatefulSet(Box::new(statefulset(STORE))))], t(0));
+    api.settle(&mut sim, t(0));
+    assert_eq!(pod_names(&api), ["store-0"], "OrderedReady: one at a time");
+    let mut seen = vec![pod_names(&api).len()];
+    let end = run_until(&mut api, &mut sim, t(0), ms(500), 40, |api, _| {
+        seen.push(api.live_pods().len());
+        api.statefulset_status("store").ready_replicas == Some(3)
+    });
+    assert!(seen.windows(2).all(|w| w[1] <= w[0] + 1), "never two new pods at once: {seen:?}");
+    assert!(end > t(2), "each waits for the one before to be Ready");
+    assert_eq!(pod_names(&api), ["store-0", "store-1", "store-2"]);
+    let claims: Vec<String> = api.state.claims.iter().map(|c| c.metadata.name.clone().unwrap()).collect();
+    assert_eq!(claims, ["data-store-0", "data-store-1", "data-store-2"]);
+    let p1 = api.live_pods().into_iter().find(|p| p.metadata.name.as_deref() == Some("store-1")).unwrap();
+    let spec = p1.spec.as_ref().unwrap();
+    assert_eq!((spec.hostname.as_deref(), spec.subdomain.as_deref()), (Some("store-1"), Some("store-hs")));
+    let volume = spec.volumes.as_ref().unwrap().iter().find(|v| v.name == "data").unwrap();
+    assert_eq!(volume.persistent_volume_claim.as_ref().unwrap().claim_name, "data-store-1");
+    assert_eq!(p1.metadata.labels.as_ref().unwrap()[statefulset::POD_INDEX_LABEL], "1");
+    let s = api.statefulset_status("store");
+    assert_eq!((s.replicas, s.updated_replicas, s.current_replicas, s.available_replicas), (3, Some(3), Some(3), Some(3)));
+    assert_eq!(s.current_revision, s.update_revision);
+}
+
+#[test]
+fn a_statefulset_scales_down_from_the_top_and_rolls_out_from_the_top() {
+    let (mut api, mut sim) = start(east());
+    api.apply(&[Action::Create(Object::StatefulSet(Box::new(statefulset(STORE))))], t(0));
+    let now = run_until(&mut api, &mut sim, t(0), ms(500), 40, |api, _| api.statefulset_status("store").ready_replicas == Some(3));
+    api.update_statefulset("store", |s| s.replicas = Some(2));
+    api.settle(&mut sim, now);
+    assert_eq!(pod_names(&api), ["store-0", "store-1"]);
+    assert_eq!(api.state.claims.len(), 3, "claims outlive their pods (Retain)");
+
+    let old = api.statefulset_status("store").update_revision.unwrap();
+    api.update_statefulset("store", |s| {
+        s.template.spec.as_mut().unwrap().containers[0].image = Some("registry.example.com/store:3.10".into())
+    });
+    let mut order = Vec::new();
+    run_until(&mut api, &mut sim, now, ms(500), 60, |api, _| {
+        for p in api.live_pods() {
+            let rev = &p.metadata.labels.as_ref().unwrap()[statefulset::REVISION_LABEL];
+            let name = p.metadata.name.clone().unwrap();
+            if *rev != old && !order.contains(&name) {
+                order.push(name);
+            }
+        }
+        let s = api.statefulset_status("store");
+        s.updated_replicas == Some(2) && s.ready_replicas == Some(2)
+    });
+    assert_eq!(order, ["store-1", "store-0"], "the highest ordinal first");
+    let s = api.statefulset_status("store");
+    assert_ne!(s.update_revision.as_deref(), Some(old.as_str()));
+    assert_eq!(s.current_revision, s.update_revision);
+}
+
+#[test]
+fn a_parallel_statefulset_makes_all_its_pods_at_once() {
+    let (mut api, mut sim) = start(east());
+    let parallel = STORE.replace("  replicas: 3\n", "  replicas: 3\n  podManagementPolicy: Parallel\n");
+    api.apply(&[Action::Create(Object::StatefulSet(Box::new(statefulset(&parallel))))], t(0));
+    api.settle(&mut sim, t(0));
+    assert_eq!(pod_names(&api), ["store-0", "store-1", "store-2"]);
+}

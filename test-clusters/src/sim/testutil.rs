@@ -354,6 +354,21 @@ impl FakeApi {
         j.status.clone().unwrap_or_default()
     }
 
+    /// Changes a StatefulSet's spec as a client would, moving its generation.
+    pub fn update_statefulset(&mut self, name: &str, f: impl FnOnce(&mut k8s_openapi::api::apps::v1::StatefulSetSpec)) {
+        let rv = self.next_rv();
+        let set = self.state.statefulsets.iter_mut().find(|x| x.metadata.name.as_deref() == Some(name)).expect("statefulset");
+        f(set.spec.as_mut().unwrap());
+        set.metadata.resource_version = rv;
+        set.metadata.generation = Some(set.metadata.generation.unwrap_or(0) + 1);
+    }
+
+    /// The named StatefulSet's status (default when unset).
+    pub fn statefulset_status(&self, name: &str) -> k8s_openapi::api::apps::v1::StatefulSetStatus {
+        let set = self.state.statefulsets.iter().find(|x| x.metadata.name.as_deref() == Some(name)).expect("statefulset");
+        set.status.clone().unwrap_or_default()
+    }
+
     /// The named Deployment.
     pub fn deployment(&self, name: &str) -> &Deployment {
         self.state.deployments.iter().find(|d| d.metadata.name.as_deref() == Some(name)).expect("deployment")
@@ -425,6 +440,21 @@ impl FakeApi {
                     self.stamp(&mut c.metadata, now);
                     self.state.cronjobs.push(*c);
                 }
+                Object::StatefulSet(mut set) => {
+                    self.stamp(&mut set.metadata, now);
+                    set.metadata.generation = Some(1);
+                    self.state.statefulsets.push(*set);
+                }
+                Object::PersistentVolumeClaim(mut c) => {
+                    if self.state.claims.iter().all(|x| x.metadata.name != c.metadata.name) {
+                        self.stamp(&mut c.metadata, now);
+                        c.status = Some(k8s_openapi::api::core::v1::PersistentVolumeClaimStatus {
+                            phase: Some("Pending".into()),
+                            ..Default::default()
+                        });
+                        self.state.claims.push(*c);
+                    }
+                }
             },
             Action::Patch { target, patch } => {
                 assert_eq!(target.kind, Kind::ReplicaSet, "only ReplicaSets are patched");
@@ -463,6 +493,12 @@ impl FakeApi {
                 Object::Job(j) => {
                     if let Some(x) = self.state.jobs.iter_mut().find(|x| x.metadata.uid == j.metadata.uid) {
                         x.status = j.status.clone();
+                        x.metadata.resource_version = rv;
+                    }
+                }
+                Object::StatefulSet(set) => {
+                    if let Some(x) = self.state.statefulsets.iter_mut().find(|x| x.metadata.uid == set.metadata.uid) {
+                        x.status = set.status.clone();
                         x.metadata.resource_version = rv;
                     }
                 }
