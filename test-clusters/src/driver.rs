@@ -47,13 +47,24 @@ fn key_prefix(kind: Kind) -> String {
     let group = match kind {
         Kind::Deployment | Kind::ReplicaSet | Kind::StatefulSet => "apps",
         Kind::Job | Kind::CronJob => "batch",
-        Kind::Node | Kind::Pod | Kind::Event | Kind::PersistentVolumeClaim => "core",
+        Kind::Node | Kind::Pod | Kind::Event | Kind::PersistentVolumeClaim | Kind::PersistentVolume => "core",
+        Kind::StorageClass => "storage.k8s.io",
     };
     format!("{group}/{}/{CLUSTER}/", kind.plural())
 }
 
-const WATCHED: [Kind; 8] =
-    [Kind::Node, Kind::Deployment, Kind::ReplicaSet, Kind::StatefulSet, Kind::PersistentVolumeClaim, Kind::Job, Kind::CronJob, Kind::Pod];
+const WATCHED: [Kind; 10] = [
+    Kind::Node,
+    Kind::Deployment,
+    Kind::ReplicaSet,
+    Kind::StatefulSet,
+    Kind::PersistentVolumeClaim,
+    Kind::PersistentVolume,
+    Kind::StorageClass,
+    Kind::Job,
+    Kind::CronJob,
+    Kind::Pod,
+];
 
 impl Cache {
     /// Puts the object stored as `json` under `key`, or removes it for `None`.
@@ -68,6 +79,8 @@ impl Cache {
                     Kind::ReplicaSet => serde_json::from_str(json).map(|o| self.put(kind, key, o, |s| &mut s.replicasets)),
                     Kind::StatefulSet => serde_json::from_str(json).map(|o| self.put(kind, key, o, |s| &mut s.statefulsets)),
                     Kind::PersistentVolumeClaim => serde_json::from_str(json).map(|o| self.put(kind, key, o, |s| &mut s.claims)),
+                    Kind::PersistentVolume => serde_json::from_str(json).map(|o| self.put(kind, key, o, |s| &mut s.volumes)),
+                    Kind::StorageClass => serde_json::from_str(json).map(|o| self.put(kind, key, o, |s| &mut s.classes)),
                     Kind::Job => serde_json::from_str(json).map(|o| self.put(kind, key, o, |s| &mut s.jobs)),
                     Kind::CronJob => serde_json::from_str(json).map(|o| self.put(kind, key, o, |s| &mut s.cronjobs)),
                     Kind::Pod => serde_json::from_str(json).map(|o| self.put(kind, key, o, |s| &mut s.pods)),
@@ -109,6 +122,8 @@ impl Cache {
             Kind::ReplicaSet => drop(self.state.replicasets.swap_remove(i)),
             Kind::StatefulSet => drop(self.state.statefulsets.swap_remove(i)),
             Kind::PersistentVolumeClaim => drop(self.state.claims.swap_remove(i)),
+            Kind::PersistentVolume => drop(self.state.volumes.swap_remove(i)),
+            Kind::StorageClass => drop(self.state.classes.swap_remove(i)),
             Kind::Job => drop(self.state.jobs.swap_remove(i)),
             Kind::CronJob => drop(self.state.cronjobs.swap_remove(i)),
             Kind::Pod => drop(self.state.pods.swap_remove(i)),
@@ -133,6 +148,16 @@ pub async fn register_nodes(api: &Api, sim: &Simulator) -> anyhow::Result<()> {
         if let Err(e) = apply(api, &Action::Create(crate::sim::Object::Node(Box::new(node)))).await {
             if !e.benign {
                 anyhow::bail!("registering node {}: {}", r.name, e.message);
+            }
+        }
+    }
+    // A new cluster has kind's default StorageClass; one that has any class keeps
+    // what it has.
+    if api.store.list(&key_prefix(Kind::StorageClass), None, Some(1)).0.is_empty() {
+        let class = crate::sim::volumes::default_class();
+        if let Err(e) = apply(api, &Action::Create(crate::sim::Object::StorageClass(Box::new(class)))).await {
+            if !e.benign {
+                anyhow::bail!("creating the default StorageClass: {}", e.message);
             }
         }
     }

@@ -247,3 +247,24 @@ fn a_cronjob_makes_jobs_on_its_schedule() {
     let row = c.k(&["get", "cronjob", "hello", "--no-headers"]);
     assert_eq!(row.split_whitespace().nth(4), Some("True"), "SUSPEND, after NAME, the two-word SCHEDULE and TIMEZONE: {row}");
 }
+
+/// A StatefulSet's pods come up in order with their names, each claim is bound to a
+/// volume of the default class, and `kubectl rollout status` follows it.
+#[test]
+fn a_statefulset_runs_in_order_with_bound_claims() {
+    let c = SimCluster::start(EAST);
+    assert!(c.k(&["get", "storageclass", "--no-headers"]).starts_with("standard (default)"));
+    let store = "apiVersion: apps/v1\nkind: StatefulSet\nmetadata: {name: store}\nspec:\n  serviceName: store-hs\n  replicas: 3\n  \
+                 selector: {matchLabels: {app: store}}\n  template:\n    metadata: {labels: {app: store}}\n    spec:\n      \
+                 containers: [{name: store, image: 'registry.example.com/store:3.9'}]\n  volumeClaimTemplates:\n  \
+                 - metadata: {name: data}\n    spec: {accessModes: [ReadWriteOnce], resources: {requests: {storage: 1Gi}}}\n";
+    c.apply(store);
+    let out = c.k(&["rollout", "status", "sts/store", "--timeout=30s"]);
+    assert!(out.contains("partitioned roll out complete") || out.contains("roll out complete"), "{out}");
+    let pods = c.k(&["get", "pods", "-l", "app=store", "-o", "jsonpath={.items[*].metadata.name}"]);
+    assert_eq!(pods, "store-0 store-1 store-2");
+    let claims = c.k(&["get", "pvc", "-o", "jsonpath={range .items[*]}{.metadata.name}={.status.phase}/{.status.capacity.storage} {end}"]);
+    assert_eq!(claims.trim(), "data-store-0=Bound/1Gi data-store-1=Bound/1Gi data-store-2=Bound/1Gi");
+    assert_eq!(c.k(&["get", "pv", "-o", "name"]).lines().count(), 3);
+    assert_eq!(c.k(&["get", "sts", "store", "--no-headers"]).split_whitespace().nth(1), Some("3/3"));
+}

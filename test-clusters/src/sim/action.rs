@@ -2,7 +2,8 @@
 
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet, StatefulSet};
 use k8s_openapi::api::batch::v1::{CronJob, Job};
-use k8s_openapi::api::core::v1::{Event, Node, PersistentVolumeClaim, Pod};
+use k8s_openapi::api::core::v1::{Event, Node, PersistentVolume, PersistentVolumeClaim, Pod};
+use k8s_openapi::api::storage::v1::StorageClass;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 /// The kinds of object the simulation reads or writes.
@@ -18,6 +19,10 @@ pub enum Kind {
     StatefulSet,
     /// `v1` PersistentVolumeClaim.
     PersistentVolumeClaim,
+    /// `v1` PersistentVolume (cluster-scoped).
+    PersistentVolume,
+    /// `storage.k8s.io/v1` StorageClass (cluster-scoped).
+    StorageClass,
     /// `batch/v1` Job.
     Job,
     /// `batch/v1` CronJob.
@@ -37,6 +42,8 @@ impl Kind {
             Kind::ReplicaSet => "ReplicaSet",
             Kind::StatefulSet => "StatefulSet",
             Kind::PersistentVolumeClaim => "PersistentVolumeClaim",
+            Kind::PersistentVolume => "PersistentVolume",
+            Kind::StorageClass => "StorageClass",
             Kind::Job => "Job",
             Kind::CronJob => "CronJob",
             Kind::Pod => "Pod",
@@ -49,7 +56,8 @@ impl Kind {
         match self {
             Kind::Deployment | Kind::ReplicaSet | Kind::StatefulSet => "apps/v1",
             Kind::Job | Kind::CronJob => "batch/v1",
-            Kind::Node | Kind::Pod | Kind::Event | Kind::PersistentVolumeClaim => "v1",
+            Kind::Node | Kind::Pod | Kind::Event | Kind::PersistentVolumeClaim | Kind::PersistentVolume => "v1",
+            Kind::StorageClass => "storage.k8s.io/v1",
         }
     }
 
@@ -61,6 +69,8 @@ impl Kind {
             Kind::ReplicaSet => "replicasets",
             Kind::StatefulSet => "statefulsets",
             Kind::PersistentVolumeClaim => "persistentvolumeclaims",
+            Kind::PersistentVolume => "persistentvolumes",
+            Kind::StorageClass => "storageclasses",
             Kind::Job => "jobs",
             Kind::CronJob => "cronjobs",
             Kind::Pod => "pods",
@@ -70,7 +80,7 @@ impl Kind {
 
     /// Whether objects of the kind live in a namespace.
     pub fn namespaced(self) -> bool {
-        !matches!(self, Kind::Node)
+        !matches!(self, Kind::Node | Kind::PersistentVolume | Kind::StorageClass)
     }
 }
 
@@ -121,6 +131,10 @@ pub enum Object {
     StatefulSet(Box<StatefulSet>),
     /// A PersistentVolumeClaim.
     PersistentVolumeClaim(Box<PersistentVolumeClaim>),
+    /// A PersistentVolume.
+    PersistentVolume(Box<PersistentVolume>),
+    /// A StorageClass.
+    StorageClass(Box<StorageClass>),
     /// A Job.
     Job(Box<Job>),
     /// A CronJob.
@@ -140,6 +154,8 @@ impl Object {
             Object::ReplicaSet(_) => Kind::ReplicaSet,
             Object::StatefulSet(_) => Kind::StatefulSet,
             Object::PersistentVolumeClaim(_) => Kind::PersistentVolumeClaim,
+            Object::PersistentVolume(_) => Kind::PersistentVolume,
+            Object::StorageClass(_) => Kind::StorageClass,
             Object::Job(_) => Kind::Job,
             Object::CronJob(_) => Kind::CronJob,
             Object::Pod(_) => Kind::Pod,
@@ -155,6 +171,8 @@ impl Object {
             Object::ReplicaSet(o) => &o.metadata,
             Object::StatefulSet(o) => &o.metadata,
             Object::PersistentVolumeClaim(o) => &o.metadata,
+            Object::PersistentVolume(o) => &o.metadata,
+            Object::StorageClass(o) => &o.metadata,
             Object::Job(o) => &o.metadata,
             Object::CronJob(o) => &o.metadata,
             Object::Pod(o) => &o.metadata,
@@ -175,6 +193,8 @@ impl Object {
             Object::ReplicaSet(o) => serde_json::to_value(o),
             Object::StatefulSet(o) => serde_json::to_value(o),
             Object::PersistentVolumeClaim(o) => serde_json::to_value(o),
+            Object::PersistentVolume(o) => serde_json::to_value(o),
+            Object::StorageClass(o) => serde_json::to_value(o),
             Object::Job(o) => serde_json::to_value(o),
             Object::CronJob(o) => serde_json::to_value(o),
             Object::Pod(o) => serde_json::to_value(o),

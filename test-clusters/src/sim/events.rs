@@ -19,6 +19,8 @@ pub mod component {
     pub const CRONJOB: &str = "cronjob-controller";
     /// kube-controller-manager's statefulset controller.
     pub const STATEFULSET: &str = "statefulset-controller";
+    /// The volume provisioner (kind's local-path provisioner reports as this).
+    pub const VOLUMES: &str = "persistentvolume-controller";
     /// kube-scheduler.
     pub const SCHEDULER: &str = "default-scheduler";
 }

@@ -30,6 +30,7 @@ pub mod replicaset;
 pub mod scheduler;
 pub mod statefulset;
 pub mod template_hash;
+pub mod volumes;
 
 #[cfg(test)]
 mod tests;
@@ -42,7 +43,8 @@ use std::hash::{DefaultHasher, Hash, Hasher};
 use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet, StatefulSet};
 use k8s_openapi::api::batch::v1::{CronJob, Job};
-use k8s_openapi::api::core::v1::{Node, PersistentVolumeClaim, Pod};
+use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim, Pod};
+use k8s_openapi::api::storage::v1::StorageClass;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 
 pub use action::{Action, Kind, Object, ObjectRef};
@@ -64,6 +66,10 @@ pub struct ClusterState {
     pub statefulsets: Vec<StatefulSet>,
     /// PersistentVolumeClaims.
     pub claims: Vec<PersistentVolumeClaim>,
+    /// PersistentVolumes.
+    pub volumes: Vec<PersistentVolume>,
+    /// StorageClasses.
+    pub classes: Vec<StorageClass>,
     /// Jobs.
     pub jobs: Vec<Job>,
     /// CronJobs.
@@ -132,6 +138,8 @@ pub struct Simulator {
     assumed: BTreeMap<String, (String, Timestamp)>,
     /// Pod uid → the exact moment its kubelet first wrote its status.
     started: BTreeMap<String, Timestamp>,
+    /// Claims already told that their StorageClass is missing.
+    warned_claims: BTreeSet<String>,
     /// By Deployment or ReplicaSet uid: the ones with nothing to do, so that a cluster of
     /// thousands of settled Deployments does not recompute each of them on every change.
     quiet: HashMap<String, Quiet>,
@@ -163,6 +171,7 @@ impl Simulator {
             expectations: BTreeMap::new(),
             assumed: BTreeMap::new(),
             started: BTreeMap::new(),
+            warned_claims: BTreeSet::new(),
             quiet: HashMap::new(),
         }
     }
@@ -353,6 +362,10 @@ impl Simulator {
             self.assumed.insert(key, (node, now));
         }
         out.actions.extend(scheduled.actions);
+
+        // Volumes: after the scheduler, which binds the pods that wait for them.
+        let input = volumes::VolumesInput { claims: &state.claims, volumes: &state.volumes, classes: &state.classes, pods: &state.pods };
+        out.actions.extend(volumes::sync(&input, &mut self.warned_claims, &mut rec));
 
         // Kubelets.
         let kubelets = kubelet::sync(&state.nodes, &state.pods, &self.started, self.def.startup_delay, &self.def.failing_images, now);

@@ -675,3 +675,62 @@ fn a_parallel_statefulset_makes_all_its_pods_at_once() {
     api.settle(&mut sim, t(0));
     assert_eq!(pod_names(&api), ["store-0", "store-1", "store-2"]);
 }
+
+#[test]
+fn claims_get_volumes_of_their_class_when_their_pods_are_placed() {
+    let (mut api, mut sim) = start(east());
+    let fast = "metadata: {name: fast}\nprovisioner: k8s.io/minikube-hostpath\nreclaimPolicy: Retain\nvolumeBindingMode: Immediate\n";
+    let fast: k8s_openapi::api::storage::v1::StorageClass = serde_yaml::from_str(fast).unwrap();
+    api.apply(
+        &[Action::Create(Object::StorageClass(Box::new(volumes::default_class()))), Action::Create(Object::StorageClass(Box::new(fast)))],
+        t(0),
+    );
+    let claim = |name: &str, class: Option<&str>| {
+        let class = class.map(|c| format!("  storageClassName: {c}\n")).unwrap_or_default();
+        let yaml = format!("metadata: {{name: {name}, namespace: default}}\nspec:\n  accessModes: [ReadWriteOnce]\n{class}  resources: {{requests: {{storage: 5Gi}}}}\n");
+        let c: k8s_openapi::api::core::v1::PersistentVolumeClaim = serde_yaml::from_str(&yaml).unwrap();
+        Action::Create(Object::PersistentVolumeClaim(Box::new(c)))
+    };
+    api.apply(&[claim("now", Some("fast")), claim("lazy", None), claim("lost", Some("gold"))], t(0));
+    api.settle(&mut sim, t(1));
+    let phase = |api: &FakeApi, name: &str| {
+        let c = api.state.claims.iter().find(|c| c.metadata.name.as_deref() == Some(name)).unwrap();
+        (c.status.as_ref().and_then(|s| s.phase.clone()).unwrap_or_default(), c.spec.as_ref().unwrap().volume_name.clone())
+    };
+    // Immediate binds at once; the default class waits for a consumer; an unknown class says so.
+    let (p, volume) = phase(&api, "now");
+    assert_eq!(p, "Bound");
+    let pv = api.state.volumes.iter().find(|v| v.metadata.name == volume).unwrap();
+    let spec = pv.spec.as_ref().unwrap();
+    assert_eq!(spec.capacity.as_ref().unwrap()["storage"].0, "5Gi");
+    assert_eq!((spec.storage_class_name.as_deref(), spec.persistent_volume_reclaim_policy.as_deref()), (Some("fast"), Some("Retain")));
+    assert_eq!(phase(&api, "lazy"), ("Pending".to_string(), None));
+    assert_eq!(events_with_reason(&api, "ProvisioningFailed"), ["storageclass.storage.k8s.io \"gold\" not found"]);
+
+    // A StatefulSet's pods mount their claims, and then the default class provisions them.
+    api.apply(&[Action::Create(Object::StatefulSet(Box::new(statefulset(&STORE.replace("replicas: 3", "replicas: 1")))))], t(1));
+    api.settle(&mut sim, t(2));
+    let (p, _) = phase(&api, "data-store-0");
+    assert_eq!(p, "Bound");
+    let class = api
+        .state
+        .claims
+        .iter()
+        .find(|c| c.metadata.name.as_deref() == Some("data-store-0"))
+        .unwrap()
+        .spec
+        .clone()
+        .unwrap()
+        .storage_class_name;
+    assert_eq!(class.as_deref(), Some("standard"), "the default class is written into the claim");
+
+    // A volume whose claim goes is deleted or released, by its class's policy.
+    let now = api.state.claims.iter().find(|c| c.metadata.name.as_deref() == Some("now")).unwrap().clone();
+    api.apply(
+        &[Action::Delete { target: ObjectRef::from_meta(Kind::PersistentVolumeClaim, &now.metadata), grace_period_seconds: None }],
+        t(3),
+    );
+    api.settle(&mut sim, t(3));
+    let pv = api.state.volumes.iter().find(|v| v.metadata.name == volume).unwrap();
+    assert_eq!(pv.status.as_ref().unwrap().phase.as_deref(), Some("Released"));
+}

@@ -445,6 +445,18 @@ impl FakeApi {
                     set.metadata.generation = Some(1);
                     self.state.statefulsets.push(*set);
                 }
+                Object::PersistentVolume(mut v) => {
+                    if self.state.volumes.iter().all(|x| x.metadata.name != v.metadata.name) {
+                        self.stamp(&mut v.metadata, now);
+                        v.metadata.namespace = None;
+                        self.state.volumes.push(*v);
+                    }
+                }
+                Object::StorageClass(mut c) => {
+                    self.stamp(&mut c.metadata, now);
+                    c.metadata.namespace = None;
+                    self.state.classes.push(*c);
+                }
                 Object::PersistentVolumeClaim(mut c) => {
                     if self.state.claims.iter().all(|x| x.metadata.name != c.metadata.name) {
                         self.stamp(&mut c.metadata, now);
@@ -456,8 +468,16 @@ impl FakeApi {
                     }
                 }
             },
+            Action::Patch { target, patch } if target.kind == Kind::PersistentVolumeClaim => {
+                if let Some(c) = self.state.claims.iter_mut().find(|x| x.metadata.uid == target.uid) {
+                    let mut value = serde_json::to_value(&*c).unwrap();
+                    merge_patch(&mut value, patch);
+                    *c = serde_json::from_value(value).unwrap();
+                    c.metadata.resource_version = rv;
+                }
+            }
             Action::Patch { target, patch } => {
-                assert_eq!(target.kind, Kind::ReplicaSet, "only ReplicaSets are patched");
+                assert_eq!(target.kind, Kind::ReplicaSet, "only ReplicaSets and claims are patched");
                 if let Some(rs) = self.state.replicasets.iter_mut().find(|x| x.metadata.name.as_deref() == Some(target.name.as_str())) {
                     let before = rs.spec.clone();
                     let mut value = serde_json::to_value(&*rs).unwrap();
@@ -502,6 +522,18 @@ impl FakeApi {
                         x.metadata.resource_version = rv;
                     }
                 }
+                Object::PersistentVolumeClaim(c) => {
+                    if let Some(x) = self.state.claims.iter_mut().find(|x| x.metadata.uid == c.metadata.uid) {
+                        x.status = c.status.clone();
+                        x.metadata.resource_version = rv;
+                    }
+                }
+                Object::PersistentVolume(v) => {
+                    if let Some(x) = self.state.volumes.iter_mut().find(|x| x.metadata.uid == v.metadata.uid) {
+                        x.status = v.status.clone();
+                        x.metadata.resource_version = rv;
+                    }
+                }
                 Object::CronJob(c) => {
                     if let Some(x) = self.state.cronjobs.iter_mut().find(|x| x.metadata.uid == c.metadata.uid) {
                         x.status = c.status.clone();
@@ -533,6 +565,8 @@ impl FakeApi {
                     self.state.replicasets.retain(|rs| rs.metadata.uid != uid);
                     self.state.pods.retain(|p| pod::controller_uid(&p.metadata) != uid.as_deref());
                 }
+                Kind::PersistentVolume => self.state.volumes.retain(|v| v.metadata.uid != target.uid),
+                Kind::PersistentVolumeClaim => self.state.claims.retain(|c| c.metadata.uid != target.uid),
                 Kind::Job => {
                     let uid = target.uid.clone();
                     self.state.jobs.retain(|j| j.metadata.uid != uid);
