@@ -45,7 +45,7 @@ struct Cache {
 
 fn key_prefix(kind: Kind) -> String {
     let group = match kind {
-        Kind::Deployment | Kind::ReplicaSet | Kind::StatefulSet => "apps",
+        Kind::Deployment | Kind::ReplicaSet | Kind::StatefulSet | Kind::DaemonSet => "apps",
         Kind::Job | Kind::CronJob => "batch",
         Kind::Node | Kind::Pod | Kind::Event | Kind::PersistentVolumeClaim | Kind::PersistentVolume => "core",
         Kind::StorageClass => "storage.k8s.io",
@@ -53,11 +53,12 @@ fn key_prefix(kind: Kind) -> String {
     format!("{group}/{}/{CLUSTER}/", kind.plural())
 }
 
-const WATCHED: [Kind; 10] = [
+const WATCHED: [Kind; 11] = [
     Kind::Node,
     Kind::Deployment,
     Kind::ReplicaSet,
     Kind::StatefulSet,
+    Kind::DaemonSet,
     Kind::PersistentVolumeClaim,
     Kind::PersistentVolume,
     Kind::StorageClass,
@@ -78,6 +79,7 @@ impl Cache {
                     Kind::Deployment => serde_json::from_str(json).map(|o| self.put(kind, key, o, |s| &mut s.deployments)),
                     Kind::ReplicaSet => serde_json::from_str(json).map(|o| self.put(kind, key, o, |s| &mut s.replicasets)),
                     Kind::StatefulSet => serde_json::from_str(json).map(|o| self.put(kind, key, o, |s| &mut s.statefulsets)),
+                    Kind::DaemonSet => serde_json::from_str(json).map(|o| self.put(kind, key, o, |s| &mut s.daemonsets)),
                     Kind::PersistentVolumeClaim => serde_json::from_str(json).map(|o| self.put(kind, key, o, |s| &mut s.claims)),
                     Kind::PersistentVolume => serde_json::from_str(json).map(|o| self.put(kind, key, o, |s| &mut s.volumes)),
                     Kind::StorageClass => serde_json::from_str(json).map(|o| self.put(kind, key, o, |s| &mut s.classes)),
@@ -121,6 +123,7 @@ impl Cache {
             Kind::Deployment => drop(self.state.deployments.swap_remove(i)),
             Kind::ReplicaSet => drop(self.state.replicasets.swap_remove(i)),
             Kind::StatefulSet => drop(self.state.statefulsets.swap_remove(i)),
+            Kind::DaemonSet => drop(self.state.daemonsets.swap_remove(i)),
             Kind::PersistentVolumeClaim => drop(self.state.claims.swap_remove(i)),
             Kind::PersistentVolume => drop(self.state.volumes.swap_remove(i)),
             Kind::StorageClass => drop(self.state.classes.swap_remove(i)),

@@ -268,3 +268,20 @@ fn a_statefulset_runs_in_order_with_bound_claims() {
     assert_eq!(c.k(&["get", "pv", "-o", "name"]).lines().count(), 3);
     assert_eq!(c.k(&["get", "sts", "store", "--no-headers"]).split_whitespace().nth(1), Some("3/3"));
 }
+
+/// A DaemonSet runs one pod on each node, and its status counts them.
+#[test]
+fn a_daemonset_runs_on_every_node() {
+    let c = SimCluster::start(EAST);
+    let agent = "apiVersion: apps/v1\nkind: DaemonSet\nmetadata: {name: agent}\nspec:\n  selector: {matchLabels: {app: agent}}\n  \
+                 template:\n    metadata: {labels: {app: agent}}\n    spec:\n      containers: [{name: agent, image: 'registry.example.com/agent:1.0'}]\n";
+    c.apply(agent);
+    let out = c.k(&["rollout", "status", "ds/agent", "--timeout=30s"]);
+    assert!(out.contains("successfully rolled out"), "{out}");
+    let nodes = c.k(&["get", "nodes", "-o", "name"]).lines().count();
+    let ready = c.k(&["get", "ds", "agent", "-o", "jsonpath={.status.numberReady}/{.status.desiredNumberScheduled}"]);
+    assert_eq!(ready, format!("{nodes}/{nodes}"));
+    let on = c.k(&["get", "pods", "-l", "app=agent", "-o", "jsonpath={.items[*].spec.nodeName}"]);
+    let distinct: std::collections::BTreeSet<&str> = on.split_whitespace().collect();
+    assert_eq!(distinct.len(), nodes, "one per node: {on}");
+}

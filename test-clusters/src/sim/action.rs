@@ -1,6 +1,6 @@
 //! What the simulation asks its driver to do, phrased as Kubernetes API requests.
 
-use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet, StatefulSet};
+use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, ReplicaSet, StatefulSet};
 use k8s_openapi::api::batch::v1::{CronJob, Job};
 use k8s_openapi::api::core::v1::{Event, Node, PersistentVolume, PersistentVolumeClaim, Pod};
 use k8s_openapi::api::storage::v1::StorageClass;
@@ -17,6 +17,8 @@ pub enum Kind {
     ReplicaSet,
     /// `apps/v1` StatefulSet.
     StatefulSet,
+    /// `apps/v1` DaemonSet.
+    DaemonSet,
     /// `v1` PersistentVolumeClaim.
     PersistentVolumeClaim,
     /// `v1` PersistentVolume (cluster-scoped).
@@ -41,6 +43,7 @@ impl Kind {
             Kind::Deployment => "Deployment",
             Kind::ReplicaSet => "ReplicaSet",
             Kind::StatefulSet => "StatefulSet",
+            Kind::DaemonSet => "DaemonSet",
             Kind::PersistentVolumeClaim => "PersistentVolumeClaim",
             Kind::PersistentVolume => "PersistentVolume",
             Kind::StorageClass => "StorageClass",
@@ -54,7 +57,7 @@ impl Kind {
     /// The `apiVersion` field value.
     pub fn api_version(self) -> &'static str {
         match self {
-            Kind::Deployment | Kind::ReplicaSet | Kind::StatefulSet => "apps/v1",
+            Kind::Deployment | Kind::ReplicaSet | Kind::StatefulSet | Kind::DaemonSet => "apps/v1",
             Kind::Job | Kind::CronJob => "batch/v1",
             Kind::Node | Kind::Pod | Kind::Event | Kind::PersistentVolumeClaim | Kind::PersistentVolume => "v1",
             Kind::StorageClass => "storage.k8s.io/v1",
@@ -68,6 +71,7 @@ impl Kind {
             Kind::Deployment => "deployments",
             Kind::ReplicaSet => "replicasets",
             Kind::StatefulSet => "statefulsets",
+            Kind::DaemonSet => "daemonsets",
             Kind::PersistentVolumeClaim => "persistentvolumeclaims",
             Kind::PersistentVolume => "persistentvolumes",
             Kind::StorageClass => "storageclasses",
@@ -129,6 +133,8 @@ pub enum Object {
     ReplicaSet(Box<ReplicaSet>),
     /// A StatefulSet.
     StatefulSet(Box<StatefulSet>),
+    /// A DaemonSet.
+    DaemonSet(Box<DaemonSet>),
     /// A PersistentVolumeClaim.
     PersistentVolumeClaim(Box<PersistentVolumeClaim>),
     /// A PersistentVolume.
@@ -153,6 +159,7 @@ impl Object {
             Object::Deployment(_) => Kind::Deployment,
             Object::ReplicaSet(_) => Kind::ReplicaSet,
             Object::StatefulSet(_) => Kind::StatefulSet,
+            Object::DaemonSet(_) => Kind::DaemonSet,
             Object::PersistentVolumeClaim(_) => Kind::PersistentVolumeClaim,
             Object::PersistentVolume(_) => Kind::PersistentVolume,
             Object::StorageClass(_) => Kind::StorageClass,
@@ -170,6 +177,7 @@ impl Object {
             Object::Deployment(o) => &o.metadata,
             Object::ReplicaSet(o) => &o.metadata,
             Object::StatefulSet(o) => &o.metadata,
+            Object::DaemonSet(o) => &o.metadata,
             Object::PersistentVolumeClaim(o) => &o.metadata,
             Object::PersistentVolume(o) => &o.metadata,
             Object::StorageClass(o) => &o.metadata,
@@ -192,6 +200,7 @@ impl Object {
             Object::Deployment(o) => serde_json::to_value(o),
             Object::ReplicaSet(o) => serde_json::to_value(o),
             Object::StatefulSet(o) => serde_json::to_value(o),
+            Object::DaemonSet(o) => serde_json::to_value(o),
             Object::PersistentVolumeClaim(o) => serde_json::to_value(o),
             Object::PersistentVolume(o) => serde_json::to_value(o),
             Object::StorageClass(o) => serde_json::to_value(o),

@@ -21,6 +21,8 @@ pub mod component {
     pub const STATEFULSET: &str = "statefulset-controller";
     /// The volume provisioner (kind's local-path provisioner reports as this).
     pub const VOLUMES: &str = "persistentvolume-controller";
+    /// kube-controller-manager's daemonset controller.
+    pub const DAEMONSET: &str = "daemonset-controller";
     /// kube-scheduler.
     pub const SCHEDULER: &str = "default-scheduler";
 }

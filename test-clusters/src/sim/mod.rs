@@ -19,6 +19,7 @@
 
 pub mod action;
 pub mod cronjob;
+pub mod daemonset;
 pub mod deployment;
 pub mod events;
 pub mod job;
@@ -41,7 +42,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::hash::{DefaultHasher, Hash, Hasher};
 
 use jiff::{SignedDuration, Timestamp};
-use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet, StatefulSet};
+use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, ReplicaSet, StatefulSet};
 use k8s_openapi::api::batch::v1::{CronJob, Job};
 use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim, Pod};
 use k8s_openapi::api::storage::v1::StorageClass;
@@ -64,6 +65,8 @@ pub struct ClusterState {
     pub replicasets: Vec<ReplicaSet>,
     /// StatefulSets.
     pub statefulsets: Vec<StatefulSet>,
+    /// DaemonSets.
+    pub daemonsets: Vec<DaemonSet>,
     /// PersistentVolumeClaims.
     pub claims: Vec<PersistentVolumeClaim>,
     /// PersistentVolumes.
@@ -323,6 +326,20 @@ impl Simulator {
             wake(result.wake_at, &mut out);
         }
 
+        // DaemonSet controller.
+        for set in &state.daemonsets {
+            let uid = set.metadata.uid.clone().unwrap_or_default();
+            let pods = pods_by_owner.get(uid.as_str()).cloned().unwrap_or_default();
+            let manage = self.expectations.get(&uid).is_none_or(|e| e.creates.is_empty() && e.deletes.is_empty());
+            let taken = taken.get_or_insert_with(|| pod_names_by_namespace(&state.pods));
+            let names_taken = taken.entry(set.metadata.namespace.clone()).or_default();
+            let input = daemonset::DaemonSetInput { set, pods, nodes: &state.nodes, manage };
+            let result = daemonset::sync(&input, now, self.names.as_mut(), names_taken, &mut rec);
+            self.expect(uid, result.created, result.deleted, now);
+            out.actions.extend(result.actions);
+            wake(result.wake_at, &mut out);
+        }
+
         // CronJob controller.
         let jobs_by_owner = group_by_controller(&state.jobs);
         for cj in &state.cronjobs {
@@ -427,6 +444,7 @@ impl Simulator {
             .iter()
             .map(|rs| &rs.metadata)
             .chain(state.jobs.iter().map(|j| &j.metadata))
+            .chain(state.daemonsets.iter().map(|d| &d.metadata))
             .filter_map(|m| Some((m.uid.as_deref()?, m.namespace.as_deref().unwrap_or_default())))
             .collect();
         self.expectations.retain(|uid, e| {

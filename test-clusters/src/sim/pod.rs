@@ -85,6 +85,15 @@ pub fn available_at(pod: &Pod, min_ready_seconds: i32) -> Option<Timestamp> {
     ready_since(pod).map(|t| t + SignedDuration::from_secs(i64::from(min_ready_seconds) + 1))
 }
 
+/// When the first of `pods` that is Ready but not yet available becomes available
+/// (minReadySeconds): the moment its controller's status needs another look.
+pub fn next_available<'a>(pods: impl IntoIterator<Item = &'a Pod>, min_ready_seconds: i32, now: Timestamp) -> Option<Timestamp> {
+    pods.into_iter()
+        .filter(|p| is_ready(p) && !is_available(p, min_ready_seconds, now))
+        .filter_map(|p| available_at(p, min_ready_seconds))
+        .min()
+}
+
 /// The pod's effective resource request (see [`Resources::for_pod`]).
 pub fn requests(pod: &Pod) -> Result<Resources, crate::quantity::QuantityError> {
     match &pod.spec {

@@ -104,11 +104,7 @@ pub fn sync(
         updated.status = Some(status);
         out.actions.push(Action::UpdateStatus(Object::ReplicaSet(Box::new(updated))));
     }
-    out.wake_at = active
-        .iter()
-        .filter(|p| pod::is_ready(p) && !pod::is_available(p, min_ready, now))
-        .filter_map(|p| pod::available_at(p, min_ready))
-        .min();
+    out.wake_at = pod::next_available(active.iter().copied(), min_ready, now);
     out
 }
 

@@ -3,12 +3,16 @@
 //!
 //! Filters, in kube-scheduler's order, with its reason texts:
 //! - NodeUnschedulable: a cordoned node → "node(s) were unschedulable";
-//! - NodeAffinity, `spec.nodeSelector` only → "node(s) didn't match Pod's node affinity/selector";
+//! - NodeAffinity: `spec.nodeSelector`, and the required node affinity's terms (label
+//!   `matchExpressions`, and `matchFields` on `metadata.name`, which pins a DaemonSet's
+//!   pod to its node) → "node(s) didn't match Pod's node affinity/selector";
 //! - NodeResourcesFit: pod slots, then cpu, then memory → "Too many pods",
 //!   "Insufficient cpu", "Insufficient memory" (every one that applies).
 //!
-//! Node affinity rules, taints and tolerations, pod (anti-)affinity, topology spread
-//! constraints, host ports and volumes are ignored, and nothing is preempted.
+//! A cordoned node takes only pods that tolerate `node.kubernetes.io/unschedulable` (a
+//! DaemonSet's). Preferred node affinity, taints and other tolerations, pod
+//! (anti-)affinity, topology spread constraints, host ports and volumes are ignored, and
+//! nothing is preempted.
 //!
 //! When no node fits, the pod gets `PodScheduled=False` with reason `Unschedulable` and the
 //! scheduler's FitError text, which (Kubernetes 1.32) reads for example
@@ -180,15 +184,11 @@ fn account(state: &mut NodeState<'_>, p: &Pod) {
 /// Runs the filters on one node.
 fn filter(p: &Pod, request: Resources, s: &NodeState<'_>) -> Result<(), Rejection> {
     let unresolvable = |reason| Err(Rejection { reasons: vec![reason], unresolvable: true });
-    if nodes::is_unschedulable(s.node) {
+    if nodes::is_unschedulable(s.node) && !tolerates_unschedulable(p) {
         return unresolvable(REASON_UNSCHEDULABLE);
     }
-    let selector = p.spec.as_ref().and_then(|s| s.node_selector.as_ref());
-    let labels = s.node.metadata.labels.as_ref();
-    if let Some(selector) = selector {
-        if !selector.iter().all(|(k, v)| labels.and_then(|l| l.get(k)) == Some(v)) {
-            return unresolvable(REASON_SELECTOR);
-        }
+    if !node_matches(p.spec.as_ref(), s.node) {
+        return unresolvable(REASON_SELECTOR);
     }
     // fitsRequest: the pod count first; cpu and memory only when the pod requests any.
     let mut reasons = Vec::new();
@@ -206,6 +206,48 @@ fn filter(p: &Pod, request: Resources, s: &NodeState<'_>) -> Result<(), Rejectio
     } else {
         Err(Rejection { reasons, unresolvable: false })
     }
+}
+
+/// The taint key of a cordoned node.
+pub const UNSCHEDULABLE_TAINT: &str = "node.kubernetes.io/unschedulable";
+
+fn tolerates_unschedulable(p: &Pod) -> bool {
+    let tolerations = p.spec.as_ref().and_then(|s| s.tolerations.as_ref());
+    tolerations
+        .into_iter()
+        .flatten()
+        .any(|t| t.key.as_deref() == Some(UNSCHEDULABLE_TAINT) || (t.key.is_none() && t.operator.as_deref() == Some("Exists")))
+}
+
+/// Whether a pod of `spec` may go to `node`: its `nodeSelector`, and one of the terms
+/// of its required node affinity, if it has any.
+pub fn node_matches(spec: Option<&PodSpec>, node: &Node) -> bool {
+    let labels = node.metadata.labels.as_ref();
+    let label = |k: &str| labels.and_then(|l| l.get(k)).map(String::as_str);
+    let selector_ok = spec.and_then(|s| s.node_selector.as_ref()).is_none_or(|sel| sel.iter().all(|(k, v)| label(k) == Some(v.as_str())));
+    let terms = spec
+        .and_then(|s| s.affinity.as_ref())
+        .and_then(|a| a.node_affinity.as_ref())
+        .and_then(|a| a.required_during_scheduling_ignored_during_execution.as_ref())
+        .map(|r| &r.node_selector_terms);
+    let name = node.metadata.name.as_deref();
+    let matches = |op: &str, value: Option<&str>, values: &[String]| match op {
+        "In" => value.is_some_and(|v| values.iter().any(|x| x == v)),
+        "NotIn" => !value.is_some_and(|v| values.iter().any(|x| x == v)),
+        "Exists" => value.is_some(),
+        "DoesNotExist" => value.is_none(),
+        _ => false,
+    };
+    let term_ok = |t: &k8s_openapi::api::core::v1::NodeSelectorTerm| {
+        let exprs =
+            t.match_expressions.iter().flatten().all(|e| matches(&e.operator, label(&e.key), e.values.as_deref().unwrap_or_default()));
+        let fields = t.match_fields.iter().flatten().all(|f| {
+            let value = if f.key == "metadata.name" { name } else { None };
+            matches(&f.operator, value, f.values.as_deref().unwrap_or_default())
+        });
+        exprs && fields
+    };
+    selector_ok && terms.is_none_or(|terms| terms.iter().any(term_ok))
 }
 
 /// The FitError text for a pod no node takes (`FitError.Error()` in

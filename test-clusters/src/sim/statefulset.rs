@@ -185,11 +185,7 @@ pub fn sync(input: &StatefulSetInput<'_>, now: Timestamp, rec: &mut Recorder) ->
         written.status = Some(status);
         out.actions.push(Action::UpdateStatus(Object::StatefulSet(Box::new(written))));
     }
-    out.wake_at = live
-        .iter()
-        .filter(|p| pod::is_ready(p) && !pod::is_available(p, min_ready, now))
-        .filter_map(|p| pod::available_at(p, min_ready))
-        .min();
+    out.wake_at = pod::next_available(live.iter().copied(), min_ready, now);
     out
 }
 

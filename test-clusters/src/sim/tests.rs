@@ -734,3 +734,35 @@ fn claims_get_volumes_of_their_class_when_their_pods_are_placed() {
     let pv = api.state.volumes.iter().find(|v| v.metadata.name == volume).unwrap();
     assert_eq!(pv.status.as_ref().unwrap().phase.as_deref(), Some("Released"));
 }
+
+#[test]
+fn a_daemonset_runs_a_pod_on_every_node_that_fits() {
+    let def = cluster(
+        "name: mixed\nnodes: [{count: 2, cpu: '4', memory: 8Gi, labels: {disk: ssd}}, {count: 1, cpu: '4', memory: 8Gi}]\nstartupDelay: 1s",
+    );
+    let (mut api, mut sim) = start(def);
+    let yaml = "metadata: {name: agent, namespace: default}
+spec:
+  selector: {matchLabels: {app: agent}}
+  template:
+    metadata: {labels: {app: agent}}
+    spec:
+      nodeSelector: {disk: ssd}
+      containers: [{name: agent, image: registry.example.com/agent:1.0}]
+";
+    let ds: k8s_openapi::api::apps::v1::DaemonSet = serde_yaml::from_str(yaml).unwrap();
+    api.apply(&[Action::Create(Object::DaemonSet(Box::new(ds)))], t(0));
+    run_until(&mut api, &mut sim, t(0), ms(500), 20, |api, _| api.state.daemonsets[0].status.as_ref().is_some_and(|s| s.number_ready == 2));
+    let s = api.state.daemonsets[0].status.clone().unwrap();
+    assert_eq!((s.desired_number_scheduled, s.current_number_scheduled, s.number_available, s.number_misscheduled), (2, 2, Some(2), 0));
+    let mut nodes: Vec<String> = api.live_pods().iter().map(|p| p.spec.as_ref().unwrap().node_name.clone().unwrap()).collect();
+    nodes.sort();
+    let ssd: Vec<String> = api
+        .state
+        .nodes
+        .iter()
+        .filter(|n| n.metadata.labels.as_ref().unwrap().get("disk").is_some())
+        .map(|n| n.metadata.name.clone().unwrap())
+        .collect();
+    assert_eq!(nodes, ssd, "one pod on each ssd node, none elsewhere");
+}

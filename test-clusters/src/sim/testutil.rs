@@ -445,6 +445,11 @@ impl FakeApi {
                     set.metadata.generation = Some(1);
                     self.state.statefulsets.push(*set);
                 }
+                Object::DaemonSet(mut set) => {
+                    self.stamp(&mut set.metadata, now);
+                    set.metadata.generation = Some(1);
+                    self.state.daemonsets.push(*set);
+                }
                 Object::PersistentVolume(mut v) => {
                     if self.state.volumes.iter().all(|x| x.metadata.name != v.metadata.name) {
                         self.stamp(&mut v.metadata, now);
@@ -513,6 +518,12 @@ impl FakeApi {
                 Object::Job(j) => {
                     if let Some(x) = self.state.jobs.iter_mut().find(|x| x.metadata.uid == j.metadata.uid) {
                         x.status = j.status.clone();
+                        x.metadata.resource_version = rv;
+                    }
+                }
+                Object::DaemonSet(set) => {
+                    if let Some(x) = self.state.daemonsets.iter_mut().find(|x| x.metadata.uid == set.metadata.uid) {
+                        x.status = set.status.clone();
                         x.metadata.resource_version = rv;
                     }
                 }
