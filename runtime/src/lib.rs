@@ -3,7 +3,8 @@
 //! with the kind of a synced object, [`key`]),
 //! clients of one workspace or of all of them ([`clients`]), Events on the objects a
 //! controller acts on ([`events`]), Lease-based leader election ([`leader`]), and the
-//! error predicates retries and metrics are decided by ([`errors`]). The scheduler,
+//! error predicates retries and metrics are decided by ([`errors`]), and the periodic
+//! resync beside every watch ([`resync`]). The scheduler,
 //! the syncers and the workspace-side controllers are built on it; none of them
 //! depends on another.
 
@@ -17,6 +18,7 @@ pub mod followers;
 pub mod key;
 pub mod leader;
 pub mod queue;
+pub mod resync;
 
 use std::future::Future;
 use std::pin::Pin;

@@ -73,15 +73,7 @@ pub async fn run(base: Client, resync: Duration) {
             tx.clone(),
         )));
         let p = placements.clone();
-        let _resync = runtime::AbortOnDrop(tokio::spawn(async move {
-            let mut tick = tokio::time::interval(resync);
-            loop {
-                tick.tick().await;
-                for k in p.keys() {
-                    let _ = tx.send(k);
-                }
-            }
-        }));
+        let _resync = runtime::resync::keys(resync, tx, move || p.keys());
         queue::run(rx, 8, |key| {
             // A key whose Deployment is not cached yet comes back when the first list
             // of Deployments completes, which queues every key.

@@ -490,18 +490,11 @@ pub async fn run(base: Client, resync: Duration) {
                 .collect(),
         );
         let c = caches.clone();
-        let _resync = runtime::AbortOnDrop(tokio::spawn(async move {
-            let mut tick = tokio::time::interval(resync);
-            tick.tick().await;
-            loop {
-                tick.tick().await;
-                for (kind, cache) in c.iter() {
-                    for obj in cache.entries_where(|_, o| o.concerned()) {
-                        let _ = tx.send(Target { kind: *kind, obj });
-                    }
-                }
-            }
-        }));
+        let _resync = runtime::resync::keys(resync, tx, move || {
+            c.iter()
+                .flat_map(|(kind, cache)| cache.entries_where(|_, o| o.concerned()).into_iter().map(|obj| Target { kind: *kind, obj }))
+                .collect::<Vec<_>>()
+        });
         queue::run(rx, CONCURRENCY, |target| {
             let seen = caches.get(&target.kind).and_then(|c| c.get(&target.obj));
             let base = base.clone();

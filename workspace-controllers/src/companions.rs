@@ -577,18 +577,11 @@ pub async fn run(base: Client, resync: Duration, followers: Arc<Followers>) {
         };
         let resync = {
             let c = c.clone();
-            runtime::AbortOnDrop(tokio::spawn(async move {
-                let mut tick = tokio::time::interval(resync);
-                tick.tick().await;
-                loop {
-                    tick.tick().await;
-                    let known = c.index().objects();
-                    let labelled = c.companions.values().flat_map(|cache| cache.entries_where(|_, o| labelled(o)));
-                    for k in known.into_iter().chain(labelled).collect::<BTreeSet<_>>() {
-                        let _ = objects_tx.send(k);
-                    }
-                }
-            }))
+            runtime::resync::keys(resync, objects_tx, move || {
+                let known = c.index().objects();
+                let labelled = c.companions.values().flat_map(|cache| cache.entries_where(|_, o| labelled(o)));
+                known.into_iter().chain(labelled).collect::<BTreeSet<_>>()
+            })
         };
         drop(tx);
         drop(lists_tx);

@@ -287,15 +287,7 @@ pub async fn run(base: Client, resync: Duration) {
         );
         let settled: Arc<Mutex<HashMap<Key, u64>>> = Arc::default();
         let d = deployments.clone();
-        let _resync = runtime::AbortOnDrop(tokio::spawn(async move {
-            let mut tick = tokio::time::interval(resync);
-            loop {
-                tick.tick().await;
-                for k in d.keys() {
-                    let _ = tx.send(k);
-                }
-            }
-        }));
+        let _resync = runtime::resync::keys(resync, tx, move || d.keys());
         queue::run(rx, 4, |key| {
             let d = deployments.get(&key);
             let (replicasets, settled) = (replicasets.clone(), settled.clone());
