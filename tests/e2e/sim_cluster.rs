@@ -224,6 +224,8 @@ fn jobs_complete_and_broken_images_fail_or_crash_loop() {
             _ => Err(out),
         }
     });
+    let events = c.k(&["get", "events", "--field-selector", "reason=BackOff", "-o", "jsonpath={.items[*].source.component}"]);
+    assert!(events.split_whitespace().any(|c| c == "kubelet"), "the kubelet records its back-off: {events:?}");
 }
 
 /// A CronJob makes Jobs on its schedule (`@every`, so the test need not wait for a

@@ -23,6 +23,8 @@ pub mod component {
     pub const VOLUMES: &str = "persistentvolume-controller";
     /// kube-controller-manager's daemonset controller.
     pub const DAEMONSET: &str = "daemonset-controller";
+    /// A node's kubelet.
+    pub const KUBELET: &str = "kubelet";
     /// kube-scheduler.
     pub const SCHEDULER: &str = "default-scheduler";
 }
@@ -48,6 +50,19 @@ impl Recorder {
     /// An action creating a `Warning` event about the object.
     pub fn warning(&mut self, kind: Kind, about: &ObjectMeta, component: &str, reason: &str, message: String) -> Action {
         self.event(kind, about, "Warning", component, reason, message)
+    }
+
+    /// An action creating a `Warning` event from a component on one host (a node's
+    /// kubelet), as `kubectl describe` shows `kubelet` with the node.
+    pub fn warning_from(&mut self, kind: Kind, about: &ObjectMeta, component: &str, host: &str, reason: &str, message: String) -> Action {
+        let mut action = self.event(kind, about, "Warning", component, reason, message);
+        if let Action::Create(Object::Event(e)) = &mut action {
+            if let Some(source) = e.source.as_mut() {
+                source.host = Some(host.to_string());
+            }
+            e.reporting_instance = Some(host.to_string());
+        }
+        action
     }
 
     fn event(&mut self, kind: Kind, about: &ObjectMeta, type_: &str, component: &str, reason: &str, message: String) -> Action {

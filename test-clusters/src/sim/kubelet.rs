@@ -36,6 +36,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use sha2::{Digest, Sha256};
 
 use super::action::{Action, Kind, Object, ObjectRef};
+use super::events::{component, Recorder};
 use super::{k8s_time, nodes, pod};
 
 /// What one pass of the kubelets decided.
@@ -58,6 +59,7 @@ pub fn sync(
     startup_delay: Duration,
     failing_images: &[String],
     now: Timestamp,
+    rec: &mut Recorder,
 ) -> KubeletSync {
     let mut out = KubeletSync::default();
     let by_name: BTreeMap<&str, &Node> = nodes.iter().filter_map(|n| Some((n.metadata.name.as_deref()?, n))).collect();
@@ -87,6 +89,7 @@ pub fn sync(
             out.started.push(uid);
         }
         if p.status.as_ref() != Some(&status) {
+            out.actions.extend(container_events(p, &status, node_name, rec));
             let mut updated = p.clone();
             updated.status = Some(status);
             out.actions.push(Action::UpdateStatus(Object::Pod(Box::new(updated))));
@@ -94,6 +97,31 @@ pub fn sync(
         if let Some(at) = next_transition(p, startup_delay, failing_images, now, anchor) {
             out.wake_at = Some(out.wake_at.map_or(at, |w| w.min(at)));
         }
+    }
+    out
+}
+
+/// The Events a kubelet records as a container fails: `BackOff` each time a crash-looping
+/// container is restarted, and `Failed` when a pod that does not restart fails.
+fn container_events(p: &Pod, status: &PodStatus, node: &str, rec: &mut Recorder) -> Vec<Action> {
+    let old = p.status.as_ref();
+    let mut out = Vec::new();
+    let pod_name = p.metadata.name.as_deref().unwrap_or_default();
+    let ns = p.metadata.namespace.as_deref().unwrap_or_default();
+    let uid = p.metadata.uid.as_deref().unwrap_or_default();
+    for c in status.container_statuses.iter().flatten() {
+        let before = find_status(old.and_then(|s| s.container_statuses.as_ref()), &c.name);
+        let looping = c.state.as_ref().and_then(|s| s.waiting.as_ref()).and_then(|w| w.reason.as_deref()) == Some("CrashLoopBackOff");
+        let was_looping = before.and_then(|b| b.state.as_ref()?.waiting.as_ref()?.reason.as_deref()) == Some("CrashLoopBackOff");
+        if looping && (!was_looping || before.is_some_and(|b| b.restart_count != c.restart_count)) {
+            let message = format!("Back-off restarting failed container {} in pod {pod_name}_{ns}({uid})", c.name);
+            out.push(rec.warning_from(Kind::Pod, &p.metadata, component::KUBELET, node, "BackOff", message));
+        }
+    }
+    let failed_now = status.phase.as_deref() == Some("Failed") && old.and_then(|s| s.phase.as_deref()) != Some("Failed");
+    if failed_now {
+        let message = "Error: the container exited with code 1 (its image is one the cluster fails)".to_string();
+        out.push(rec.warning_from(Kind::Pod, &p.metadata, component::KUBELET, node, "Failed", message));
     }
     out
 }
@@ -660,7 +688,7 @@ mod tests {
         let b = Pod::test("b").on_node("n1").build();
         let elsewhere = Pod::test("c").on_node("other-node").build();
         let none = BTreeMap::new();
-        let first = sync(&nodes, &[a.clone(), b.clone(), elsewhere], &none, DELAY, &[], t(0));
+        let first = sync(&nodes, &[a.clone(), b.clone(), elsewhere], &none, DELAY, &[], t(0), &mut Recorder::new(t(0)));
         assert_eq!(first.actions.len(), 2);
         assert_eq!(first.started, ["uid-a", "uid-b"]);
         assert_eq!(first.wake_at, None, "no pod has a startTime yet");
@@ -672,10 +700,10 @@ mod tests {
                 other => panic!("{other:?}"),
             })
             .collect();
-        let again = sync(&nodes, &statuses, &none, DELAY, &[], t(1));
+        let again = sync(&nodes, &statuses, &none, DELAY, &[], t(1), &mut Recorder::new(t(1)));
         assert!(again.actions.is_empty());
         assert_eq!(again.wake_at, Some(t(0) + SignedDuration::from_millis(1500)));
-        let later = sync(&nodes, &statuses, &none, DELAY, &[], t(2));
+        let later = sync(&nodes, &statuses, &none, DELAY, &[], t(2), &mut Recorder::new(t(2)));
         let ips: BTreeSet<String> = later
             .actions
             .iter()
@@ -690,7 +718,7 @@ mod tests {
     #[test]
     fn deleting_pods_are_finished() {
         let p = Pod::test("a").on_node("n1").ready_at(t(0)).deleting().build();
-        let out = sync(&[node()], &[p], &BTreeMap::new(), DELAY, &[], t(5));
+        let out = sync(&[node()], &[p], &BTreeMap::new(), DELAY, &[], t(5), &mut Recorder::new(t(5)));
         assert!(matches!(&out.actions[..], [Action::Delete { target, grace_period_seconds: Some(0) }] if target.name == "a"));
     }
 

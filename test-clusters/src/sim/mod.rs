@@ -385,7 +385,8 @@ impl Simulator {
         out.actions.extend(volumes::sync(&input, &mut self.warned_claims, &mut rec));
 
         // Kubelets.
-        let kubelets = kubelet::sync(&state.nodes, &state.pods, &self.started, self.def.startup_delay, &self.def.failing_images, now);
+        let kubelets =
+            kubelet::sync(&state.nodes, &state.pods, &self.started, self.def.startup_delay, &self.def.failing_images, now, &mut rec);
         self.started.extend(kubelets.started.into_iter().map(|uid| (uid, now)));
         out.actions.extend(kubelets.actions);
         wake(kubelets.wake_at, &mut out);

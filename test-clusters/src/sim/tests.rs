@@ -450,6 +450,8 @@ fn a_broken_image_crash_loops_until_the_progress_deadline() {
         assert_eq!(waiting, Some("CrashLoopBackOff"), "{:?}", pod.metadata.name);
         assert!(c.restart_count >= 1, "restarted by now: {c:?}");
     }
+    let backoffs = events_with_reason(&api, "BackOff");
+    assert!(!backoffs.is_empty() && backoffs[0].starts_with("Back-off restarting failed container web in pod web-"), "{backoffs:?}");
 }
 
 fn job(name: &str, yaml: &str) -> k8s_openapi::api::batch::v1::Job {
