@@ -19,6 +19,7 @@ pub mod key;
 pub mod leader;
 pub mod queue;
 pub mod resync;
+pub mod settled;
 
 use std::future::Future;
 use std::pin::Pin;

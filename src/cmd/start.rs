@@ -123,9 +123,20 @@ where
         let (client, followers) = (client.clone(), followers.clone());
         Box::new(move || workspace_controllers::companions::run(client(), resync, followers.clone()).boxed())
     });
+    // Rollout history: ReplicaSets for Deployments, ControllerRevisions for
+    // StatefulSets and DaemonSets, under one lease.
     let revisions = controller("flotilla-revisions", {
         let client = client.clone();
-        Box::new(move || workspace_controllers::revisions::run(client(), resync).boxed())
+        Box::new(move || {
+            let c = client();
+            async move {
+                tokio::join!(
+                    workspace_controllers::revisions::run(c.clone(), resync),
+                    workspace_controllers::controller_revisions::run(c, resync)
+                );
+            }
+            .boxed()
+        })
     });
     let scheduling = (!args.no_scheduler).then(|| -> anyhow::Result<_> {
         let options = args.failover.apply(scheduler::Options {

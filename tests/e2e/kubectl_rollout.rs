@@ -29,8 +29,12 @@ spec:
 
 /// `kubectl rollout history`'s rows, as `revision:cause` pairs.
 fn history(f: &Flotilla, context: &[&str]) -> String {
+    history_of(f, context, "deployment/web")
+}
+
+fn history_of(f: &Flotilla, context: &[&str], object: &str) -> String {
     let mut args = context.to_vec();
-    args.extend(["rollout", "history", "deployment/web"]);
+    args.extend(["rollout", "history", object]);
     let o = f.kubectl(&args);
     if !o.ok {
         return format!("failed: {}", o.stderr.trim());
@@ -128,4 +132,37 @@ fn an_undo_reaches_the_clusters_and_no_replicaset_is_synced() {
     // workspace.
     let synced = east.kubectl(&["get", "rs", "-A", "-l", "workload.flotilla.io/sync-target", "-o", "name"]).stdout;
     assert!(synced.trim().is_empty(), "a workspace ReplicaSet was synced: {synced}");
+}
+
+/// StatefulSets and DaemonSets keep their history as ControllerRevisions: `kubectl
+/// rollout history` lists them with their change-cause, and `rollout undo` puts the
+/// previous template back as the next revision.
+#[test]
+fn statefulsets_and_daemonsets_keep_their_history_as_controller_revisions() {
+    let f = Flotilla::start();
+    for (kind, object) in [("StatefulSet", "sts/store"), ("DaemonSet", "ds/store")] {
+        let extra = if kind == "StatefulSet" { "  serviceName: store\n" } else { "" };
+        let manifest = format!(
+            "apiVersion: apps/v1\nkind: {kind}\nmetadata: {{name: store, annotations: {{kubernetes.io/change-cause: first}}}}\nspec:\n{extra}  \
+             selector: {{matchLabels: {{app: store}}}}\n  template:\n    metadata: {{labels: {{app: store}}}}\n    spec:\n      \
+             containers: [{{name: store, image: 'registry.example.com/store:1'}}]\n"
+        );
+        f.apply(&[], &manifest);
+        let wait_history = |want: &str| {
+            wait_until(&format!("the history of {object}"), Duration::from_secs(20), || history_of(&f, &[], object), |h| h == want)
+        };
+        wait_history("1:first");
+        f.k(&["annotate", object, "kubernetes.io/change-cause=second", "--overwrite"]);
+        f.k(&["set", "image", object, "store=registry.example.com/store:2"]);
+        wait_history("1:first 2:second");
+        let detail = f.k(&["rollout", "history", object, "--revision=1"]);
+        assert!(detail.contains("store:1") && !detail.contains("store:2"), "{detail}");
+        assert!(f.k(&["rollout", "undo", object]).contains("rolled back"));
+        let image = f.k(&["get", object, "-o", "jsonpath={.spec.template.spec.containers[0].image}"]);
+        assert_eq!(image, "registry.example.com/store:1", "{object}");
+        wait_history("2:second 3:first");
+        let owners = f.k(&["get", "controllerrevisions", "-l", "app=store", "-o", "jsonpath={.items[*].metadata.ownerReferences[0].kind}"]);
+        assert!(owners.split_whitespace().filter(|k| *k == kind).count() == 2, "{kind}: {owners}");
+        f.k(&["delete", object]);
+    }
 }

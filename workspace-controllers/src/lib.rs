@@ -5,12 +5,14 @@
 //! from theirs, [`companions`] labels what follows each assigned workload (its
 //! Services, Ingresses, ServiceAccount, disruption budgets, network policies,
 //! autoscalers, ConfigMaps and Secrets), so that it goes to the same clusters, and
-//! [`revisions`] keeps a Deployment's rollout history as ReplicaSets. One of each runs
-//! in the control plane's process.
+//! [`revisions`] keeps a Deployment's rollout history as ReplicaSets, and
+//! [`controller_revisions`] a StatefulSet's or DaemonSet's as ControllerRevisions. One
+//! of each runs in the control plane's process.
 
 #![warn(missing_docs)]
 
 pub mod aggregate;
 pub mod companion_status;
 pub mod companions;
+pub mod controller_revisions;
 pub mod revisions;

@@ -20,8 +20,7 @@
 //! Kubernetes uses, but not the hash a real cluster computes from its Go structures,
 //! which nothing compares.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
@@ -39,6 +38,7 @@ use runtime::clients;
 use runtime::errors::{failed, is_already_exists, is_not_found, Failed};
 use runtime::key as cache;
 use runtime::queue::{self, Next};
+use runtime::settled::Settled;
 use runtime::Key;
 
 /// The field manager of what this controller writes.
@@ -285,7 +285,7 @@ pub async fn run(base: Client, resync: Duration) {
             tx.clone(),
             "replicasets",
         );
-        let settled: Arc<Mutex<HashMap<Key, u64>>> = Arc::default();
+        let settled: Arc<Settled<Key>> = Arc::default();
         let d = deployments.clone();
         let _resync = runtime::resync::keys(resync, tx, move || d.keys());
         queue::run(rx, 4, |key| {
@@ -295,7 +295,7 @@ pub async fn run(base: Client, resync: Duration) {
             let span = tracing::info_span!("revisions", object = %key);
             async move {
                 let Some(d) = d else {
-                    settled.lock().unwrap_or_else(|e| e.into_inner()).remove(&key);
+                    settled.forget(&key);
                     return Ok::<_, Failed>(Next::Done);
                 };
                 // Until the first list, a missing ReplicaSet may only be unseen yet.
@@ -317,18 +317,13 @@ pub async fn run(base: Client, resync: Duration) {
                 // a pass reads: those that leave its inputs as a settled pass saw them
                 // are skipped.
                 let inputs = fingerprint(&d, &owned_refs);
-                if settled.lock().unwrap_or_else(|e| e.into_inner()).get(&key) == Some(&inputs) {
+                if settled.unchanged(&key, inputs) {
                     return Ok(Next::Done);
                 }
                 let actions = plan(&d, &owned_refs, taken);
                 let quiet = actions.is_empty();
                 let next = apply(&base, &key, actions).await?;
-                let mut settled = settled.lock().unwrap_or_else(|e| e.into_inner());
-                if quiet {
-                    settled.insert(key, inputs);
-                } else {
-                    settled.remove(&key);
-                }
+                settled.record(key, inputs, quiet);
                 Ok(next)
             }
             .instrument(span)
