@@ -4,7 +4,8 @@
 //! clients of one workspace or of all of them ([`clients`]), Events on the objects a
 //! controller acts on ([`events`]), Lease-based leader election ([`leader`]), and the
 //! error predicates retries and metrics are decided by ([`errors`]), and the periodic
-//! resync beside every watch ([`resync`]). The scheduler,
+//! resync beside every watch ([`resync`]), and the [`manager`] that starts, leases and
+//! stops a process's controllers. The scheduler,
 //! the syncers and the workspace-side controllers are built on it; none of them
 //! depends on another.
 
@@ -17,6 +18,7 @@ pub mod events;
 pub mod followers;
 pub mod key;
 pub mod leader;
+pub mod manager;
 pub mod queue;
 pub mod resync;
 pub mod settled;

@@ -2,7 +2,6 @@
 
 use std::path::Path;
 
-use futures::future::BoxFuture;
 use futures::FutureExt;
 
 use controlplane::server::{self, ServerConfig};
@@ -98,34 +97,18 @@ where
     };
     let resync = args.resync;
     // Alone on its data dir, a server is the only one: its controllers just run.
-    // Replicas on etcd each hold a Lease per controller, and run it while they do.
-    let controller = |lease: &'static str, work: Box<dyn Fn() -> BoxFuture<'static, ()> + Send + Sync>| -> runtime::AbortOnDrop<()> {
-        match replicated {
-            false => runtime::AbortOnDrop(tokio::spawn(work())),
-            true => {
-                let mut elector = runtime::leader::Elector::new(client(), lease, identity.clone(), runtime::leader::Timing::default());
-                runtime::AbortOnDrop(tokio::spawn(async move { elector.run(&work).await }))
-            }
-        }
-    };
-    let api = srv.api.clone();
-    let own = replicated
-        .then(|| controller("flotilla-controlplane-controllers", Box::new(move || controlplane::controllers::run(api.clone()).boxed())));
-    let aggregator = controller("flotilla-status-aggregator", {
-        let client = client.clone();
-        Box::new(move || workspace_controllers::aggregate::run(client(), resync).boxed())
-    });
-    let companion_status = controller("flotilla-companion-status", {
-        let client = client.clone();
-        Box::new(move || workspace_controllers::companion_status::run(client(), resync).boxed())
-    });
-    let companions = controller("flotilla-companions", {
+    // Replicas on etcd each hold a Lease per controller, and run it while they do. They
+    // stop in the order they are added: the syncers first, the control plane's own
+    // controllers last.
+    let mut controllers = runtime::manager::Manager::new(client(), replicated.then(|| identity.clone()));
+    controllers.add_unleased("push-mode syncers", syncer::push::run(client(), options).boxed());
+    controllers.add("flotilla-companions", {
         let (client, followers) = (client.clone(), followers.clone());
         Box::new(move || workspace_controllers::companions::run(client(), resync, followers.clone()).boxed())
     });
     // Rollout history: ReplicaSets for Deployments, ControllerRevisions for
     // StatefulSets and DaemonSets, under one lease.
-    let revisions = controller("flotilla-revisions", {
+    controllers.add("flotilla-revisions", {
         let client = client.clone();
         Box::new(move || {
             let c = client();
@@ -138,6 +121,18 @@ where
             .boxed()
         })
     });
+    controllers.add("flotilla-status-aggregator", {
+        let client = client.clone();
+        Box::new(move || workspace_controllers::aggregate::run(client(), resync).boxed())
+    });
+    controllers.add("flotilla-companion-status", {
+        let client = client.clone();
+        Box::new(move || workspace_controllers::companion_status::run(client(), resync).boxed())
+    });
+    if replicated {
+        let api = srv.api.clone();
+        controllers.add("flotilla-controlplane-controllers", Box::new(move || controlplane::controllers::run(api.clone()).boxed()));
+    }
     let scheduling = (!args.no_scheduler).then(|| -> anyhow::Result<_> {
         let options = args.failover.apply(scheduler::Options {
             heartbeat_grace: args.heartbeat_grace,
@@ -148,7 +143,6 @@ where
         Ok((client(), options))
     });
     let scheduling = scheduling.transpose()?;
-    let syncers = runtime::AbortOnDrop(tokio::spawn(syncer::push::run(client(), options)));
     let mut kept = None;
     let mut failed = None;
     let until_stopped = async {
@@ -177,15 +171,9 @@ where
     // The controllers stop before what `started` runs (`up`'s clusters) and before the
     // server, so none of them writes to the store after it has shut down, and none
     // warns that a cluster or the server went away.
-    let tasks = [Some(syncers), Some(companions), Some(revisions), Some(aggregator), Some(companion_status), own];
-    for mut task in tasks.into_iter().flatten() {
-        task.0.abort();
-        let _ = (&mut task.0).await;
-    }
+    // Everything a replica held has stopped: the others may take it at once.
+    let released = controllers.stop().await;
     if replicated {
-        // Everything this replica held has stopped: the others may take it at once.
-        let root = runtime::clients::workspace(&client(), placement_api::ROOT_WORKSPACE);
-        let released = runtime::leader::release_all(root, &identity).await;
         tracing::info!(released, "gave this replica's Leases up");
     }
     drop(kept);
