@@ -397,7 +397,7 @@ impl Api {
         }
         let name = meta_str(&obj, "name").unwrap_or_default().to_string();
         scope.rt.strategy.check_create(&name)?;
-        self.check_namespace_writable(scope)?;
+        self.check_namespace_writable(scope, &name)?;
         let mut obj = self.admit(scope, &name, obj, None, Sub::Main, opts, &mut warnings)?;
         {
             let m = objmeta::meta_mut(&mut obj);
@@ -1075,7 +1075,7 @@ impl Api {
         Ok(())
     }
 
-    fn check_namespace_writable(&self, scope: &Scope) -> Result<(), ApiError> {
+    fn check_namespace_writable(&self, scope: &Scope, name: &str) -> Result<(), ApiError> {
         if !scope.rt.namespaced {
             return Ok(());
         }
@@ -1093,7 +1093,7 @@ impl Api {
             None => Err(ApiError::not_found(ObjRef { group: "", resource: "namespaces", name: &scope.namespace })),
             Some(ns) if ns.deletion_timestamp.is_some() => Err(ApiError::forbidden(format!(
                 "{} \"{}\" is forbidden: unable to create new content in namespace {} because it is being terminated",
-                scope.rt.plural, "", scope.namespace
+                scope.rt.plural, name, scope.namespace
             ))),
             Some(_) => Ok(()),
         }

@@ -245,7 +245,14 @@ fn deleting_a_namespace_cascades_to_its_contents() {
         }
     });
     let o = f.kubectl_stdin(&["apply", "-n", "doomed", "-f", "-"], "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: late}\n");
-    assert!(!o.ok && o.stderr.contains("being terminated"), "{}", o.stderr);
+    assert!(
+        !o.ok
+            && o.stderr.contains(
+                r#"configmaps "late" is forbidden: unable to create new content in namespace doomed because it is being terminated"#
+            ),
+        "{}",
+        o.stderr
+    );
     f.k(&["patch", "cm", "held", "-n", "doomed", "--type=json", "-p", r#"[{"op":"remove","path":"/metadata/finalizers"}]"#]);
     assert!(child.wait().unwrap().success(), "{}", std::fs::read_to_string(&out).unwrap_or_default());
     let o = f.kubectl(&["get", "ns", "doomed"]);
