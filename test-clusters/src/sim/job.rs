@@ -1,7 +1,6 @@
 //! The job controller: pods that run to completion, counted into the Job's status.
 //!
-//! For a `NonIndexed` Job (an `Indexed` one is run the same way, without indexes), as
-//! kube-controller-manager's job controller does:
+//! As kube-controller-manager's job controller does:
 //! - it keeps `parallelism` pods running, no more than the completions still wanted,
 //!   and creates a new pod for each one that fails;
 //! - once `completions` pods have succeeded (or, with no `completions`, once one has and
@@ -11,7 +10,14 @@
 //!   `activeDeadlineSeconds`, it has failed: `FailureTarget` and `Failed` turn True
 //!   (`BackoffLimitExceeded`, `DeadlineExceeded`), and its running pods are deleted;
 //! - a suspended Job runs no pods, and says `Suspended`;
-//! - a finished Job never runs a pod again.
+//! - a finished Job never runs a pod again;
+//! - an `Indexed` Job's pods each have an index (`0` to `completions - 1`) in the
+//!   annotation and label `batch.kubernetes.io/job-completion-index` and the
+//!   environment variable `JOB_COMPLETION_INDEX`, with the hostname `<job>-<index>`; each
+//!   index must succeed once, the lowest missing ones run first, and
+//!   `status.completedIndexes` lists those done (`0-2,4`);
+//! - a finished Job with `ttlSecondsAfterFinished` is deleted that long after it
+//!   finished, its pods with it (the ttl-after-finished controller).
 //!
 //! `status.startTime` is set when it first runs; `active`, `ready`, `succeeded` and
 //! `failed` count its pods. The simulation recreates a failed pod at once, where
@@ -99,7 +105,10 @@ pub fn sync(input: &JobInput<'_>, now: Timestamp, names: &mut dyn NameSource, ta
     let old = job.status.clone().unwrap_or_default();
     let mut status = old.clone();
     let active: Vec<&Pod> = input.pods.iter().copied().filter(|p| pod::is_active(p)).collect();
-    let succeeded = input.pods.iter().filter(|p| pod::phase(p) == "Succeeded").count() as i32;
+    let indexed = spec.completion_mode.as_deref() == Some("Indexed");
+    let done_indexes: BTreeSet<i32> = input.pods.iter().filter(|p| pod::phase(p) == "Succeeded").filter_map(|p| index_of(p)).collect();
+    let succeeded =
+        if indexed { done_indexes.len() as i32 } else { input.pods.iter().filter(|p| pod::phase(p) == "Succeeded").count() as i32 };
     let failed = input.pods.iter().filter(|p| pod::phase(p) == "Failed").count() as i32;
     let suspended = spec.suspend == Some(true);
     // Whether its pods are being stopped: it failed, or is suspended.
@@ -118,6 +127,18 @@ pub fn sync(input: &JobInput<'_>, now: Timestamp, names: &mut dyn NameSource, ta
         // A failed Job's pods are stopped; a finished Job never runs again.
         if input.manage && has_condition(job, "Failed") && !active.is_empty() {
             delete(&active, &mut out);
+        }
+        // Its time to live runs from when it finished.
+        let ended = status.completion_time.clone().or_else(|| {
+            status.conditions.iter().flatten().find(|c| c.type_ == "Failed" && c.status == "True")?.last_transition_time.clone()
+        });
+        if let (Some(ttl), Some(ended)) = (spec.ttl_seconds_after_finished, ended) {
+            let expires = ended.0 + SignedDuration::from_secs(i64::from(ttl.max(0)));
+            if now >= expires {
+                out.actions.push(Action::Delete { target: ObjectRef::from_meta(Kind::Job, &job.metadata), grace_period_seconds: None });
+                return out;
+            }
+            out.wake_at = Some(expires);
         }
     } else if suspended {
         if input.manage && !active.is_empty() {
@@ -166,9 +187,19 @@ pub fn sync(input: &JobInput<'_>, now: Timestamp, names: &mut dyn NameSource, ta
                     None => parallelism,
                 };
                 let missing = (wanted.max(0) as usize).saturating_sub(active.len()).min(BURST);
+                // An Indexed Job runs the lowest indexes that have neither succeeded nor run.
+                let running: BTreeSet<i32> = active.iter().filter_map(|p| index_of(p)).collect();
+                let mut free = (0..completions.unwrap_or(1)).filter(|i| !done_indexes.contains(i) && !running.contains(i));
                 for _ in 0..missing {
                     let template = job.spec.as_ref().map(|s| s.template.clone());
-                    let p = pod::from_template(&job.metadata, "batch/v1", "Job", template, names, taken);
+                    let index = if indexed { free.next() } else { None };
+                    if indexed && index.is_none() {
+                        break;
+                    }
+                    let mut p = pod::from_template(&job.metadata, "batch/v1", "Job", template, names, taken);
+                    if let Some(i) = index {
+                        with_index(&mut p, job, i);
+                    }
                     let name = p.metadata.name.clone().unwrap_or_default();
                     out.created.push(name.clone());
                     out.actions.push(Action::Create(Object::Pod(Box::new(p))));
@@ -193,6 +224,9 @@ pub fn sync(input: &JobInput<'_>, now: Timestamp, names: &mut dyn NameSource, ta
     status.succeeded = Some(succeeded).filter(|n| *n > 0);
     status.failed = Some(failed).filter(|n| *n > 0);
     status.terminating = Some(0);
+    if indexed {
+        status.completed_indexes = Some(ranges(&done_indexes)).filter(|r| !r.is_empty());
+    }
     status.uncounted_terminated_pods.get_or_insert_with(UncountedTerminatedPods::default);
     if status != old {
         let mut updated = job.clone();
@@ -200,6 +234,52 @@ pub fn sync(input: &JobInput<'_>, now: Timestamp, names: &mut dyn NameSource, ta
         out.actions.push(Action::UpdateStatus(Object::Job(Box::new(updated))));
     }
     out
+}
+
+/// The annotation and label with an Indexed Job pod's index.
+pub const COMPLETION_INDEX: &str = "batch.kubernetes.io/job-completion-index";
+
+fn index_of(p: &Pod) -> Option<i32> {
+    p.metadata.annotations.as_ref()?.get(COMPLETION_INDEX)?.parse().ok()
+}
+
+/// Gives pod `p` of an Indexed Job its index: the annotation and label, the
+/// environment variable from the annotation, and the hostname `<job>-<index>`.
+fn with_index(p: &mut Pod, job: &Job, i: i32) {
+    use k8s_openapi::api::core::v1::{EnvVar, EnvVarSource, ObjectFieldSelector};
+    p.metadata.annotations.get_or_insert_with(Default::default).insert(COMPLETION_INDEX.into(), i.to_string());
+    p.metadata.labels.get_or_insert_with(Default::default).insert(COMPLETION_INDEX.into(), i.to_string());
+    let name = job.metadata.name.as_deref().unwrap_or_default();
+    if let Some(spec) = p.spec.as_mut() {
+        spec.hostname = Some(format!("{name}-{i}"));
+        for c in spec.containers.iter_mut().chain(spec.init_containers.iter_mut().flatten()) {
+            c.env.get_or_insert_with(Vec::new).push(EnvVar {
+                name: "JOB_COMPLETION_INDEX".into(),
+                value: None,
+                value_from: Some(EnvVarSource {
+                    field_ref: Some(ObjectFieldSelector {
+                        api_version: None,
+                        field_path: format!("metadata.annotations['{COMPLETION_INDEX}']"),
+                    }),
+                    ..Default::default()
+                }),
+            });
+        }
+    }
+}
+
+/// Indexes as the API writes them: runs of consecutive ones as `a-b`, joined by commas.
+fn ranges(indexes: &BTreeSet<i32>) -> String {
+    let mut out: Vec<String> = Vec::new();
+    let mut iter = indexes.iter().copied().peekable();
+    while let Some(start) = iter.next() {
+        let mut end = start;
+        while iter.peek() == Some(&(end + 1)) {
+            end = iter.next().unwrap_or(end);
+        }
+        out.push(if start == end { start.to_string() } else { format!("{start}-{end}") });
+    }
+    out.join(",")
 }
 
 /// Sets a condition, keeping its transition time while its status stays the same. A

@@ -768,3 +768,32 @@ spec:
         .collect();
     assert_eq!(nodes, ssd, "one pod on each ssd node, none elsewhere");
 }
+
+#[test]
+fn an_indexed_job_runs_each_index_once_and_a_finished_job_goes_after_its_ttl() {
+    let (mut api, mut sim) = start(east());
+    let indexed = JOB.replace(
+        "completions: 2\n  parallelism: 1",
+        "completions: 3\n  parallelism: 2\n  completionMode: Indexed\n  ttlSecondsAfterFinished: 5",
+    );
+    api.create_job(job("work", &indexed), t(0));
+    api.settle(&mut sim, t(0));
+    let indexes = |api: &FakeApi| {
+        let mut i: Vec<String> =
+            api.live_pods().iter().map(|p| p.metadata.annotations.as_ref().unwrap()[job::COMPLETION_INDEX].clone()).collect();
+        i.sort();
+        i
+    };
+    assert_eq!(indexes(&api), ["0", "1"], "the lowest indexes first, parallelism at a time");
+    let p0 = api.live_pods().into_iter().find(|p| p.metadata.annotations.as_ref().unwrap()[job::COMPLETION_INDEX] == "0").unwrap();
+    assert_eq!(p0.spec.as_ref().unwrap().hostname.as_deref(), Some("work-0"));
+    assert!(p0.spec.as_ref().unwrap().containers[0].env.iter().flatten().any(|e| e.name == "JOB_COMPLETION_INDEX"));
+    let done = run_until(&mut api, &mut sim, t(0), ms(1000), 30, |api, _| api.job_status("work").completion_time.is_some());
+    assert_eq!(api.job_status("work").completed_indexes.as_deref(), Some("0-2"));
+    assert_eq!(api.state.pods.len(), 3, "each index ran once");
+    // Five seconds after it finished, the Job goes, and its pods with it.
+    api.settle(&mut sim, done + SignedDuration::from_secs(4));
+    assert_eq!(api.state.jobs.len(), 1);
+    api.settle(&mut sim, done + SignedDuration::from_secs(5));
+    assert!(api.state.jobs.is_empty() && api.state.pods.is_empty());
+}
