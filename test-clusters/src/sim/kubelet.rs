@@ -213,14 +213,19 @@ pub fn image_fails(image: &str, failing_images: &[String]) -> bool {
 /// at most 5 min. For a container that first failed `elapsed` ago: how many times it
 /// has been restarted, and when (from its first failure) the next restart comes.
 pub fn crash_loop(elapsed: SignedDuration) -> (i32, SignedDuration) {
-    let (mut restarts, mut at, mut delay) = (0, SignedDuration::ZERO, 10i64);
-    loop {
-        let next = at + SignedDuration::from_secs(delay);
-        if next > elapsed {
-            return (restarts, next);
+    let (mut restarts, mut at, mut delay) = (0i64, 0i64, 10i64);
+    let elapsed = elapsed.as_secs();
+    // The doubling delays first (10, 20, 40, 80, 160), then the cap: a count, not a walk,
+    // however long the container has been failing.
+    while delay < 300 {
+        if at + delay > elapsed {
+            return (restarts as i32, SignedDuration::from_secs(at + delay));
         }
-        (restarts, at, delay) = (restarts + 1, next, (delay * 2).min(300));
+        (restarts, at, delay) = (restarts + 1, at + delay, delay * 2);
     }
+    let capped = (elapsed - at).max(0) / 300;
+    let (restarts, at) = (restarts + capped, at + capped * 300);
+    (i32::try_from(restarts).unwrap_or(i32::MAX), SignedDuration::from_secs(at + 300))
 }
 
 /// The back-off a container waits after its `restarts`th restart.
@@ -476,11 +481,9 @@ fn terminated(pod: &Pod, c: &Container, previous: Option<&ContainerStatus>, code
 /// the last one's exit in `lastState`. Every field is a function of `elapsed`'s
 /// restart count, so a status recomputed between restarts is unchanged.
 fn crash_looping(pod: &Pod, c: &Container, elapsed: SignedDuration, first: Timestamp) -> ContainerStatus {
-    let (restarts, _) = crash_loop(elapsed);
-    let mut last_start = first;
-    for n in 0..restarts {
-        last_start += SignedDuration::from_secs(back_off(n));
-    }
+    let (restarts, next) = crash_loop(elapsed);
+    // The last restart was one back-off before the next.
+    let last_start = first + next - SignedDuration::from_secs(back_off(restarts));
     let base = started(pod, c);
     let pod_name = pod.metadata.name.as_deref().unwrap_or_default();
     let message = format!(
@@ -775,6 +778,10 @@ mod tests {
         let counts: Vec<i32> = seen.iter().map(|s| s.container_statuses.as_ref().unwrap()[0].restart_count).collect();
         assert!(counts.windows(2).all(|w| w[0] <= w[1]), "the restart count only rises: {counts:?}");
         assert_eq!(crash_loop(SignedDuration::from_secs(1000)), (7, SignedDuration::from_secs(1210)), "the back-off stops at 5 min");
+        assert_eq!(crash_loop(SignedDuration::from_secs(9)), (0, SignedDuration::from_secs(10)));
+        assert_eq!(crash_loop(SignedDuration::from_secs(310)), (5, SignedDuration::from_secs(610)));
+        let year = 365 * 86_400;
+        assert_eq!(i64::from(crash_loop(SignedDuration::from_secs(year)).0), 5 + (year - 310) / 300, "counted, not walked");
 
         let job = Pod::test("job-x").on_node("n1").image("busybox:broken").restart_policy("Never").build();
         let last = run(&job, &[], 5).pop().unwrap();

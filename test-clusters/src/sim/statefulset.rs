@@ -37,6 +37,9 @@ pub const POD_INDEX_LABEL: &str = "apps.kubernetes.io/pod-index";
 /// The label with the revision a pod was made from.
 pub const REVISION_LABEL: &str = "controller-revision-hash";
 
+/// At most this many pods are created for one StatefulSet in one pass.
+const BURST: usize = 500;
+
 /// What one StatefulSet sync reads.
 #[derive(Debug)]
 pub struct StatefulSetInput<'a> {
@@ -108,8 +111,10 @@ pub fn sync(input: &StatefulSetInput<'_>, now: Timestamp, rec: &mut Recorder) ->
         }
     }
     let mut blocked = false;
+    let mut created = 0;
     for i in wanted.clone() {
-        if blocked {
+        // At most a burst of pods a pass, as the controller's; the rest come next pass.
+        if blocked || created >= BURST {
             break;
         }
         match by_ordinal.get(&i) {
@@ -126,6 +131,7 @@ pub fn sync(input: &StatefulSetInput<'_>, now: Timestamp, rec: &mut Recorder) ->
                     }
                 }
                 out.actions.push(Action::Create(Object::Pod(Box::new(new_pod(set, i, &update)))));
+                created += 1;
                 event("SuccessfulCreate", format!("create Pod {name}-{i} in StatefulSet {name} successful"), &mut out);
                 blocked = !parallel;
             }
