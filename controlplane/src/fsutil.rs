@@ -23,8 +23,15 @@ pub fn secure_data_dir(dir: &Path) -> std::io::Result<Vec<std::path::PathBuf>> {
     std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir)?;
     let mut tightened = Vec::new();
     let mut pending = vec![dir.to_path_buf()];
+    // A file may vanish while the walk runs (SQLite removes its -wal and -shm files as
+    // the last connection of a store that just stopped closes): what is gone needs no
+    // tightening. The data dir itself must be there.
+    let gone = |e: &std::io::Error, path: &Path| e.kind() == std::io::ErrorKind::NotFound && path != dir;
     while let Some(path) = pending.pop() {
-        let meta = std::fs::symlink_metadata(&path)?;
+        let meta = match std::fs::symlink_metadata(&path) {
+            Err(e) if gone(&e, &path) => continue,
+            other => other?,
+        };
         if meta.file_type().is_symlink() {
             continue;
         }
@@ -32,12 +39,23 @@ pub fn secure_data_dir(dir: &Path) -> std::io::Result<Vec<std::path::PathBuf>> {
         if mode & 0o077 != 0 {
             // The owner keeps what it had (a directory keeps rwx); group and others lose all.
             let owner = if meta.is_dir() { 0o700 } else { mode & 0o700 };
-            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(owner))?;
+            match std::fs::set_permissions(&path, std::fs::Permissions::from_mode(owner)) {
+                Err(e) if gone(&e, &path) => continue,
+                other => other?,
+            }
             tightened.push(path.clone());
         }
         if meta.is_dir() {
-            for entry in std::fs::read_dir(&path)? {
-                pending.push(entry?.path());
+            let entries = match std::fs::read_dir(&path) {
+                Err(e) if gone(&e, &path) => continue,
+                other => other?,
+            };
+            for entry in entries {
+                match entry {
+                    Ok(entry) => pending.push(entry.path()),
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                    Err(e) => return Err(e),
+                }
             }
         }
     }
