@@ -17,6 +17,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::{ControllerRevision, DaemonSet, StatefulSet};
+use k8s_openapi::Metadata;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kube::runtime::watcher;
 use kube::Client;
@@ -173,16 +174,20 @@ pub async fn run(base: Client, resync: Duration) {
             },
         );
         let revisions_tx = tx.clone();
-        let revisions = cache::spawn(
+        // Each revision is also kept under its owner's key, so that a pass finds an
+        // object's revisions without looking at every revision of every workspace.
+        let revisions = cache::spawn_grouped(
             Api::<ControllerRevision>::all(wildcard),
             watcher::Config::default(),
-            Workspace::Annotated,
-            "controllerrevisions",
+            |r: &ControllerRevision| ObjKey::of(r.metadata(), Workspace::Annotated),
+            Some(Box::new(|key: &ObjKey, r: &ControllerRevision| owner_of(key, r).map(|t| t.key))),
             move |c: cache::Change<ControllerRevision>| {
                 if let Some(owner) = c.new.as_ref().or(c.old.as_ref()).and_then(|r| owner_of(&c.key, r)) {
                     let _ = revisions_tx.send(owner);
                 }
+                true
             },
+            "controllerrevisions",
         );
         let (s, d) = (sets.clone(), daemons.clone());
         let _resync = runtime::resync::keys(resync, tx, move || {
@@ -211,7 +216,7 @@ pub async fn run(base: Client, resync: Duration) {
                 if !revisions.synced() {
                     return Ok(Next::After(Duration::from_millis(200)));
                 }
-                let owned = revisions.values_where(|k| k.workspace == key.workspace && k.namespace == key.namespace);
+                let owned = revisions.grouped(&key);
                 let mut owned: Vec<&ControllerRevision> = owned
                     .iter()
                     .map(|r| &**r)
