@@ -48,10 +48,15 @@ fn assignable(r: &Request<'_>) -> bool {
     is(r, SCHEDULING_GROUP, "workloadplacements") || Kind::of_resource(r.group, r.resource).is_some()
 }
 
-/// The kinds that follow a Deployment, on whose objects a syncer reports its copy's
+/// The kinds that follow a workload, on whose objects a syncer reports its copy's
 /// status.
 fn companion(r: &Request<'_>) -> bool {
-    Kind::of_resource(r.group, r.resource).is_some_and(|k| k != Kind::Deployment)
+    Kind::of_resource(r.group, r.resource).is_some_and(|k| k.workload().is_none())
+}
+
+/// The workload kinds, on which a syncer keeps its finalizer.
+fn workload(r: &Request<'_>) -> bool {
+    Kind::of_resource(r.group, r.resource).is_some_and(|k| k.workload().is_some())
 }
 
 fn forbidden(target: &str, r: &Request<'_>, why: &str) -> ApiError {
@@ -106,13 +111,13 @@ pub fn check_request(target: &str, r: &Request<'_>) -> Result<(), ApiError> {
             r,
             "through the wildcard view a syncer may only list and watch WorkloadPlacements and the kinds it copies",
         )),
-        (_, "get", None) if is(r, "apps", "deployments") || is(r, SCHEDULING_GROUP, "workloadplacements") => Ok(()),
-        (_, "patch" | "update", None) if is(r, "apps", "deployments") || companion(r) => Ok(()),
+        (_, "get", None) if workload(r) || is(r, SCHEDULING_GROUP, "workloadplacements") => Ok(()),
+        (_, "patch" | "update", None) if workload(r) || companion(r) => Ok(()),
         (_, "patch" | "update", Some("status")) if is(r, SCHEDULING_GROUP, "workloadplacements") => Ok(()),
         _ => Err(forbidden(
             target,
             r,
-            "in a workspace a syncer may read its Deployments and WorkloadPlacements, change its own finalizer on a Deployment, write its own WorkloadPlacement status entry, and its own cluster status annotation on what follows a Deployment",
+            "in a workspace a syncer may read its workloads and WorkloadPlacements, change its own finalizer on a workload, write its own WorkloadPlacement status entry, and its own cluster status annotation on what follows a workload",
         )),
     }
 }
@@ -176,7 +181,7 @@ fn has_entry(target: &str, obj: &Value) -> bool {
 /// carrying its mark from when it was.
 fn concerns(target: &str, r: &Request<'_>, obj: &Value) -> bool {
     assigned(target, obj)
-        || (is(r, "apps", "deployments") && has_finalizer(target, obj))
+        || (workload(r) && has_finalizer(target, obj))
         || (is(r, SCHEDULING_GROUP, "workloadplacements") && has_entry(target, obj))
 }
 
@@ -225,7 +230,7 @@ pub fn check_update(target: &str, r: &Request<'_>, old: &Value, new: &Value) -> 
     if !concerns(target, r, old) {
         return Err(forbidden(target, r, "it is not assigned to the syncer's cluster"));
     }
-    if is(r, "apps", "deployments") {
+    if workload(r) {
         let mine = placement_api::syncer_finalizer(target);
         let others = |o: &mut Value| {
             if let Some(f) = o.pointer_mut("/metadata/finalizers").and_then(Value::as_array_mut) {
@@ -236,7 +241,7 @@ pub fn check_update(target: &str, r: &Request<'_>, old: &Value, new: &Value) -> 
             }
         };
         if let Some(path) = first_difference(&comparable(old, others), &comparable(new, others), "") {
-            return Err(forbidden(target, r, &format!("a syncer may change only its own finalizer {mine} on a Deployment, not {path}")));
+            return Err(forbidden(target, r, &format!("a syncer may change only its own finalizer {mine} on a workload, not {path}")));
         }
         return Ok(());
     }

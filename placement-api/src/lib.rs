@@ -24,12 +24,12 @@ mod workspace;
 pub use crds::{all_crds, crd_json, crds_yaml, installed_in_root, served_in_every_workspace};
 pub use keys::*;
 pub use placement::{
-    ClusterToleration, ClusterWeight, Placement, PlacementSpec, PlacementStatus, Rebalance, ReplicaScheduling, SpreadConstraint,
-    TolerationOperator,
+    ClusterToleration, ClusterWeight, FailoverSpec, Placement, PlacementSpec, PlacementStatus, Rebalance, ReplicaScheduling,
+    SpreadConstraint, StatefulSetFailover, TolerationOperator,
 };
 pub use synctarget::{ClusterTaint, NodeHeadroom, SecretKeyRef, SyncMode, SyncTarget, SyncTargetSpec, SyncTargetStatus, TaintEffect};
 pub use workloadplacement::{
-    ClusterAssignment, ClusterSyncStatus, WorkloadPlacement, WorkloadPlacementSpec, WorkloadPlacementStatus, WorkloadRef,
+    BatchReport, ClusterAssignment, ClusterSyncStatus, WorkloadPlacement, WorkloadPlacementSpec, WorkloadPlacementStatus, WorkloadRef,
 };
 pub use workspace::{Workspace, WorkspaceSpec, WorkspaceStatus};
 

@@ -55,6 +55,31 @@ pub struct PlacementSpec {
     /// entry selects is not used. Unset: in proportion to the replicas each can still fit.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub weights: Vec<ClusterWeight>,
+    /// What a failover may do with the workloads whose copies must never run twice.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failover: Option<FailoverSpec>,
+}
+
+/// What a failover may do with the workloads that must not run on two clusters at once.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct FailoverSpec {
+    /// When a StatefulSet (or a CronJob) moves off a cluster that stopped answering:
+    /// `WaitForConfirm` (the default) only once the cluster is confirmed lost with
+    /// `flotilla cluster confirm-lost` or is deregistered, so that at most one copy is
+    /// ever alive; `Immediate` at once, as a Deployment does.
+    #[serde(default)]
+    pub stateful_sets: StatefulSetFailover,
+}
+
+/// See [`FailoverSpec::stateful_sets`].
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum StatefulSetFailover {
+    /// Move only once the lost cluster is confirmed lost.
+    #[default]
+    WaitForConfirm,
+    /// Move at once.
+    Immediate,
 }
 
 /// Spreads a workload's clusters over the values (groups) of one cluster label.
@@ -148,6 +173,14 @@ fn one() -> i32 {
     1
 }
 
+impl PlacementSpec {
+    /// Whether a StatefulSet moves off a lost cluster at once
+    /// (`failover.statefulSets: Immediate`).
+    pub fn stateful_sets_move_at_once(&self) -> bool {
+        self.failover.as_ref().is_some_and(|f| f.stateful_sets == StatefulSetFailover::Immediate)
+    }
+}
+
 impl Default for PlacementSpec {
     fn default() -> Self {
         Self {
@@ -159,6 +192,7 @@ impl Default for PlacementSpec {
             spread_constraints: Vec::new(),
             cluster_tolerations: Vec::new(),
             weights: Vec::new(),
+            failover: None,
         }
     }
 }

@@ -12,13 +12,13 @@
 use std::borrow::Cow;
 use std::collections::BTreeSet;
 
-use crate::workload::Workload;
+use crate::workload::{self, Ended, Headline, Workload, WorkloadKind};
 use crate::{
     ClusterAssignment, ClusterSyncStatus, WorkloadPlacement, WorkloadPlacementStatus, CONDITION_AVAILABLE, CONDITION_COMPANIONS_SYNCED,
     CONDITION_SCHEDULED, CONDITION_SYNCED, SYNCED_GENERATION_ANNOTATION,
 };
 use k8s_openapi::api::apps::v1::{Deployment, DeploymentCondition, DeploymentStatus};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, ObjectMeta, Time};
 
 /// This cluster's report on its downstream copy.
 pub fn cluster_entry(sync_target: &str, copy: &Deployment, now: Time) -> ClusterSyncStatus {
@@ -50,6 +50,7 @@ pub fn cluster_entry(sync_target: &str, copy: &Deployment, now: Time) -> Cluster
         synced_generation,
         observed,
         conditions,
+        batch: None,
         last_sync_time: Some(now),
     }
 }
@@ -57,10 +58,6 @@ pub fn cluster_entry(sync_target: &str, copy: &Deployment, now: Time) -> Cluster
 /// Whether two entries say the same, apart from when they were written.
 pub fn same_report(a: &ClusterSyncStatus, b: &ClusterSyncStatus) -> bool {
     ClusterSyncStatus { last_sync_time: None, ..a.clone() } == ClusterSyncStatus { last_sync_time: None, ..b.clone() }
-}
-
-fn condition_true(conds: &[Condition], type_: &str) -> bool {
-    conds.iter().any(|c| c.type_ == type_ && c.status == "True")
 }
 
 /// Sets a condition, keeping its transition time when its status does not change.
@@ -172,22 +169,24 @@ fn derive(status: &mut WorkloadPlacementStatus, wp: &WorkloadPlacement, generati
     let mut behind: Vec<String> = Vec::new();
     let mut unavailable = Vec::new();
     let mut refused = Vec::new();
+    let kind = WorkloadKind::of(&wp.spec.workload.api_version, &wp.spec.workload.kind).unwrap_or(WorkloadKind::Deployment);
     for a in assigned {
         let e = entry(&a.name);
+        let share = e.map_or(a.replicas, |e| workload::desired_on(kind, e, a.replicas));
         if let Some(c) = e.and_then(|e| e.conditions.iter().find(|c| c.type_ == CONDITION_COMPANIONS_SYNCED && c.status == "False")) {
             refused.push(format!("{}: {}", a.name, c.message));
         }
         let r = e.map_or(0, |e| e.ready_replicas);
-        summary.push(format!("{}={}/{}", a.name, r, a.replicas));
+        summary.push(format!("{}={}/{}", a.name, r, share));
         ready += r;
-        desired += a.replicas;
+        desired += share;
         let failure = e.and_then(|e| e.conditions.iter().find(|c| c.type_ == CONDITION_SYNCED && c.status == "False"));
         match failure {
             Some(f) => behind.push(format!("{} ({}: {})", a.name, f.reason, f.message)),
             None if !e.is_some_and(|e| e.synced_generation >= generation && e.observed) => behind.push(a.name.clone()),
             None => {}
         }
-        if !e.is_some_and(|e| condition_true(&e.conditions, "Available") && e.available_replicas >= a.replicas) {
+        if !e.is_some_and(|e| workload::copy_available(kind, e, share)) {
             let cond = e.and_then(|e| e.conditions.iter().find(|c| c.type_ == CONDITION_AVAILABLE));
             unavailable.push(unavailable_name(&a.name, cond));
         }
@@ -237,6 +236,10 @@ pub enum WorkloadState {
     Progressing,
     /// Every replica ready, on every assigned cluster.
     Available,
+    /// It ran to completion (a Job).
+    Complete,
+    /// It failed for good (a Job).
+    Failed,
 }
 
 impl WorkloadState {
@@ -246,50 +249,52 @@ impl WorkloadState {
             WorkloadState::Pending => "Pending",
             WorkloadState::Progressing => "Progressing",
             WorkloadState::Available => "Available",
+            WorkloadState::Complete => "Complete",
+            WorkloadState::Failed => "Failed",
         }
     }
 }
 
 /// A workload's state and, when it is not Available, why, from its desired `replicas`,
-/// its upstream `status` (the sums [`aggregate`] writes) and its WorkloadPlacement:
+/// what its upstream status says of it ([`Headline`], from the sums the aggregator
+/// writes) and its WorkloadPlacement:
+/// - Complete or Failed once a workload that runs to completion ended;
 /// - Pending without a WorkloadPlacement, when the scheduler says `Scheduled=False`
 ///   (its message says why, `0/3 clusters fit: ...`), or with no cluster assigned;
-/// - Available when the Deployment is Available with all its replicas ready, and every
+/// - Available when the workload is available with all its replicas ready, and every
 ///   assigned cluster is (the WorkloadPlacement's `Available`);
 /// - Progressing otherwise: a lost cluster says so first, then the clusters not yet
 ///   available, else the ready count.
 ///
 /// The status aggregator writes it into the WorkloadPlacement's status, for the
 /// dashboard; `flotilla status` asks it of the objects it reads.
-pub fn workload_state(replicas: i32, status: Option<&DeploymentStatus>, wp: Option<&WorkloadPlacement>) -> (WorkloadState, Option<String>) {
+pub fn workload_state(replicas: i32, headline: &Headline, wp: Option<&WorkloadPlacement>) -> (WorkloadState, Option<String>) {
     match wp {
         None => (WorkloadState::Pending, Some("not scheduled yet: the scheduler has not placed it".into())),
-        Some(wp) => placed_state(replicas, status, &wp.spec.clusters, wp.status.as_ref()),
+        Some(wp) => placed_state(replicas, headline, &wp.spec.clusters, wp.status.as_ref()),
     }
 }
 
 /// Writes [`workload_state`] into `placement` (the WorkloadPlacement's status, with
 /// the clusters `assigned` to it), as the status aggregator does.
-pub fn set_state(
-    placement: &mut WorkloadPlacementStatus,
-    assigned: &[ClusterAssignment],
-    replicas: i32,
-    status: Option<&DeploymentStatus>,
-) {
-    let (state, why) = placed_state(replicas, status, assigned, Some(placement));
+pub fn set_state(placement: &mut WorkloadPlacementStatus, assigned: &[ClusterAssignment], replicas: i32, headline: &Headline) {
+    let (state, why) = placed_state(replicas, headline, assigned, Some(placement));
     placement.state = Some(state.as_str().to_string());
     placement.state_message = why;
 }
 
 fn placed_state(
     replicas: i32,
-    status: Option<&DeploymentStatus>,
+    headline: &Headline,
     assigned: &[ClusterAssignment],
     placement: Option<&WorkloadPlacementStatus>,
 ) -> (WorkloadState, Option<String>) {
-    let ready_replicas = status.and_then(|s| s.ready_replicas).unwrap_or(0);
-    let deployment_available =
-        status.and_then(|s| s.conditions.as_ref()).into_iter().flatten().any(|c| c.type_ == CONDITION_AVAILABLE && c.status == "True");
+    match &headline.ended {
+        Some(Ended::Complete) => return (WorkloadState::Complete, None),
+        Some(Ended::Failed(why)) => return (WorkloadState::Failed, Some(why.clone())),
+        None => {}
+    }
+    let ready_replicas = headline.ready;
     let conds = placement.map(|s| s.conditions.as_slice()).unwrap_or_default();
     let find = |type_: &str| conds.iter().find(|c| c.type_ == type_);
     let (scheduled, available) = (find(CONDITION_SCHEDULED), find(CONDITION_AVAILABLE));
@@ -299,13 +304,55 @@ fn placed_state(
     if assigned.is_empty() && replicas > 0 {
         return (WorkloadState::Pending, Some("not scheduled yet: no cluster assigned".into()));
     }
-    if deployment_available && ready_replicas >= replicas && available.is_none_or(|c| c.status == "True") {
+    if headline.available && ready_replicas >= replicas && available.is_none_or(|c| c.status == "True") {
         return (WorkloadState::Available, None);
     }
     // A lost cluster says so first; then the aggregator's summary.
     let lost = placement.iter().flat_map(|s| &s.clusters).flat_map(|e| &e.conditions).find(|c| c.reason == REASON_CLUSTER_NOT_READY);
     let why = lost.or_else(|| available.filter(|c| c.status != "True")).map(|c| c.message.clone());
     (WorkloadState::Progressing, Some(why.unwrap_or_else(|| format!("{ready_replicas}/{replicas} replicas ready"))))
+}
+
+/// The assigned clusters' reports on a workload, summed.
+pub(crate) struct Sums<'a> {
+    /// The entries of the assigned clusters that have one.
+    pub entries: Vec<&'a ClusterSyncStatus>,
+    /// The sums of the counts.
+    pub replicas: i32,
+    pub updated: i32,
+    pub ready: i32,
+    pub available: i32,
+    /// `observedGeneration`: the current generation once every assigned cluster has
+    /// synced and observed it, else `before`: it never moves backwards.
+    pub observed_generation: i64,
+}
+
+impl<'a> Sums<'a> {
+    /// The sums for the status of a workload with `meta`, whose status said
+    /// `before` as its observedGeneration: `None` while there is nothing to report
+    /// (no report, and no status yet).
+    pub(crate) fn to_report(wp: &'a WorkloadPlacement, meta: &ObjectMeta, before: Option<i64>, has_status: bool) -> Option<Self> {
+        let sums = Sums::of(wp, meta.generation.unwrap_or(0), before);
+        (!sums.entries.is_empty() || has_status).then_some(sums)
+    }
+
+    pub(crate) fn of(wp: &'a WorkloadPlacement, generation: i64, before: Option<i64>) -> Self {
+        let assigned = &wp.spec.clusters;
+        let entries: Vec<&ClusterSyncStatus> =
+            assigned.iter().filter_map(|a| wp.status.as_ref()?.clusters.iter().find(|c| c.name == a.name)).collect();
+        let sum = |f: fn(&ClusterSyncStatus) -> i32| entries.iter().map(|e| f(e)).sum::<i32>();
+        let all_synced = !assigned.is_empty()
+            && entries.len() == assigned.len()
+            && entries.iter().all(|e| e.synced_generation >= generation && e.observed);
+        Sums {
+            replicas: sum(|e| e.replicas),
+            updated: sum(|e| e.updated_replicas),
+            ready: sum(|e| e.ready_replicas),
+            available: sum(|e| e.available_replicas),
+            observed_generation: if all_synced { generation } else { before.unwrap_or(0) },
+            entries,
+        }
+    }
 }
 
 /// The upstream Deployment's status: the sums over the assigned clusters' reports, and
@@ -456,7 +503,7 @@ mod tests {
         let deployment_status = |ready: i32, available: bool| copy(1, 1, 1, ready, available).status.unwrap();
         let ready3 = deployment_status(3, true);
         let state = |replicas, status: Option<&DeploymentStatus>, p: Option<&WorkloadPlacement>| {
-            let (s, why) = workload_state(replicas, status, p);
+            let (s, why) = workload_state(replicas, &Deployment::default().headline(status), p);
             (s.as_str(), why.unwrap_or_default())
         };
         assert_eq!(state(3, None, None), ("Pending", "not scheduled yet: the scheduler has not placed it".into()));
@@ -497,7 +544,7 @@ mod tests {
             }],
             ..Default::default()
         };
-        set_state(&mut placed, &p.spec.clusters, 2, None);
+        set_state(&mut placed, &p.spec.clusters, 2, &Headline::default());
         assert_eq!((placed.state.as_deref(), placed.state_message.as_deref()), (Some("Pending"), Some("0/1 clusters fit: 1 NotReady")));
         let fields = aggregator_fields(&placed);
         assert_eq!((fields["state"].as_str(), fields["stateMessage"].as_str()), (Some("Pending"), Some("0/1 clusters fit: 1 NotReady")));

@@ -5,11 +5,21 @@
 //! back up. The syncer, the companions controller and the syncer's token scope all
 //! read this table; the next kind to sync is one more row.
 
+use crate::workload::WorkloadKind;
+
 /// A kind a syncer copies down.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Kind {
     /// `apps/v1` Deployment: the workload, with this cluster's share of the replicas.
     Deployment,
+    /// `apps/v1` StatefulSet: the workload, whole on its cluster.
+    StatefulSet,
+    /// `apps/v1` DaemonSet: the workload, on every cluster its Placement selects.
+    DaemonSet,
+    /// `batch/v1` Job: the workload, on one cluster.
+    Job,
+    /// `batch/v1` CronJob: the workload, on one cluster at a time.
+    CronJob,
     /// A ConfigMap a synced pod template references.
     ConfigMap,
     /// A Secret a synced pod template references.
@@ -110,7 +120,7 @@ const SERVICE_OWNED: &[&str] = &[
 
 /// The table, in the order a namespace's objects are pushed: what pods mount and run
 /// as first, the workload last but one, and what watches the workload after it.
-pub const TABLE: [Row; 9] = [
+pub const TABLE: [Row; 13] = [
     Row { label: "configmap", owned: &["data", "binaryData"], ..row(Kind::ConfigMap, "ConfigMap", "", "v1", "configmaps") },
     Row { label: "secret", owned: &["data", "binaryData"], secret: true, ..row(Kind::Secret, "Secret", "", "v1", "secrets") },
     Row { label: "serviceaccount", owned: &[], ..row(Kind::ServiceAccount, "ServiceAccount", "", "v1", "serviceaccounts") },
@@ -132,6 +142,10 @@ pub const TABLE: [Row; 9] = [
         ..row(Kind::PodDisruptionBudget, "PodDisruptionBudget", "policy", "v1", "poddisruptionbudgets")
     },
     Row { label: "deployment", follows: Follows::Scheduled, ..row(Kind::Deployment, "Deployment", "apps", "v1", "deployments") },
+    Row { label: "statefulset", follows: Follows::Scheduled, ..row(Kind::StatefulSet, "StatefulSet", "apps", "v1", "statefulsets") },
+    Row { label: "daemonset", follows: Follows::Scheduled, ..row(Kind::DaemonSet, "DaemonSet", "apps", "v1", "daemonsets") },
+    Row { label: "job", follows: Follows::Scheduled, ..row(Kind::Job, "Job", "batch", "v1", "jobs") },
+    Row { label: "cronjob", follows: Follows::Scheduled, ..row(Kind::CronJob, "CronJob", "batch", "v1", "cronjobs") },
     Row {
         label: "ingress",
         follows: Follows::Backends,
@@ -156,9 +170,43 @@ impl Kind {
         TABLE.iter().map(|r| r.kind)
     }
 
-    /// The kinds that follow a workload (all but the workload).
+    /// The kinds that follow a workload (all but the workloads).
     pub fn companions() -> impl Iterator<Item = Kind> {
-        Kind::all().filter(|k| *k != Kind::Deployment)
+        Kind::all().filter(|k| k.workload().is_none())
+    }
+
+    /// The workload kinds, in the workload model's order.
+    pub fn workloads() -> impl Iterator<Item = Kind> {
+        crate::workload::KINDS.iter().map(|k| Kind::of_workload(k.kind))
+    }
+
+    /// The workload kind this is, if it is one.
+    pub fn workload(self) -> Option<WorkloadKind> {
+        match self {
+            Kind::Deployment => Some(WorkloadKind::Deployment),
+            Kind::StatefulSet => Some(WorkloadKind::StatefulSet),
+            Kind::DaemonSet => Some(WorkloadKind::DaemonSet),
+            Kind::Job => Some(WorkloadKind::Job),
+            Kind::CronJob => Some(WorkloadKind::CronJob),
+            _ => None,
+        }
+    }
+
+    /// The kind of the workload a WorkloadPlacement places: the workload kind it
+    /// names, or a Deployment.
+    pub fn placed_by(wp: &crate::WorkloadPlacement) -> Kind {
+        WorkloadKind::of(&wp.spec.workload.api_version, &wp.spec.workload.kind).map_or(Kind::Deployment, Kind::of_workload)
+    }
+
+    /// The synced kind of a workload kind.
+    pub fn of_workload(kind: WorkloadKind) -> Kind {
+        match kind {
+            WorkloadKind::Deployment => Kind::Deployment,
+            WorkloadKind::StatefulSet => Kind::StatefulSet,
+            WorkloadKind::DaemonSet => Kind::DaemonSet,
+            WorkloadKind::Job => Kind::Job,
+            WorkloadKind::CronJob => Kind::CronJob,
+        }
     }
 
     /// This kind's row.
@@ -227,6 +275,9 @@ impl Kind {
     /// Whether `path` (a dotted path with list indexes, as drift reports name fields:
     /// `spec.ports[0].nodePort`) is one the cluster owns.
     pub fn cluster_owns(self, path: &str) -> bool {
+        if self == Kind::Job && crate::workload::job::generated_field(path) {
+            return true;
+        }
         let mut normal = String::with_capacity(path.len());
         let mut in_index = false;
         for c in path.chars() {
@@ -265,7 +316,11 @@ mod tests {
         assert_eq!(Kind::Service.api_version(), "v1");
         assert_eq!(Kind::Namespace.name(), "Namespace");
         assert_eq!(Kind::Ingress.api_resource().plural, "ingresses");
-        assert_eq!(Kind::companions().count(), TABLE.len() - 1);
+        assert_eq!(Kind::companions().count(), TABLE.len() - crate::workload::KINDS.len());
+        for k in Kind::workloads() {
+            let w = k.workload().unwrap();
+            assert_eq!((Kind::of_workload(w), k.name(), k.api_version()), (k, w.name(), w.describe().api_version()));
+        }
         assert_eq!(Kind::of_resource("apps", "replicasets"), None);
     }
 

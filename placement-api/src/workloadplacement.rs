@@ -129,10 +129,43 @@ pub struct ClusterSyncStatus {
     /// The downstream copy's `observedGeneration` has caught up with what was synced.
     #[serde(default)]
     pub observed: bool,
-    /// The downstream Deployment's conditions, as reported.
+    /// The downstream copy's conditions, as reported.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
+    /// What a Job's or a CronJob's copy reports beyond the counts above.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub batch: Option<BatchReport>,
     /// When the syncer last wrote this entry.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_sync_time: Option<Time>,
+}
+
+/// What a Job's or a CronJob's copy reports beyond the replica counts.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct BatchReport {
+    /// A Job's pods running, or a CronJob's Jobs running.
+    #[serde(default)]
+    pub active: i32,
+    /// A Job's pods that succeeded.
+    #[serde(default)]
+    pub succeeded: i32,
+    /// A Job's pods that failed.
+    #[serde(default)]
+    pub failed: i32,
+    /// When a Job started.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start_time: Option<Time>,
+    /// When a Job completed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub completion_time: Option<Time>,
+    /// When a CronJob last made a Job.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_schedule_time: Option<Time>,
+    /// When a CronJob's Job last succeeded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_successful_time: Option<Time>,
+    /// The names of a CronJob's running Jobs on the cluster.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub active_jobs: Vec<String>,
 }

@@ -28,13 +28,14 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use dashmap::{DashMap, DashSet};
-use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Namespace;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
-use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, ObjectMeta, Time};
+use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
 use kube::runtime::watcher;
 use kube::Client;
 use placement_api::quantity::Resources;
+use placement_api::synced::Kind as SyncedKind;
+use placement_api::workload::{AnyWorkload, Failover, Spread, WorkloadKind};
 use placement_api::{
     sync_state_label, sync_target_of_label, syncer_finalizer, ClusterAssignment, Placement, SyncTarget, WorkloadPlacement,
     WorkloadPlacementSpec, WorkloadRef, CONDITION_FAILOVER_PAUSED, CONDITION_SCHEDULED, ROOT_WORKSPACE, SYNCER_FINALIZER_PREFIX,
@@ -55,6 +56,7 @@ use crate::inputs::{self, assigned_labels, scheduled_condition};
 use crate::metrics::Metrics;
 use crate::resolve;
 use crate::syncers::SyncerLeases;
+use crate::workloads::Workloads;
 
 mod decide;
 mod drain;
@@ -205,7 +207,7 @@ enum Trigger {
 
 struct Scheduler {
     base: Client,
-    deployments: Arc<Store<Deployment>>,
+    workloads: Workloads,
     placements: Arc<Store<WorkloadPlacement>>,
     rules: Arc<Store<Placement>>,
     namespaces: Arc<Store<Namespace>>,
@@ -233,6 +235,11 @@ struct Scheduler {
     rebalancing: DashMap<ObjKey, Rebalancing>,
     /// Drains under way: each workload's shares before its drain began.
     drain_base: DashMap<ObjKey, Vec<Share>>,
+    /// Workloads that run on every cluster their Placement selects (DaemonSets): every
+    /// change of a cluster wakes them.
+    everywhere: DashSet<ObjKey>,
+    /// Workloads not placed because one of another kind has their name, once said.
+    name_taken: DashSet<(ObjKey, WorkloadKind)>,
 }
 
 /// What the scheduler is writing, or last wrote, to each workload: the clusters it
@@ -252,13 +259,12 @@ struct OwnWrites {
 impl OwnWrites {
     /// Whether the change of a workload is only the assignment labels the scheduler
     /// last wrote to it.
-    fn labelled_it(&self, c: &store::Change<Deployment>) -> bool {
-        let (Some(old), Some(new)) = (&c.old, &c.new) else { return false };
-        let rest = |d: &Deployment| {
-            let m = &d.metadata;
+    fn labelled_it(&self, key: &ObjKey, old: Option<&ObjectMeta>, new: Option<&ObjectMeta>) -> bool {
+        let (Some(old), Some(new)) = (old, new) else { return false };
+        let rest = |m: &ObjectMeta| {
             (m.generation, other_labels(m.labels.as_ref()), without_cluster(m.annotations.as_ref()), m.deletion_timestamp.clone())
         };
-        rest(old) == rest(new) && self.labels.remove_if(&c.key, |_, want| *want == labelled(new)).is_some()
+        rest(old) == rest(new) && self.labels.remove_if(key, |_, want| *want == labelled(new)).is_some()
     }
 
     /// Whether the change of a WorkloadPlacement is only the spec and assignment
@@ -378,15 +384,19 @@ pub async fn run(base: Client, options: Options) {
         });
         let own = Arc::new(OwnWrites::default());
         let (t, o) = (tx.clone(), own.clone());
-        let deployments = store::spawn(Api::<Deployment>::all(wildcard.clone()), config(), Workspace::Annotated, "deployments", move |c| {
-            let meta = |d: &Arc<Deployment>| {
-                let m = &d.metadata;
-                (m.generation, m.labels.clone(), without_cluster(m.annotations.as_ref()), m.deletion_timestamp.clone())
-            };
-            if c.old.as_ref().map(meta) != c.new.as_ref().map(meta) && !o.labelled_it(&c) {
-                send(&t, Trigger::Workload(c.key));
-            }
-        });
+        // A workload's spec (its generation), labels, annotations or deletion may
+        // change a decision; its status never does.
+        let workloads = Workloads::spawn(
+            &wildcard,
+            Arc::new(move |key: &ObjKey, old: Option<&ObjectMeta>, new: Option<&ObjectMeta>| {
+                let meta = |m: &ObjectMeta| {
+                    (m.generation, m.labels.clone(), without_cluster(m.annotations.as_ref()), m.deletion_timestamp.clone())
+                };
+                if old.map(meta) != new.map(meta) && !o.labelled_it(key, old, new) {
+                    send(&t, Trigger::Workload(key.clone()));
+                }
+            }),
+        );
         let (b, a, t, o) = (book.clone(), assumed.clone(), tx.clone(), own.clone());
         let placements =
             store::spawn(Api::<WorkloadPlacement>::all(wildcard.clone()), config(), Workspace::Annotated, "workloadplacements", move |c| {
@@ -419,21 +429,16 @@ pub async fn run(base: Client, options: Options) {
             }
         });
         targets.wait_synced().await;
-        deployments.wait_synced().await;
+        workloads.wait_synced().await;
         placements.wait_synced().await;
         rules.wait_synced().await;
         namespaces.wait_synced().await;
-        tracing::info!(
-            clusters = targets.len(),
-            deployments = deployments.len(),
-            placements = placements.len(),
-            "caches synced; scheduling"
-        );
+        tracing::info!(clusters = targets.len(), workloads = workloads.len(), placements = placements.len(), "caches synced; scheduling");
 
         let s = Arc::new(Scheduler {
             recorder: Recorder::new(base.clone(), options.instance.clone(), options.metrics.events_dropped.clone()),
             base,
-            deployments,
+            workloads,
             placements,
             rules,
             namespaces,
@@ -450,6 +455,8 @@ pub async fn run(base: Client, options: Options) {
             rebalanced_at: DashMap::new(),
             rebalancing: DashMap::new(),
             drain_base: DashMap::new(),
+            name_taken: DashSet::new(),
+            everywhere: DashSet::new(),
         });
         let (keys_tx, keys) = mpsc::unbounded_channel::<ObjKey>();
 
@@ -470,9 +477,10 @@ pub async fn run(base: Client, options: Options) {
         // The periodic resync.
         let all = s.clone();
         let resync = options.resync;
-        let _resync = runtime::resync::keys(resync, keys_tx, move || all.deployments.keys().into_iter().chain(all.placements.keys()));
+        let _resync = runtime::resync::keys(resync, keys_tx, move || all.workloads.keys().into_iter().chain(all.placements.keys()));
         // Every workload once at the start.
-        for k in s.deployments.keys().into_iter().chain(s.placements.keys()) {
+        let start: BTreeSet<ObjKey> = s.workloads.keys().into_iter().chain(s.placements.keys()).collect();
+        for k in start {
             let _ = tx.send(Trigger::Workload(k));
         }
         queue::run(keys, options.concurrency.max(1), |key| {
@@ -509,11 +517,12 @@ impl Scheduler {
     fn affected(&self, t: Trigger) -> Vec<ObjKey> {
         match t {
             Trigger::Workload(k) => vec![k],
-            Trigger::Workspace(ws) => self.deployments.entries_where(|k, _| k.workspace == ws),
-            Trigger::Namespace(ws, ns) => self.deployments.entries_where(|k, _| k.workspace == ws && k.namespace == ns),
+            Trigger::Workspace(ws) => self.workloads.keys_where(|k| k.workspace == ws, |_| true),
+            Trigger::Namespace(ws, ns) => self.workloads.keys_where(|k| k.workspace == ws && k.namespace == ns, |_| true),
             Trigger::Cluster(name) => {
-                let mut keys: BTreeSet<ObjKey> = self.waiting.iter().chain(self.short.iter()).map(|k| k.clone()).collect();
-                keys.extend(self.deployments.entries_where(|_, d| labelled(d).contains(&name)));
+                let mut keys: BTreeSet<ObjKey> =
+                    self.waiting.iter().chain(self.short.iter()).chain(self.everywhere.iter()).map(|k| k.clone()).collect();
+                keys.extend(self.workloads.keys_where(|_| true, |m| labelled(m).contains(&name)));
                 keys.extend(self.placements.entries_where(|_, wp| wp.spec.clusters.iter().any(|c| c.name == name)));
                 tracing::debug!(cluster = %name, workloads = keys.len(), "cluster changed");
                 keys.into_iter().collect()
@@ -541,11 +550,12 @@ impl Scheduler {
 mod tests {
     use super::*;
 
-    fn workload(labels: &[&str], finalizers: &[&str]) -> Deployment {
-        let mut d = Deployment::default();
-        d.metadata.labels = Some(labels.iter().map(|c| (sync_state_label(c), SYNC_STATE_SYNC.to_string())).collect());
-        d.metadata.finalizers = Some(finalizers.iter().map(|f| f.to_string()).collect());
-        d
+    fn workload(labels: &[&str], finalizers: &[&str]) -> ObjectMeta {
+        ObjectMeta {
+            labels: Some(labels.iter().map(|c| (sync_state_label(c), SYNC_STATE_SYNC.to_string())).collect()),
+            finalizers: Some(finalizers.iter().map(|f| f.to_string()).collect()),
+            ..Default::default()
+        }
     }
 
     fn want(clusters: &[&str]) -> BTreeSet<String> {
@@ -593,19 +603,19 @@ mod tests {
         let key = ObjKey::new("ws", "default", "web");
         let (before, after) = (workload(&[], &[]), workload(&["east"], &[]));
         // Nothing noted: every change counts.
-        assert!(!own.labelled_it(&change(Some(before.clone()), Some(after.clone()))));
+        assert!(!own.labelled_it(&key, Some(&before), Some(&after)));
         own.labels.insert(key.clone(), want(&["east"]));
         // Someone else's labels, or another change along with ours, count.
-        assert!(!own.labelled_it(&change(Some(before.clone()), Some(workload(&["west"], &[])))));
+        assert!(!own.labelled_it(&key, Some(&before), Some(&workload(&["west"], &[]))));
         let mut with_more = after.clone();
-        with_more.metadata.labels.get_or_insert_default().insert("team".into(), "a".into());
-        assert!(!own.labelled_it(&change(Some(before.clone()), Some(with_more))));
+        with_more.labels.get_or_insert_default().insert("team".into(), "a".into());
+        assert!(!own.labelled_it(&key, Some(&before), Some(&with_more)));
         let mut respecified = after.clone();
-        respecified.metadata.generation = Some(2);
-        assert!(!own.labelled_it(&change(Some(before.clone()), Some(respecified))));
+        respecified.generation = Some(2);
+        assert!(!own.labelled_it(&key, Some(&before), Some(&respecified)));
         // The scheduler's own write is passed over once; the same change again counts.
-        assert!(own.labelled_it(&change(Some(before.clone()), Some(after.clone()))));
-        assert!(!own.labelled_it(&change(Some(before), Some(after))));
+        assert!(own.labelled_it(&key, Some(&before), Some(&after)));
+        assert!(!own.labelled_it(&key, Some(&before), Some(&after)));
     }
 
     #[test]

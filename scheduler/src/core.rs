@@ -26,6 +26,7 @@ use std::time::Duration;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use placement_api::quantity::Resources;
+use placement_api::workload::Spread;
 use placement_api::{
     ClusterToleration, ClusterWeight, PlacementSpec, ReplicaScheduling, SpreadConstraint, TaintEffect, TolerationOperator,
 };
@@ -110,6 +111,29 @@ impl<'a> Rule<'a> {
             tolerations: &spec.cluster_tolerations,
             weights: &spec.weights,
         }
+    }
+
+    /// The rule as a workload that spreads as `spread` ([`Spread`], the workload
+    /// model's) takes it, with `known` clusters registered: a StatefulSet under Divide
+    /// and a Job or CronJob always run whole on one cluster, and a DaemonSet runs on
+    /// every cluster the selector picks, whatever `numberOfClusters` says.
+    pub fn for_spread(mut self, spread: Spread, known: usize) -> Self {
+        match spread {
+            Spread::Replicas => {}
+            Spread::Whole if self.mode == ReplicaScheduling::Duplicate => {}
+            Spread::Whole | Spread::One => {
+                self.clusters = 1;
+                self.mode = ReplicaScheduling::Divide;
+                self.spread = &[];
+                self.weights = &[];
+            }
+            Spread::EveryCluster => {
+                self.clusters = u32::try_from(known).unwrap_or(u32::MAX).max(1);
+                self.mode = ReplicaScheduling::Duplicate;
+                self.spread = &[];
+            }
+        }
+        self
     }
 
     /// A rule with no spread constraints, tolerations or weights.

@@ -6,9 +6,9 @@
 //! Events are written in the background, off the scheduling path
 //! ([`runtime::events`]).
 
-use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::Client;
+use placement_api::workload::AnyWorkload;
 use runtime::events::{self, Settings};
 use runtime::ObjKey;
 
@@ -35,16 +35,17 @@ impl Recorder {
         ))
     }
 
-    /// Queues an Event about a Deployment. Failures are logged, never returned: an
+    /// Queues an Event about a workload. Failures are logged, never returned: an
     /// Event is worth less than the decision it reports.
-    pub fn deployment(&self, key: &ObjKey, d: &Deployment, type_: Type, reason: &'static str, message: String) {
+    pub fn workload(&self, key: &ObjKey, d: &AnyWorkload, type_: Type, reason: &'static str, message: String) {
+        let kind = d.kind().describe();
         let involved = ObjectReference {
-            api_version: Some("apps/v1".into()),
-            kind: Some("Deployment".into()),
+            api_version: Some(kind.api_version()),
+            kind: Some(kind.name.into()),
             name: Some(key.name.clone()),
             namespace: Some(key.namespace.clone()),
-            uid: d.metadata.uid.clone(),
-            resource_version: d.metadata.resource_version.clone(),
+            uid: d.meta().uid.clone(),
+            resource_version: d.meta().resource_version.clone(),
             field_path: None,
         };
         self.0.record(Some(&key.workspace), &key.namespace, involved, type_, reason, message);

@@ -120,6 +120,12 @@ pub struct Observed {
 }
 
 impl Observed {
+    /// Whether an operator confirmed the cluster lost at its current heartbeat
+    /// (`flotilla cluster confirm-lost`).
+    pub fn lost_confirmed(&self) -> bool {
+        lost_confirmed(&self.target)
+    }
+
     /// How long ago this process saw the cluster's last new heartbeat; `None` if it
     /// has seen none and does not trust the stored state.
     pub fn heartbeat_age(&self) -> Option<Duration> {

@@ -6,10 +6,10 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use placement_api::quantity::{QuantityError, Resources};
-use placement_api::workload::Workload;
+use placement_api::workload::AnyWorkload;
 use placement_api::{sync_target_of_label, WorkloadPlacement, CONDITION_SCHEDULED, SYNC_STATE_SYNC};
 
 use crate::core::{self, Share};
@@ -20,7 +20,7 @@ pub const REASON_FEWER_CLUSTERS: &str = "FewerClusters";
 
 /// The workload's demand: the replicas the workload model places for its kind, and
 /// what one replica asks for (its pod's requests, and one pod).
-pub fn workload<W: Workload>(d: &W) -> Result<core::Workload, QuantityError> {
+pub fn workload(d: &AnyWorkload) -> Result<core::Workload, QuantityError> {
     let per_replica = d.pod_template().and_then(|t| t.spec.as_ref()).map(Resources::for_pod).transpose()?;
     let replicas = d.replicas();
     Ok(core::Workload {
@@ -31,10 +31,10 @@ pub fn workload<W: Workload>(d: &W) -> Result<core::Workload, QuantityError> {
 
 /// Where the workload runs now: the shares of its WorkloadPlacement, or, before it has
 /// one, the clusters its assignment labels name, with no share yet.
-pub fn current(wp: Option<&WorkloadPlacement>, d: &Deployment) -> Vec<Share> {
+pub fn current(wp: Option<&WorkloadPlacement>, d: &ObjectMeta) -> Vec<Share> {
     match wp {
         Some(wp) => wp.spec.clusters.iter().map(|c| Share::new(&c.name, u32::try_from(c.replicas).unwrap_or(0))).collect(),
-        None => assigned_labels(d.metadata.labels.as_ref()).iter().map(|c| Share::new(c, 0)).collect(),
+        None => assigned_labels(d.labels.as_ref()).iter().map(|c| Share::new(c, 0)).collect(),
     }
 }
 
@@ -61,10 +61,11 @@ pub fn assigned_labels(labels: Option<&BTreeMap<String, String>>) -> BTreeSet<St
 #[cfg(test)]
 mod tests {
     use super::*;
+    use k8s_openapi::api::apps::v1::Deployment;
     use serde_json::json;
 
-    fn deployment(v: serde_json::Value) -> Deployment {
-        serde_json::from_value(v).unwrap()
+    fn deployment(v: serde_json::Value) -> AnyWorkload {
+        AnyWorkload::Deployment(std::sync::Arc::new(serde_json::from_value::<Deployment>(v).unwrap()))
     }
 
     #[test]
@@ -88,14 +89,14 @@ mod tests {
     fn where_it_runs_is_the_placements_shares_or_else_its_labels() {
         let d = deployment(json!({"metadata": {"name": "web", "labels": {
             "state.workload.flotilla.io/east": "Sync", "state.workload.flotilla.io/west": "Other", "app": "web"}}}));
-        assert_eq!(current(None, &d), [Share::new("east", 0)]);
+        assert_eq!(current(None, d.meta()), [Share::new("east", 0)]);
         let wp: WorkloadPlacement = serde_json::from_value(json!({"metadata": {"name": "web"}, "spec": {
             "workload": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "web"}, "placement": "default",
             "clusters": [{"name": "eu", "replicas": 2}]},
             "status": {"conditions": [{"type": "Scheduled", "status": "True", "reason": "FewerClusters", "message": "",
                                        "lastTransitionTime": "2026-01-01T00:00:00Z"}]}}))
         .unwrap();
-        assert_eq!(current(Some(&wp), &d), [Share::new("eu", 2)]);
+        assert_eq!(current(Some(&wp), d.meta()), [Share::new("eu", 2)]);
         assert!(short(Some(&wp)) && !short(None));
     }
 }

@@ -26,6 +26,7 @@ pub mod metrics;
 pub mod resolve;
 pub mod selector;
 pub mod syncers;
+mod workloads;
 
 pub use controller::{run, Options};
 /// Leader election, the runtime's ([`runtime::leader`]).

@@ -76,9 +76,10 @@ pub(super) fn resolve(
     );
     let (placement, source) = resolved.map_err(|why| anyhow::anyhow!("{workspace}/{ns}/{name} has no Placement to follow: {why}"))?;
     let placement = placement.clone();
-    let workload = scheduler::inputs::workload(&deployment)
+    let any = placement_api::workload::AnyWorkload::Deployment(std::sync::Arc::new(deployment.clone()));
+    let workload = scheduler::inputs::workload(&any)
         .map_err(|e| anyhow::anyhow!("{workspace}/{ns}/{name}: the pod template's resource requests cannot be read: {e}"))?;
-    let current = scheduler::inputs::current(wp, &deployment);
+    let current = scheduler::inputs::current(wp, &deployment.metadata);
     let short = scheduler::inputs::short(wp);
     Ok(Inputs { workspace: workspace.to_string(), deployment, placement, source, workload, current, short })
 }

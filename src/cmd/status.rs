@@ -321,7 +321,8 @@ fn workload_status(namespace: String, name: String, d: &Deployment, wp: Option<&
         // The clusters it runs on by name, then those it is leaving.
         clusters.sort_by(|a, b| (a.replicas == 0, &a.name).cmp(&(b.replicas == 0, &b.name)));
     }
-    let (state, reason) = placement_api::status::workload_state(replicas, d.status.as_ref(), wp);
+    let (state, reason) =
+        placement_api::status::workload_state(replicas, &placement_api::workload::Workload::headline(d, d.status.as_ref()), wp);
     let state = state.as_str().to_string();
     let companions = wp.and_then(|wp| wp.status.as_ref()).map(|s| s.companions.clone()).unwrap_or_default();
     let conds = wp.and_then(|wp| wp.status.as_ref()).map(|s| s.conditions.as_slice()).unwrap_or_default();

@@ -60,13 +60,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use jiff::Timestamp;
-use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, StatefulSet};
+use k8s_openapi::api::batch::v1::{CronJob, Job};
 use k8s_openapi::api::core::v1::{Namespace, ObjectReference};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, ObjectMeta, Time};
 use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
 use kube::runtime::watcher;
 use kube::{Client, Resource};
-use placement_api::workload::{self, WorkloadKind};
+use placement_api::workload::{self, Workload, WorkloadKind};
 use placement_api::{
     sync_state_label, syncer_finalizer, ClusterSyncStatus, WorkloadPlacement, CONDITION_COMPANIONS_SYNCED, CONDITION_SYNCED,
     NAMESPACE_LOCATOR_ANNOTATION, SYNC_STATE_SYNC, SYNC_TARGET_LABEL, UPSTREAM_ANNOTATION,
@@ -199,6 +200,61 @@ impl<K: Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send 
     }
 }
 
+/// What the syncer asks of every workload kind's side, whatever its type.
+trait WorkloadSide: Send + Sync {
+    fn synced(&self) -> bool;
+    fn keys<'a>(&'a self, locators: &'a Locators) -> Box<dyn Iterator<Item = Key> + 'a>;
+    fn any_copy_in(&self, ns: &Key) -> bool;
+    fn assigned(&self) -> usize;
+}
+
+impl<K: Send + Sync> WorkloadSide for Side<K> {
+    fn synced(&self) -> bool {
+        Side::synced(self)
+    }
+    fn keys<'a>(&'a self, locators: &'a Locators) -> Box<dyn Iterator<Item = Key> + 'a> {
+        Box::new(Side::keys(self, locators))
+    }
+    fn any_copy_in(&self, ns: &Key) -> bool {
+        Side::any_copy_in(self, ns)
+    }
+    fn assigned(&self) -> usize {
+        self.upstream.len()
+    }
+}
+
+/// A workload type the syncer copies: the workload model's rules for it, and where the
+/// syncer keeps its side.
+trait Synced:
+    Workload
+    + Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+    + Clone
+    + serde::de::DeserializeOwned
+    + serde::Serialize
+    + std::fmt::Debug
+    + Send
+    + Sync
+    + 'static
+{
+    /// Its side.
+    fn side(s: &Syncer) -> &Side<Self>;
+}
+
+macro_rules! synced {
+    ($t:ty, $field:ident) => {
+        impl Synced for $t {
+            fn side(s: &Syncer) -> &Side<Self> {
+                &s.$field
+            }
+        }
+    };
+}
+synced!(Deployment, deployments);
+synced!(StatefulSet, stateful_sets);
+synced!(DaemonSet, daemon_sets);
+synced!(Job, jobs);
+synced!(CronJob, cron_jobs);
+
 impl<K> Side<K> {
     fn synced(&self) -> bool {
         self.upstream.synced() && self.copies.synced()
@@ -246,6 +302,10 @@ pub struct Syncer {
     /// The field manager of this cluster's entry in the WorkloadPlacement status.
     status_manager: String,
     deployments: Side<Deployment>,
+    stateful_sets: Side<StatefulSet>,
+    daemon_sets: Side<DaemonSet>,
+    jobs: Side<Job>,
+    cron_jobs: Side<CronJob>,
     /// Every other kind of the table ([`placement_api::synced`]), in its order.
     companions: Vec<Side<DynamicObject>>,
     /// This syncer's namespaces downstream (labelled with its SyncTarget), by name.
@@ -313,12 +373,12 @@ impl Version {
 
 impl Covered {
     /// Whether this is the mark of `upstream`, `share` and `copy`, compared in place.
-    fn is_of(&self, upstream: &Deployment, share: i32, copy: &Deployment) -> bool {
-        self.share == share && self.upstream.is_of(&upstream.metadata) && self.copy.is_of(&copy.metadata)
+    fn is_of(&self, upstream: &ObjectMeta, share: i32, copy: &ObjectMeta) -> bool {
+        self.share == share && self.upstream.is_of(upstream) && self.copy.is_of(copy)
     }
 
-    fn of(upstream: &Deployment, share: i32, copy: &Deployment) -> Self {
-        Covered { share, upstream: Version::of(&upstream.metadata), copy: Version::of(&copy.metadata) }
+    fn of(upstream: &ObjectMeta, share: i32, copy: &ObjectMeta) -> Self {
+        Covered { share, upstream: Version::of(upstream), copy: Version::of(copy) }
     }
 }
 
@@ -359,6 +419,12 @@ impl Syncer {
             let configs = [&assigned, &mine];
             let apis = [Api::all(wildcard.clone()), Api::all(downstream.clone())];
             let deployments = Side::spawn(Kind::Deployment, apis, configs, &locators, &tx);
+            let stateful_sets =
+                Side::spawn(Kind::StatefulSet, [Api::all(wildcard.clone()), Api::all(downstream.clone())], configs, &locators, &tx);
+            let daemon_sets =
+                Side::spawn(Kind::DaemonSet, [Api::all(wildcard.clone()), Api::all(downstream.clone())], configs, &locators, &tx);
+            let jobs = Side::spawn(Kind::Job, [Api::all(wildcard.clone()), Api::all(downstream.clone())], configs, &locators, &tx);
+            let cron_jobs = Side::spawn(Kind::CronJob, [Api::all(wildcard.clone()), Api::all(downstream.clone())], configs, &locators, &tx);
             let companions = Kind::companions()
                 .map(|kind| {
                     let ar = kind.api_resource();
@@ -383,9 +449,17 @@ impl Syncer {
                 tx.clone(),
                 "downstream namespaces",
             );
-            // A WorkloadPlacement has its workload's name: its changes queue the workload.
-            let placements =
-                cache::spawn(Api::all(wildcard), assigned, Kind::Deployment, Key::upstream, tx.clone(), "upstream workloadplacements");
+            // A WorkloadPlacement has its workload's name: its changes queue the workload,
+            // of the kind it names. It is kept under the key of that name as a
+            // Deployment's ([`Syncer::placement`]).
+            let placements = cache::spawn_indexed(
+                Api::<WorkloadPlacement>::all(wildcard),
+                assigned,
+                |wp: &WorkloadPlacement| Key::upstream(Kind::Deployment, &wp.metadata),
+                |k: &Key, wp: &WorkloadPlacement| Some(k.with_kind(Kind::placed_by(wp))),
+                tx.clone(),
+                "upstream workloadplacements",
+            );
             let upstream_client = upstream.clone();
             let syncer = Arc::new(Syncer {
                 finalizer: syncer_finalizer(target),
@@ -395,6 +469,10 @@ impl Syncer {
                 recorder: Recorder::new(downstream.clone(), format!("{FIELD_MANAGER}-{target}")),
                 downstream,
                 deployments,
+                stateful_sets,
+                daemon_sets,
+                jobs,
+                cron_jobs,
                 companions,
                 namespaces,
                 locators,
@@ -464,14 +542,27 @@ impl Syncer {
         .await
     }
 
+    /// Every workload kind's side.
+    fn workload_sides(&self) -> [&dyn WorkloadSide; 5] {
+        [&self.deployments, &self.stateful_sets, &self.daemon_sets, &self.jobs, &self.cron_jobs]
+    }
+
     /// How many workloads are assigned to this cluster now.
     pub fn assigned(&self) -> usize {
-        self.deployments.upstream.len()
+        self.workload_sides().iter().map(|s| s.assigned()).sum()
+    }
+
+    /// The WorkloadPlacement of the workload of `key`, if it places that kind.
+    fn placement(&self, key: &Key) -> Option<Arc<WorkloadPlacement>> {
+        self.placements.get(&key.with_kind(Kind::Deployment)).filter(|wp| Kind::placed_by(wp) == key.kind)
     }
 
     /// Whether every watch, on both sides, has listed completely.
     fn synced(&self) -> bool {
-        self.deployments.synced() && self.companions.iter().all(Side::synced) && self.placements.synced() && self.namespaces.synced()
+        self.workload_sides().iter().all(|s| s.synced())
+            && self.companions.iter().all(Side::synced)
+            && self.placements.synced()
+            && self.namespaces.synced()
     }
 
     /// Whether a companion's absence from both views means it is not assigned here:
@@ -485,7 +576,8 @@ impl Syncer {
     fn keys(&self) -> impl Iterator<Item = Key> + '_ {
         let l = &self.locators;
         let published = self.settings.followers.iter().flat_map(|f| f.keys_for(&self.settings.sync_target));
-        self.deployments.keys(l).chain(self.companions.iter().flat_map(move |s| s.keys(l))).chain(published)
+        let workloads: Vec<Box<dyn Iterator<Item = Key> + '_>> = self.workload_sides().into_iter().map(|s| s.keys(l)).collect();
+        workloads.into_iter().flatten().chain(self.companions.iter().flat_map(move |s| s.keys(l))).chain(published)
     }
 
     /// Whether a companion of `kind` assigned here in the upstream namespace of `ns`
@@ -553,7 +645,11 @@ impl Syncer {
     /// Makes the downstream side of `key` match what is assigned now.
     pub async fn reconcile(&self, key: &Key) -> Result<Next, Error> {
         match key.kind {
-            Kind::Deployment => self.reconcile_workload(key).await,
+            Kind::Deployment => self.reconcile_workload::<Deployment>(key).await,
+            Kind::StatefulSet => self.reconcile_workload::<StatefulSet>(key).await,
+            Kind::DaemonSet => self.reconcile_workload::<DaemonSet>(key).await,
+            Kind::Job => self.reconcile_workload::<Job>(key).await,
+            Kind::CronJob => self.reconcile_workload::<CronJob>(key).await,
             Kind::Namespace => self.reconcile_namespace(key).await,
             _ => self.reconcile_companion(key).await,
         }
@@ -568,7 +664,8 @@ impl Syncer {
             return Ok(Next::After(WAIT_FOR_PEER));
         }
         let name = key.place().namespace;
-        let holds_copies = self.deployments.any_copy_in(key) || self.companions.iter().any(|s| self.any_companion_copy_in(s.kind, key));
+        let holds_copies = self.workload_sides().iter().any(|s| s.any_copy_in(key))
+            || self.companions.iter().any(|s| self.any_companion_copy_in(s.kind, key));
         if !holds_copies {
             return Ok(Next::Done);
         }
@@ -621,22 +718,23 @@ impl Syncer {
         self.recorder.warn(namespace, involved, REASON_DRIFT_REVERTED, message);
     }
 
-    async fn reconcile_workload(&self, key: &Key) -> Result<Next, Error> {
-        let copy = self.deployments.copy(key);
-        let upstream = self.deployments.upstream.get(key);
-        if upstream.as_ref().is_none_or(|d| d.metadata.deletion_timestamp.is_some()) {
+    async fn reconcile_workload<W: Synced>(&self, key: &Key) -> Result<Next, Error> {
+        let side = W::side(self);
+        let copy = side.copy(key);
+        let upstream = side.upstream.get(key);
+        if upstream.as_ref().is_none_or(|d| d.meta().deletion_timestamp.is_some()) {
             self.held.remove(key);
             self.covered.remove(key);
         }
         match upstream {
-            Some(d) if d.metadata.deletion_timestamp.is_none() => match self.push(key, &d, copy.as_deref()).await {
+            Some(d) if d.meta().deletion_timestamp.is_none() => match self.push(key, &*d, copy.as_deref()).await {
                 Err(e @ Error::Downstream { .. }) => {
-                    self.report_failure(key, &d, &e).await;
+                    self.report_failure(key, d.meta().generation, &e).await;
                     Err(e)
                 }
                 r => r,
             },
-            Some(d) => self.clean_up_deleted(key, &d, copy.is_some()).await,
+            Some(d) => self.clean_up_deleted(key, d.meta(), copy.is_some()).await,
             None if !self.synced() => Ok(Next::After(WAIT_FOR_PEER)),
             None => self.clean_up_unassigned(key, copy.is_some()).await,
         }
@@ -659,15 +757,16 @@ mod tests {
     fn a_copy_is_checked_again_after_any_change_that_could_make_it_drift_and_not_after_its_status() {
         let upstream = deployment("10", 1);
         let copy = deployment("5", 1);
-        let mark = Covered::of(&upstream, 2, &copy);
-        assert!(mark.is_of(&upstream, 2, &copy));
+        let of = |u: &Deployment, share, c: &Deployment| Covered::of(&u.metadata, share, &c.metadata);
+        let mark = of(&upstream, 2, &copy);
+        assert!(mark.is_of(&upstream.metadata, 2, &copy.metadata));
         let mut status_only = deployment("6", 1);
         status_only.status = Some(Default::default());
-        assert!(mark.is_of(&upstream, 2, &status_only), "a status update of the copy changes nothing checked");
-        assert!(mark.is_of(&deployment("11", 1), 2, &copy), "nor one of the upstream object");
-        assert!(!mark.is_of(&upstream, 3, &copy), "another share");
-        assert!(!mark.is_of(&deployment("11", 2), 2, &copy), "the upstream spec was edited");
-        assert!(!mark.is_of(&upstream, 2, &deployment("6", 2)), "the copy's spec was edited");
+        assert!(mark.is_of(&upstream.metadata, 2, &status_only.metadata), "a status update of the copy changes nothing checked");
+        assert!(mark.is_of(&deployment("11", 1).metadata, 2, &copy.metadata), "nor one of the upstream object");
+        assert!(!mark.is_of(&upstream.metadata, 3, &copy.metadata), "another share");
+        assert!(!mark.is_of(&deployment("11", 2).metadata, 2, &copy.metadata), "the upstream spec was edited");
+        assert!(!mark.is_of(&upstream.metadata, 2, &deployment("6", 2).metadata), "the copy's spec was edited");
         type Edit = fn(&mut ObjectMeta);
         let edits: [(&str, Edit); 3] = [
             ("labels", |m| m.labels = Some([("a".to_string(), "b".to_string())].into())),
@@ -678,9 +777,9 @@ mod tests {
             let (mut u, mut c) = (upstream.clone(), copy.clone());
             edit(&mut u.metadata);
             edit(&mut c.metadata);
-            assert!(!mark.is_of(&u, 2, &copy), "the upstream {what} changed");
-            assert!(!mark.is_of(&upstream, 2, &c), "the copy's {what} changed");
-            assert!(Covered::of(&u, 2, &c).is_of(&u, 2, &c));
+            assert!(!mark.is_of(&u.metadata, 2, &copy.metadata), "the upstream {what} changed");
+            assert!(!mark.is_of(&upstream.metadata, 2, &c.metadata), "the copy's {what} changed");
+            assert!(of(&u, 2, &c).is_of(&u.metadata, 2, &c.metadata));
         }
     }
 }

@@ -14,7 +14,7 @@ use placement_api::{
 };
 use serde_json::{json, Map, Value};
 
-use crate::key::{CopyKey, Key, Kind};
+use crate::key::{CopyKey, Key};
 use crate::naming::NamespaceLocator;
 
 /// Annotations that describe the upstream object's own history, not what should run:
@@ -44,7 +44,7 @@ pub fn downstream_object(upstream: &Value, key: &Key, sync_target: &str, replica
     let mut annotations: Map<String, Value> = meta.get("annotations").and_then(Value::as_object).cloned().unwrap_or_default();
     annotations.retain(|k, _| !upstream_only_annotation(k));
     annotations.insert(UPSTREAM_ANNOTATION.into(), json!(key.copy_annotation()));
-    if key.kind == Kind::Deployment {
+    if key.kind.workload().is_some() {
         let generation = meta.get("generation").and_then(Value::as_i64).unwrap_or(0);
         annotations.insert(SYNCED_GENERATION_ANNOTATION.into(), json!(generation.to_string()));
     }
@@ -73,6 +73,9 @@ pub fn downstream_object(upstream: &Value, key: &Key, sync_target: &str, replica
         spec.insert("replicas".into(), json!(replicas));
     }
     let mut out = Value::Object(out);
+    if key.kind == placement_api::synced::Kind::Job {
+        placement_api::workload::job::without_generated_selector(&mut out);
+    }
     for path in key.kind.row().cluster_owned {
         strip(&mut out, path, &|v| !key.kind.keeps(path, v));
     }
@@ -364,6 +367,7 @@ pub use placement_api::references::References;
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::key::Kind;
 
     fn upstream() -> Value {
         json!({

@@ -1,4 +1,4 @@
-//! The upstream Deployments' status, summed from their WorkloadPlacements.
+//! The upstream workloads' status, summed from their WorkloadPlacements.
 //!
 //! Each syncer reports its own cluster in the WorkloadPlacement; this controller, run
 //! once in the control plane process, derives the WorkloadPlacement's summary,
@@ -14,7 +14,8 @@ use std::time::Duration;
 
 use futures::{FutureExt, StreamExt};
 
-use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, StatefulSet};
+use k8s_openapi::api::batch::v1::{CronJob, Job};
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::runtime::watcher;
 use kube::runtime::WatchStreamExt;
@@ -43,25 +44,27 @@ pub async fn run(base: Client, resync: Duration) {
     async move {
         let (tx, rx) = mpsc::unbounded_channel();
         let wildcard = clients::workspace(&base, "*");
-        let placements = cache::spawn(
+        // A WorkloadPlacement has its workload's name; it is kept under the key of
+        // that name as a Deployment's, and its changes queue its workload, of the kind
+        // it names.
+        let placements = cache::spawn_indexed(
             Api::<WorkloadPlacement>::all(wildcard.clone()),
             watcher::Config::default(),
-            Kind::Deployment,
-            Key::upstream,
+            |wp: &WorkloadPlacement| Key::upstream(Kind::Deployment, &wp.metadata),
+            |k: &Key, wp: &WorkloadPlacement| Some(k.with_kind(Kind::placed_by(wp))),
             tx.clone(),
             "workloadplacements",
         );
-        // The Deployments come from a cache rather than a GET per event: a moved
+        // The workloads come from caches rather than a GET per event: a moved
         // workload's WorkloadPlacement changes about seven times on its way to
-        // Available. A Deployment's own changes (its generation) queue it too.
-        let deployments = cache::spawn(
-            Api::<Deployment>::all(wildcard),
-            watcher::Config::default(),
-            Kind::Deployment,
-            Key::upstream,
-            tx.clone(),
-            "deployments",
-        );
+        // Available. A workload's own changes (its generation) queue it too.
+        let workloads = Arc::new(Workloads {
+            deployments: spawn_kind(&wildcard, Kind::Deployment, &tx),
+            stateful_sets: spawn_kind(&wildcard, Kind::StatefulSet, &tx),
+            daemon_sets: spawn_kind(&wildcard, Kind::DaemonSet, &tx),
+            jobs: spawn_kind(&wildcard, Kind::Job, &tx),
+            cron_jobs: spawn_kind(&wildcard, Kind::CronJob, &tx),
+        });
         let lost = Arc::new(RwLock::new(BTreeSet::new()));
         // Shared as an Arc: every key's pass reads it.
         let registered: Arc<RwLock<Option<Arc<BTreeSet<String>>>>> = Arc::default();
@@ -73,55 +76,28 @@ pub async fn run(base: Client, resync: Duration) {
             tx.clone(),
         )));
         let p = placements.clone();
-        let _resync = runtime::resync::keys(resync, tx, move || p.keys());
+        let _resync = runtime::resync::keys(resync, tx, move || {
+            p.entries().into_iter().map(|(k, wp)| k.with_kind(Kind::placed_by(&wp))).collect::<Vec<_>>()
+        });
         queue::run(rx, 8, |key| {
-            // A key whose Deployment is not cached yet comes back when the first list
-            // of Deployments completes, which queues every key.
-            let (wp, d) = (placements.get(&key), deployments.get(&key));
+            // A key whose workload is not cached yet comes back when the first list of
+            // its kind completes, which queues every key.
+            let wp = placements.get(&key.with_kind(Kind::Deployment)).filter(|wp| Kind::placed_by(wp) == key.kind);
             let base = base.clone();
             let lost = lost.read().unwrap_or_else(|e| e.into_inner()).clone();
             let registered = registered.read().unwrap_or_else(|e| e.into_inner()).clone();
+            let workloads = workloads.clone();
             let span = tracing::info_span!("aggregate", object = %key);
             async move {
-                let (Some(wp), Some(d)) = (wp, d) else { return Ok::<_, Failed>(Next::Done) };
-                // The entry of a cluster that was deregistered while the workload had
-                // nowhere else to go has no syncer left to remove it.
-                let orphaned = registered.as_ref().map(|r| orphaned_entries(&wp, r)).unwrap_or_default();
-                if !orphaned.is_empty() {
-                    return remove_entries(&base, &key, &wp, &orphaned).await;
-                }
-                // Lost clusters' reports are not counted (see `status::without_lost`).
-                let view = status::without_lost(&wp, &lost);
-                let client = clients::workspace(&base, &key.workspace);
-                let now = k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(jiff::Timestamp::now());
-                let generation = d.metadata.generation.unwrap_or(0);
-                // First the WorkloadPlacement's derived fields: the syncers write only
-                // their own entries, the scheduler its condition.
-                let next = status::aggregate(&d, &view, &now);
-                let mut placed = status::derived(&view, generation, &now);
-                let replicas = Workload::replicas(&*d);
-                status::set_state(&mut placed, &view.spec.clusters, replicas, next.as_ref().or(d.status.as_ref()));
-                let derived = status::aggregator_fields(&placed);
-                if status::aggregator_fields(&wp.status.clone().unwrap_or_default()) != derived {
-                    let api: Api<WorkloadPlacement> = Api::namespaced(client.clone(), &key.namespace);
-                    match clients::apply_placement_status(&api, &key.name, FIELD_MANAGER, derived).await {
-                        Ok(_) => {}
-                        Err(e) if is_not_found(&e) => return Ok(Next::Done),
-                        Err(e) => return Err(failed(format!("writing the status of WorkloadPlacement {key}"))(e)),
-                    }
-                }
-                let Some(next) = next else { return Ok(Next::Done) };
-                if d.status.as_ref() == Some(&next) {
-                    return Ok(Next::Done);
-                }
-                // The aggregator is the only writer of this status and runs one key at a
-                // time, so the patch needs no resourceVersion: a cached Deployment that
-                // is a write behind would only make every patch conflict.
-                let api: Api<Deployment> = Api::namespaced(client, &key.namespace);
-                match api.patch_status(&key.name, &PatchParams::default(), &Patch::Merge(json!({"status": next}))).await {
-                    Ok(_) => Ok(Next::Done),
-                    Err(e) if is_not_found(&e) => Ok(Next::Done),
-                    Err(e) => Err(failed(format!("writing the status of {key}"))(e)),
+                let Some(wp) = wp else { return Ok::<_, Failed>(Next::Done) };
+                let pass = Pass { base: &base, key: &key, wp: &wp, lost: &lost, registered: registered.as_deref() };
+                match key.kind {
+                    Kind::Deployment => pass.run(workloads.deployments.get(&key)).await,
+                    Kind::StatefulSet => pass.run(workloads.stateful_sets.get(&key)).await,
+                    Kind::DaemonSet => pass.run(workloads.daemon_sets.get(&key)).await,
+                    Kind::Job => pass.run(workloads.jobs.get(&key)).await,
+                    Kind::CronJob => pass.run(workloads.cron_jobs.get(&key)).await,
+                    _ => Ok(Next::Done),
                 }
             }
             .instrument(span)
@@ -130,6 +106,88 @@ pub async fn run(base: Client, resync: Duration) {
     }
     .instrument(span)
     .await
+}
+
+/// The workloads of every kind, by key.
+struct Workloads {
+    deployments: Arc<cache::Cache<Deployment>>,
+    stateful_sets: Arc<cache::Cache<StatefulSet>>,
+    daemon_sets: Arc<cache::Cache<DaemonSet>>,
+    jobs: Arc<cache::Cache<Job>>,
+    cron_jobs: Arc<cache::Cache<CronJob>>,
+}
+
+fn spawn_kind<K>(wildcard: &Client, kind: Kind, tx: &mpsc::UnboundedSender<Key>) -> Arc<cache::Cache<K>>
+where
+    K: kube::Resource<DynamicType = ()> + Clone + for<'de> k8s_openapi::serde::Deserialize<'de> + std::fmt::Debug + Send + Sync + 'static,
+{
+    cache::spawn(Api::<K>::all(wildcard.clone()), watcher::Config::default(), kind, Key::upstream, tx.clone(), kind.row().plural)
+}
+
+/// One pass over one workload's WorkloadPlacement.
+struct Pass<'a> {
+    base: &'a Client,
+    key: &'a Key,
+    wp: &'a WorkloadPlacement,
+    lost: &'a BTreeSet<String>,
+    registered: Option<&'a BTreeSet<String>>,
+}
+
+impl Pass<'_> {
+    /// Sums the WorkloadPlacement's entries into its derived fields, and into the
+    /// status of `d`, its workload ([`Workload::summed`]).
+    async fn run<W>(&self, d: Option<Arc<W>>) -> Result<Next, Failed>
+    where
+        W: Workload
+            + kube::Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+            + Clone
+            + for<'de> k8s_openapi::serde::Deserialize<'de>
+            + std::fmt::Debug
+            + Send
+            + Sync,
+    {
+        let (key, wp) = (self.key, self.wp);
+        let Some(d) = d else { return Ok(Next::Done) };
+        // The entry of a cluster that was deregistered while the workload had
+        // nowhere else to go has no syncer left to remove it.
+        let orphaned = self.registered.map(|r| orphaned_entries(wp, r)).unwrap_or_default();
+        if !orphaned.is_empty() {
+            return remove_entries(self.base, key, wp, &orphaned).await;
+        }
+        // Lost clusters' reports are not counted (see `status::without_lost`).
+        let view = status::without_lost(wp, self.lost);
+        let client = clients::workspace(self.base, &key.workspace);
+        let now = k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(jiff::Timestamp::now());
+        let generation = d.meta().generation.unwrap_or(0);
+        // First the WorkloadPlacement's derived fields: the syncers write only
+        // their own entries, the scheduler its condition.
+        let next = d.summed(&view, &now);
+        let mut placed = status::derived(&view, generation, &now);
+        let headline = d.headline(next.as_ref().or(d.status()));
+        status::set_state(&mut placed, &view.spec.clusters, d.replicas(), &headline);
+        let derived = status::aggregator_fields(&placed);
+        if status::aggregator_fields(&wp.status.clone().unwrap_or_default()) != derived {
+            let api: Api<WorkloadPlacement> = Api::namespaced(client.clone(), &key.namespace);
+            match clients::apply_placement_status(&api, &key.name, FIELD_MANAGER, derived).await {
+                Ok(_) => {}
+                Err(e) if is_not_found(&e) => return Ok(Next::Done),
+                Err(e) => return Err(failed(format!("writing the status of WorkloadPlacement {key}"))(e)),
+            }
+        }
+        let Some(next) = next else { return Ok(Next::Done) };
+        if d.status() == Some(&next) {
+            return Ok(Next::Done);
+        }
+        // The aggregator is the only writer of this status and runs one key at a
+        // time, so the patch needs no resourceVersion: a cached workload that is a
+        // write behind would only make every patch conflict.
+        let api: Api<W> = Api::namespaced(client, &key.namespace);
+        match api.patch_status(&key.name, &PatchParams::default(), &Patch::Merge(json!({ "status": next }))).await {
+            Ok(_) => Ok(Next::Done),
+            Err(e) if is_not_found(&e) => Ok(Next::Done),
+            Err(e) => Err(failed(format!("writing the status of {key}"))(e)),
+        }
+    }
 }
 
 /// Keeps `lost` ([`lost_clusters`]) from the SyncTargets in `root`, and queues the
@@ -267,12 +325,12 @@ fn queue_with_entry_on(
         return;
     }
     for key in placements.keys() {
-        let hit = placements.get(&key).is_some_and(|wp| {
+        let hit = placements.get(&key).filter(|wp| {
             wp.status.iter().flat_map(|s| &s.clusters).any(|c| clusters.contains(&c.name))
                 && (!assigned || wp.spec.clusters.iter().any(|a| clusters.contains(&a.name)))
         });
-        if hit {
-            let _ = tx.send(key);
+        if let Some(wp) = hit {
+            let _ = tx.send(key.with_kind(Kind::placed_by(&wp)));
         }
     }
 }

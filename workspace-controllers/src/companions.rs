@@ -27,11 +27,13 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use apimachinery::selector::LabelSelector;
-use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, StatefulSet};
+use k8s_openapi::api::batch::v1::{CronJob, Job};
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use kube::runtime::watcher;
 use kube::Client;
 use placement_api::synced::Follows;
+use placement_api::workload::Workload;
 use placement_api::{sync_state_label, sync_target_of_label, WorkloadPlacement, REFERENCED_LABEL, SYNC_STATE_SYNC};
 use serde_json::{json, Map, Value};
 use tokio::sync::mpsc;
@@ -74,10 +76,10 @@ pub struct Summary {
 
 impl Summary {
     /// The summary of `d`.
-    pub fn of(d: &Deployment) -> Self {
-        let template = d.spec.as_ref().map(|s| &s.template);
+    pub fn of<W: Workload + kube::Resource>(d: &W) -> Self {
+        let template = d.pod_template();
         Self {
-            targets: assigned_targets(d.metadata.labels.as_ref()),
+            targets: assigned_targets(d.meta().labels.as_ref()),
             pod_labels: template.and_then(|t| t.metadata.as_ref()).and_then(|m| m.labels.clone()).unwrap_or_default(),
             references: template.and_then(|t| t.spec.as_ref()).map(References::of),
         }
@@ -145,7 +147,7 @@ impl Rule {
                 let group = target.get("apiVersion").and_then(Value::as_str).and_then(|v| v.split_once('/')).map(|(g, _)| g);
                 let kind = target.get("kind").and_then(Value::as_str);
                 match (group, kind, target.get("name").and_then(Value::as_str)) {
-                    (Some("apps"), Some("Deployment"), Some(name)) if !name.is_empty() => Rule::ScaleTarget(name.into()),
+                    (Some("apps"), Some("Deployment" | "StatefulSet"), Some(name)) if !name.is_empty() => Rule::ScaleTarget(name.into()),
                     _ => Rule::Nothing,
                 }
             }
@@ -461,7 +463,12 @@ pub fn label_patch(labels: Option<&BTreeMap<String, String>>, targets: &BTreeSet
 
 struct Controller {
     base: Client,
+    /// The workloads of every kind.
     deployments: Arc<Cache<Deployment>>,
+    stateful_sets: Arc<Cache<StatefulSet>>,
+    daemon_sets: Arc<Cache<DaemonSet>>,
+    jobs: Arc<Cache<Job>>,
+    cron_jobs: Arc<Cache<CronJob>>,
     /// Per companion kind: the named ones labelled already, and every object of the
     /// other kinds (their rules are read from them).
     companions: HashMap<Kind, Arc<Cache<DynamicObject>>>,
@@ -497,6 +504,17 @@ pub async fn run(base: Client, resync: Duration, followers: Arc<Followers>) {
         let (placements_tx, mut placements_rx) = mpsc::unbounded_channel::<Key>();
         let c = Arc::new(Controller {
             deployments: cache::spawn(Api::all(wildcard.clone()), all.clone(), Kind::Deployment, Key::upstream, tx.clone(), "deployments"),
+            stateful_sets: cache::spawn(
+                Api::all(wildcard.clone()),
+                all.clone(),
+                Kind::StatefulSet,
+                Key::upstream,
+                tx.clone(),
+                "statefulsets",
+            ),
+            daemon_sets: cache::spawn(Api::all(wildcard.clone()), all.clone(), Kind::DaemonSet, Key::upstream, tx.clone(), "daemonsets"),
+            jobs: cache::spawn(Api::all(wildcard.clone()), all.clone(), Kind::Job, Key::upstream, tx.clone(), "jobs"),
+            cron_jobs: cache::spawn(Api::all(wildcard.clone()), all.clone(), Kind::CronJob, Key::upstream, tx.clone(), "cronjobs"),
             placements: cache::spawn(Api::all(wildcard.clone()), all, Kind::Deployment, Key::upstream, placements_tx, "workloadplacements"),
             companions,
             index: Mutex::default(),
@@ -528,7 +546,9 @@ pub async fn run(base: Client, resync: Duration, followers: Arc<Followers>) {
                     let deployment = |name: &String| Key::new(Kind::Deployment, &k.workspace, &k.namespace, name);
                     let (touched, lists): (BTreeSet<Key>, Vec<Key>) = match k.kind.follows() {
                         Follows::Scheduled => {
-                            let now = c.deployments.get(&k).map(|d| Summary::of(&d));
+                            // The index knows workloads by name, as WorkloadPlacements do.
+                            let k = k.with_kind(Kind::Deployment);
+                            let now = c.summary(&k);
                             let touched = c.index().update(&k, now);
                             let lists = if touched.is_empty() { vec![] } else { vec![k.clone()] };
                             (touched, lists)
@@ -613,7 +633,32 @@ impl Controller {
     }
 
     fn synced(&self) -> bool {
-        self.deployments.synced() && self.companions.values().all(|c| c.synced())
+        self.deployments.synced()
+            && self.stateful_sets.synced()
+            && self.daemon_sets.synced()
+            && self.jobs.synced()
+            && self.cron_jobs.synced()
+            && self.companions.values().all(|c| c.synced())
+    }
+
+    /// The summary of the workload named by `key`, of whichever kind: the one that
+    /// is assigned, when another kind has the same name (only one of them is placed,
+    /// since a WorkloadPlacement has its workload's name).
+    fn summary(&self, key: &Key) -> Option<Summary> {
+        let at = |kind: Kind| key.with_kind(kind);
+        let all = [
+            self.deployments.get(&at(Kind::Deployment)).map(|w| Summary::of(&*w)),
+            self.stateful_sets.get(&at(Kind::StatefulSet)).map(|w| Summary::of(&*w)),
+            self.daemon_sets.get(&at(Kind::DaemonSet)).map(|w| Summary::of(&*w)),
+            self.jobs.get(&at(Kind::Job)).map(|w| Summary::of(&*w)),
+            self.cron_jobs.get(&at(Kind::CronJob)).map(|w| Summary::of(&*w)),
+        ];
+        let mut found = all.into_iter().flatten();
+        let first = found.next()?;
+        if !first.targets.is_empty() {
+            return Some(first);
+        }
+        Some(found.find(|s| !s.targets.is_empty()).unwrap_or(first))
     }
 
     fn api(&self, key: &Key) -> Api<DynamicObject> {

@@ -19,10 +19,7 @@ pub struct Job;
 #[derive(Debug)]
 pub struct CronJob;
 
-/// The label that ties a Job's pods to it, valued with the Job's uid.
-pub const CONTROLLER_UID_LABEL: &str = "batch.kubernetes.io/controller-uid";
-/// The label that names a Job on its pods.
-pub const JOB_NAME_LABEL: &str = "batch.kubernetes.io/job-name";
+pub use placement_api::workload::job::{CONTROLLER_UID_LABEL, JOB_NAME_LABEL};
 
 /// The longest name a CronJob may have: its Jobs append an 11-character suffix.
 const CRONJOB_NAME_MAX: usize = 52;

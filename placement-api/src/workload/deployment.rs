@@ -1,10 +1,11 @@
 //! Deployments: replicas that divide over clusters, or duplicate.
 
-use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::apps::v1::{Deployment, DeploymentStatus};
 use k8s_openapi::api::core::v1::PodTemplateSpec;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
-use super::{all_counts_at, condition, CopyState, Workload, WorkloadKind};
-use crate::ClusterSyncStatus;
+use super::{all_counts_at, condition, CopyState, Headline, Workload, WorkloadKind};
+use crate::{ClusterSyncStatus, WorkloadPlacement};
 
 impl Workload for Deployment {
     const KIND: WorkloadKind = WorkloadKind::Deployment;
@@ -15,6 +16,27 @@ impl Workload for Deployment {
 
     fn replicas(&self) -> i32 {
         self.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1)
+    }
+
+    fn report(&self, sync_target: &str, now: Time) -> ClusterSyncStatus {
+        crate::status::cluster_entry(sync_target, self, now)
+    }
+
+    type Status = DeploymentStatus;
+
+    fn status(&self) -> Option<&DeploymentStatus> {
+        self.status.as_ref()
+    }
+
+    fn summed(&self, wp: &WorkloadPlacement, now: &Time) -> Option<DeploymentStatus> {
+        crate::status::aggregate(self, wp, now)
+    }
+
+    /// Available while its `Available` condition is True.
+    fn headline(&self, status: Option<&DeploymentStatus>) -> Headline {
+        let available =
+            status.and_then(|s| s.conditions.as_ref()).into_iter().flatten().any(|c| c.type_ == "Available" && c.status == "True");
+        Headline { ready: status.and_then(|s| s.ready_replicas).unwrap_or(0), available, ended: None }
     }
 }
 

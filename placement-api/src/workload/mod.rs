@@ -20,16 +20,32 @@
 //! Adding a kind is one more variant, its row in [`KINDS`], and one module that
 //! implements [`Workload`] for its type and its report rule.
 
+/// A kind's own conditions (a list of its condition type, if any) as the
+/// `metav1.Condition`s of a report ([`reported_condition`]).
+macro_rules! reported_conditions {
+    ($conditions:expr) => {
+        $conditions
+            .into_iter()
+            .flatten()
+            .map(|c| super::reported_condition(c.type_, c.status, c.reason, c.message, c.last_transition_time))
+            .collect()
+    };
+}
+
 mod cronjob;
 mod daemonset;
 mod deployment;
-mod job;
+pub mod job;
 mod statefulset;
 
-use k8s_openapi::api::core::v1::PodTemplateSpec;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use std::sync::Arc;
 
-use crate::ClusterSyncStatus;
+use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, StatefulSet};
+use k8s_openapi::api::batch::v1::{CronJob, Job};
+use k8s_openapi::api::core::v1::PodTemplateSpec;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, ObjectMeta, Time};
+
+use crate::{ClusterSyncStatus, WorkloadPlacement, SYNCED_GENERATION_ANNOTATION};
 
 /// A kind of workload.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -212,6 +228,12 @@ impl WorkloadKind {
 }
 
 impl Kind {
+    /// Whether a cluster's copy says its replicas: its share of them (a Deployment, a
+    /// StatefulSet). The others' copies say what the workspace's object says.
+    pub fn copies_replicas(&self) -> bool {
+        matches!(self.spread, Spread::Replicas | Spread::Whole)
+    }
+
     /// `apps/v1`.
     pub fn api_version(&self) -> String {
         format!("{}/{}", self.group, self.version)
@@ -256,6 +278,26 @@ pub fn copy_state(kind: WorkloadKind, entry: &ClusterSyncStatus, share: i32) -> 
     }
 }
 
+/// Whether a cluster's copy counts as available, for the WorkloadPlacement's
+/// `Available`: a Deployment's copy while its own `Available` is True with its share
+/// available (through a rolling update too); any other once [`copy_state`] says it is
+/// Available or, for a Job, Complete.
+pub fn copy_available(kind: WorkloadKind, entry: &ClusterSyncStatus, share: i32) -> bool {
+    match kind {
+        WorkloadKind::Deployment => is_true(entry, "Available") && entry.available_replicas >= share,
+        _ => matches!(copy_state(kind, entry, share), CopyState::Available | CopyState::Complete),
+    }
+}
+
+/// The replicas a cluster's copy should run, as its summary counts them: its share,
+/// or for a DaemonSet the nodes it reports.
+pub fn desired_on(kind: WorkloadKind, entry: &ClusterSyncStatus, share: i32) -> i32 {
+    match kind {
+        WorkloadKind::DaemonSet => entry.replicas,
+        _ => share,
+    }
+}
+
 /// The rules of one workload kind that read its object.
 pub trait Workload {
     /// Its kind.
@@ -268,6 +310,143 @@ pub trait Workload {
     /// [`Spread::Whole`]; for a Job the pods that run at once; 1 per node for a
     /// DaemonSet and for a CronJob's Jobs.
     fn replicas(&self) -> i32;
+
+    /// Whether it ran to its end (a Job Complete or Failed): it never runs again.
+    fn finished(&self) -> bool {
+        false
+    }
+
+    /// What a cluster's copy (this object, as the cluster has it) reports, at `now`.
+    fn report(&self, sync_target: &str, now: Time) -> ClusterSyncStatus;
+
+    /// The type of its `status`.
+    type Status: Clone + PartialEq + std::fmt::Debug + serde::Serialize;
+
+    /// Its `status`.
+    fn status(&self) -> Option<&Self::Status>;
+
+    /// The workspace object's status, from its clusters' reports in `wp`; `None` while
+    /// there is nothing to report (never assigned a cluster, no report yet).
+    fn summed(&self, wp: &WorkloadPlacement, now: &Time) -> Option<Self::Status>;
+
+    /// What `status` (its own, or one about to be written) says of it as a whole.
+    fn headline(&self, status: Option<&Self::Status>) -> Headline;
+}
+
+/// What a workspace object's status says of it as a whole, for its state
+/// ([`crate::status::workload_state`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Headline {
+    /// Its ready replicas (a DaemonSet's ready nodes, a Job's ready pods).
+    pub ready: i32,
+    /// Whether it is available as a whole.
+    pub available: bool,
+    /// How it ended, for a kind that runs to completion.
+    pub ended: Option<Ended>,
+}
+
+/// How a workload that runs to completion ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Ended {
+    /// It succeeded.
+    Complete,
+    /// It failed; the reason says how.
+    Failed(String),
+}
+
+/// The upstream generation a copy says it was made from.
+fn synced_generation(meta: &ObjectMeta) -> i64 {
+    meta.annotations.as_ref().and_then(|a| a.get(SYNCED_GENERATION_ANNOTATION)).and_then(|g| g.parse().ok()).unwrap_or(0)
+}
+
+/// A kind's own condition as a `metav1.Condition`. A transition time the copy lacks
+/// must not become "now", or every report would differ from the last.
+fn reported_condition(type_: String, status: String, reason: Option<String>, message: Option<String>, at: Option<Time>) -> Condition {
+    Condition {
+        type_,
+        status,
+        reason: reason.unwrap_or_default(),
+        message: message.unwrap_or_default(),
+        last_transition_time: at.unwrap_or(Time(jiff::Timestamp::UNIX_EPOCH)),
+        observed_generation: None,
+    }
+}
+
+/// A report's common part: the copy's generation against what it observed, and what
+/// it was synced from.
+fn base_report(sync_target: &str, meta: &ObjectMeta, observed_generation: Option<i64>, now: Time) -> ClusterSyncStatus {
+    ClusterSyncStatus {
+        name: sync_target.into(),
+        synced_generation: synced_generation(meta),
+        observed: observed_generation.is_none_or(|o| o >= meta.generation.unwrap_or(0)),
+        last_sync_time: Some(now),
+        ..Default::default()
+    }
+}
+
+/// An object of any workload kind, as the scheduler and `flotilla status` read it.
+#[derive(Debug, Clone)]
+pub enum AnyWorkload {
+    /// A Deployment.
+    Deployment(Arc<Deployment>),
+    /// A StatefulSet.
+    StatefulSet(Arc<StatefulSet>),
+    /// A DaemonSet.
+    DaemonSet(Arc<DaemonSet>),
+    /// A Job.
+    Job(Arc<Job>),
+    /// A CronJob.
+    CronJob(Arc<CronJob>),
+}
+
+macro_rules! each {
+    ($self:expr, $w:ident => $e:expr) => {
+        match $self {
+            AnyWorkload::Deployment($w) => $e,
+            AnyWorkload::StatefulSet($w) => $e,
+            AnyWorkload::DaemonSet($w) => $e,
+            AnyWorkload::Job($w) => $e,
+            AnyWorkload::CronJob($w) => $e,
+        }
+    };
+}
+
+impl AnyWorkload {
+    /// Its kind.
+    pub fn kind(&self) -> WorkloadKind {
+        match self {
+            AnyWorkload::Deployment(_) => WorkloadKind::Deployment,
+            AnyWorkload::StatefulSet(_) => WorkloadKind::StatefulSet,
+            AnyWorkload::DaemonSet(_) => WorkloadKind::DaemonSet,
+            AnyWorkload::Job(_) => WorkloadKind::Job,
+            AnyWorkload::CronJob(_) => WorkloadKind::CronJob,
+        }
+    }
+
+    /// Its metadata.
+    pub fn meta(&self) -> &ObjectMeta {
+        each!(self, w => &w.metadata)
+    }
+
+    /// [`Workload::pod_template`].
+    pub fn pod_template(&self) -> Option<&PodTemplateSpec> {
+        each!(self, w => w.pod_template())
+    }
+
+    /// [`Workload::replicas`].
+    pub fn replicas(&self) -> i32 {
+        each!(self, w => w.replicas())
+    }
+
+    /// [`Workload::finished`].
+    pub fn finished(&self) -> bool {
+        each!(self, w => w.finished())
+    }
+
+    /// [`Workload::headline`] of its own status.
+    pub fn headline(&self) -> Headline {
+        each!(self, w => w.headline(w.status()))
+    }
 }
 
 fn condition<'a>(entry: &'a ClusterSyncStatus, type_: &str) -> Option<&'a Condition> {

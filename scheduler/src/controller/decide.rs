@@ -5,15 +5,22 @@ use super::*;
 
 impl Scheduler {
     pub(super) async fn decide_and_write(&self, key: &ObjKey, started: std::time::Instant) -> Result<(Outcome, Next), anyhow::Error> {
-        let Some(d) = self.deployments.get(key) else { return Ok((Outcome::Skipped, self.forget(key).await?)) };
-        if d.metadata.deletion_timestamp.is_some() {
+        let wp = self.placements.get(key);
+        let Some((d, others)) = self.workloads.at(key, wp.as_deref()) else { return Ok((Outcome::Skipped, self.forget(key).await?)) };
+        self.name_taken(key, &d, &others);
+        if d.meta().deletion_timestamp.is_some() {
             // The syncers clean up; the assignment stays until the object is gone. Only
             // the finalizers of clusters no longer registered are the scheduler's to drop.
             self.waiting.remove(key);
             return Ok((Outcome::Skipped, self.release_deregistered(key, &d).await?));
         }
-        let wp = self.placements.get(key);
-        let current = inputs::current(wp.as_deref(), &d);
+        let current = inputs::current(wp.as_deref(), d.meta());
+        // A workload that ran to its end (a finished Job) stays where it ran, whatever
+        // happens to the cluster: it never runs again.
+        if d.finished() && !current.is_empty() {
+            self.waiting.remove(key);
+            return Ok((Outcome::Scheduled, Next::Done));
+        }
 
         let ns = self.namespaces.get(&ObjKey::new(&key.workspace, "", &key.namespace));
         let rules: Vec<Arc<Placement>> = self.rules.values_where(|k| k.workspace == key.workspace);
@@ -23,7 +30,7 @@ impl Scheduler {
             labels: ns.as_ref().and_then(|n| n.metadata.labels.as_ref()),
             annotations: ns.as_ref().and_then(|n| n.metadata.annotations.as_ref()),
         };
-        let (rule, source) = match resolve::governing(d.metadata.annotations.as_ref(), namespace, &refs) {
+        let (rule, source) = match resolve::governing(d.meta().annotations.as_ref(), namespace, &refs) {
             Ok(r) => r,
             Err(message) => {
                 self.metrics.failure("PlacementUnusable");
@@ -31,7 +38,14 @@ impl Scheduler {
             }
         };
         let rule_name = rule.metadata.name.clone().unwrap_or_default();
-        let workload = match inputs::workload(&*d) {
+        // A workload that runs on every selected cluster is looked at whenever a cluster
+        // changes: one that comes back, or a new one, may be for it.
+        if d.kind().describe().spread == Spread::EveryCluster {
+            self.everywhere.insert(key.clone());
+        } else {
+            self.everywhere.remove(key);
+        }
+        let workload = match inputs::workload(&d) {
             Ok(w) => w,
             Err(e) => {
                 let message = format!("the pod template's resource requests cannot be read: {e}; fix spec.template");
@@ -47,11 +61,26 @@ impl Scheduler {
             return Ok((Outcome::Scheduled, next));
         }
         let (rebalance, recheck) = self.rebalance_due(key, &rule.spec, short, &current);
+        let spread = d.kind().describe().spread;
+        let held = self.held_for_confirm(&d, &rule.spec, &current);
         let decision = {
             let _one_at_a_time = self.deciding.lock().unwrap_or_else(|e| e.into_inner());
-            let views = self.book.views(|c| self.assumed.total(c));
-            let rule_view = core::Rule::of(&rule.spec);
-            let result = core::place(&views, &workload, &rule_view, &current, !short || rebalance);
+            let mut views = self.book.views(|c| self.assumed.total(c));
+            // A copy that must never run twice stays on a lost cluster until its loss is
+            // confirmed, as the brake holds what runs on the clusters it holds.
+            for v in views.iter_mut().filter(|v| held.contains(&v.name)) {
+                v.braked = true;
+            }
+            let rule_view = core::Rule::of(&rule.spec).for_spread(spread, views.len());
+            let every = spread == Spread::EveryCluster;
+            let result = core::place(&views, &workload, &rule_view, &current, !short || rebalance || every).map(|mut decided| {
+                // A DaemonSet runs wherever it is selected: that is never fewer than asked.
+                if every {
+                    decided.fewer = None;
+                    decided.short = false;
+                }
+                decided
+            });
             let took = started.elapsed();
             self.metrics.decision.observe(took.as_secs_f64());
             tracing::debug!(micros = took.as_micros() as u64, clusters = views.len(), "decided");
@@ -80,7 +109,7 @@ impl Scheduler {
                 // A NoExecute taint tolerated for a time is looked at again when the
                 // time is up (just after, so that it has run out).
                 let until = decided.recheck.map(|d| d + PAST_GRACE);
-                let next = self.place(key, &d, wp.as_deref(), &rule_name, &source, &current, decided).await?;
+                let next = self.place(key, &d, wp.as_deref(), (&rule_name, &source), &current, decided, &held).await?;
                 // A short spread whose Placement rebalances is looked at again when a
                 // returned cluster has been Ready long enough.
                 let later = [recheck, until].into_iter().flatten().min();
@@ -118,12 +147,12 @@ impl Scheduler {
     pub(super) async fn place(
         &self,
         key: &ObjKey,
-        d: &Deployment,
+        d: &AnyWorkload,
         wp: Option<&WorkloadPlacement>,
-        rule: &str,
-        source: &resolve::Source,
+        (rule, source): (&str, &resolve::Source),
         current: &[Share],
         decided: core::Decision,
+        held: &[String],
     ) -> Result<Next, anyhow::Error> {
         let mut shares = decided.shares;
         self.waiting.remove(key);
@@ -156,13 +185,19 @@ impl Scheduler {
                     )
                 } else if left.is_empty() {
                     format!("now on {} (Placement {rule})", shares_text(&shares))
+                } else if d.kind().describe().spread == Spread::EveryCluster {
+                    format!(
+                        "off {} until it is Ready again; runs on every other cluster it selects: {} (Placement {rule})",
+                        left.join(", "),
+                        shares_text(&shares)
+                    )
                 } else {
-                    format!("moved off {}; now on {} (Placement {rule})", left.join(", "), shares_text(&shares))
+                    format!("moved off {}; now on {} (Placement {rule}){}", left.join(", "), shares_text(&shares), moved_note(d))
                 };
                 ("Rescheduled", note)
             };
             tracing::info!(reason, clusters = %shares_text(&shares), "placed");
-            self.recorder.deployment(key, d, events::Type::Normal, reason, note);
+            self.recorder.workload(key, d, events::Type::Normal, reason, note);
         }
         // The clusters are in the spec and in the Event; left out of the condition, a
         // move (a failover, a drain) costs no status write here.
@@ -186,16 +221,38 @@ impl Scheduler {
         // A workload that stays on a cluster the disruption brake holds says so.
         let braked: Vec<&str> =
             shares.iter().map(|s| s.cluster.as_str()).filter(|c| self.book.get(c).is_some_and(|o| o.signature.braked)).collect();
-        let paused = (!braked.is_empty()).then(|| {
-            let on = braked.join(", ");
-            format!(
-                "stays on {on}, which the disruption brake holds: too many clusters went NotReady at once (`flotilla status` shows which); \
-                 `flotilla cluster confirm-lost {}` moves it if {on} is really gone",
-                braked[0]
-            )
-        });
-        let was_paused = wp.status.as_ref().is_some_and(|s| s.conditions.iter().any(|c| c.type_ == CONDITION_FAILOVER_PAUSED));
-        if !self.set_conditions(key, &wp, (true, reason, &message), paused.as_deref()).await? {
+        let waiting: Vec<&str> = shares.iter().map(|s| s.cluster.as_str()).filter(|c| held.iter().any(|h| h == c)).collect();
+        let paused = if let Some(first) = waiting.first() {
+            let on = waiting.join(", ");
+            let kind = d.kind().name();
+            Some((
+                REASON_WAITING_FOR_CONFIRM,
+                format!(
+                    "stays on {on}, which stopped answering: a {kind} never runs on two clusters at once, so it moves only once {on} is \
+                     confirmed lost; run `flotilla cluster confirm-lost {first}` if it is really gone{}",
+                    if d.kind() == WorkloadKind::StatefulSet {
+                        format!(" (or set spec.failover.statefulSets: Immediate on Placement {rule} to move at once)")
+                    } else {
+                        String::new()
+                    }
+                ),
+            ))
+        } else {
+            (!braked.is_empty()).then(|| {
+                let on = braked.join(", ");
+                (
+                    "DisruptionBrake",
+                    format!(
+                        "stays on {on}, which the disruption brake holds: too many clusters went NotReady at once (`flotilla status` shows which); \
+                         `flotilla cluster confirm-lost {}` moves it if {on} is really gone",
+                        braked[0]
+                    ),
+                )
+            })
+        };
+        let was_paused =
+            wp.status.as_ref().and_then(|s| s.conditions.iter().find(|c| c.type_ == CONDITION_FAILOVER_PAUSED)).map(|c| c.reason.clone());
+        if !self.set_conditions(key, &wp, (true, reason, &message), paused.as_ref().map(|(r, m)| (*r, m.as_str()))).await? {
             return Ok(Next::After(Duration::ZERO));
         }
         if decided.short {
@@ -205,14 +262,80 @@ impl Scheduler {
         }
         if decided.short && before.as_deref() != Some(REASON_FEWER_CLUSTERS) {
             tracing::warn!(reason = %message, "placed on fewer clusters than asked for");
-            self.recorder.deployment(key, d, events::Type::Warning, REASON_FEWER_CLUSTERS, message);
+            self.recorder.workload(key, d, events::Type::Warning, REASON_FEWER_CLUSTERS, message);
         }
-        if let (Some(note), false) = (paused, was_paused) {
-            let note = format!("{note}: {}", self.book.brake().message(self.book.grace()));
-            tracing::warn!(reason = %note, "failover paused by the disruption brake");
-            self.recorder.deployment(key, d, events::Type::Warning, CONDITION_FAILOVER_PAUSED, note);
+        match paused {
+            Some((REASON_WAITING_FOR_CONFIRM, note)) if was_paused.as_deref() != Some(REASON_WAITING_FOR_CONFIRM) => {
+                tracing::warn!(reason = %note, "failover waits for the cluster's loss to be confirmed");
+                self.recorder.workload(key, d, events::Type::Warning, REASON_WAITING_FOR_CONFIRM, note);
+            }
+            Some((_, note)) if was_paused.is_none() => {
+                let note = format!("{note}: {}", self.book.brake().message(self.book.grace()));
+                tracing::warn!(reason = %note, "failover paused by the disruption brake");
+                self.recorder.workload(key, d, events::Type::Warning, CONDITION_FAILOVER_PAUSED, note);
+            }
+            _ => {}
         }
         // A drain in progress is looked at again until the old copy can go.
         Ok(if draining.is_some() { Next::After(DRAIN_RECHECK) } else { Next::Done })
+    }
+}
+
+/// The reason of `FailoverPaused` (and of the Warning Event) on a workload that stays on
+/// a lost cluster until an operator confirms the loss.
+pub const REASON_WAITING_FOR_CONFIRM: &str = "WaitingForConfirm";
+
+/// What the Event of a move adds for the kind: a StatefulSet's (or any pod template's)
+/// claims start empty on the new cluster, and a Job runs again there.
+fn moved_note(d: &AnyWorkload) -> &'static str {
+    let claims = match d {
+        AnyWorkload::StatefulSet(s) => s.spec.as_ref().is_some_and(|s| s.volume_claim_templates.as_ref().is_some_and(|v| !v.is_empty())),
+        _ => false,
+    } || d
+        .pod_template()
+        .and_then(|t| t.spec.as_ref())
+        .is_some_and(|s| s.volumes.iter().flatten().any(|v| v.persistent_volume_claim.is_some()));
+    match (d.kind(), claims) {
+        (WorkloadKind::Job, _) => "; it had not finished, so it runs again there",
+        (_, true) => "; its volumes start empty there: nothing is copied from the old cluster",
+        _ => "",
+    }
+}
+
+impl Scheduler {
+    /// The clusters `d` runs on that stopped answering and whose loss no one confirmed,
+    /// when its kind may never run on two clusters at once ([`Failover::AfterConfirm`])
+    /// and its Placement does not say `failover.statefulSets: Immediate`.
+    fn held_for_confirm(&self, d: &AnyWorkload, rule: &placement_api::PlacementSpec, current: &[Share]) -> Vec<String> {
+        let kind = d.kind();
+        let waits =
+            kind.describe().failover == Failover::AfterConfirm && !(kind == WorkloadKind::StatefulSet && rule.stateful_sets_move_at_once());
+        if !waits {
+            return Vec::new();
+        }
+        current
+            .iter()
+            .filter(|s| self.book.get(&s.cluster).is_some_and(|o| !o.signature.ready && !o.lost_confirmed()))
+            .map(|s| s.cluster.clone())
+            .collect()
+    }
+
+    /// Says once, in a Warning Event on each, that the workloads of other kinds with
+    /// `d`'s name are not placed: the WorkloadPlacement of that name is `d`'s.
+    fn name_taken(&self, key: &ObjKey, d: &AnyWorkload, others: &[AnyWorkload]) {
+        for o in others {
+            if !self.name_taken.insert((key.clone(), o.kind())) {
+                continue;
+            }
+            let note = format!(
+                "not placed: WorkloadPlacement {} is the {} {}'s, and a WorkloadPlacement has its workload's name; rename this {} to place it",
+                key.name,
+                d.kind().name(),
+                key.name,
+                o.kind().name()
+            );
+            tracing::warn!(kind = o.kind().name(), reason = %note, "name taken by a workload of another kind");
+            self.recorder.workload(key, o, events::Type::Warning, "FailedScheduling", note);
+        }
     }
 }

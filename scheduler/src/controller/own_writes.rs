@@ -23,8 +23,8 @@ pub(super) fn without_cluster(annotations: Option<&BTreeMap<String, String>>) ->
 }
 
 /// The clusters a workload is labelled for.
-pub(super) fn labelled(d: &Deployment) -> BTreeSet<String> {
-    assigned_labels(d.metadata.labels.as_ref())
+pub(super) fn labelled(m: &ObjectMeta) -> BTreeSet<String> {
+    assigned_labels(m.labels.as_ref())
 }
 
 /// A merge patch of `metadata.labels` that makes the assignment labels say `want`.
@@ -51,8 +51,8 @@ pub(super) fn label_patch(have: &BTreeSet<String>, want: &BTreeSet<String>) -> O
 /// Finalizers of clusters long gone (deregistered) are dropped the same way.
 /// Finalizers are merged as a set, so those of others are kept, and no
 /// resourceVersion is needed.
-pub(super) fn workload_patch(d: &Deployment, want: &BTreeSet<String>) -> Option<Value> {
-    let present: BTreeSet<&str> = d.metadata.finalizers.iter().flatten().filter_map(|f| f.strip_prefix(SYNCER_FINALIZER_PREFIX)).collect();
+pub(super) fn workload_patch(d: &ObjectMeta, want: &BTreeSet<String>) -> Option<Value> {
+    let present: BTreeSet<&str> = d.finalizers.iter().flatten().filter_map(|f| f.strip_prefix(SYNCER_FINALIZER_PREFIX)).collect();
     let add: Vec<String> = want.iter().filter(|c| !present.contains(c.as_str())).map(|c| syncer_finalizer(c)).collect();
     let drop: Vec<String> = present.iter().filter(|c| !want.contains(**c)).map(|c| syncer_finalizer(c)).collect();
     let labels = label_patch(&labelled(d), want);

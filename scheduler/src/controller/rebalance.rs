@@ -43,7 +43,7 @@ impl Scheduler {
     pub(super) async fn start_rebalance(
         &self,
         key: &ObjKey,
-        d: &Deployment,
+        d: &AnyWorkload,
         wp: Option<&WorkloadPlacement>,
         rule: &str,
         current: &[Share],
@@ -69,7 +69,7 @@ impl Scheduler {
             shares_text(&target)
         );
         tracing::info!(reason = %note, "rebalancing");
-        self.recorder.deployment(key, d, events::Type::Normal, "Rebalanced", note);
+        self.recorder.workload(key, d, events::Type::Normal, "Rebalanced", note);
         self.rebalanced_at.insert(key.clone(), std::time::Instant::now());
         let r = Rebalancing {
             target,
@@ -87,7 +87,7 @@ impl Scheduler {
     pub(super) async fn finish_rebalance(
         &self,
         key: &ObjKey,
-        d: &Deployment,
+        d: &AnyWorkload,
         wp: Option<&WorkloadPlacement>,
         rule: &str,
         source: &resolve::Source,
@@ -104,7 +104,7 @@ impl Scheduler {
         self.rebalancing.remove(key);
         let Some(wp) = self.write_assignment(key, d, wp, rule, &target).await? else { return Ok(Some(Next::After(Duration::ZERO))) };
         let note = format!("now on {} (Placement {rule} rebalanced)", shares_text(&target));
-        self.recorder.deployment(key, d, events::Type::Normal, "Rebalanced", note);
+        self.recorder.workload(key, d, events::Type::Normal, "Rebalanced", note);
         let message = format!("placed by Placement {rule} ({source}); spec.clusters lists where");
         if !self.set_conditions(key, &wp, (true, "Scheduled", &message), None).await? {
             return Ok(Some(Next::After(Duration::ZERO)));

@@ -4,6 +4,11 @@
 use super::*;
 
 impl Scheduler {
+    /// The API of `d`'s kind in its namespace, through `client` (of its workspace).
+    fn workload_api(&self, key: &ObjKey, d: &AnyWorkload, client: Client) -> Api<DynamicObject> {
+        Api::namespaced_with(client, &key.namespace, &SyncedKind::of_workload(d.kind()).api_resource())
+    }
+
     /// Nothing fits (or the Placement cannot be found): the workload keeps the
     /// assignment it has on registered clusters, and says why. A deregistered cluster
     /// is dropped from it, label and finalizer too: no syncer is left to act on them,
@@ -11,7 +16,7 @@ impl Scheduler {
     pub(super) async fn fail(
         &self,
         key: &ObjKey,
-        d: &Deployment,
+        d: &AnyWorkload,
         wp: Option<&WorkloadPlacement>,
         rule: &str,
         current: &[Share],
@@ -27,9 +32,10 @@ impl Scheduler {
             .status
             .as_ref()
             .and_then(|s| s.conditions.iter().find(|c| c.type_ == CONDITION_FAILOVER_PAUSED))
-            .filter(|_| kept.iter().any(|s| self.book.get(&s.cluster).is_some_and(|o| o.signature.braked)))
-            .map(|c| c.message.clone());
-        if !self.set_conditions(key, &wp, (false, REASON_UNSCHEDULABLE, &message), paused.as_deref()).await? {
+            .filter(|_| kept.iter().any(|s| self.book.get(&s.cluster).is_some_and(|o| o.signature.braked || !o.signature.ready)))
+            .map(|c| (c.reason.clone(), c.message.clone()));
+        let paused = paused.as_ref().map(|(r, m)| (r.as_str(), m.as_str()));
+        if !self.set_conditions(key, &wp, (false, REASON_UNSCHEDULABLE, &message), paused).await? {
             return Ok(Next::After(Duration::ZERO));
         }
         if before.as_deref() != Some(message.as_str()) {
@@ -37,7 +43,7 @@ impl Scheduler {
             // must read the same on the next pass, which finds them gone.
             let note = if gone.is_empty() { message } else { format!("{message}; dropped {} (deregistered)", shares_text(&gone)) };
             tracing::info!(reason = %note, "no fit");
-            self.recorder.deployment(key, d, events::Type::Warning, "FailedScheduling", note);
+            self.recorder.workload(key, d, events::Type::Warning, "FailedScheduling", note);
         }
         Ok(Next::Done)
     }
@@ -45,9 +51,9 @@ impl Scheduler {
     /// A workload being deleted waits for the syncers of its clusters to remove their
     /// copies; the finalizers of clusters that are no longer registered are removed
     /// here, since no syncer is left to do it.
-    pub(super) async fn release_deregistered(&self, key: &ObjKey, d: &Deployment) -> Result<Next, anyhow::Error> {
+    pub(super) async fn release_deregistered(&self, key: &ObjKey, d: &AnyWorkload) -> Result<Next, anyhow::Error> {
         let gone: Vec<String> = d
-            .metadata
+            .meta()
             .finalizers
             .iter()
             .flatten()
@@ -57,7 +63,7 @@ impl Scheduler {
         if gone.is_empty() {
             return Ok(Next::Done);
         }
-        let api: Api<Deployment> = Api::namespaced(clients::workspace(&self.base, &key.workspace), &key.namespace);
+        let api = self.workload_api(key, d, clients::workspace(&self.base, &key.workspace));
         let patch = json!({"metadata": {"$deleteFromPrimitiveList/finalizers": gone}});
         match api.patch(&key.name, &PatchParams::default(), &Patch::Strategic(patch)).await {
             Ok(_) => tracing::info!(finalizers = ?gone, "removed the finalizers of deregistered clusters from a workload being deleted"),
@@ -73,16 +79,17 @@ impl Scheduler {
     pub(super) async fn write_assignment(
         &self,
         key: &ObjKey,
-        d: &Deployment,
+        d: &AnyWorkload,
         wp: Option<&WorkloadPlacement>,
         rule: &str,
         shares: &[Share],
     ) -> Result<Option<WorkloadPlacement>, anyhow::Error> {
         let client = clients::workspace(&self.base, &key.workspace);
+        let kind = d.kind().describe();
         let wps: Api<WorkloadPlacement> = Api::namespaced(client.clone(), &key.namespace);
         let want: BTreeSet<String> = shares.iter().map(|s| s.cluster.clone()).collect();
         let spec = WorkloadPlacementSpec {
-            workload: WorkloadRef { api_version: "apps/v1".into(), kind: "Deployment".into(), name: key.name.clone() },
+            workload: WorkloadRef { api_version: kind.api_version(), kind: kind.name.into(), name: key.name.clone() },
             placement: rule.to_string(),
             clusters: shares.iter().map(|s| ClusterAssignment { name: s.cluster.clone(), replicas: s.replicas as i32 }).collect(),
         };
@@ -130,20 +137,20 @@ impl Scheduler {
                 }
             }
         };
-        if let Some(patch) = workload_patch(d, &want) {
-            let deployments: Api<Deployment> = Api::namespaced(client, &key.namespace);
+        if let Some(patch) = workload_patch(d.meta(), &want) {
+            let workloads = self.workload_api(key, d, client);
             // A patch of the finalizers alone changes nothing the watch looks at.
-            if labelled(d) != want {
+            if labelled(d.meta()) != want {
                 self.own.labels.insert(key.clone(), want.clone());
             }
-            match deployments.patch(&key.name, &PatchParams::default(), &Patch::Strategic(patch)).await {
+            match workloads.patch(&key.name, &PatchParams::default(), &Patch::Strategic(patch)).await {
                 Ok(_) => {}
                 Err(e) => {
                     self.own.labels.remove(key);
                     if is_not_found(&e) {
                         return Ok(None);
                     }
-                    return Err(anyhow::anyhow!("labelling Deployment {key}: {e}"));
+                    return Err(anyhow::anyhow!("labelling {} {key}: {e}", kind.name));
                 }
             }
         }
@@ -155,14 +162,15 @@ impl Scheduler {
     /// the aggregator's writes of the same status never conflict with it. `false` when
     /// the WorkloadPlacement is gone (the reconcile runs again).
     /// Sets the conditions the scheduler owns, when they say something new: `Scheduled`
-    /// (status, reason, message), and `FailoverPaused` while `paused` says why, which
+    /// (status, reason, message), and `FailoverPaused` while `paused` says why (reason,
+    /// message), which
     /// the server-side apply drops once it is left out.
     pub(super) async fn set_conditions(
         &self,
         key: &ObjKey,
         wp: &WorkloadPlacement,
         (ok, reason, message): (bool, &str, &str),
-        paused: Option<&str>,
+        paused: Option<(&str, &str)>,
     ) -> Result<bool, anyhow::Error> {
         let existing = |type_: &str| wp.status.as_ref().and_then(|s| s.conditions.iter().find(|c| c.type_ == type_));
         let condition = |type_: &str, status: &str, reason: &str, message: &str| Condition {
@@ -182,7 +190,7 @@ impl Scheduler {
             _ => false,
         };
         let scheduled = condition(CONDITION_SCHEDULED, if ok { "True" } else { "False" }, reason, message);
-        let paused = paused.map(|why| condition(CONDITION_FAILOVER_PAUSED, "True", "DisruptionBrake", why));
+        let paused = paused.map(|(reason, why)| condition(CONDITION_FAILOVER_PAUSED, "True", reason, why));
         if same(Some(&scheduled), CONDITION_SCHEDULED) && same(paused.as_ref(), CONDITION_FAILOVER_PAUSED) {
             return Ok(true);
         }
@@ -202,12 +210,13 @@ impl Scheduler {
         self.rebalanced_at.remove(key);
         self.rebalancing.remove(key);
         self.drain_base.remove(key);
+        self.everywhere.remove(key);
         self.own.forget(key);
         let Some(wp) = self.placements.get(key) else { return Ok(Next::Done) };
         for c in &wp.spec.clusters {
             self.assumed.forget(key, &c.name);
         }
-        if wp.spec.workload.kind != "Deployment" {
+        if WorkloadKind::of(&wp.spec.workload.api_version, &wp.spec.workload.kind).is_none() {
             return Ok(Next::Done);
         }
         let api: Api<WorkloadPlacement> = Api::namespaced(clients::workspace(&self.base, &key.workspace), &key.namespace);

@@ -4,7 +4,7 @@
 use super::*;
 
 impl Syncer {
-    pub(super) async fn clean_up_deleted(&self, key: &Key, d: &Deployment, has_copy: bool) -> Result<Next, Error> {
+    pub(super) async fn clean_up_deleted(&self, key: &Key, d: &ObjectMeta, has_copy: bool) -> Result<Next, Error> {
         // The watch of the copies can be a few milliseconds behind this syncer's own
         // writes: a copy applied just before the deletion may not be in it yet. The
         // finalizer goes only once the cluster itself says there is no copy (unless it
@@ -30,11 +30,11 @@ impl Syncer {
         if has_copy {
             // The finalizer first: if the syncer stops between the two steps, the copy
             // is still there to bring it back here.
-            match self.upstream_api::<Deployment>(key).get_opt(&key.name).await {
-                Ok(Some(d)) if !self.assigned_here(&d) => {
+            match self.upstream_workload_api(key).get_metadata_opt(&key.name).await {
+                Ok(Some(d)) if !self.assigned_here(&d.metadata) => {
                     // A conflict is tried again with the copy still there: once it is
                     // gone, nothing would bring this key back to release the finalizer.
-                    if let next @ Next::After(_) = self.release_finalizer(key, &d).await? {
+                    if let next @ Next::After(_) = self.release_finalizer(key, &d.metadata).await? {
                         return Ok(next);
                     }
                 }
@@ -76,20 +76,24 @@ impl Syncer {
         Some(Next::Done)
     }
 
-    pub(super) fn assigned_here(&self, d: &Deployment) -> bool {
+    pub(super) fn assigned_here(&self, d: &ObjectMeta) -> bool {
         let label = sync_state_label(&self.settings.sync_target);
-        d.metadata.labels.as_ref().and_then(|l| l.get(&label)).is_some_and(|v| v == SYNC_STATE_SYNC)
-            && d.metadata.deletion_timestamp.is_none()
+        d.labels.as_ref().and_then(|l| l.get(&label)).is_some_and(|v| v == SYNC_STATE_SYNC) && d.deletion_timestamp.is_none()
     }
 
-    pub(super) async fn release_finalizer(&self, key: &Key, d: &Deployment) -> Result<Next, Error> {
-        let finalizers = d.metadata.finalizers.clone().unwrap_or_default();
+    /// The upstream API of the workload of `key`, by its kind.
+    pub(super) fn upstream_workload_api(&self, key: &Key) -> Api<DynamicObject> {
+        Api::namespaced_with(clients::workspace(&self.upstream, &key.workspace), &key.namespace, &key.kind.api_resource())
+    }
+
+    pub(super) async fn release_finalizer(&self, key: &Key, d: &ObjectMeta) -> Result<Next, Error> {
+        let finalizers = d.finalizers.clone().unwrap_or_default();
         if !finalizers.contains(&self.finalizer) {
             return Ok(Next::Done);
         }
         let kept: Vec<&String> = finalizers.iter().filter(|f| **f != self.finalizer).collect();
-        let patch = json!({"metadata": {"finalizers": kept, "resourceVersion": d.metadata.resource_version}});
-        match self.upstream_api::<Deployment>(key).patch(&key.name, &PatchParams::default(), &Patch::Merge(patch)).await {
+        let patch = json!({"metadata": {"finalizers": kept, "resourceVersion": d.resource_version}});
+        match self.upstream_workload_api(key).patch(&key.name, &PatchParams::default(), &Patch::Merge(patch)).await {
             Ok(_) => Ok(Next::Done),
             Err(e) if is_conflict(&e) => Ok(Next::After(Duration::ZERO)),
             Err(e) if is_not_found(&e) => Ok(Next::Done),

@@ -200,12 +200,15 @@ impl Syncer {
     /// its share is not known yet, so the copy waits.
     pub(super) fn divide_bounds(&self, key: &Key, upstream: &Value, desired: &mut Value) -> Result<(), Next> {
         let Some(target) = upstream.pointer("/spec/scaleTargetRef/name").and_then(Value::as_str) else { return Ok(()) };
-        let deployment = Key::new(Kind::Deployment, &key.workspace, &key.namespace, target);
-        let Some(wp) = self.placements.get(&deployment) else {
-            return match self.deployments.upstream.get(&deployment) {
-                Some(_) => Err(Next::After(WAIT_FOR_PEER)),
-                None => Ok(()),
+        let kind = upstream.pointer("/spec/scaleTargetRef/kind").and_then(Value::as_str);
+        let kind = Kind::workloads().find(|k| Some(k.name()) == kind).unwrap_or(Kind::Deployment);
+        let workload = Key::new(kind, &key.workspace, &key.namespace, target);
+        let Some(wp) = self.placement(&workload) else {
+            let assigned = match kind {
+                Kind::StatefulSet => self.stateful_sets.upstream.get(&workload).is_some(),
+                _ => self.deployments.upstream.get(&workload).is_some(),
             };
+            return if assigned { Err(Next::After(WAIT_FOR_PEER)) } else { Ok(()) };
         };
         let shares: Vec<(&str, i32)> = wp.spec.clusters.iter().map(|c| (c.name.as_str(), c.replicas)).collect();
         transform::divide_bounds(desired, &shares, &self.settings.sync_target);
@@ -219,7 +222,7 @@ impl Syncer {
         let scales = |h: &DynamicObject| {
             let target = h.data.pointer("/spec/scaleTargetRef").unwrap_or(&Value::Null);
             h.metadata.deletion_timestamp.is_none()
-                && target.get("kind").and_then(Value::as_str) == Some("Deployment")
+                && target.get("kind").and_then(Value::as_str) == Some(key.kind.name())
                 && target.get("name").and_then(Value::as_str) == Some(key.name.as_str())
         };
         let mut found = side.upstream.entries_where(|k, h| k.workspace == key.workspace && k.namespace == key.namespace && scales(h));

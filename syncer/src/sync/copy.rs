@@ -35,11 +35,11 @@ impl Syncer {
         self.copy_api(key).patch(&key.name, &ssa, &Patch::Apply(&desired)).await.map_err(downstream(applying()))
     }
 
-    pub(super) async fn push(&self, key: &Key, d: &Deployment, copy: Option<&Deployment>) -> Result<Next, Error> {
+    pub(super) async fn push<W: Synced>(&self, key: &Key, d: &W, copy: Option<&W>) -> Result<Next, Error> {
         let target = &self.settings.sync_target;
         // The share comes with the WorkloadPlacement; the scheduler writes it first, but
         // the two watches may deliver in either order.
-        let Some(wp) = self.placements.get(key) else { return Ok(Next::After(WAIT_FOR_PEER)) };
+        let Some(wp) = self.placement(key) else { return Ok(Next::After(WAIT_FOR_PEER)) };
         let Some(share) = wp.spec.clusters.iter().find(|c| &c.name == target).map(|c| c.replicas) else {
             return Ok(Next::After(WAIT_FOR_PEER));
         };
@@ -48,21 +48,23 @@ impl Syncer {
         // shares, which may have just changed: they are looked at again too (an
         // unchanged one costs no write).
         let autoscalers = self.autoscalers_of(key);
-        let share = match copy.and_then(|c| c.spec.as_ref()?.replicas) {
-            Some(scaled) if !autoscalers.is_empty() => scaled,
+        let scaled =
+            || copy.and_then(|c| to_value(c).pointer("/spec/replicas").and_then(Value::as_i64)).and_then(|n| i32::try_from(n).ok());
+        let share = match (autoscalers.is_empty(), W::KIND.describe().copies_replicas()) {
+            (false, true) => scaled().unwrap_or(share),
             _ => share,
         };
         for a in autoscalers {
             let _ = self.requeue.send(a);
         }
-        if !d.metadata.finalizers.iter().flatten().any(|f| f == &self.finalizer) {
+        if !d.meta().finalizers.iter().flatten().any(|f| f == &self.finalizer) {
             // The scheduler's assignment carries it; a workload labelled some other
             // way (by hand, or before it did) gets it here.
             // finalizers merge as a set under a strategic merge patch, so this adds
             // ours to whatever is there now, with no resourceVersion to go stale while
             // the scheduler labels the same Deployment.
             let patch = json!({"metadata": {"finalizers": [self.finalizer]}});
-            match self.upstream_api::<Deployment>(key).patch(&key.name, &PatchParams::default(), &Patch::Strategic(patch)).await {
+            match self.upstream_workload_api(key).patch(&key.name, &PatchParams::default(), &Patch::Strategic(patch)).await {
                 Ok(_) => {}
                 Err(e) => return Err(upstream(format!("adding finalizer to {key}"))(e)),
             }
@@ -70,13 +72,14 @@ impl Syncer {
         // Whether the copy last covered what it should say now: if it does not any
         // more, it drifted; if what it should say changed, it is an update.
         let mark = self.covered.get(key).map(|m| m.clone());
-        let same_desired = mark.as_ref().map(|m| m.share == share && m.upstream.is_of(&d.metadata));
-        let desired = || transform::downstream_object(&to_value(d), key, target, Some(share));
+        let same_desired = mark.as_ref().map(|m| m.share == share && m.upstream.is_of(d.meta()));
+        let replicas = W::KIND.describe().copies_replicas().then_some(share);
+        let desired = || transform::downstream_object(&to_value(d), key, target, replicas);
         let current = match copy {
             Some(c) if self.covers(key, d, share, c) => {
                 // The copy's spec changed (the syncer's own writes leave no mark to
                 // compare with), and still says all it should: someone added to it.
-                let added = same_desired == Some(true) && mark.as_ref().is_some_and(|m| m.copy.generation != c.metadata.generation);
+                let added = same_desired == Some(true) && mark.as_ref().is_some_and(|m| m.copy.generation != c.meta().generation);
                 match added {
                     false => c.clone(),
                     true => match self.remove_extras(key, &to_value(c), &desired(), &["spec"]).await {
@@ -85,7 +88,7 @@ impl Syncer {
                             if !lines.is_empty() {
                                 self.report_copy_drift(key, &patched, Drift::Changed(lines));
                             }
-                            patched.try_parse::<Deployment>().unwrap_or_default()
+                            patched.try_parse::<W>().map_err(|e| downstream_parse(key, e))?
                         }
                         Err(e) => {
                             // Retried with the mark it had, so the retry sees the edit.
@@ -129,11 +132,11 @@ impl Syncer {
                 if let Some(drift) = drift {
                     self.report_copy_drift(key, &applied, drift);
                 }
-                applied.try_parse::<Deployment>().unwrap_or_default()
+                applied.try_parse::<W>().map_err(|e| downstream_parse(key, e))?
             }
         };
-        let mut entry = status::cluster_entry(target, &current, now());
-        if let Some(mut c) = self.companions_condition(key, &wp, d.metadata.generation) {
+        let mut entry = current.report(target, now());
+        if let Some(mut c) = self.companions_condition(key, &wp, d.meta().generation) {
             // The transition time stays while the status does.
             let reported = wp.status.as_ref().and_then(|s| s.clusters.iter().find(|e| &e.name == target));
             if let Some(old) = reported.and_then(|e| e.conditions.iter().find(|o| o.type_ == c.type_ && o.status == c.status)) {
@@ -200,17 +203,24 @@ impl Syncer {
     /// Whether `copy` already says everything the syncer would write for `upstream`
     /// with `share` replicas ([`transform::covers`]). Remembered per key until either
     /// side changes in a way that could matter ([`Covered`]).
-    pub(super) fn covers(&self, key: &Key, upstream: &Deployment, share: i32, copy: &Deployment) -> bool {
-        if self.covered.get(key).is_some_and(|m| m.is_of(upstream, share, copy)) {
+    pub(super) fn covers<W: Synced>(&self, key: &Key, upstream: &W, share: i32, copy: &W) -> bool {
+        if self.covered.get(key).is_some_and(|m| m.is_of(upstream.meta(), share, copy.meta())) {
             return true;
         }
-        let desired = transform::downstream_object(&to_value(upstream), key, &self.settings.sync_target, Some(share));
+        let replicas = W::KIND.describe().copies_replicas().then_some(share);
+        let desired = transform::downstream_object(&to_value(upstream), key, &self.settings.sync_target, replicas);
         let covered = transform::covers(&to_value(copy), &desired);
         if covered {
-            self.covered.insert(key.clone(), Covered::of(upstream, share, copy));
+            self.covered.insert(key.clone(), Covered::of(upstream.meta(), share, copy.meta()));
         } else {
             self.covered.remove(key);
         }
         covered
     }
+}
+
+/// The error of a copy the cluster answered with that does not parse as its kind.
+fn downstream_parse(key: &Key, e: impl std::fmt::Display) -> Error {
+    let source = kube::Error::SerdeError(serde_json::Error::io(std::io::Error::other(e.to_string())));
+    Error::Downstream { what: format!("reading the {} the cluster answered for {key}", key.kind.name()), source }
 }

@@ -72,8 +72,8 @@ impl Syncer {
 
     /// Reports in this cluster's entry that the cluster could not be synced, keeping
     /// the last counts it reported. Best effort: the error is also retried and logged.
-    pub(super) async fn report_failure(&self, key: &Key, d: &Deployment, e: &Error) {
-        let Some(wp) = self.placements.get(key) else { return };
+    pub(super) async fn report_failure(&self, key: &Key, generation: Option<i64>, e: &Error) {
+        let Some(wp) = self.placement(key) else { return };
         let target = &self.settings.sync_target;
         let mut entry = wp
             .status
@@ -81,17 +81,15 @@ impl Syncer {
             .and_then(|s| s.clusters.iter().find(|c| &c.name == target))
             .cloned()
             .unwrap_or_else(|| ClusterSyncStatus { name: target.clone(), ..Default::default() });
-        let message = format!(
-            "generation {} could not be synced to cluster {target}: {e}; the syncer retries with backoff",
-            d.metadata.generation.unwrap_or(0)
-        );
+        let message =
+            format!("generation {} could not be synced to cluster {target}: {e}; the syncer retries with backoff", generation.unwrap_or(0));
         let failed = Condition {
             type_: CONDITION_SYNCED.into(),
             status: "False".into(),
             reason: REASON_DOWNSTREAM_ERROR.into(),
             message,
             last_transition_time: now(),
-            observed_generation: d.metadata.generation,
+            observed_generation: generation,
         };
         status::set_condition(&mut entry.conditions, failed);
         entry.last_sync_time = Some(now());
