@@ -19,6 +19,8 @@ pub struct References {
     /// The ServiceAccount the pods run as, unless it is `default`, which every
     /// namespace of every cluster has of its own.
     pub service_account: Option<String>,
+    /// The PersistentVolumeClaims its volumes mount.
+    pub claims: BTreeSet<String>,
 }
 
 impl References {
@@ -26,6 +28,9 @@ impl References {
     pub fn of(spec: &PodSpec) -> Self {
         let mut r = References::default();
         for v in spec.volumes.iter().flatten() {
+            if let Some(claim) = &v.persistent_volume_claim {
+                r.claims.insert(claim.claim_name.clone());
+            }
             if let Some(cm) = &v.config_map {
                 r.config_maps.insert(cm.name.clone());
             }
@@ -67,6 +72,7 @@ impl References {
         r.service_account = account.filter(|n| !n.is_empty() && n.as_str() != "default").cloned();
         r.config_maps.retain(|n| !n.is_empty());
         r.secrets.retain(|n| !n.is_empty());
+        r.claims.retain(|n| !n.is_empty());
         r
     }
 
@@ -76,6 +82,7 @@ impl References {
             Kind::ConfigMap => self.config_maps.contains(name),
             Kind::Secret => self.secrets.contains(name),
             Kind::ServiceAccount => self.service_account.as_deref() == Some(name),
+            Kind::PersistentVolumeClaim => self.claims.contains(name),
             _ => false,
         }
     }

@@ -26,6 +26,8 @@ pub enum Kind {
     Secret,
     /// The ServiceAccount a synced pod template runs as.
     ServiceAccount,
+    /// A PersistentVolumeClaim a synced pod template mounts.
+    PersistentVolumeClaim,
     /// A Service whose selector matches a synced pod template's labels.
     Service,
     /// An Ingress whose backends name such a Service.
@@ -120,10 +122,18 @@ const SERVICE_OWNED: &[&str] = &[
 
 /// The table, in the order a namespace's objects are pushed: what pods mount and run
 /// as first, the workload last but one, and what watches the workload after it.
-pub const TABLE: [Row; 13] = [
+pub const TABLE: [Row; 14] = [
     Row { label: "configmap", owned: &["data", "binaryData"], ..row(Kind::ConfigMap, "ConfigMap", "", "v1", "configmaps") },
     Row { label: "secret", owned: &["data", "binaryData"], secret: true, ..row(Kind::Secret, "Secret", "", "v1", "secrets") },
     Row { label: "serviceaccount", owned: &[], ..row(Kind::ServiceAccount, "ServiceAccount", "", "v1", "serviceaccounts") },
+    Row {
+        label: "persistentvolumeclaim",
+        // The cluster binds a claim to a volume and defaults its class: a claim that
+        // names neither gets the cluster's own.
+        cluster_owned: &["spec.volumeName", "spec.storageClassName"],
+        status_up: true,
+        ..row(Kind::PersistentVolumeClaim, "PersistentVolumeClaim", "", "v1", "persistentvolumeclaims")
+    },
     Row {
         label: "service",
         follows: Follows::SelectsPods,
@@ -268,6 +278,7 @@ impl Kind {
             (Kind::Service, "spec.externalTrafficPolicy" | "spec.internalTrafficPolicy" | "spec.sessionAffinity") => true,
             (Kind::Service, "spec.ipFamilies" | "spec.ipFamilyPolicy" | "spec.allocateLoadBalancerNodePorts") => true,
             (Kind::Ingress, "spec.ingressClassName") => true,
+            (Kind::PersistentVolumeClaim, "spec.volumeName" | "spec.storageClassName") => true,
             _ => false,
         }
     }

@@ -246,7 +246,7 @@ async fn deleting_or_unassigning_upstream_removes_the_copy_downstream() {
 }
 
 /// An object of companion kind `kind` that follows Deployment `web` (pods labelled
-/// `app: web`, which names `web-config`, `web-secret` and `web-runner`). Every kind of
+/// `app: web`, which names `web-config`, `web-secret`, `web-runner` and `web-data`). Every kind of
 /// the table of synced kinds has one: a kind added to the table without one does not
 /// compile here.
 fn follower_of_web(kind: placement_api::synced::Kind) -> serde_json::Value {
@@ -256,6 +256,7 @@ fn follower_of_web(kind: placement_api::synced::Kind) -> serde_json::Value {
         Kind::ConfigMap => return json!({"data": {"greeting": "hello"}}),
         Kind::Secret => return json!({"stringData": {"password": "s3cret"}}),
         Kind::ServiceAccount => return json!({}),
+        Kind::PersistentVolumeClaim => json!({"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}),
         Kind::Service => json!({"selector": {"app": "web"}, "ports": [{"port": 80}]}),
         Kind::Ingress => json!({"defaultBackend": {"service": {"name": "web-service", "port": {"number": 80}}}}),
         Kind::NetworkPolicy => json!({"podSelector": pods}),
@@ -272,7 +273,10 @@ fn follower_of_web(kind: placement_api::synced::Kind) -> serde_json::Value {
 
 /// The name of `web`'s follower of `kind`.
 fn follower_name(kind: placement_api::synced::Kind) -> String {
-    format!("web-{}", kind.label()).replace("web-configmap", "web-config").replace("web-serviceaccount", "web-runner")
+    format!("web-{}", kind.label())
+        .replace("web-configmap", "web-config")
+        .replace("web-serviceaccount", "web-runner")
+        .replace("web-persistentvolumeclaim", "web-data")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -331,10 +335,11 @@ async fn every_kind_follows(path: Path) {
         o.metadata.name = Some(follower_name(kind));
         api(&ar).create(&PostParams::default(), &o).await.unwrap_or_else(|e| panic!("{kind:?}: {e}"));
     }
-    // web names its ConfigMap, Secret and ServiceAccount; the others select it.
+    // web names its ConfigMap, Secret, ServiceAccount and claim; the others select it.
     let mut web = deployment("web").replicas(2).cpu("100m").build();
     let pod = web.spec.as_mut().unwrap().template.spec.as_mut().unwrap();
     pod.service_account_name = Some("web-runner".into());
+    pod.volumes = Some(serde_json::from_value(json!([{"name": "data", "persistentVolumeClaim": {"claimName": "web-data"}}])).unwrap());
     pod.containers[0].env_from =
         Some(serde_json::from_value(json!([{"configMapRef": {"name": "web-config"}}, {"secretRef": {"name": "web-secret"}}])).unwrap());
     let label = placement_api::sync_state_label("east");

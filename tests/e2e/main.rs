@@ -42,3 +42,4 @@ mod syncer_pull;
 mod syncer_push;
 mod up;
 mod up_ha;
+mod workload_kinds;

@@ -1,6 +1,6 @@
 //! The upstream status of a Deployment's companions, summed from their clusters' reports.
 //!
-//! A Service, an Ingress or a HorizontalPodAutoscaler follows its Deployment to the
+//! A Service, an Ingress, a HorizontalPodAutoscaler or a PersistentVolumeClaim follows its workload to the
 //! clusters it is assigned to (`state.workload.flotilla.io/<cluster>=Sync`), and each
 //! cluster's syncer reports the `status` of its copy in the upstream object's annotation
 //! `clusterstatus.workload.flotilla.io/<cluster>`. This controller, run once in the
@@ -20,7 +20,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::autoscaling::v2::{HorizontalPodAutoscaler, HorizontalPodAutoscalerCondition, HorizontalPodAutoscalerStatus};
-use k8s_openapi::api::core::v1::{LoadBalancerStatus, Service, ServiceStatus};
+use k8s_openapi::api::core::v1::{LoadBalancerStatus, PersistentVolumeClaim, PersistentVolumeClaimStatus, Service, ServiceStatus};
 use k8s_openapi::api::networking::v1::{Ingress, IngressLoadBalancerStatus, IngressStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::serde::de::DeserializeOwned;
@@ -65,11 +65,14 @@ pub enum Companion {
     Ingress,
     /// autoscaling/v2 HorizontalPodAutoscaler: replicas summed, conditions combined.
     HorizontalPodAutoscaler,
+    /// core/v1 PersistentVolumeClaim: the phase and capacity of the cluster's claim.
+    PersistentVolumeClaim,
 }
 
 impl Companion {
     /// Every kind, in the order they are watched.
-    pub const ALL: [Companion; 3] = [Companion::Service, Companion::Ingress, Companion::HorizontalPodAutoscaler];
+    pub const ALL: [Companion; 4] =
+        [Companion::Service, Companion::Ingress, Companion::HorizontalPodAutoscaler, Companion::PersistentVolumeClaim];
 
     /// `kind`.
     pub fn name(self) -> &'static str {
@@ -77,12 +80,13 @@ impl Companion {
             Companion::Service => "Service",
             Companion::Ingress => "Ingress",
             Companion::HorizontalPodAutoscaler => "HorizontalPodAutoscaler",
+            Companion::PersistentVolumeClaim => "PersistentVolumeClaim",
         }
     }
 
     fn group(self) -> &'static str {
         match self {
-            Companion::Service => "",
+            Companion::Service | Companion::PersistentVolumeClaim => "",
             Companion::Ingress => "networking.k8s.io",
             Companion::HorizontalPodAutoscaler => "autoscaling",
         }
@@ -90,7 +94,7 @@ impl Companion {
 
     fn version(self) -> &'static str {
         match self {
-            Companion::Service | Companion::Ingress => "v1",
+            Companion::Service | Companion::Ingress | Companion::PersistentVolumeClaim => "v1",
             // The version the control plane stores; v1 is a view of it.
             Companion::HorizontalPodAutoscaler => "v2",
         }
@@ -101,6 +105,7 @@ impl Companion {
             Companion::Service => "services",
             Companion::Ingress => "ingresses",
             Companion::HorizontalPodAutoscaler => "horizontalpodautoscalers",
+            Companion::PersistentVolumeClaim => "persistentvolumeclaims",
         }
     }
 }
@@ -138,6 +143,7 @@ pub fn desired_status(kind: Companion, object: &Value) -> Summed {
         Companion::Service => sum_service(object, &mut skipped),
         Companion::Ingress => sum_ingress(object, &mut skipped),
         Companion::HorizontalPodAutoscaler => sum_autoscaler(object, &mut skipped),
+        Companion::PersistentVolumeClaim => sum_claim(object, &mut skipped),
     };
     Summed { status, skipped }
 }
@@ -243,6 +249,17 @@ fn sum_ingress(object: &Value, skipped: &mut Vec<Skipped>) -> Option<Value> {
     to_json(&status)
 }
 
+/// A PersistentVolumeClaim's status from its clusters' claims: a claim is bound where
+/// its workload runs, so the status is that of a cluster where it is Bound (the first
+/// by name, when its workload runs on several), else of the first that reported. With
+/// no report, it is left alone.
+fn sum_claim(object: &Value, skipped: &mut Vec<Skipped>) -> Option<Value> {
+    let reports: BTreeMap<String, PersistentVolumeClaimStatus> = reports(object, &assigned(object), skipped);
+    let bound = reports.values().find(|r| r.phase.as_deref() == Some("Bound"));
+    let chosen = bound.or_else(|| reports.values().next())?;
+    to_json(chosen)
+}
+
 /// A HorizontalPodAutoscaler's status from its clusters' autoscalers, each of which
 /// scales its own cluster's share of the workload:
 /// - `currentReplicas` and `desiredReplicas` are the sums, `lastScaleTime` the latest;
@@ -324,6 +341,7 @@ fn normalized(kind: Companion, status: &Value) -> Option<Value> {
         Companion::Service => through::<ServiceStatus>(status),
         Companion::Ingress => through::<IngressStatus>(status),
         Companion::HorizontalPodAutoscaler => through::<HorizontalPodAutoscalerStatus>(status),
+        Companion::PersistentVolumeClaim => through::<PersistentVolumeClaimStatus>(status),
     }
 }
 
@@ -527,6 +545,9 @@ async fn reconcile(base: &Client, target: &Target, seen: Option<&Seen>) -> Resul
         Companion::Ingress => Api::<Ingress>::namespaced(client, namespace).patch_status(name, &pp, &patch).await.map(drop),
         Companion::HorizontalPodAutoscaler => {
             Api::<HorizontalPodAutoscaler>::namespaced(client, namespace).patch_status(name, &pp, &patch).await.map(drop)
+        }
+        Companion::PersistentVolumeClaim => {
+            Api::<PersistentVolumeClaim>::namespaced(client, namespace).patch_status(name, &pp, &patch).await.map(drop)
         }
     };
     match written {

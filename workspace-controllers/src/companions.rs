@@ -93,6 +93,7 @@ impl Summary {
             named(Kind::ConfigMap, &mut r.config_maps.iter()),
             named(Kind::Secret, &mut r.secrets.iter()),
             named(Kind::ServiceAccount, &mut r.service_account.iter()),
+            named(Kind::PersistentVolumeClaim, &mut r.claims.iter()),
         ]
         .concat()
     }

@@ -1,0 +1,663 @@
+//! The workload kinds beyond Deployments, placed and run end to end: StatefulSets,
+//! DaemonSets, Jobs and CronJobs applied to a workspace go to clusters by their kind's
+//! spread rule (a StatefulSet whole on one, a Job and a CronJob on exactly one, a
+//! DaemonSet on every selected cluster), their copies run on the simulated clusters,
+//! their status is summed back up so that `kubectl rollout status` and `kubectl wait`
+//! work in the workspace, deleting them removes the copies, and a lost cluster moves
+//! each kind as its failover rule says (a StatefulSet only once confirmed lost or under
+//! `failover.statefulSets: Immediate`, a running Job reruns, a finished one stays).
+
+use crate::common;
+use test_clusters::fixtures::deployment;
+
+use std::collections::BTreeMap;
+
+use common::fleet::{assignment, fleet, wait_assignment, DEADLINE, FAST};
+use common::{tail, wait_for, wait_until, Flotilla, Out, SimCluster};
+use placement_api::keys::SYNC_TARGET_LABEL;
+use serde_json::Value;
+
+/// A simulated cluster of `nodes` nodes of 8 cpu each: the node count is what a
+/// DaemonSet's status counts.
+fn cluster(name: &str, nodes: u32) -> SimCluster {
+    SimCluster::start(&format!("name: {name}\nnodes:\n  - {{count: {nodes}, cpu: \"8\", memory: 16Gi, pods: 110}}\nstartupDelay: 200ms\n"))
+}
+
+/// kubectl in workspace `demo`.
+fn demo(f: &Flotilla, args: &[&str]) -> Out {
+    let mut all = vec!["--context", "demo"];
+    all.extend_from_slice(args);
+    f.kubectl(&all)
+}
+
+/// kubectl in workspace `demo`, which must succeed; its stdout.
+fn kd(f: &Flotilla, args: &[&str]) -> String {
+    let mut all = vec!["--context", "demo"];
+    all.extend_from_slice(args);
+    f.k(&all)
+}
+
+/// `kubectl rollout status WHAT` in `demo`, which must finish; its stdout.
+fn rolled_out(f: &Flotilla, what: &str) -> String {
+    let o = demo(f, &["rollout", "status", what, "--timeout=45s"]);
+    assert!(o.ok, "kubectl rollout status {what} did not finish: {o:?}\nserver log tail:\n{}", tail(&f.log()));
+    o.stdout
+}
+
+/// `kubectl wait --for=condition=CONDITION WHAT` in `demo`, which must be met within `timeout`.
+fn met(f: &Flotilla, what: &str, condition: &str, timeout: &str) {
+    let o = demo(f, &["wait", &format!("--for=condition={condition}"), what, &format!("--timeout={timeout}")]);
+    let status = demo(f, &["get", what, "-o", "jsonpath={.status}"]).stdout;
+    assert!(
+        o.ok && o.stdout.contains("condition met"),
+        "kubectl wait --for=condition={condition} {what}: {o:?}\nits status: {status}\nserver log tail:\n{}",
+        tail(&f.log())
+    );
+}
+
+/// The WorkloadPlacement `name` of `demo`'s default namespace, as JSON (Null while there is none).
+fn wp(f: &Flotilla, name: &str) -> Value {
+    let o = demo(f, &["get", "wp", name, "-o", "json"]);
+    if o.ok {
+        serde_json::from_str(&o.stdout).unwrap_or_else(|e| panic!("kubectl get wp {name} -o json printed no JSON ({e}): {}", o.stdout))
+    } else {
+        Value::Null
+    }
+}
+
+/// The cluster names of a WorkloadPlacement's `spec.clusters`, sorted.
+fn cluster_names(wp: &Value) -> Vec<String> {
+    let mut names: Vec<String> =
+        wp["spec"]["clusters"].as_array().into_iter().flatten().filter_map(|c| c["name"].as_str().map(str::to_string)).collect();
+    names.sort();
+    names
+}
+
+/// Waits until the WorkloadPlacement `name` names clusters that pass `want`; returns it.
+fn wait_placed(f: &Flotilla, name: &str, want: impl Fn(&[String]) -> bool) -> Value {
+    wait_for(&format!("the WorkloadPlacement of {name}"), DEADLINE, || {
+        let placement = wp(f, name);
+        if want(&cluster_names(&placement)) {
+            Ok(placement)
+        } else {
+            Err(format!("spec {}\n--- server log tail ---\n{}", placement["spec"], tail(&f.log())))
+        }
+    })
+}
+
+/// The `FailoverPaused` condition of a WorkloadPlacement, as `status: message` (empty: none).
+fn failover_paused(wp: &Value) -> String {
+    wp["status"]["conditions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|c| c["type"] == "FailoverPaused")
+        .map(|c| format!("{}: {}", c["status"].as_str().unwrap_or_default(), c["message"].as_str().unwrap_or_default()))
+        .unwrap_or_default()
+}
+
+/// `namespace/name` of each copy of `kind` `name` that Flotilla synced to `c`: labelled
+/// for it, in any (hashed) namespace. Err when the cluster does not answer.
+fn copies_on(c: &SimCluster, kind: &str, name: &str) -> Result<Vec<String>, String> {
+    let label = format!("{SYNC_TARGET_LABEL}={}", c.name);
+    let o = c.kubectl(&[
+        "get",
+        kind,
+        "-A",
+        "-l",
+        &label,
+        "--field-selector",
+        &format!("metadata.name={name}"),
+        "-o",
+        r#"jsonpath={range .items[*]}{.metadata.namespace}/{.metadata.name}{"\n"}{end}"#,
+    ]);
+    if !o.ok {
+        return Err(format!("{} did not answer `kubectl get {kind} -A`: {}", c.name, o.stderr.trim()));
+    }
+    Ok(o.stdout.lines().filter(|l| !l.trim().is_empty()).map(str::to_string).collect())
+}
+
+/// Waits until `c` has exactly one copy of `kind` `name`; returns its namespace.
+fn the_copy(c: &SimCluster, kind: &str, name: &str) -> String {
+    wait_for(&format!("the copy of {kind}/{name} on {}", c.name), DEADLINE, || match copies_on(c, kind, name)?.as_slice() {
+        [one] => Ok(one.split_once('/').map(|(ns, _)| ns.to_string()).unwrap_or_default()),
+        seen => Err(format!("copies {seen:?}")),
+    })
+}
+
+/// Waits until no cluster of `clusters` has a copy of `kind` `name`.
+fn wait_no_copies(clusters: &[&SimCluster], kind: &str, name: &str) {
+    wait_for(&format!("the copies of {kind}/{name} removed"), DEADLINE, || {
+        let left: Vec<String> = clusters.iter().map(|c| copies_on(c, kind, name)).collect::<Result<Vec<_>, _>>()?.concat();
+        if left.is_empty() {
+            Ok(())
+        } else {
+            Err(format!("still there: {left:?}"))
+        }
+    });
+}
+
+/// `name=phase` of the pods with label `selector` in namespace `ns` of `c`, sorted.
+fn pods(c: &SimCluster, ns: &str, selector: &str) -> Result<Vec<String>, String> {
+    let o = c.kubectl(&[
+        "-n",
+        ns,
+        "get",
+        "pods",
+        "-l",
+        selector,
+        "-o",
+        r#"jsonpath={range .items[*]}{.metadata.name}={.status.phase}{"\n"}{end}"#,
+    ]);
+    if !o.ok {
+        return Err(format!("{} did not answer `kubectl get pods`: {}", c.name, o.stderr.trim()));
+    }
+    let mut all: Vec<String> = o.stdout.lines().filter(|l| !l.trim().is_empty()).map(str::to_string).collect();
+    all.sort();
+    Ok(all)
+}
+
+/// The one cluster of `clusters` with this name.
+fn named<'a>(clusters: &[&'a SimCluster], name: &str) -> &'a SimCluster {
+    clusters.iter().copied().find(|c| c.name == name).unwrap_or_else(|| panic!("no cluster named {name:?}"))
+}
+
+/// A Placement that asks for two clusters, dividing replicas.
+const SPREAD: &str = "apiVersion: scheduling.flotilla.io/v1alpha1\nkind: Placement\nmetadata: {name: spread}\n\
+                      spec: {numberOfClusters: 2, replicaScheduling: Divide}\n";
+
+/// A Placement that selects the clusters labelled `tier=edge`, and asks for one.
+const EDGE: &str = "apiVersion: scheduling.flotilla.io/v1alpha1\nkind: Placement\nmetadata: {name: edge}\n\
+                    spec: {clusterSelector: {matchLabels: {tier: edge}}, numberOfClusters: 1, replicaScheduling: Divide}\n";
+
+/// A key-value store of three members with a claim each, under Placement `spread`.
+const KV_STORE: &str = r#"
+apiVersion: apps/v1
+kind: StatefulSet
+metadata:
+  name: kv
+  annotations: {scheduling.flotilla.io/placement: spread}
+spec:
+  serviceName: kv-peers
+  replicas: 3
+  selector: {matchLabels: {app: kv}}
+  template:
+    metadata: {labels: {app: kv}}
+    spec:
+      containers:
+      - name: member
+        image: registry.example.com/kv-member:0.7
+        resources: {requests: {cpu: 100m, memory: 128Mi}}
+        volumeMounts: [{name: state, mountPath: /srv/kv}]
+  volumeClaimTemplates:
+  - metadata: {name: state}
+    spec:
+      accessModes: [ReadWriteOnce]
+      resources: {requests: {storage: 2Gi}}
+"#;
+
+/// A database Deployment that mounts a claim of its own.
+const DATABASE: &str = r#"
+apiVersion: v1
+kind: PersistentVolumeClaim
+metadata: {name: db-data}
+spec:
+  accessModes: [ReadWriteOnce]
+  resources: {requests: {storage: 2Gi}}
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: db}
+spec:
+  strategy: {type: Recreate}
+  selector: {matchLabels: {app: db}}
+  template:
+    metadata: {labels: {app: db}}
+    spec:
+      containers:
+      - name: db
+        image: registry.example.com/db:8
+        volumeMounts: [{name: data, mountPath: /var/lib/db}]
+      volumes:
+      - {name: data, persistentVolumeClaim: {claimName: db-data}}
+"#;
+
+/// A node agent, under Placement `edge`.
+const NODE_AGENT: &str = r#"
+apiVersion: apps/v1
+kind: DaemonSet
+metadata:
+  name: probe
+  annotations: {scheduling.flotilla.io/placement: edge}
+spec:
+  selector: {matchLabels: {app: probe}}
+  template:
+    metadata: {labels: {app: probe}}
+    spec:
+      containers:
+      - name: probe
+        image: registry.example.com/node-probe:1.4
+        resources: {requests: {cpu: 50m, memory: 32Mi}}
+"#;
+
+/// StatefulSets run whole on one cluster and DaemonSets on every selected cluster,
+/// whatever `numberOfClusters` says; their copies run there (named pods with bound
+/// claims, a pod per node), their summed status rolls out upstream, and deleting them
+/// removes the copies.
+#[test]
+fn statefulsets_run_whole_on_one_cluster_and_daemonsets_on_every_selected_one() {
+    let (east, west, north) = (cluster("east", 2), cluster("west", 3), cluster("north", 1));
+    let f = fleet(&[], &[(&east, &["tier=edge"]), (&west, &["tier=edge"]), (&north, &[])]);
+    let all = [&east, &west, &north];
+    f.apply(&["--context", "demo"], &format!("{SPREAD}---\n{EDGE}"));
+
+    // The Placement really asks for two clusters: a Deployment under it divides.
+    f.apply(&["--context", "demo", "-n", "default"], &deployment("front").replicas(4).cpu("100m").placement("spread").manifest());
+    let front = wait_assignment(&f, "front", |a| a.split_whitespace().count() == 2);
+
+    // The StatefulSet under the same Placement runs whole on one cluster.
+    f.apply(&["--context", "demo", "-n", "default"], KV_STORE);
+    let kv = wait_placed(&f, "kv", |c| !c.is_empty());
+    assert_eq!(kv["spec"]["workload"]["kind"], "StatefulSet", "{}", kv["spec"]);
+    let shares = kv["spec"]["clusters"].as_array().cloned().unwrap_or_default();
+    assert_eq!(shares.len(), 1, "a StatefulSet runs on one cluster even when its Placement asks for two (front got {front}): {shares:?}");
+    assert_eq!(shares[0]["replicas"], 3, "all its replicas on that cluster: {shares:?}");
+    let home = named(&all, shares[0]["name"].as_str().unwrap_or_default());
+    let out = rolled_out(&f, "sts/kv");
+    assert!(out.contains("roll out complete") || out.contains("rolling update complete"), "{out}");
+    assert_eq!(kd(&f, &["get", "sts", "kv", "-o", "jsonpath={.status.readyReplicas}/{.spec.replicas}"]), "3/3");
+
+    // Downstream: the pods by their ordinal names, each with its claim bound by the
+    // cluster's default class; and no copy anywhere else.
+    let ns = the_copy(home, "sts", "kv");
+    wait_until(
+        &format!("kv's pods running on {}", home.name),
+        DEADLINE,
+        || pods(home, &ns, "app=kv").map(|p| p.join(" ")).unwrap_or_else(|e| e),
+        |p| p == "kv-0=Running kv-1=Running kv-2=Running",
+    );
+    // Each claim Bound, to a volume of the class `standard` (the PV says the class: a
+    // claim that names none may keep none).
+    let claims = || {
+        let phases =
+            home.kubectl(&["-n", &ns, "get", "pvc", "-o", r#"jsonpath={range .items[*]}{.metadata.name}={.status.phase}{"\n"}{end}"#]);
+        let classes = home.kubectl(&[
+            "get",
+            "pv",
+            "-o",
+            r#"jsonpath={range .items[*]}{.spec.claimRef.namespace}/{.spec.claimRef.name}={.spec.storageClassName}{"\n"}{end}"#,
+        ]);
+        let mut lines: Vec<String> = phases.stdout.lines().filter(|l| !l.is_empty()).map(str::to_string).collect();
+        let prefix = format!("{ns}/");
+        lines.extend(classes.stdout.lines().filter_map(|l| l.strip_prefix(&prefix)).map(|l| format!("pv of {l}")));
+        lines.sort();
+        format!("{}{}{}", lines.join(" "), phases.stderr.trim(), classes.stderr.trim())
+    };
+    wait_until(&format!("kv's claims bound on {}", home.name), DEADLINE, claims, |c| {
+        c == "pv of state-kv-0=standard pv of state-kv-1=standard pv of state-kv-2=standard \
+              state-kv-0=Bound state-kv-1=Bound state-kv-2=Bound"
+    });
+    for other in all.iter().filter(|c| c.name != home.name) {
+        assert_eq!(copies_on(other, "sts", "kv"), Ok(vec![]), "kv runs on {} only", home.name);
+    }
+
+    // The DaemonSet runs on both clusters its Placement selects, though it asks for one,
+    // and its status counts the nodes of both: 2 on east, 3 on west.
+    f.apply(&["--context", "demo", "-n", "default"], NODE_AGENT);
+    let probe = wait_placed(&f, "probe", |c| c == ["east", "west"]);
+    assert_eq!(probe["spec"]["workload"]["kind"], "DaemonSet", "{}", probe["spec"]);
+    let out = rolled_out(&f, "ds/probe");
+    assert!(out.contains("successfully rolled out"), "{out}");
+    wait_until(
+        "probe's status summed over east and west",
+        DEADLINE,
+        || kd(&f, &["get", "ds", "probe", "-o", "jsonpath={.status.desiredNumberScheduled}/{.status.numberReady}"]),
+        |s| s == "5/5",
+    );
+    for (c, nodes) in [(&east, 2), (&west, 3)] {
+        let ns = the_copy(c, "ds", "probe");
+        wait_until(
+            &format!("a probe pod on each of {}'s {nodes} nodes", c.name),
+            DEADLINE,
+            || pods(c, &ns, "app=probe").map(|p| p.join(" ")).unwrap_or_else(|e| e),
+            |p| p.split_whitespace().filter(|p| p.ends_with("=Running")).count() == nodes,
+        );
+    }
+    assert_eq!(copies_on(&north, "ds", "probe"), Ok(vec![]), "north is not selected by Placement edge");
+
+    // A database's claim follows the Deployment that mounts it, and comes up Bound
+    // from the cluster it is bound on.
+    f.apply(&["--context", "demo", "-n", "default"], DATABASE);
+    let db = wait_placed(&f, "db", |c| c.len() == 1);
+    let db_home = named(&all, db["spec"]["clusters"][0]["name"].as_str().unwrap_or_default());
+    let out = rolled_out(&f, "deploy/db");
+    assert!(out.contains("successfully rolled out"), "{out}");
+    wait_until(
+        "db-data Bound upstream",
+        DEADLINE,
+        || kd(&f, &["get", "pvc", "db-data", "-o", "jsonpath={.status.phase} {.status.capacity.storage}"]),
+        |s| s == "Bound 2Gi",
+    );
+    assert_eq!(copies_on(db_home, "pvc", "db-data").map(|c| c.len()), Ok(1), "the claim is copied where db runs");
+    for other in all.iter().filter(|c| c.name != db_home.name) {
+        assert_eq!(copies_on(other, "pvc", "db-data"), Ok(vec![]), "db-data follows db to {} only", db_home.name);
+    }
+
+    // Deleting them upstream removes every copy.
+    for what in ["sts/kv", "ds/probe"] {
+        let o = demo(&f, &["delete", what, "--timeout=30s"]);
+        assert!(o.ok, "kubectl delete {what}: {o:?}\n{}", tail(&f.log()));
+    }
+    wait_no_copies(&all, "sts", "kv");
+    wait_no_copies(&all, "ds", "probe");
+    wait_until(
+        &format!("kv's pods on {} gone with its copy", home.name),
+        DEADLINE,
+        || pods(home, &ns, "app=kv").map(|p| p.join(" ")).unwrap_or_else(|e| e),
+        str::is_empty,
+    );
+}
+
+/// A Job of three completions under Placement `spread`.
+const TALLY: &str = r#"
+apiVersion: batch/v1
+kind: Job
+metadata:
+  name: tally
+  annotations: {scheduling.flotilla.io/placement: spread}
+spec:
+  completions: 3
+  parallelism: 3
+  template:
+    metadata:
+      annotations: {sim.flotilla.io/run-seconds: "1"}
+    spec:
+      restartPolicy: Never
+      containers:
+      - {name: count, image: "registry.example.com/tally:2.0", args: [--shard=auto]}
+"#;
+
+/// A Job whose image never runs: every pod fails.
+const BROKEN: &str = r#"
+apiVersion: batch/v1
+kind: Job
+metadata: {name: migrate}
+spec:
+  backoffLimit: 1
+  template:
+    spec:
+      restartPolicy: Never
+      containers:
+      - {name: migrate, image: "registry.example.com/schema-migrate:broken"}
+"#;
+
+/// A CronJob every 3 s (the simulated cronjob controller honours `@every`), under
+/// Placement `spread`.
+const REPORT: &str = r#"
+apiVersion: batch/v1
+kind: CronJob
+metadata:
+  name: report
+  annotations: {scheduling.flotilla.io/placement: spread}
+spec:
+  schedule: "@every 3s"
+  successfulJobsHistoryLimit: 2
+  jobTemplate:
+    spec:
+      backoffLimit: 0
+      template:
+        metadata:
+          annotations: {sim.flotilla.io/run-seconds: "1"}
+        spec:
+          restartPolicy: Never
+          containers:
+          - {name: report, image: "registry.example.com/nightly-report:5.2", args: [--since=1h]}
+"#;
+
+/// Jobs and CronJobs run on exactly one cluster, even under a Placement that asks for
+/// two; a Job completes or fails as its pods do, a CronJob's schedule fires there,
+/// kubectl's `create job` (plain and `--from=cronjob`) runs, and deleting each removes
+/// its copies.
+#[test]
+fn jobs_and_cronjobs_run_on_one_cluster_and_report_completion_upstream() {
+    let (east, west) = (cluster("east", 2), cluster("west", 2));
+    let f = fleet(&[], &[(&east, &[]), (&west, &[])]);
+    let all = [&east, &west];
+    f.apply(&["--context", "demo"], SPREAD);
+
+    let created = kd(&f, &["create", "job", "pi", "--image=perl", "--", "perl", "-e", "print 1"]);
+    assert!(created.contains("job.batch/pi created"), "{created}");
+    f.apply(&["--context", "demo", "-n", "default"], TALLY);
+    f.apply(&["--context", "demo", "-n", "default"], BROKEN);
+    f.apply(&["--context", "demo", "-n", "default"], REPORT);
+
+    // Each on exactly one cluster, with a copy there and none on the other.
+    let mut home = BTreeMap::new();
+    for (name, kind, resource) in
+        [("pi", "Job", "job"), ("tally", "Job", "job"), ("migrate", "Job", "job"), ("report", "CronJob", "cronjob")]
+    {
+        let placed = wait_placed(&f, name, |c| !c.is_empty());
+        assert_eq!(placed["spec"]["workload"]["kind"], kind, "{}", placed["spec"]);
+        let on = cluster_names(&placed);
+        assert_eq!(on.len(), 1, "a {kind} runs on exactly one cluster: {name} got {}", placed["spec"]);
+        let c = named(&all, &on[0]);
+        the_copy(c, resource, name);
+        for other in all.iter().filter(|o| o.name != c.name) {
+            assert_eq!(copies_on(other, resource, name), Ok(vec![]), "{name} runs on {} only", c.name);
+        }
+        home.insert(name, c);
+    }
+
+    // Status up: completions, the failure of a broken image, the schedule firing.
+    met(&f, "job/pi", "complete", "45s");
+    met(&f, "job/tally", "complete", "45s");
+    assert_eq!(kd(&f, &["get", "job", "tally", "-o", "jsonpath={.status.succeeded}"]), "3", "tally's three completions counted");
+    met(&f, "job/migrate", "failed", "45s");
+    let last = wait_until(
+        "report's first schedule, upstream",
+        DEADLINE,
+        || kd(&f, &["get", "cronjob", "report", "-o", "jsonpath={.status.lastScheduleTime}"]),
+        |t| !t.trim().is_empty(),
+    );
+    // Its Jobs are made on its cluster only.
+    let made_by_report = |c: &SimCluster| -> Result<Vec<String>, String> {
+        let o = c.kubectl(&[
+            "get",
+            "jobs",
+            "-A",
+            "-o",
+            r#"jsonpath={range .items[*]}{.metadata.name} {.metadata.ownerReferences[0].kind}/{.metadata.ownerReferences[0].name}{"\n"}{end}"#,
+        ]);
+        if !o.ok {
+            return Err(format!("{} did not answer: {}", c.name, o.stderr.trim()));
+        }
+        Ok(o.stdout.lines().filter(|l| l.ends_with(" CronJob/report")).map(str::to_string).collect())
+    };
+    let report_home = home["report"];
+    let made = wait_for(&format!("report's Jobs on {}", report_home.name), DEADLINE, || {
+        Some(made_by_report(report_home)?).filter(|m| !m.is_empty()).ok_or_else(|| "none yet".to_string())
+    });
+    for other in all.iter().filter(|o| o.name != report_home.name) {
+        assert_eq!(
+            made_by_report(other),
+            Ok(vec![]),
+            "report's schedule fires on {} only (last scheduled {last}; there: {made:?})",
+            report_home.name
+        );
+    }
+
+    // kubectl's Job from the CronJob's template runs too.
+    let created = kd(&f, &["create", "job", "from-report", "--from=cronjob/report"]);
+    assert!(created.contains("job.batch/from-report created"), "{created}");
+    let placed = wait_placed(&f, "from-report", |c| c.len() == 1);
+    assert_eq!(placed["spec"]["workload"]["kind"], "Job", "{}", placed["spec"]);
+    met(&f, "job/from-report", "complete", "45s");
+
+    // Deleting each upstream removes its copy, and the CronJob's Jobs with it.
+    for what in ["job/pi", "job/tally", "job/migrate", "job/from-report", "cronjob/report"] {
+        let o = demo(&f, &["delete", what, "--timeout=30s"]);
+        assert!(o.ok, "kubectl delete {what}: {o:?}\n{}", tail(&f.log()));
+    }
+    for name in ["pi", "tally", "migrate", "from-report"] {
+        wait_no_copies(&all, "job", name);
+    }
+    wait_no_copies(&all, "cronjob", "report");
+    wait_for("the Jobs report made removed", DEADLINE, || {
+        let left: Vec<String> = all.iter().map(|c| made_by_report(c)).collect::<Result<Vec<_>, _>>()?.concat();
+        if left.is_empty() {
+            Ok(())
+        } else {
+            Err(format!("still there: {left:?}"))
+        }
+    });
+}
+
+/// A StatefulSet of `replicas` pods with a claim each, under Placement `placement`
+/// (none: the workspace's `default`).
+fn stateful(name: &str, replicas: u32, placement: Option<&str>) -> String {
+    let annotations = placement.map(|p| format!("\n  annotations: {{scheduling.flotilla.io/placement: {p}}}")).unwrap_or_default();
+    format!(
+        r#"apiVersion: apps/v1
+kind: StatefulSet
+metadata:
+  name: {name}{annotations}
+spec:
+  serviceName: {name}
+  replicas: {replicas}
+  selector: {{matchLabels: {{app: {name}}}}}
+  template:
+    metadata: {{labels: {{app: {name}}}}}
+    spec:
+      containers:
+      - {{name: main, image: "registry.example.com/{name}:1.0", resources: {{requests: {{cpu: 100m}}}}}}
+  volumeClaimTemplates:
+  - metadata: {{name: data}}
+    spec: {{accessModes: [ReadWriteOnce], resources: {{requests: {{storage: 1Gi}}}}}}
+"#
+    )
+}
+
+/// A Job whose one pod runs for `seconds`.
+fn job(name: &str, seconds: u32) -> String {
+    format!(
+        r#"apiVersion: batch/v1
+kind: Job
+metadata: {{name: {name}}}
+spec:
+  template:
+    metadata:
+      annotations: {{sim.flotilla.io/run-seconds: "{seconds}"}}
+    spec:
+      restartPolicy: Never
+      containers:
+      - {{name: work, image: "registry.example.com/{name}:1.0"}}
+"#
+    )
+}
+
+/// A Placement like `default`, whose StatefulSets move at once off a lost cluster.
+const IMMEDIATE: &str = "apiVersion: scheduling.flotilla.io/v1alpha1\nkind: Placement\nmetadata: {name: immediate}\n\
+                         spec: {numberOfClusters: 1, failover: {statefulSets: Immediate}}\n";
+
+/// The loss of a cluster, kind by kind: a StatefulSet waits on the dead cluster, saying
+/// so and how to confirm the loss, until `flotilla cluster confirm-lost`, then moves and
+/// rolls out; one under `failover.statefulSets: Immediate` moves at once; a running Job
+/// reruns and completes elsewhere; a finished Job stays where it ran and never reruns.
+#[test]
+fn a_lost_cluster_moves_each_kind_by_its_failover_rule() {
+    let (mut east, west, north) = (cluster("east", 2), cluster("west", 2), cluster("north", 2));
+    let f = fleet(&FAST, &[(&east, &[]), (&west, &[]), (&north, &[])]);
+    // Everything starts on east: the others take nothing new until it is all placed.
+    for c in ["west", "north"] {
+        let o = f.flotilla(&["cluster", "cordon", c]);
+        assert!(o.ok, "flotilla cluster cordon {c}: {o:?}");
+    }
+    f.apply(&["--context", "demo"], IMMEDIATE);
+    let manifests = [stateful("ledger", 3, None), stateful("cache", 2, Some("immediate")), job("done", 1), job("long", 30)];
+    f.apply(&["--context", "demo", "-n", "default"], &manifests.join("---\n"));
+    for name in ["ledger", "cache", "done", "long"] {
+        wait_placed(&f, name, |c| c == ["east"]);
+    }
+    rolled_out(&f, "sts/ledger");
+    rolled_out(&f, "sts/cache");
+    met(&f, "job/done", "complete", "45s");
+    let done_before = assignment(&f, "done");
+    // long's pod is running on east when east dies.
+    let long_ns = the_copy(&east, "job", "long");
+    wait_until(
+        "long's pod running on east",
+        DEADLINE,
+        || pods(&east, &long_ns, "job-name=long").map(|p| p.join(" ")).unwrap_or_else(|e| e),
+        |p| !p.contains(' ') && p.ends_with("=Running"),
+    );
+    for c in ["west", "north"] {
+        let o = f.flotilla(&["cluster", "uncordon", c]);
+        assert!(o.ok, "flotilla cluster uncordon {c}: {o:?}");
+    }
+    let running = pods(&east, &long_ns, "job-name=long").unwrap_or_default();
+    assert!(running.len() == 1 && running[0].ends_with("=Running"), "long still runs on east before the kill: {running:?}");
+
+    east.kill9();
+    let alive = [&west, &north];
+
+    // Immediate: cache moves as soon as east is lost, and rolls out on its new cluster.
+    let cache = wait_assignment(&f, "cache", |a| !a.is_empty() && !a.contains("east="));
+    assert_eq!(cache.split_whitespace().count(), 1, "cache moves whole to one cluster: {cache}");
+    rolled_out(&f, "sts/cache");
+    // WaitForConfirm: ledger stays on east, and says why and what to run.
+    assert_eq!(assignment(&f, "ledger"), "east=3", "ledger waits for east to be confirmed lost while cache has moved to {cache}");
+    let paused = wait_for("ledger's FailoverPaused condition", DEADLINE, || {
+        let placement = wp(&f, "ledger");
+        let paused = failover_paused(&placement);
+        if paused.starts_with("True: ") {
+            Ok((paused, cluster_names(&placement)))
+        } else {
+            Err(format!("FailoverPaused {paused:?}, spec {}", placement["spec"]))
+        }
+    });
+    assert!(paused.0.contains("flotilla cluster confirm-lost east"), "the condition says how to confirm the loss: {}", paused.0);
+    assert_eq!(paused.1, ["east"], "ledger is still assigned to the dead east: {}", paused.0);
+    for c in alive {
+        assert_eq!(copies_on(c, "sts", "ledger"), Ok(vec![]), "no second ledger on {} before the loss is confirmed", c.name);
+    }
+
+    // A running Job reruns elsewhere and completes there.
+    let long = wait_assignment(&f, "long", |a| !a.is_empty() && !a.contains("east="));
+    let long_home = named(&alive, long.split('=').next().unwrap_or_default());
+    the_copy(long_home, "job", "long");
+    met(&f, "job/long", "complete", "60s");
+
+    // The operator confirms east is gone: ledger moves whole, rolls out, and is no
+    // longer paused.
+    let confirmed = wait_for("flotilla cluster confirm-lost east", DEADLINE, || {
+        let o = f.flotilla(&["cluster", "confirm-lost", "east"]);
+        match o.ok {
+            true => Ok(o.stdout),
+            // A write to east's SyncTarget between the command's read and its patch.
+            false if o.stderr.contains("changed while confirming") => Err(o.stderr),
+            false => panic!("flotilla cluster confirm-lost east: {o:?}"),
+        }
+    });
+    assert!(confirmed.contains("confirmed lost"), "{confirmed}");
+    let ledger = wait_assignment(&f, "ledger", |a| !a.is_empty() && !a.contains("east="));
+    assert_eq!(ledger.split_whitespace().count(), 1, "ledger moves whole to one cluster: {ledger}");
+    assert!(ledger.ends_with("=3"), "all three of ledger's replicas move: {ledger}");
+    rolled_out(&f, "sts/ledger");
+    let ledger_home = named(&alive, ledger.split('=').next().unwrap_or_default());
+    let ns = the_copy(ledger_home, "sts", "ledger");
+    wait_until(
+        &format!("ledger's pods on {}", ledger_home.name),
+        DEADLINE,
+        || pods(ledger_home, &ns, "app=ledger").map(|p| p.join(" ")).unwrap_or_else(|e| e),
+        |p| p == "ledger-0=Running ledger-1=Running ledger-2=Running",
+    );
+    wait_until("ledger's FailoverPaused condition to go", DEADLINE, || failover_paused(&wp(&f, "ledger")), |p| !p.starts_with("True"));
+
+    // The finished Job stayed where it ran, done, and ran nowhere else.
+    assert_eq!(assignment(&f, "done"), done_before, "a finished Job is not moved off its lost cluster");
+    met(&f, "job/done", "complete", "5s");
+    for c in alive {
+        assert_eq!(copies_on(c, "job", "done"), Ok(vec![]), "a finished Job never reruns, on {} or anywhere", c.name);
+    }
+    assert_eq!(kd(&f, &["get", "job", "done", "-o", "jsonpath={.status.succeeded}"]), "1", "done succeeded once");
+}
