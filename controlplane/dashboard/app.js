@@ -317,7 +317,15 @@ let watches = [];
 // ---------------------------------------------------------------- the fleet's state
 
 const clusters = new Map(); // name -> SyncTarget
-const deployments = new Map(); // "ws/ns/name" -> Deployment
+// The workload kinds the scheduler places, with the short name kubectl knows them by.
+const WORKLOAD_KINDS = [
+  ["Deployment", "deploy", "apis/apps/v1/deployments"],
+  ["StatefulSet", "sts", "apis/apps/v1/statefulsets"],
+  ["DaemonSet", "ds", "apis/apps/v1/daemonsets"],
+  ["Job", "job", "apis/batch/v1/jobs"],
+  ["CronJob", "cj", "apis/batch/v1/cronjobs"],
+];
+const workloads = new Map(WORKLOAD_KINDS.map(([kind]) => [kind, new Map()])); // kind -> "ws/ns/name" -> object
 const placements = new Map(); // "ws/ns/name" -> WorkloadPlacement
 const companions = new Map(); // "ws/ns/Kind/name" -> Service, Ingress or HorizontalPodAutoscaler
 const timeline = []; // { at (ms), seen (ms, when the page saw it live), kind, text, key }
@@ -424,11 +432,7 @@ function slimMeta(m, keep) {
 }
 
 const SLIM = {
-  Deployments: (o) => ({
-    metadata: slimMeta(o.metadata || {}),
-    spec: { replicas: o.spec ? o.spec.replicas : undefined },
-    status: { readyReplicas: o.status ? o.status.readyReplicas : undefined },
-  }),
+  Workloads: (o) => ({ metadata: slimMeta(o.metadata || {}) }),
   WorkloadPlacements: (o) => ({ metadata: slimMeta(o.metadata || {}), spec: o.spec, status: o.status }),
   Companions: (o) => ({
     metadata: { ...slimMeta(o.metadata || {}, STATUS_ANNOTATION_PREFIX), labels: (o.metadata && o.metadata.labels) || {} },
@@ -491,14 +495,15 @@ const eventHandlers = {
 function startWatches() {
   const ws = session.workspace;
   const base = ws ? `/clusters/${encodeURIComponent(ws)}` : "/clusters/*";
-  const defs = [
-    ["Deployments", `${base}/apis/apps/v1/deployments`, mapHandlers(deployments, (o) => keyOf(o), {
-      slim: SLIM.Deployments,
+  const defs = WORKLOAD_KINDS.map(([kind, , path]) => [path.split("/").pop(), `${base}/${path}`,
+    mapHandlers(workloads.get(kind), (o) => keyOf(o), {
+      slim: SLIM.Workloads,
       marks: markWorkloads,
       onKeys: () => {
         keysChanged = true;
       },
-    })],
+    })]);
+  defs.push(
     ["WorkloadPlacements", `${base}/apis/scheduling.flotilla.io/v1alpha1/workloadplacements`,
       mapHandlers(placements, (o) => keyOf(o, o.spec && o.spec.workload ? o.spec.workload.name : undefined), {
         onChange: (o, gone) => {
@@ -508,7 +513,7 @@ function startWatches() {
         marks: markWorkloads,
       })],
     ["Events", `${base}/api/v1/events`, eventHandlers],
-  ];
+  );
   for (const [kind, path] of COMPANION_KINDS) {
     defs.push([path.split("/").pop(), `${base}/${path}?labelSelector=${encodeURIComponent(REFERENCED_LABEL)}`,
       mapHandlers(companions, (o) => `${workspaceOf(o)}/${o.metadata.namespace}/${kind}/${o.metadata.name}`,
@@ -763,13 +768,28 @@ function companionsSummary(list) {
   return { state: worst.state, text: `${worst.ref} ${worst.state}: ${worst.why}` };
 }
 
+// The workload at `key` and its kind: the kind its WorkloadPlacement places, when
+// workloads of two kinds have its name, else the first kind that has one.
+function workloadAt(key) {
+  const wp = placements.get(key);
+  const placed = wp && wp.spec && wp.spec.workload ? wp.spec.workload.kind : undefined;
+  if (placed && workloads.has(placed) && workloads.get(placed).has(key)) return [placed, workloads.get(placed).get(key)];
+  for (const [kind, map] of workloads) if (map.has(key)) return [kind, map.get(key)];
+  return [placed || "Deployment", undefined];
+}
+
+function workloadCount() {
+  let n = 0;
+  for (const map of workloads.values()) n += map.size;
+  return n;
+}
+
 // One workload as a row: what it is, where it runs, and how it is doing.
 function workloadView(key) {
-  const d = deployments.get(key);
+  const [kind] = workloadAt(key);
+  const short = (WORKLOAD_KINDS.find(([k]) => k === kind) || [kind, kind])[1];
   const wp = placements.get(key);
   const [ws, ns, name] = key.split("/");
-  const want = d && d.spec ? (d.spec.replicas ?? 1) : 0;
-  const ready = d && d.status ? (d.status.readyReplicas || 0) : 0;
   const statusOf = new Map(((wp && wp.status && wp.status.clusters) || []).map((c) => [c.name, c]));
   const assigned = (wp && wp.spec && wp.spec.clusters) || [];
   const shares = assigned.map((c) => {
@@ -784,7 +804,9 @@ function workloadView(key) {
   const state = judged || "Pending";
   const why = judged ? wp.status.stateMessage || "" : "not scheduled yet";
   const companionList = companionsOf(key, wp);
-  return { key, ws, ns, name, ready: `${ready}/${want}`, shares: shares.join(" · "), where, state, why, companionList,
+  // Ready over desired, as the aggregator summed it over the clusters.
+  const ready = (wp && wp.status && wp.status.ready) || "0/0";
+  return { key, ws, ns, name, kind, short, ready, shares: shares.join(" · "), where, state, why, companionList,
     companions: companionsSummary(companionList) };
 }
 
@@ -797,7 +819,9 @@ const rowPool = [];
 function renderWorkloads() {
   // Sorting 10,000 names is done when names come or go, not on every change.
   if (keysChanged) {
-    sortedKeys = [...deployments.keys()].sort();
+    const keys = new Set();
+    for (const map of workloads.values()) for (const k of map.keys()) keys.add(k);
+    sortedKeys = [...keys].sort();
     keysChanged = false;
   }
   const all = sortedKeys;
@@ -827,7 +851,7 @@ function drawVisibleRows() {
   const count = Math.min(workloadKeys.length - first, Math.ceil(list.clientHeight / ROW_HEIGHT) + 10);
   while (rowPool.length < count) {
     const cells = Array.from({ length: 6 }, () => h("span", { role: "cell" }));
-    cells[1] = h("span", { role: "cell" }, h("a", { href: "#" }));
+    cells[1] = h("span", { role: "cell" }, h("small", { class: "kind" }), h("a", { href: "#" }));
     const row = h("div", { class: "vrow", role: "row" }, cells);
     list.append(row);
     rowPool.push({ row, cells });
@@ -846,7 +870,9 @@ function drawVisibleRows() {
     setAttr(row, "data-clusters", v.where);
     setAttr(row, "data-state", v.state);
     setText(cells[0], v.ws);
-    const link = cells[1].firstChild;
+    setAttr(row, "data-kind", v.kind);
+    setText(cells[1].firstChild, `${v.short} `);
+    const link = cells[1].lastChild;
     setText(link, `${v.ns}/${v.name}`);
     setAttr(link, "href", `#workload=${encodeURIComponent(v.key)}`);
     setText(cells[2], v.ready);
@@ -971,9 +997,9 @@ function renderDetail() {
   }
   maybeExplain(key);
   const v = workloadView(key);
-  const d = deployments.get(key);
+  const [, d] = workloadAt(key);
   const wp = placements.get(key);
-  setText($("detail-title"), `${v.ns}/${v.name} in workspace ${v.ws}`);
+  setText($("detail-title"), `${v.kind} ${v.ns}/${v.name} in workspace ${v.ws}`);
   const summary = [
     ["State", v.why ? `${v.state}: ${v.why}` : v.state],
     ["Ready", v.ready],
@@ -1089,7 +1115,7 @@ const drawVisibleRowsSoon = perFrame(() => drawVisibleRows());
 // Read-only numbers about the page, for diagnosis and the benchmark harness.
 window.flotillaDashboard = Object.freeze({
   shownAt: (eventKey) => shownAt.get(eventKey),
-  counts: () => ({ clusters: clusters.size, workloads: deployments.size, placements: placements.size,
+  counts: () => ({ clusters: clusters.size, workloads: workloadCount(), placements: placements.size,
     companions: companions.size, timeline: timeline.length, rowsInDom: rowPool.length }),
   // With `reset`, the account starts again from zero.
   costs: (reset) => {

@@ -35,7 +35,7 @@ use kube::runtime::watcher;
 use kube::Client;
 use placement_api::quantity::Resources;
 use placement_api::synced::Kind as SyncedKind;
-use placement_api::workload::{AnyWorkload, Failover, Spread, WorkloadKind};
+use placement_api::workload::{AnyWorkload, Spread, WorkloadKind};
 use placement_api::{
     sync_state_label, sync_target_of_label, syncer_finalizer, ClusterAssignment, Placement, SyncTarget, WorkloadPlacement,
     WorkloadPlacementSpec, WorkloadRef, CONDITION_FAILOVER_PAUSED, CONDITION_SCHEDULED, ROOT_WORKSPACE, SYNCER_FINALIZER_PREFIX,

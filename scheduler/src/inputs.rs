@@ -9,8 +9,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use placement_api::quantity::{QuantityError, Resources};
-use placement_api::workload::AnyWorkload;
-use placement_api::{sync_target_of_label, WorkloadPlacement, CONDITION_SCHEDULED, SYNC_STATE_SYNC};
+use placement_api::workload::{AnyWorkload, Failover, WorkloadKind};
+use placement_api::{sync_target_of_label, PlacementSpec, WorkloadPlacement, CONDITION_SCHEDULED, SYNC_STATE_SYNC};
 
 use crate::core::{self, Share};
 
@@ -36,6 +36,14 @@ pub fn current(wp: Option<&WorkloadPlacement>, d: &ObjectMeta) -> Vec<Share> {
         Some(wp) => wp.spec.clusters.iter().map(|c| Share::new(&c.name, u32::try_from(c.replicas).unwrap_or(0))).collect(),
         None => assigned_labels(d.labels.as_ref()).iter().map(|c| Share::new(c, 0)).collect(),
     }
+}
+
+/// Whether a workload of `kind` under Placement `spec` stays on a cluster that stopped
+/// answering until its loss is confirmed: a kind that must never run on two clusters
+/// at once ([`Failover::AfterConfirm`]), unless the Placement says
+/// `failover.statefulSets: Immediate` for a StatefulSet.
+pub fn waits_for_confirm(kind: WorkloadKind, spec: &PlacementSpec) -> bool {
+    kind.describe().failover == Failover::AfterConfirm && !(kind == WorkloadKind::StatefulSet && spec.stateful_sets_move_at_once())
 }
 
 /// Whether the workload was left on fewer clusters than its Placement asks for.

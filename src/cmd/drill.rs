@@ -79,6 +79,11 @@ fn say(start: Instant, what: impl AsRef<str>) {
     println!("{:>8}  {}", format!("+{:.1}s", start.elapsed().as_secs_f64()), what.as_ref());
 }
 
+/// Whether a workload ran to its end (a Job Complete or Failed).
+fn finished(w: &WorkloadStatus) -> bool {
+    matches!(w.state.as_str(), "Complete" | "Failed")
+}
+
 fn workloads(fleet: &FleetStatus) -> impl Iterator<Item = (WorkloadKey, &WorkloadStatus)> {
     fleet.workspaces.iter().flat_map(|ws| ws.workloads.iter().map(move |w| ((ws.name.clone(), w.namespace.clone(), w.name.clone()), w)))
 }
@@ -126,8 +131,9 @@ async fn inject(data_dir: &Path, source: &Source, before: FleetStatus, names: &[
             (State::Running(pid) | State::Frozen(pid), _) => pid,
         });
     }
+    // A finished Job stays where it ran: it is not one that moves.
     let affected: BTreeMap<WorkloadKey, i32> =
-        workloads(&before).filter(|(_, w)| share_on_any(w, names) > 0).map(|(k, w)| (k, share_on_any(w, names))).collect();
+        workloads(&before).filter(|(_, w)| share_on_any(w, names) > 0 && !finished(w)).map(|(k, w)| (k, share_on_any(w, names))).collect();
     let (signal, what) = match args.fault {
         Fault::Kill => (Signal::SIGKILL, "killed: its API is gone, connections are refused"),
         _ => (Signal::SIGSTOP, "frozen: it accepts connections but never answers"),
@@ -208,6 +214,10 @@ async fn inject(data_dir: &Path, source: &Source, before: FleetStatus, names: &[
             if p.moved && !p.available && w.state == "Available" {
                 p.available = true;
                 say(start, format!("{} Available again ({}/{} ready)", key_str(key), w.ready_replicas, w.replicas));
+            }
+            if let (Some(_), false, false, Some(why)) = (detected, p.moved, p.stuck, &w.failover_paused) {
+                p.stuck = true;
+                say(start, format!("{} stays on {all}: {why}", key_str(key)));
             }
             if detected.is_some() && !p.moved && !p.stuck && w.state == "Pending" {
                 p.stuck = true;

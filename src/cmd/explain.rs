@@ -1,4 +1,5 @@
-//! `flotilla explain deploy/NAME`: why a workload runs where it runs. It reads what
+//! `flotilla explain TYPE/NAME` (`deploy/web`, `sts/db`, `ds/agent`, `job/pi`,
+//! `cj/report`): why a workload runs where it runs. It reads what
 //! the scheduler reads (the workload, its namespace, the workspace's Placements, the
 //! WorkloadPlacement) and the clusters as the scheduler last reported them on their
 //! SyncTargets, and runs the scheduler's own placement core on them
@@ -8,10 +9,11 @@
 use std::path::Path;
 
 use anyhow::Context;
-use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Namespace;
-use kube::api::{Api, ListParams};
+use kube::api::{Api, DynamicObject, ListParams};
 use kube::ResourceExt;
+use placement_api::synced::Kind as SyncedKind;
+use placement_api::workload::{AnyWorkload, WorkloadKind};
 use placement_api::{Placement, ReplicaScheduling, SyncTarget, TaintEffect, WorkloadPlacement, CLUSTER_ANNOTATION};
 use scheduler::core::{self, Share};
 
@@ -21,7 +23,8 @@ use crate::cli::ExplainArgs;
 /// Everything a decision about one workload takes, read from the API.
 pub(super) struct Inputs {
     pub workspace: String,
-    pub deployment: Deployment,
+    /// The workload, of whichever kind.
+    pub object: AnyWorkload,
     pub placement: Placement,
     pub source: scheduler::resolve::Source,
     pub workload: core::Workload,
@@ -31,8 +34,10 @@ pub(super) struct Inputs {
 }
 
 impl Inputs {
-    pub fn rule(&self) -> core::Rule<'_> {
-        core::Rule::of(&self.placement.spec)
+    /// The rule of its Placement as its kind takes it, with `known` clusters registered
+    /// ([`core::Rule::for_spread`]).
+    pub fn rule(&self, known: usize) -> core::Rule<'_> {
+        core::Rule::of(&self.placement.spec).for_spread(self.object.kind().describe().spread, known)
     }
 }
 
@@ -44,14 +49,14 @@ pub(super) async fn clusters(root: &kube::Client) -> anyhow::Result<Vec<core::Cl
 }
 
 /// Reads what the scheduler decides one workload from.
-pub(super) async fn inputs(base: &kube::Client, workspace: &str, deployment: Deployment) -> anyhow::Result<Inputs> {
+pub(super) async fn inputs(base: &kube::Client, workspace: &str, object: AnyWorkload) -> anyhow::Result<Inputs> {
     let client = runtime::clients::workspace(base, workspace);
-    let (ns, name) = (deployment.namespace().unwrap_or_default(), deployment.name_any());
+    let (ns, name) = (object.meta().namespace.clone().unwrap_or_default(), object.meta().name.clone().unwrap_or_default());
     let namespace = Api::<Namespace>::all(client.clone()).get_opt(&ns).await.context("reading the namespace")?;
     let placements = Api::<Placement>::all(client.clone()).list(&ListParams::default()).await.context("listing Placements")?;
     let wp = Api::<WorkloadPlacement>::namespaced(client, &ns).get_opt(&name).await.context("reading the WorkloadPlacement")?;
     let refs: Vec<&Placement> = placements.items.iter().collect();
-    resolve(workspace, deployment, namespace.as_ref(), &refs, wp.as_ref())
+    resolve(workspace, object, namespace.as_ref(), &refs, wp.as_ref())
 }
 
 /// What the scheduler decides one workload from, out of the objects it reads: the
@@ -59,14 +64,14 @@ pub(super) async fn inputs(base: &kube::Client, workspace: &str, deployment: Dep
 /// asks for, and where it runs now.
 pub(super) fn resolve(
     workspace: &str,
-    deployment: Deployment,
+    object: AnyWorkload,
     namespace: Option<&Namespace>,
     placements: &[&Placement],
     wp: Option<&WorkloadPlacement>,
 ) -> anyhow::Result<Inputs> {
-    let (ns, name) = (deployment.namespace().unwrap_or_default(), deployment.name_any());
+    let (ns, name) = (object.meta().namespace.clone().unwrap_or_default(), object.meta().name.clone().unwrap_or_default());
     let resolved = scheduler::resolve::governing(
-        deployment.metadata.annotations.as_ref(),
+        object.meta().annotations.as_ref(),
         scheduler::resolve::Namespace {
             name: &ns,
             labels: namespace.and_then(|n| n.metadata.labels.as_ref()),
@@ -76,12 +81,11 @@ pub(super) fn resolve(
     );
     let (placement, source) = resolved.map_err(|why| anyhow::anyhow!("{workspace}/{ns}/{name} has no Placement to follow: {why}"))?;
     let placement = placement.clone();
-    let any = placement_api::workload::AnyWorkload::Deployment(std::sync::Arc::new(deployment.clone()));
-    let workload = scheduler::inputs::workload(&any)
+    let workload = scheduler::inputs::workload(&object)
         .map_err(|e| anyhow::anyhow!("{workspace}/{ns}/{name}: the pod template's resource requests cannot be read: {e}"))?;
-    let current = scheduler::inputs::current(wp, &deployment.metadata);
+    let current = scheduler::inputs::current(wp, object.meta());
     let short = scheduler::inputs::short(wp);
-    Ok(Inputs { workspace: workspace.to_string(), deployment, placement, source, workload, current, short })
+    Ok(Inputs { workspace: workspace.to_string(), object, placement, source, workload, current, short })
 }
 
 /// `east=2 west=1`, or `nowhere`.
@@ -92,41 +96,79 @@ pub(super) fn shares_text(shares: &[Share]) -> String {
     shares.iter().map(|s| format!("{}={}", s.cluster, s.replicas)).collect::<Vec<_>>().join(" ")
 }
 
-fn parse_target(target: &str) -> anyhow::Result<&str> {
-    match target.split_once('/') {
-        Some(("deploy" | "deployment" | "deployments" | "deployment.apps" | "deployments.apps", name)) if !name.is_empty() => Ok(name),
-        _ => anyhow::bail!("name the workload as deploy/NAME (Deployments are what the scheduler places), not {target:?}"),
+fn parse_target(target: &str) -> anyhow::Result<(WorkloadKind, &str)> {
+    match target.split_once('/').map(|(t, name)| (WorkloadKind::of_resource(t), name)) {
+        Some((Some(kind), name)) if !name.is_empty() => Ok((kind, name)),
+        _ => anyhow::bail!(
+            "name the workload as TYPE/NAME, with TYPE one of the kinds the scheduler places (deploy, sts, ds, job, cj), not {target:?}"
+        ),
     }
 }
 
-/// Finds the Deployment, in `workspace` or in the one workspace that has it.
-async fn find(base: &kube::Client, name: &str, ns: &str, workspace: Option<&str>) -> anyhow::Result<(String, Deployment)> {
-    if let Some(ws) = workspace {
-        let api: Api<Deployment> = Api::namespaced(runtime::clients::workspace(base, ws), ns);
-        let d = api
-            .get_opt(name)
-            .await
-            .with_context(|| format!("reading deploy/{name} in workspace {ws}"))?
-            .with_context(|| format!("workspace {ws} has no deploy/{name} in namespace {ns}"))?;
-        return Ok((ws.to_string(), d));
-    }
-    let all: Api<Deployment> = Api::all(runtime::clients::workspace(base, "*"));
-    let found = all
+/// The workloads of `kind` named `name` in namespace `ns`, through `client`.
+async fn list_named(client: &kube::Client, kind: WorkloadKind, ns: &str, name: &str) -> anyhow::Result<Vec<AnyWorkload>> {
+    let api: Api<DynamicObject> = Api::all_with(client.clone(), &SyncedKind::of_workload(kind).api_resource());
+    let found = api
         .list(&ListParams::default().fields(&format!("metadata.namespace={ns},metadata.name={name}")))
         .await
-        .context("looking for the Deployment in every workspace")?;
-    let mut hits: Vec<(String, Deployment)> = found
+        .with_context(|| format!("looking for {}/{name}", kind.describe().short))?;
+    found
         .items
         .into_iter()
-        .map(|d| (d.annotations().get(CLUSTER_ANNOTATION).cloned().unwrap_or_default(), d))
-        .filter(|(ws, _)| !ws.is_empty())
-        .collect();
-    match hits.len() {
-        0 => anyhow::bail!("no workspace has deploy/{name} in namespace {ns}; check the name, -n and `flotilla status`"),
-        1 => Ok(hits.remove(0)),
+        .map(|o| AnyWorkload::from_value(kind, serde_json::to_value(o)?))
+        .collect::<Result<Vec<_>, serde_json::Error>>()
+        .with_context(|| format!("reading {}/{name}", kind.describe().short))
+}
+
+/// Finds the workload of `kind` (of any kind, for `None`: the one its
+/// WorkloadPlacement places, else the first kind that has the name), in `workspace` or
+/// in the one workspace that has it.
+async fn find(
+    base: &kube::Client,
+    kind: Option<WorkloadKind>,
+    name: &str,
+    ns: &str,
+    workspace: Option<&str>,
+) -> anyhow::Result<(String, AnyWorkload)> {
+    let client = runtime::clients::workspace(base, workspace.unwrap_or("*"));
+    let kinds: Vec<WorkloadKind> = match kind {
+        Some(k) => vec![k],
+        None => {
+            let placed = match workspace {
+                Some(ws) => Api::<WorkloadPlacement>::namespaced(runtime::clients::workspace(base, ws), ns)
+                    .get_opt(name)
+                    .await
+                    .context("reading the WorkloadPlacement")?
+                    .and_then(|wp| WorkloadKind::of(&wp.spec.workload.api_version, &wp.spec.workload.kind)),
+                None => None,
+            };
+            placed.into_iter().chain(placement_api::workload::KINDS.iter().map(|k| k.kind)).collect()
+        }
+    };
+    let what = |k: WorkloadKind| format!("{}/{name}", k.describe().short);
+    let mut hits: Vec<(String, AnyWorkload)> = Vec::new();
+    for k in &kinds {
+        let found = list_named(&client, *k, ns, name).await?;
+        hits = found
+            .into_iter()
+            .map(|o| {
+                let ws = workspace.map(str::to_string).or_else(|| o.meta().annotations.as_ref()?.get(CLUSTER_ANNOTATION).cloned());
+                (ws.unwrap_or_default(), o)
+            })
+            .filter(|(ws, _)| !ws.is_empty())
+            .collect();
+        if !hits.is_empty() {
+            break;
+        }
+    }
+    let asked = kind.map_or_else(|| format!("a workload named {name}"), what);
+    match (hits.len(), workspace) {
+        (0, Some(ws)) => anyhow::bail!("workspace {ws} has no {asked} in namespace {ns}"),
+        (0, None) => anyhow::bail!("no workspace has {asked} in namespace {ns}; check the name, -n and `flotilla status`"),
+        (1, _) => Ok(hits.remove(0)),
         _ => {
             let names: Vec<&str> = hits.iter().map(|(ws, _)| ws.as_str()).collect();
-            anyhow::bail!("deploy/{name} in namespace {ns} is in several workspaces ({}): choose one with --workspace", names.join(", "))
+            anyhow::bail!("{asked} in namespace {ns} is in several workspaces ({}): choose one with --workspace", names.join(", "))
         }
     }
 }
@@ -134,19 +176,19 @@ async fn find(base: &kube::Client, name: &str, ns: &str, workspace: Option<&str>
 /// The explanation of one workload, as `flotilla explain` prints it, read through
 /// `base` (a client of the whole control plane): for the dashboard.
 pub async fn text(base: &kube::Client, workspace: &str, namespace: &str, name: &str) -> anyhow::Result<String> {
-    let (workspace, deployment) = find(base, name, namespace, Some(workspace)).await?;
-    let inputs = inputs(base, &workspace, deployment).await?;
+    let (workspace, object) = find(base, None, name, namespace, Some(workspace)).await?;
+    let inputs = inputs(base, &workspace, object).await?;
     let views = clusters(&runtime::clients::workspace(base, placement_api::ROOT_WORKSPACE)).await?;
     Ok(render(&inputs, &views))
 }
 
 /// Runs `flotilla explain`.
 pub async fn run(kubeconfig: &Path, args: ExplainArgs) -> anyhow::Result<()> {
-    let name = parse_target(&args.workload)?;
+    let (kind, name) = parse_target(&args.workload)?;
     let root = super::root_client(kubeconfig).await?;
     let base = kube::Client::try_from(runtime::clients::base_config(super::root_config(kubeconfig).await?)?)?;
-    let (workspace, deployment) = find(&base, name, &args.namespace, args.workspace.as_deref()).await?;
-    let inputs = inputs(&base, &workspace, deployment).await?;
+    let (workspace, object) = find(&base, Some(kind), name, &args.namespace, args.workspace.as_deref()).await?;
+    let inputs = inputs(&base, &workspace, object).await?;
     let views = clusters(&root).await?;
     print!("{}", render(&inputs, &views));
     Ok(())
@@ -154,13 +196,14 @@ pub async fn run(kubeconfig: &Path, args: ExplainArgs) -> anyhow::Result<()> {
 
 /// The explanation, as printed.
 pub(super) fn render(inputs: &Inputs, views: &[core::Cluster]) -> String {
-    let rule = inputs.rule();
+    let rule = inputs.rule(views.len());
     let (rows, decision) = core::explain(views, &inputs.workload, &rule, &inputs.current, !inputs.short);
     let per = inputs.workload.per_replica;
     let mut out = format!(
-        "deploy/{} in namespace {} of workspace {}: {} replica(s) of {} cpu, {} memory\n",
-        inputs.deployment.name_any(),
-        inputs.deployment.namespace().unwrap_or_default(),
+        "{}/{} in namespace {} of workspace {}: {} replica(s) of {} cpu, {} memory\n",
+        inputs.object.kind().describe().short,
+        inputs.object.meta().name.clone().unwrap_or_default(),
+        inputs.object.meta().namespace.clone().unwrap_or_default(),
         inputs.workspace,
         inputs.workload.replicas,
         cpu(per.cpu_millis),

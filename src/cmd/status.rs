@@ -12,12 +12,11 @@ use std::path::Path;
 use std::time::Duration;
 
 use anyhow::Context;
-use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::api::{Api, DynamicObject, ListParams};
 use kube::ResourceExt;
 use placement_api::quantity::Resources;
-use placement_api::workload::Workload;
+use placement_api::workload::{AnyWorkload, WorkloadKind};
 use placement_api::{SyncTarget, WorkloadPlacement, CLUSTER_ANNOTATION, CONDITION_FAILOVER_PAUSED, CONDITION_READY};
 use serde::Serialize;
 
@@ -79,17 +78,21 @@ pub struct WorkspaceStatus {
     pub workloads: Vec<WorkloadStatus>,
 }
 
-/// One Deployment of a workspace and where it runs.
+/// One workload of a workspace and where it runs.
 #[derive(Debug, Serialize, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct WorkloadStatus {
     pub namespace: String,
+    /// `Deployment`, `StatefulSet`, `DaemonSet`, `Job` or `CronJob`.
+    pub kind: String,
     pub name: String,
-    /// Desired replicas (the Deployment's spec).
+    /// What its ready count counts towards: its replicas, a DaemonSet's nodes, a
+    /// Job's completions ([`placement_api::workload::Headline`]).
     pub replicas: i32,
-    /// Ready replicas summed over its clusters.
+    /// Ready replicas summed over its clusters (a Job's succeeded pods).
     pub ready_replicas: i32,
-    /// `Available`, `Progressing` or `Pending` (placed nowhere yet, or not all of it).
+    /// `Available`, `Progressing`, `Pending` (placed nowhere yet, or not all of it),
+    /// or for a Job `Complete` or `Failed`.
     pub state: String,
     /// Why it is not Available, when it is not.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -101,6 +104,11 @@ pub struct WorkloadStatus {
     /// Why a cluster left some of them unapplied, when one did.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub companions_refused: Option<String>,
+    /// Why it stays on a cluster that was lost, while it does: the disruption brake
+    /// holds the cluster, or its kind waits for the loss to be confirmed (its
+    /// WorkloadPlacement's `FailoverPaused`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub failover_paused: Option<String>,
 }
 
 /// A workload's share on one cluster.
@@ -211,11 +219,25 @@ impl Source {
         };
         names.retain(|n| n != placement_api::ROOT_WORKSPACE);
         let view = runtime::clients::workspace(&self.base, self.workspace.as_deref().unwrap_or("*"));
-        let deployments = Api::<Deployment>::all(view.clone()).list(&ListParams::default()).await.context("listing Deployments")?;
+        let workloads = list_workloads(&view).await?;
         let placements = Api::<WorkloadPlacement>::all(view).list(&ListParams::default()).await.context("listing WorkloadPlacements")?;
         let now = jiff::Timestamp::now();
-        Ok(assemble(now, targets.items, &names, self.workspace.as_deref(), deployments.items, placements.items))
+        Ok(assemble(now, targets.items, &names, self.workspace.as_deref(), workloads, placements.items))
     }
+}
+
+/// Every workload of every kind the scheduler places, through `view` (a workspace's
+/// client, or the wildcard view's).
+pub(super) async fn list_workloads(view: &kube::Client) -> anyhow::Result<Vec<AnyWorkload>> {
+    let mut workloads = Vec::new();
+    for kind in placement_api::workload::KINDS.iter().map(|k| k.kind) {
+        let api: Api<DynamicObject> = Api::all_with(view.clone(), &placement_api::synced::Kind::of_workload(kind).api_resource());
+        let items = api.list(&ListParams::default()).await.with_context(|| format!("listing {}s", kind.name()))?.items;
+        for o in items {
+            workloads.push(AnyWorkload::from_value(kind, serde_json::to_value(o)?).with_context(|| format!("reading a {}", kind.name()))?);
+        }
+    }
+    Ok(workloads)
 }
 
 /// Puts the listed objects together. `only` is the workspace asked for, whose objects
@@ -225,7 +247,7 @@ fn assemble(
     targets: Vec<SyncTarget>,
     workspaces: &[String],
     only: Option<&str>,
-    deployments: Vec<Deployment>,
+    workloads: Vec<AnyWorkload>,
     placements: Vec<WorkloadPlacement>,
 ) -> FleetStatus {
     let ws_of = |meta: &kube::core::ObjectMeta| {
@@ -240,16 +262,21 @@ fn assemble(
     }
     let lost: BTreeSet<String> = clusters.iter().filter(|c| c.not_ready_reason.is_some()).map(|c| c.name.clone()).collect();
     let mut by_ws: BTreeMap<String, Vec<WorkloadStatus>> = workspaces.iter().map(|w| (w.clone(), Vec::new())).collect();
-    for d in deployments {
-        let (ws, ns, name) = (ws_of(&d.metadata), d.namespace().unwrap_or_default(), d.name_any());
-        // A lost cluster's last report is not counted, as in the Deployment's status.
-        let wp = wps.get(&(ws.clone(), ns.clone(), name.clone())).map(|wp| placement_api::status::without_lost(wp, &lost));
+    for d in workloads {
+        let meta = d.meta();
+        let (ws, ns, name) = (ws_of(meta), meta.namespace.clone().unwrap_or_default(), meta.name.clone().unwrap_or_default());
+        // A lost cluster's last report is not counted, as in the workload's status. A
+        // WorkloadPlacement of another kind of the same name is not this one's.
+        let wp = wps
+            .get(&(ws.clone(), ns.clone(), name.clone()))
+            .filter(|wp| WorkloadKind::of(&wp.spec.workload.api_version, &wp.spec.workload.kind) == Some(d.kind()))
+            .map(|wp| placement_api::status::without_lost(wp, &lost));
         by_ws.entry(ws).or_default().push(workload_status(ns, name, &d, wp.as_deref()));
     }
     let workspaces = by_ws
         .into_iter()
         .map(|(name, mut workloads)| {
-            workloads.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
+            workloads.sort_by(|a, b| (&a.namespace, &a.name, &a.kind).cmp(&(&b.namespace, &b.name, &b.kind)));
             WorkspaceStatus { name, workloads }
         })
         .collect();
@@ -293,9 +320,9 @@ fn cluster_status(now: jiff::Timestamp, t: &SyncTarget) -> ClusterStatus {
     }
 }
 
-fn workload_status(namespace: String, name: String, d: &Deployment, wp: Option<&WorkloadPlacement>) -> WorkloadStatus {
-    let replicas = Workload::replicas(d);
-    let ready_replicas = d.status.as_ref().and_then(|s| s.ready_replicas).unwrap_or(0);
+fn workload_status(namespace: String, name: String, d: &AnyWorkload, wp: Option<&WorkloadPlacement>) -> WorkloadStatus {
+    let headline = d.headline();
+    let (replicas, ready_replicas) = (headline.desired, headline.ready);
     let mut clusters = Vec::new();
     if let Some(wp) = wp {
         let reported: HashMap<&str, _> = wp.status.iter().flat_map(|s| &s.clusters).map(|c| (c.name.as_str(), c)).collect();
@@ -321,14 +348,28 @@ fn workload_status(namespace: String, name: String, d: &Deployment, wp: Option<&
         // The clusters it runs on by name, then those it is leaving.
         clusters.sort_by(|a, b| (a.replicas == 0, &a.name).cmp(&(b.replicas == 0, &b.name)));
     }
-    let (state, reason) =
-        placement_api::status::workload_state(replicas, &placement_api::workload::Workload::headline(d, d.status.as_ref()), wp);
+    let (state, reason) = placement_api::status::workload_state(d.replicas(), &headline, wp);
     let state = state.as_str().to_string();
     let companions = wp.and_then(|wp| wp.status.as_ref()).map(|s| s.companions.clone()).unwrap_or_default();
     let conds = wp.and_then(|wp| wp.status.as_ref()).map(|s| s.conditions.as_slice()).unwrap_or_default();
     let companions_refused =
         condition(conds, placement_api::CONDITION_COMPANIONS_SYNCED).filter(|c| c.status == "False").map(|c| c.message.clone());
-    WorkloadStatus { namespace, name, replicas, ready_replicas, state, reason, clusters, companions, companions_refused }
+    let kind = d.kind().name().to_string();
+    let failover_paused =
+        condition(conds, placement_api::CONDITION_FAILOVER_PAUSED).filter(|c| c.status == "True").map(|c| c.message.clone());
+    WorkloadStatus {
+        namespace,
+        kind,
+        name,
+        replicas,
+        ready_replicas,
+        state,
+        reason,
+        clusters,
+        companions,
+        companions_refused,
+        failover_paused,
+    }
 }
 
 /// The fleet as text or JSON.
@@ -387,7 +428,10 @@ fn render_text(fleet: &FleetStatus) -> String {
     for ws in &fleet.workspaces {
         out.push_str(&format!("\nWORKSPACE {}\n", ws.name));
         if ws.workloads.is_empty() {
-            out.push_str(&format!("No workloads. Apply Deployments with `kubectl --context {} apply -f FILE`.\n", ws.name));
+            out.push_str(&format!(
+                "No workloads. Apply Deployments, StatefulSets, DaemonSets, Jobs or CronJobs with `kubectl --context {} apply -f FILE`.\n",
+                ws.name
+            ));
             continue;
         }
         let rows: Vec<[String; 6]> = ws
@@ -406,12 +450,23 @@ fn render_text(fleet: &FleetStatus) -> String {
                 if let Some(why) = &w.companions_refused {
                     state.push_str(&format!("; companions refused: {why}"));
                 }
+                if let Some(why) = &w.failover_paused {
+                    state.push_str(&format!("; {why}"));
+                }
                 let companions = match (w.companions.len(), &w.companions_refused) {
                     (0, None) => "-".to_string(),
                     (n, None) => n.to_string(),
                     (n, Some(_)) => format!("{n} (refused)"),
                 };
-                [w.namespace.clone(), w.name.clone(), format!("{}/{}", w.ready_replicas, w.replicas), clusters, companions, state]
+                let short = WorkloadKind::of_resource(&w.kind).map_or("deploy", |k| k.describe().short);
+                [
+                    w.namespace.clone(),
+                    format!("{short}/{}", w.name),
+                    format!("{}/{}", w.ready_replicas, w.replicas),
+                    clusters,
+                    companions,
+                    state,
+                ]
             })
             .collect();
         out.push_str(&super::format_table(&["NAMESPACE", "WORKLOAD", "READY", "CLUSTERS (ready/assigned)", "COMPANIONS", "STATUS"], &rows));
@@ -446,7 +501,9 @@ pub(super) fn memory(bytes: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use k8s_openapi::api::apps::v1::Deployment;
     use serde_json::json;
+    use std::sync::Arc;
 
     fn target(name: &str, ready: &str, beat_secs_ago: i64, now: jiff::Timestamp) -> SyncTarget {
         let beat = jiff::Timestamp::from_second(now.as_second() - beat_secs_ago).unwrap();
@@ -533,7 +590,8 @@ mod tests {
                        "companions": ["Service/moving"]}),
             ),
         ];
-        let fleet = assemble(now, vec![], &["demo".to_string(), "empty".to_string()], Some("demo"), deployments, placements);
+        let workloads = deployments.into_iter().map(|d| AnyWorkload::Deployment(Arc::new(d))).collect();
+        let fleet = assemble(now, vec![], &["demo".to_string(), "empty".to_string()], Some("demo"), workloads, placements);
         let demo = &fleet.workspaces[0];
         let states: Vec<(&str, &str, Option<&str>)> =
             demo.workloads.iter().map(|w| (w.name.as_str(), w.state.as_str(), w.reason.as_deref())).collect();
@@ -551,12 +609,12 @@ mod tests {
         assert_eq!(shares, [("west", 0, 2), ("east", 1, 0)], "the cluster it leaves comes last, with no share");
         assert!(fleet.workspaces[1].workloads.is_empty() && fleet.workspaces[1].name == "empty");
         let text = render_text(&fleet);
-        assert!(text.contains("default     web        6/6     east 3/3, west 3/3          2             Available\n"), "{text}");
+        assert!(text.contains("default     deploy/web      6/6     east 3/3, west 3/3          2             Available\n"), "{text}");
         assert!(
             text.contains("1 (refused)   Progressing: 1/2 replicas ready; companions refused: west: Service moving: someone else's"),
             "{text}"
         );
-        assert!(text.contains("default     new        0/1     -                           -             Pending"), "{text}");
+        assert!(text.contains("default     deploy/new      0/1     -                           -             Pending"), "{text}");
         let json = serde_json::to_value(&fleet).unwrap();
         assert_eq!(json["workspaces"][0]["workloads"][3]["companions"], json!(["Ingress/web", "Service/web"]));
         assert_eq!(
@@ -578,7 +636,7 @@ mod tests {
             vec![target("east", "False", 20, now)],
             &["demo".to_string()],
             Some("demo"),
-            vec![deployment("default", "api", 2, 0, false)],
+            vec![AnyWorkload::Deployment(Arc::new(deployment("default", "api", 2, 0, false)))],
             placements,
         );
         let api = &fleet.workspaces[0].workloads[0];

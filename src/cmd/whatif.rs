@@ -11,10 +11,10 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
 use anyhow::Context;
-use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Namespace;
 use kube::api::{Api, ListParams};
 use kube::ResourceExt;
+use placement_api::workload::{AnyWorkload, WorkloadKind};
 use placement_api::{Placement, WorkloadPlacement, CLUSTER_ANNOTATION};
 use scheduler::core::{self, Share};
 
@@ -69,7 +69,7 @@ pub async fn run(kubeconfig: &Path, args: WhatIfArgs) -> anyhow::Result<()> {
     }
     let view = runtime::clients::workspace(&base, args.workspace.as_deref().unwrap_or("*"));
     let list = ListParams::default();
-    let deployments = Api::<Deployment>::all(view.clone()).list(&list).await.context("listing Deployments")?.items;
+    let workloads = super::status::list_workloads(&view).await?;
     let placements = Api::<Placement>::all(view.clone()).list(&list).await.context("listing Placements")?.items;
     let namespaces = Api::<Namespace>::all(view.clone()).list(&list).await.context("listing namespaces")?.items;
     let wps = Api::<WorkloadPlacement>::all(view).list(&list).await.context("listing WorkloadPlacements")?.items;
@@ -115,14 +115,23 @@ pub async fn run(kubeconfig: &Path, args: WhatIfArgs) -> anyhow::Result<()> {
         }
     }
 
-    let mut keyed: Vec<((String, String, String), Deployment)> =
-        deployments.into_iter().map(|d| ((ws_of(&d.metadata), d.namespace().unwrap_or_default(), d.name_any()), d)).collect();
+    let mut keyed: Vec<((String, String, String), AnyWorkload)> = workloads
+        .into_iter()
+        .map(|d| {
+            let m = d.meta();
+            ((ws_of(m), m.namespace.clone().unwrap_or_default(), m.name.clone().unwrap_or_default()), d)
+        })
+        // A WorkloadPlacement places one kind of the name: the others are not placed.
+        .filter(|(key, d)| {
+            wp_by.get(key).is_none_or(|wp| WorkloadKind::of(&wp.spec.workload.api_version, &wp.spec.workload.kind) == Some(d.kind()))
+        })
+        .collect();
     keyed.sort_by(|a, b| a.0.cmp(&b.0));
     let (mut affected, mut moved, mut stuck) = (0, 0, 0);
     for (key, d) in keyed {
         let (ws, ns, _) = &key;
         let runs_there = wp_by.get(&key).is_some_and(|wp| wp.spec.clusters.iter().any(|c| changed.contains(c.name.as_str())));
-        if !runs_there || d.metadata.deletion_timestamp.is_some() {
+        if !runs_there || d.meta().deletion_timestamp.is_some() || d.finished() {
             continue;
         }
         affected += 1;
@@ -141,8 +150,26 @@ pub async fn run(kubeconfig: &Path, args: WhatIfArgs) -> anyhow::Result<()> {
                 continue;
             }
         };
-        let name = format!("{}/{}/{}", key.0, key.1, key.2);
-        match core::place(&after, &inputs.workload, &inputs.rule(), &inputs.current, !inputs.short) {
+        let kind = inputs.object.kind();
+        let of_kind = if kind == WorkloadKind::Deployment { String::new() } else { format!(" ({})", kind.name()) };
+        let name = format!("{}/{}/{}{of_kind}", key.0, key.1, key.2);
+        // A kind that never runs on two clusters stays on a lost cluster until its loss
+        // is confirmed, as the brake holds what runs on the clusters it holds.
+        let mut views = after.clone();
+        let waits = matches!(change, Change::Lose(_)) && scheduler::inputs::waits_for_confirm(inputs.object.kind(), &inputs.placement.spec);
+        if waits {
+            for c in views.iter_mut().filter(|c| changed.contains(c.name.as_str())) {
+                c.braked = true;
+            }
+        }
+        match core::place(&views, &inputs.workload, &inputs.rule(views.len()), &inputs.current, !inputs.short) {
+            Ok(_) if waits => {
+                out.push_str(&format!(
+                    "{name}: stays on {} until the loss is confirmed (`flotilla cluster confirm-lost`): a {} never runs on two clusters at once\n",
+                    shares_text(&inputs.current),
+                    inputs.object.kind().name()
+                ));
+            }
             Ok(d) if same(&d.shares, &inputs.current) => {
                 let why = match &change {
                     Change::Lose(_) => "the disruption brake holds its cluster",

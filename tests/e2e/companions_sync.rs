@@ -165,7 +165,7 @@ fn companions_follow_their_deployments_to_their_clusters_and_nowhere_else() {
         ])
     );
     let text = f.flotilla(&["status", "--workspace", "demo"]).stdout;
-    let row = text.lines().find(|l| l.starts_with("default     web ")).unwrap_or_default();
+    let row = text.lines().find(|l| l.starts_with("default     deploy/web ")).unwrap_or_default();
     assert_eq!(row.split_whitespace().nth(5), Some("6"), "the COMPANIONS column counts them:\n{text}");
 
     // What the clusters allocate for themselves is theirs; what the user asked for

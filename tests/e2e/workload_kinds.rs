@@ -343,6 +343,47 @@ fn statefulsets_run_whole_on_one_cluster_and_daemonsets_on_every_selected_one() 
         assert_eq!(copies_on(other, "pvc", "db-data"), Ok(vec![]), "db-data follows db to {} only", db_home.name);
     }
 
+    // `flotilla status` lists every kind with the state the status aggregator wrote
+    // into each WorkloadPlacement, which is what the dashboard shows; `flotilla
+    // explain` explains a StatefulSet as the scheduler placed it, on one cluster.
+    let listed = || {
+        let o = f.flotilla(&["status", "-o", "json", "--workspace", "demo"]);
+        let v: Value = serde_json::from_str(&o.stdout).map_err(|e| format!("{e}: {o:?}"))?;
+        let mut rows: Vec<String> = v["workspaces"][0]["workloads"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|w| {
+                format!(
+                    "{}/{}={}",
+                    w["kind"].as_str().unwrap_or("?"),
+                    w["name"].as_str().unwrap_or("?"),
+                    w["state"].as_str().unwrap_or("?")
+                )
+            })
+            .collect();
+        rows.sort();
+        Ok::<_, String>(rows.join(" "))
+    };
+    let status = wait_for("every kind Available in flotilla status", DEADLINE, || match listed()? {
+        s if s == "DaemonSet/probe=Available Deployment/db=Available Deployment/front=Available StatefulSet/kv=Available" => Ok(s),
+        s => Err(s),
+    });
+    let written = kd(&f, &["get", "wp", "-o", r#"jsonpath={range .items[*]}{.spec.workload.kind}/{.metadata.name}={.status.state} {end}"#]);
+    let mut written: Vec<&str> = written.split_whitespace().collect();
+    written.sort();
+    assert_eq!(written.join(" "), status, "the WorkloadPlacements' states (the dashboard's) are flotilla status's");
+    let text = f.flotilla(&["status", "--workspace", "demo"]).stdout;
+    for row in ["default     sts/kv ", "default     ds/probe ", "default     deploy/db "] {
+        assert!(text.lines().any(|l| l.starts_with(row)), "no row {row:?} in:\n{text}");
+    }
+    let explained = f.flotilla(&["explain", "sts/kv"]);
+    assert!(explained.ok, "{explained:?}");
+    let out = explained.stdout;
+    assert!(out.contains("sts/kv in namespace default of workspace demo: 3 replica(s)"), "{out}");
+    assert!(out.contains("up to 1 cluster(s), Divide"), "a StatefulSet takes one cluster of Placement spread's two:\n{out}");
+    assert!(out.contains(&format!("decision: {}=3 (the same as assigned now)", home.name)), "{out}");
+
     // Deleting them upstream removes every copy.
     for what in ["sts/kv", "ds/probe"] {
         let o = demo(&f, &["delete", what, "--timeout=30s"]);

@@ -75,7 +75,7 @@ impl Workload for CronJob {
 
     /// Available once placed: its schedule runs there.
     fn headline(&self, _status: Option<&CronJobStatus>) -> Headline {
-        Headline { ready: 1, available: true, ended: None }
+        Headline { ready: 1, desired: 1, available: true, ended: None }
     }
 }
 

@@ -61,7 +61,7 @@ impl Workload for DaemonSet {
     fn headline(&self, status: Option<&DaemonSetStatus>) -> Headline {
         let (ready, desired) = status.map_or((0, 0), |s| (s.number_ready, s.desired_number_scheduled));
         let available = status.is_some_and(|s| s.number_available.unwrap_or(0) >= desired);
-        Headline { ready, available, ended: None }
+        Headline { ready, desired, available, ended: None }
     }
 }
 

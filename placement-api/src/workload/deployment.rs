@@ -36,7 +36,7 @@ impl Workload for Deployment {
     fn headline(&self, status: Option<&DeploymentStatus>) -> Headline {
         let available =
             status.and_then(|s| s.conditions.as_ref()).into_iter().flatten().any(|c| c.type_ == "Available" && c.status == "True");
-        Headline { ready: status.and_then(|s| s.ready_replicas).unwrap_or(0), available, ended: None }
+        Headline { ready: status.and_then(|s| s.ready_replicas).unwrap_or(0), desired: self.replicas(), available, ended: None }
     }
 }
 

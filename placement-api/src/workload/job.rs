@@ -106,8 +106,14 @@ impl Workload for Job {
             (None, Some(c)) => Some(Ended::Failed(c.reason.clone().unwrap_or_else(|| "BackoffLimitExceeded".into()))),
             (None, None) => None,
         };
-        let ready = status.and_then(|s| s.ready).unwrap_or(0);
-        Headline { ready, available: ended.is_none() && status.and_then(|s| s.active).unwrap_or(0) > 0, ended }
+        let succeeded = status.and_then(|s| s.succeeded).unwrap_or(0);
+        let completions = self.spec.as_ref().and_then(|s| s.completions).unwrap_or(1);
+        Headline {
+            ready: succeeded,
+            desired: completions,
+            available: ended.is_none() && status.and_then(|s| s.active).unwrap_or(0) > 0,
+            ended,
+        }
     }
 }
 

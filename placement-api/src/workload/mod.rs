@@ -337,8 +337,12 @@ pub trait Workload {
 /// ([`crate::status::workload_state`]).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Headline {
-    /// Its ready replicas (a DaemonSet's ready nodes, a Job's ready pods).
+    /// Its ready replicas: a DaemonSet's ready nodes, a Job's succeeded pods, 1 for a
+    /// CronJob whose schedule runs.
     pub ready: i32,
+    /// What `ready` counts towards: its replicas, a DaemonSet's nodes, a Job's
+    /// completions, 1 for a CronJob.
+    pub desired: i32,
     /// Whether it is available as a whole.
     pub available: bool,
     /// How it ended, for a kind that runs to completion.
@@ -421,6 +425,17 @@ impl AnyWorkload {
             AnyWorkload::Job(_) => WorkloadKind::Job,
             AnyWorkload::CronJob(_) => WorkloadKind::CronJob,
         }
+    }
+
+    /// An object of `kind`, from its JSON.
+    pub fn from_value(kind: WorkloadKind, v: serde_json::Value) -> Result<Self, serde_json::Error> {
+        Ok(match kind {
+            WorkloadKind::Deployment => AnyWorkload::Deployment(Arc::new(serde_json::from_value(v)?)),
+            WorkloadKind::StatefulSet => AnyWorkload::StatefulSet(Arc::new(serde_json::from_value(v)?)),
+            WorkloadKind::DaemonSet => AnyWorkload::DaemonSet(Arc::new(serde_json::from_value(v)?)),
+            WorkloadKind::Job => AnyWorkload::Job(Arc::new(serde_json::from_value(v)?)),
+            WorkloadKind::CronJob => AnyWorkload::CronJob(Arc::new(serde_json::from_value(v)?)),
+        })
     }
 
     /// Its metadata.

@@ -58,7 +58,7 @@ impl Workload for StatefulSet {
     fn headline(&self, status: Option<&StatefulSetStatus>) -> Headline {
         let ready = status.and_then(|s| s.ready_replicas).unwrap_or(0);
         let available = status.and_then(|s| s.available_replicas).unwrap_or(0) >= self.replicas() && ready >= self.replicas();
-        Headline { ready, available, ended: None }
+        Headline { ready, desired: self.replicas(), available, ended: None }
     }
 }
 

@@ -307,10 +307,7 @@ impl Scheduler {
     /// when its kind may never run on two clusters at once ([`Failover::AfterConfirm`])
     /// and its Placement does not say `failover.statefulSets: Immediate`.
     fn held_for_confirm(&self, d: &AnyWorkload, rule: &placement_api::PlacementSpec, current: &[Share]) -> Vec<String> {
-        let kind = d.kind();
-        let waits =
-            kind.describe().failover == Failover::AfterConfirm && !(kind == WorkloadKind::StatefulSet && rule.stateful_sets_move_at_once());
-        if !waits {
+        if !inputs::waits_for_confirm(d.kind(), rule) {
             return Vec::new();
         }
         current
