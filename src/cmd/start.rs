@@ -121,9 +121,17 @@ where
             .boxed()
         })
     });
+    // The workloads' status, and the finished Jobs it says are due
+    // (ttlSecondsAfterFinished), under one lease.
     controllers.add("flotilla-status-aggregator", {
         let client = client.clone();
-        Box::new(move || workspace_controllers::aggregate::run(client(), resync).boxed())
+        Box::new(move || {
+            let c = client();
+            async move {
+                tokio::join!(workspace_controllers::aggregate::run(c.clone(), resync), workspace_controllers::job_ttl::run(c, resync));
+            }
+            .boxed()
+        })
     });
     controllers.add("flotilla-companion-status", {
         let client = client.clone();

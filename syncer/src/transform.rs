@@ -74,7 +74,7 @@ pub fn downstream_object(upstream: &Value, key: &Key, sync_target: &str, replica
     }
     let mut out = Value::Object(out);
     if key.kind == placement_api::synced::Kind::Job {
-        placement_api::workload::job::without_generated_selector(&mut out);
+        placement_api::workload::job::copy_spec(&mut out);
     }
     for path in key.kind.row().cluster_owned {
         strip(&mut out, path, &|v| !key.kind.keeps(path, v));
@@ -384,6 +384,35 @@ mod tests {
             "spec": {"replicas": 5, "selector": {"matchLabels": {"app": "web"}}, "template": {"metadata": {"labels": {"app": "web"}}}},
             "status": {"replicas": 5}
         })
+    }
+
+    #[test]
+    fn a_jobs_copy_leaves_its_generated_selector_and_its_ttl_to_the_cluster_and_the_workspace() {
+        let job = |manual: bool| {
+            json!({
+                "apiVersion": "batch/v1", "kind": "Job",
+                "metadata": {"name": "pi", "namespace": "default", "uid": "u-1", "generation": 1},
+                "spec": {"manualSelector": manual, "ttlSecondsAfterFinished": 30,
+                         "selector": {"matchLabels": {"batch.kubernetes.io/controller-uid": "u-1"}},
+                         "template": {"metadata": {"labels": {"app": "pi", "batch.kubernetes.io/controller-uid": "u-1", "controller-uid": "u-1",
+                                                              "batch.kubernetes.io/job-name": "pi", "job-name": "pi"}}}}
+            })
+        };
+        let key = Key::new(Kind::Job, "demo", "default", "pi");
+        let copy = downstream_object(&job(false), &key, "east", None);
+        assert_eq!(copy["spec"], json!({"manualSelector": false, "template": {"metadata": {"labels": {"app": "pi"}}}}));
+        assert_eq!(copy["metadata"]["annotations"]["workload.flotilla.io/synced-generation"], "1");
+        // A selector of the user's own stays, labels and all; the ttl stays the workspace's.
+        let manual = downstream_object(&job(true), &key, "east", None);
+        assert_eq!(manual["spec"]["selector"], job(true)["spec"]["selector"]);
+        assert_eq!(manual["spec"]["template"], job(true)["spec"]["template"]);
+        assert!(manual["spec"].get("ttlSecondsAfterFinished").is_none(), "{manual}");
+        // What the cluster generates on its copy is never drift.
+        for path in ["spec.selector", "spec.selector.matchLabels", "spec.template.metadata.labels.controller-uid"] {
+            assert!(Kind::Job.cluster_owns(path), "{path}");
+        }
+        assert!(!Kind::Job.cluster_owns("spec.template.metadata.labels.app"));
+        assert!(!Kind::Deployment.cluster_owns("spec.selector"));
     }
 
     #[test]

@@ -527,6 +527,26 @@ fn jobs_and_cronjobs_run_on_one_cluster_and_report_completion_upstream() {
         );
     }
 
+    // A finished Job whose ttlSecondsAfterFinished is up is deleted in the workspace,
+    // and with it its copy.
+    f.apply(
+        &["--context", "demo", "-n", "default"],
+        &job("brief", 1).replace("spec:\n  template:", "spec:\n  ttlSecondsAfterFinished: 2\n  template:"),
+    );
+    let brief = wait_placed(&f, "brief", |c| c.len() == 1);
+    let brief_home = named(&all, &cluster_names(&brief)[0]);
+    met(&f, "job/brief", "complete", "45s");
+    wait_until(
+        "brief deleted 2s after it completed",
+        DEADLINE,
+        || {
+            let o = demo(&f, &["get", "job", "brief", "-o", "name", "--ignore-not-found"]);
+            format!("{}{}", o.stdout.trim(), o.stderr.trim())
+        },
+        |seen| seen.is_empty(),
+    );
+    wait_no_copies(&[brief_home], "job", "brief");
+
     // kubectl's Job from the CronJob's template runs too.
     let created = kd(&f, &["create", "job", "from-report", "--from=cronjob/report"]);
     assert!(created.contains("job.batch/from-report created"), "{created}");

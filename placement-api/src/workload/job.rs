@@ -125,12 +125,16 @@ pub const JOB_NAME_LABEL: &str = "batch.kubernetes.io/job-name";
 /// legacy ones Kubernetes still sets, unless the Job sets `manualSelector`.
 pub const GENERATED_LABELS: [&str; 4] = [CONTROLLER_UID_LABEL, "controller-uid", JOB_NAME_LABEL, "job-name"];
 
-/// A Job (as JSON) as another cluster must be given it: without the selector and the
-/// pod labels its uid generated, since the copy has a uid of its own and its cluster
-/// generates its own (a copy that carried them would be refused, `selector not
-/// auto-generated`). A Job with `manualSelector: true` is left as it is.
-pub fn without_generated_selector(job: &mut serde_json::Value) {
+/// A Job (as JSON) as another cluster must be given it:
+/// - without `ttlSecondsAfterFinished`: the workspace deletes the Job when its time is
+///   up, and the copy goes with it; a cluster that deleted its copy first would have
+///   it made again, and run again;
+/// - without the selector and the pod labels its uid generated, since the copy has a
+///   uid of its own and its cluster generates its own (a copy that carried them would
+///   be refused, `selector not auto-generated`), unless it sets `manualSelector: true`.
+pub fn copy_spec(job: &mut serde_json::Value) {
     let Some(spec) = job.get_mut("spec").and_then(serde_json::Value::as_object_mut) else { return };
+    spec.remove("ttlSecondsAfterFinished");
     if spec.get("manualSelector").and_then(serde_json::Value::as_bool) == Some(true) {
         return;
     }

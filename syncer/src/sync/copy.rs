@@ -69,6 +69,11 @@ impl Syncer {
                 Err(e) => return Err(upstream(format!("adding finalizer to {key}"))(e)),
             }
         }
+        // A workload that ran to its end (a finished Job) is never made again: a copy
+        // that is gone stays gone, or it would run again.
+        if d.finished() && copy.is_none() && !self.copy_is_there(key).await {
+            return Ok(Next::Done);
+        }
         // Whether the copy last covered what it should say now: if it does not any
         // more, it drifted; if what it should say changed, it is an update.
         let mark = self.covered.get(key).map(|m| m.clone());
