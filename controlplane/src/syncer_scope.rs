@@ -7,7 +7,8 @@
 //! - through the wildcard view `/clusters/*`: list and watch WorkloadPlacements and
 //!   the kinds a syncer copies ([`placement_api::synced`]), only with a label selector that pins
 //!   `state.workload.flotilla.io/<target>=Sync`, so every object it can see is assigned
-//!   to its cluster;
+//!   to its cluster; and list and watch StorageClasses, which the claims it copies may
+//!   name;
 //! - in a workspace: read a Deployment or WorkloadPlacement that is assigned to its
 //!   cluster or still carries its mark (the cluster's finalizer, or its status entry,
 //!   which it must be able to clean up after an unassignment); add or remove its own
@@ -95,6 +96,9 @@ pub fn check_request(target: &str, r: &Request<'_>) -> Result<(), ApiError> {
         }
         (ROOT_WORKSPACE, "patch" | "update", Some("status")) if own_sync_target && r.name == Some(target) => Ok(()),
         (ROOT_WORKSPACE, _, _) => Err(forbidden(target, r, "a syncer may read its own SyncTarget and write its status, nothing else in root")),
+        // The workspaces' StorageClasses, which the claims a syncer copies may name: a
+        // class says how volumes are made, nothing of what runs.
+        ("*", "list" | "watch", None) if is(r, "storage.k8s.io", "storageclasses") => Ok(()),
         ("*", "list" | "watch", None) if assignable(r) => {
             let label = placement_api::sync_state_label(target);
             match r.labels.and_then(|l| l.requires_exact_match(&label)) {

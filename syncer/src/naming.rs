@@ -60,6 +60,19 @@ impl NamespaceLocator {
     }
 }
 
+/// The name on a cluster of workspace `workspace`'s StorageClass `class`:
+/// `flotilla-<12 base36 characters of the workspace>-<class>`, or, when that is longer
+/// than a name may be (253), `flotilla-<12 characters of both>`. Each workspace's
+/// classes have names of their own, so two workspaces' classes of one name never meet.
+pub fn cluster_storage_class(workspace: &str, class: &str) -> String {
+    let named = format!("{}-{class}", NamespaceLocator::new(workspace, "").downstream_namespace());
+    if named.len() <= 253 {
+        named
+    } else {
+        NamespaceLocator::new(workspace, class).downstream_namespace()
+    }
+}
+
 /// Which upstream `{workspace, namespace}` each downstream namespace holds, by the
 /// downstream namespace's name, as far as this syncer has seen.
 #[derive(Debug, Default)]
@@ -101,6 +114,17 @@ impl Locators {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn each_workspace_has_class_names_of_its_own() {
+        let a = cluster_storage_class("team-a", "fast");
+        assert!(a.starts_with("flotilla-") && a.ends_with("-fast") && a.len() == "flotilla-".len() + 12 + "-fast".len(), "{a}");
+        assert_ne!(a, cluster_storage_class("team-b", "fast"));
+        assert_eq!(a, cluster_storage_class("team-a", "fast"), "stable");
+        let long = "c".repeat(250);
+        let named = cluster_storage_class("team-a", &long);
+        assert!(named.len() <= 253 && named.starts_with("flotilla-"), "{named}");
+    }
 
     #[test]
     fn only_a_locator_that_hashes_to_the_name_is_learnt() {

@@ -63,6 +63,7 @@ use jiff::Timestamp;
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, StatefulSet};
 use k8s_openapi::api::batch::v1::{CronJob, Job};
 use k8s_openapi::api::core::v1::{Namespace, ObjectReference};
+use k8s_openapi::api::storage::v1::StorageClass;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, ObjectMeta, Time};
 use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
 use kube::runtime::watcher;
@@ -85,6 +86,7 @@ use crate::naming::{Locators, NamespaceLocator};
 use crate::queue::{self, Next};
 use crate::{clients, status, transform};
 
+mod classes;
 mod cleanup;
 mod companions;
 mod copy;
@@ -312,6 +314,12 @@ pub struct Syncer {
     namespaces: Arc<Cache<Namespace, String>>,
     /// Which upstream namespace each downstream one holds.
     locators: Arc<Locators>,
+    /// The workspaces' StorageClasses, by workspace and name.
+    classes: Arc<runtime::cache::Cache<StorageClass>>,
+    /// The cluster's StorageClasses, by name.
+    cluster_classes: Arc<Cache<StorageClass, String>>,
+    /// Copies that wait for a StorageClass, once said.
+    waiting_for_class: dashmap::DashSet<Key>,
     placements: Arc<Cache<WorkloadPlacement>>,
     /// Changed entries held back (see [`Syncer::hold`]), and since when.
     held: dashmap::DashMap<Key, std::time::Instant>,
@@ -453,12 +461,28 @@ impl Syncer {
             // of the kind it names. It is kept under the key of that name as a
             // Deployment's ([`Syncer::placement`]).
             let placements = cache::spawn_indexed(
-                Api::<WorkloadPlacement>::all(wildcard),
+                Api::<WorkloadPlacement>::all(wildcard.clone()),
                 assigned,
                 |wp: &WorkloadPlacement| Key::upstream(Kind::Deployment, &wp.metadata),
                 |k: &Key, wp: &WorkloadPlacement| Some(k.with_kind(Kind::placed_by(wp))),
                 tx.clone(),
                 "upstream workloadplacements",
+            );
+            // StorageClasses: the workspaces' (cluster-scoped in each), and the cluster's
+            // own. A class that appears lets a copy waiting for it go on at its next try.
+            let classes = runtime::cache::spawn(
+                Api::<StorageClass>::all(wildcard.clone()),
+                watcher::Config::default(),
+                runtime::cache::Workspace::Annotated,
+                "upstream storageclasses",
+                |_| {},
+            );
+            let cluster_classes = runtime::cache::spawn_indexed(
+                Api::<StorageClass>::all(downstream.clone()),
+                watcher::Config::default(),
+                |c: &StorageClass| c.metadata.name.clone(),
+                |_| true,
+                "downstream storageclasses",
             );
             let upstream_client = upstream.clone();
             let syncer = Arc::new(Syncer {
@@ -476,6 +500,9 @@ impl Syncer {
                 companions,
                 namespaces,
                 locators,
+                classes,
+                cluster_classes,
+                waiting_for_class: Default::default(),
                 placements,
                 held: Default::default(),
                 progress: crate::budget::Budget::new(PROGRESS_REPORTS_PER_SECOND, PROGRESS_REPORTS_BURST),
@@ -518,6 +545,9 @@ impl Syncer {
                         }
                         if let Err(e) = s.sweep_namespaces().await {
                             tracing::warn!(error = %e, "sweeping empty namespaces failed; trying again at the next resync");
+                        }
+                        if let Err(e) = s.sweep_classes().await {
+                            tracing::warn!(error = %e, "sweeping unused StorageClasses failed; trying again at the next resync");
                         }
                     }
                 })
@@ -563,6 +593,8 @@ impl Syncer {
             && self.companions.iter().all(Side::synced)
             && self.placements.synced()
             && self.namespaces.synced()
+            && self.classes.synced()
+            && self.cluster_classes.synced()
     }
 
     /// Whether a companion's absence from both views means it is not assigned here:

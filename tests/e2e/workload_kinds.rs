@@ -10,7 +10,7 @@
 use crate::common;
 use test_clusters::fixtures::deployment;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use common::fleet::{assignment, fleet, wait_assignment, DEADLINE, FAST};
 use common::{tail, wait_for, wait_until, Flotilla, Out, SimCluster};
@@ -222,6 +222,39 @@ spec:
       - {name: data, persistentVolumeClaim: {claimName: db-data}}
 "#;
 
+/// A StatefulSet of two whose claims name StorageClass `fast` (placed by `ws`'s default Placement).
+fn ring(ws: &str) -> String {
+    format!(
+        r#"apiVersion: apps/v1
+kind: StatefulSet
+metadata: {{name: ring}}
+spec:
+  serviceName: ring
+  replicas: 2
+  podManagementPolicy: Parallel
+  selector: {{matchLabels: {{app: ring}}}}
+  template:
+    metadata: {{labels: {{app: ring, workspace: {ws}}}}}
+    spec:
+      containers: [{{name: node, image: "registry.example.com/ring:2", volumeMounts: [{{name: data, mountPath: /data}}]}}]
+  volumeClaimTemplates:
+  - metadata: {{name: data}}
+    spec:
+      storageClassName: fast
+      accessModes: [ReadWriteOnce]
+      resources: {{requests: {{storage: 1Gi}}}}
+"#
+    )
+}
+
+/// Workspace `ws`'s StorageClass `fast`, with a parameter that says whose it is.
+fn fast_class(ws: &str) -> String {
+    format!(
+        "apiVersion: storage.k8s.io/v1\nkind: StorageClass\nmetadata: {{name: fast}}\nprovisioner: example.com/ssd\n\
+         parameters: {{tier: {ws}}}\nreclaimPolicy: Delete\nvolumeBindingMode: WaitForFirstConsumer\n"
+    )
+}
+
 /// A node agent, under Placement `edge`.
 const NODE_AGENT: &str = r#"
 apiVersion: apps/v1
@@ -383,6 +416,62 @@ fn statefulsets_run_whole_on_one_cluster_and_daemonsets_on_every_selected_one() 
     assert!(out.contains("sts/kv in namespace default of workspace demo: 3 replica(s)"), "{out}");
     assert!(out.contains("up to 1 cluster(s), Divide"), "a StatefulSet takes one cluster of Placement spread's two:\n{out}");
     assert!(out.contains(&format!("decision: {}=3 (the same as assigned now)", home.name)), "{out}");
+
+    // A StatefulSet whose claims name a StorageClass of the workspace's own, applied
+    // before the class, as a published manifest may have them; a second workspace has
+    // a class of the same name. Each gets its own class on the cluster, and each
+    // StatefulSet's claims are bound by its own workspace's.
+    assert!(f.flotilla(&["workspace", "create", "other"]).ok);
+    for ws in ["demo", "other"] {
+        f.apply(&["--context", ws, "-n", "default"], &format!("{}---\n{}", ring(ws), fast_class(ws)));
+    }
+    let mut classes_seen = Vec::new();
+    for ws in ["demo", "other"] {
+        let o = f.k(&["--context", ws, "rollout", "status", "sts/ring", "--timeout=45s"]);
+        assert!(o.contains("roll out complete"), "{ws}: {o}\n{}", tail(&f.log()));
+        let placed = f.k(&["--context", ws, "get", "wp", "ring", "-o", "jsonpath={.spec.clusters[0].name}"]);
+        let c = named(&all, placed.trim());
+        // Both may run on one cluster: the copy of this workspace's is the one whose
+        // upstream annotation names it.
+        let ns = wait_for(&format!("{ws}'s copy of ring on {}", c.name), DEADLINE, || {
+            let path = format!(
+                r#"jsonpath={{range .items[?(@.metadata.annotations.workload\.flotilla\.io/upstream=="{ws}/default/ring")]}}{{.metadata.namespace}}{{end}}"#
+            );
+            let o = c.kubectl(&["get", "sts", "-A", "-o", &path]);
+            Some(o.stdout.trim().to_string()).filter(|n| !n.is_empty()).ok_or_else(|| format!("none yet: {}", o.stderr.trim()))
+        });
+        let bound = wait_for(&format!("{ws}'s ring claims bound on {}", c.name), DEADLINE, || {
+            let o = c.kubectl(&[
+                "-n",
+                &ns,
+                "get",
+                "pvc",
+                "-o",
+                r#"jsonpath={range .items[*]}{.metadata.name}:{.spec.storageClassName}={.status.phase} {end}"#,
+            ]);
+            // The claims of ring's two pods, made from its template.
+            let ring: Vec<&str> = o.stdout.split_whitespace().filter_map(|p| p.strip_prefix("data-ring-")).collect();
+            let classes: BTreeSet<&str> = ring.iter().filter_map(|p| p.split_once(':')?.1.strip_suffix("=Bound")).collect();
+            match (ring.len(), classes.len()) {
+                (2, 1) if ring.iter().all(|p| p.ends_with("=Bound")) => Ok(classes.into_iter().next().unwrap_or_default().to_string()),
+                _ => Err(format!("{} {}", o.stdout, o.stderr)),
+            }
+        });
+        assert!(
+            bound.starts_with("flotilla-") && bound.ends_with("-fast"),
+            "{ws}'s claims name the workspace's class on the cluster: {bound}"
+        );
+        let class = c.kubectl(&[
+            "get",
+            "storageclass",
+            &bound,
+            "-o",
+            "jsonpath={.parameters.tier} {.metadata.annotations.workload\\.flotilla\\.io/upstream}",
+        ]);
+        assert_eq!(class.stdout.trim(), format!("{ws} {ws}/fast"), "the class on {} is {ws}'s: {class:?}", c.name);
+        classes_seen.push(bound);
+    }
+    assert_ne!(classes_seen[0], classes_seen[1], "two workspaces' classes named fast never meet on a cluster");
 
     // Deleting them upstream removes every copy.
     for what in ["sts/kv", "ds/probe"] {

@@ -15,6 +15,10 @@ impl Syncer {
         match self.upstream_value(key).await? {
             Some(obj) if !deleting(&obj) => {
                 let mut desired = transform::downstream_object(&obj, key, &self.settings.sync_target, None);
+                let classes = match self.place_classes(key, &mut desired) {
+                    Ok(classes) => classes,
+                    Err(class) => return Ok(self.wait_for_class(key, &class)),
+                };
                 if key.kind == Kind::HorizontalPodAutoscaler {
                     if let Err(next) = self.divide_bounds(key, &obj, &mut desired) {
                         return Ok(next);
@@ -48,6 +52,7 @@ impl Syncer {
                         // object of the same name: it is applied without taking their
                         // fields, and left alone if it is theirs.
                         let force = copy.is_some() || same_desired.is_some();
+                        self.apply_classes(key, &classes).await?;
                         let applied = match self.apply_copy(key, desired.clone(), force).await {
                             Ok(applied) => applied,
                             Err(Error::Downstream { source, .. }) if !force && is_conflict(&source) => {

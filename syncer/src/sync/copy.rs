@@ -79,7 +79,23 @@ impl Syncer {
         let mark = self.covered.get(key).map(|m| m.clone());
         let same_desired = mark.as_ref().map(|m| m.share == share && m.upstream.is_of(d.meta()));
         let replicas = W::KIND.describe().copies_replicas().then_some(share);
-        let desired = || transform::downstream_object(&to_value(d), key, target, replicas);
+        // A StatefulSet's claim templates name their classes as the cluster has them,
+        // or wait for them (see `classes`).
+        let classes = match W::KIND {
+            WorkloadKind::StatefulSet => {
+                let mut probe = transform::downstream_object(&to_value(d), key, target, replicas);
+                match self.place_classes(key, &mut probe) {
+                    Ok(classes) => classes,
+                    Err(class) => return Ok(self.wait_for_class(key, &class)),
+                }
+            }
+            _ => Vec::new(),
+        };
+        let desired = || {
+            let mut desired = transform::downstream_object(&to_value(d), key, target, replicas);
+            let _ = self.place_classes(key, &mut desired);
+            desired
+        };
         let current = match copy {
             Some(c) if self.covers(key, d, share, c) => {
                 // The copy's spec changed (the syncer's own writes leave no mark to
@@ -124,6 +140,7 @@ impl Syncer {
                     }
                     e
                 };
+                self.apply_classes(key, &classes).await.map_err(restore)?;
                 let mut applied = self.apply_copy(key, desired.clone(), true).await.map_err(restore)?;
                 if let Some(Drift::Changed(lines)) = drift.as_mut() {
                     // What someone added stays through an apply; it is taken out too.
@@ -213,7 +230,8 @@ impl Syncer {
             return true;
         }
         let replicas = W::KIND.describe().copies_replicas().then_some(share);
-        let desired = transform::downstream_object(&to_value(upstream), key, &self.settings.sync_target, replicas);
+        let mut desired = transform::downstream_object(&to_value(upstream), key, &self.settings.sync_target, replicas);
+        let _ = self.place_classes(key, &mut desired);
         let covered = transform::covers(&to_value(copy), &desired);
         if covered {
             self.covered.insert(key.clone(), Covered::of(upstream.meta(), share, copy.meta()));
