@@ -200,8 +200,8 @@ struct ApplyFigures {
 }
 
 /// The namespaces of the two batches, so that neither's objects are in the other's.
-const BARE_NAMESPACE: &str = "bare";
-const APPS_NAMESPACE: &str = "apps";
+pub(crate) const BARE_NAMESPACE: &str = "bare";
+pub(crate) const APPS_NAMESPACE: &str = "apps";
 
 /// How often an app is applied, in both batches: its five creates take about 5 ms on
 /// an idle control plane. At the same pace, both batches meet as many arrivals, and
@@ -226,21 +226,7 @@ async fn apply_to_created(bin: &Path, clusters: usize, apps: usize, bare_first: 
         watches.extend(watch_copies(&sim, &name, &APP, &copies).await?);
         sims.push(sim);
     }
-    wait_until(
-        Duration::from_secs(60),
-        Duration::from_millis(100),
-        || ready.lock().unwrap().len() >= clusters,
-        || format!("only {}/{clusters} clusters Ready after 60 s", ready.lock().unwrap().len()),
-    )
-    .await?;
-    readiness.abort();
-    flotilla_cli(bin, &data_dir, &["workspace", "create", "bench"])?;
-    let ws = cp.client("bench", None).await?;
-    for ns in [BARE_NAMESPACE, APPS_NAMESPACE] {
-        Api::<Namespace>::all(ws.clone())
-            .create(&PostParams::default(), &serde_json::from_value(json!({"metadata": {"name": ns}}))?)
-            .await?;
-    }
+    let ws = bench_workspace(&cp, bin, &data_dir, clusters, &ready, readiness).await?;
     watches.extend(watch_assigned(&ws, &APP, &labelled));
     // Each Deployment's clusters, from the scheduler's labels on it, and the
     // Deployments Available upstream.
@@ -456,4 +442,33 @@ pub async fn rows_failover(bin: &Path, sz: Sizes, interval: Duration, grace: Dur
                "cpu_secs": by_name(&f.cpu_secs)}),
     );
     Ok(())
+}
+
+/// Waits until the `clusters` registered are Ready (as `ready`, from
+/// [`watch_readiness`], sees them), stops that watch, and makes the workspace `bench`
+/// with the namespaces of the bare batch and the apps. Returns the workspace's client.
+pub(crate) async fn bench_workspace(
+    cp: &ServerProc,
+    bin: &Path,
+    data_dir: &Path,
+    clusters: usize,
+    ready: &scheduler::NotReadySeen,
+    readiness: tokio::task::JoinHandle<anyhow::Result<()>>,
+) -> anyhow::Result<kube::Client> {
+    wait_until(
+        Duration::from_secs(60),
+        Duration::from_millis(100),
+        || ready.lock().unwrap().len() >= clusters,
+        || format!("only {}/{clusters} clusters Ready after 60 s", ready.lock().unwrap().len()),
+    )
+    .await?;
+    readiness.abort();
+    flotilla_cli(bin, data_dir, &["workspace", "create", "bench"])?;
+    let ws = cp.client("bench", None).await?;
+    for ns in [BARE_NAMESPACE, APPS_NAMESPACE] {
+        Api::<Namespace>::all(ws.clone())
+            .create(&PostParams::default(), &serde_json::from_value(json!({"metadata": {"name": ns}}))?)
+            .await?;
+    }
+    Ok(ws)
 }

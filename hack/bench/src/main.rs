@@ -23,6 +23,7 @@ mod companions;
 mod dashboard;
 mod etcd;
 mod hostile;
+mod kinds;
 mod plot;
 mod report;
 mod scale;
@@ -52,9 +53,10 @@ struct Args {
     /// Run one group of scenarios only: `syncer` is both `syncer-latency` and
     /// `syncer-steady`; `scheduler` is both `scheduler-assign` and `scheduler-failover`;
     /// `companions` (apps of a Deployment and four companions) is both
-    /// `companions-apply` and `companions-failover`; `etcd` is `etcd-store`,
+    /// `companions-apply` and `companions-failover`; `kinds` is apps of a StatefulSet,
+    /// a Deployment, a Job and a CronJob applied to Ready; `etcd` is `etcd-store`,
     /// `etcd-replicas` and `etcd-failover`.
-    #[arg(long, value_parser = ["controlplane", "sim", "syncer", "syncer-latency", "syncer-steady", "scheduler", "scheduler-assign", "scheduler-failover", "companions", "companions-apply", "companions-failover", "scale", "hostile-bodies", "etcd", "etcd-store", "etcd-replicas", "etcd-failover", "dashboard"])]
+    #[arg(long, value_parser = ["controlplane", "sim", "syncer", "syncer-latency", "syncer-steady", "scheduler", "scheduler-assign", "scheduler-failover", "companions", "companions-apply", "companions-failover", "kinds", "scale", "hostile-bodies", "etcd", "etcd-store", "etcd-replicas", "etcd-failover", "dashboard"])]
     only: Option<String>,
 }
 
@@ -86,6 +88,7 @@ struct Sizes {
     /// Heartbeat (interval, grace) settings the failover runs at: the defaults first.
     failover_settings: Vec<(u64, u64)>,
     companions: companions::Sizes,
+    kinds: kinds::Sizes,
     scale: scale::Sizes,
     hostile: hostile::Sizes,
     dashboard: dashboard::Sizes,
@@ -113,6 +116,7 @@ impl Sizes {
                 failover_deployments: 100,
                 failover_settings: vec![(2, 8)],
                 companions: companions::Sizes { clusters: 3, apps: 100, failover_apps: 100 },
+                kinds: kinds::Sizes { clusters: 3, apps: 50 },
                 scale: scale::Sizes { workspaces: 20, deployments_per_workspace: 5, clusters: 4, window_secs: 10 },
                 hostile: hostile::Sizes { repeats: 2, floor_repeats: 20, gets: 200, heartbeats: 30, window_secs: 3, senders: 16, worst: 3 },
                 dashboard: dashboard::Sizes { workloads: 500, clusters: 10, events: 100, events_per_sec: 50.0, moves: 200 },
@@ -137,6 +141,7 @@ impl Sizes {
                 failover_deployments: 1_000,
                 failover_settings: vec![(2, 8), (1, 4)],
                 companions: companions::Sizes { clusters: 10, apps: 1_000, failover_apps: 1_000 },
+                kinds: kinds::Sizes { clusters: 10, apps: 200 },
                 scale: scale::Sizes { workspaces: 1_000, deployments_per_workspace: 10, clusters: 100, window_secs: 30 },
                 hostile: hostile::Sizes {
                     repeats: 10,
@@ -423,6 +428,11 @@ async fn main() -> anyhow::Result<()> {
             report.calibrate("companions-failover").await;
             let r = companions::rows_failover(&args.flotilla, s.companions, interval, grace, &mut report).await;
             report.outcome("companions-failover", r);
+        }
+        if selected("kinds") {
+            report.calibrate("kinds").await;
+            let r = kinds::rows(&args.flotilla, s.kinds, &mut report).await;
+            report.outcome("kinds", r);
         }
         if run == 1 && selected("scale") {
             report.calibrate("scale").await;
