@@ -71,12 +71,10 @@ pub fn parse(spec: &str) -> Result<Schedule, ParseError> {
             "hourly" => "0 * * * *",
             _ => {
                 if let Some(d) = rest.strip_prefix("every ") {
-                    let secs = interval_seconds(d.trim())
-                        .ok_or_else(|| ParseError(format!("failed to parse duration {spec}: {d:?} is not a duration")))?;
-                    if secs == 0 {
-                        return Err(ParseError(format!("failed to parse duration {spec}: the interval must be positive")));
-                    }
-                    return Ok(Schedule::Every(secs));
+                    let interval =
+                        crate::duration::parse(d.trim()).map_err(|e| ParseError(format!("failed to parse duration {spec}: {e}")))?;
+                    // As the cron library Kubernetes uses: whole seconds, one at the least.
+                    return Ok(Schedule::Every(interval.as_secs().max(1)));
                 }
                 return Err(ParseError(format!("unrecognized descriptor: {spec}")));
             }
@@ -142,27 +140,6 @@ fn field(text: &str, min: u32, max: u32, names: &[&str]) -> Result<u64, ParseErr
 }
 
 /// A Go duration of whole hours, minutes and seconds (`90s`, `1h30m`), in seconds.
-fn interval_seconds(text: &str) -> Option<u64> {
-    let mut total = 0u64;
-    let mut digits = String::new();
-    for c in text.chars() {
-        match c {
-            '0'..='9' => digits.push(c),
-            'h' | 'm' | 's' => {
-                let n: u64 = std::mem::take(&mut digits).parse().ok()?;
-                let unit = match c {
-                    'h' => 3600,
-                    'm' => 60,
-                    _ => 1,
-                };
-                total = total.checked_add(n.checked_mul(unit)?)?;
-            }
-            _ => return None,
-        }
-    }
-    digits.is_empty().then_some(total).filter(|_| !text.is_empty())
-}
-
 fn value(text: &str, min: u32, names: &[&str]) -> Result<u32, ParseError> {
     if let Some(i) = names.iter().position(|n| n.eq_ignore_ascii_case(text)) {
         return Ok(i as u32 + min);
@@ -239,6 +216,12 @@ mod tests {
         assert_eq!(next("30 9 * * MON", "2026-12-02T10:00:00Z"), "2026-12-07T09:30:00Z");
         assert_eq!(next("0 0 29 2 *", "2026-12-02T10:00:00Z"), "2028-02-29T00:00:00Z");
         assert_eq!(next("@every 90s", "2026-12-02T10:00:00Z"), "2026-12-02T10:01:30Z");
+        // Go's durations, in whole seconds and one at the least, as Kubernetes' cron library takes them.
+        assert_eq!(next("@every 1m30s", "2026-12-02T10:00:00Z"), "2026-12-02T10:01:30Z");
+        assert_eq!(next("@every 1.5h", "2026-12-02T10:00:00Z"), "2026-12-02T11:30:00Z");
+        assert_eq!(next("@every 2500ms", "2026-12-02T10:00:00Z"), "2026-12-02T10:00:02Z");
+        assert_eq!(next("@every 100ms", "2026-12-02T10:00:00Z"), "2026-12-02T10:00:01Z");
+        assert!(parse("@every soon").unwrap_err().0.starts_with("failed to parse duration @every soon: invalid duration"));
     }
 
     /// With both day fields restricted, either one matching is enough.

@@ -9,6 +9,7 @@
 //! and used by the API server, the simulated clusters, the scheduler and the CLI.
 
 pub mod cron;
+pub mod duration;
 pub mod jsonpath;
 pub mod objmeta;
 pub mod patch;

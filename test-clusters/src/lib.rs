@@ -16,7 +16,8 @@
 
 pub mod config;
 pub mod driver;
-pub mod duration;
+/// Go-style duration strings, as cluster definitions write them: the shared parser.
+pub use apimachinery::duration;
 pub mod fixtures;
 #[cfg(feature = "harness")]
 pub mod harness;

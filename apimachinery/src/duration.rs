@@ -1,5 +1,6 @@
 //! Go-style duration strings (`time.ParseDuration`): `"300ms"`, `"2s"`, `"1m30s"`, `"1.5h"`,
-//! `"0"`. Cluster definitions use them because the rest of the Kubernetes tooling does.
+//! `"0"`. Cluster definitions use them because the rest of the Kubernetes tooling does,
+//! and a CronJob's `@every` schedule is one.
 
 use std::time::Duration;
 
