@@ -334,6 +334,24 @@ fn statefulsets_run_whole_on_one_cluster_and_daemonsets_on_every_selected_one() 
         assert_eq!(copies_on(other, "sts", "kv"), Ok(vec![]), "kv runs on {} only", home.name);
     }
 
+    // A new image rolls out on its cluster, the workspace keeps the history, and an
+    // undo brings the old image back there.
+    let image_on_home = || {
+        let o = home.kubectl(&["-n", &ns, "get", "sts", "kv", "-o", "jsonpath={.spec.template.spec.containers[0].image}"]);
+        format!("{}{}", o.stdout.trim(), o.stderr.trim())
+    };
+    let set = demo(&f, &["set", "image", "sts/kv", "member=registry.example.com/kv-member:0.8"]);
+    assert!(set.ok, "{set:?}");
+    rolled_out(&f, "sts/kv");
+    wait_until("kv's copy runs 0.8", DEADLINE, image_on_home, |i| i == "registry.example.com/kv-member:0.8");
+    let history = kd(&f, &["rollout", "history", "sts/kv"]);
+    assert!(history.lines().filter(|l| l.trim_start().starts_with(['1', '2'])).count() == 2, "two revisions: {history}");
+    let undo = demo(&f, &["rollout", "undo", "sts/kv"]);
+    assert!(undo.ok && undo.stdout.contains("rolled back"), "{undo:?}");
+    rolled_out(&f, "sts/kv");
+    wait_until("kv's copy runs 0.7 again", DEADLINE, image_on_home, |i| i == "registry.example.com/kv-member:0.7");
+    assert_eq!(kd(&f, &["get", "sts", "kv", "-o", "jsonpath={.status.readyReplicas}/{.spec.replicas}"]), "3/3");
+
     // The DaemonSet runs on both clusters its Placement selects, though it asks for one,
     // and its status counts the nodes of both: 2 on east, 3 on west.
     f.apply(&["--context", "demo", "-n", "default"], NODE_AGENT);
