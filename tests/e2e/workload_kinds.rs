@@ -172,6 +172,21 @@ const EDGE: &str = "apiVersion: scheduling.flotilla.io/v1alpha1\nkind: Placement
 
 /// A key-value store of three members with a claim each, under Placement `spread`.
 const KV_STORE: &str = r#"
+apiVersion: v1
+kind: Service
+metadata: {name: kv-peers}
+spec:
+  clusterIP: None
+  selector: {app: kv}
+  ports: [{name: peer, port: 7000}]
+---
+apiVersion: policy/v1
+kind: PodDisruptionBudget
+metadata: {name: kv}
+spec:
+  maxUnavailable: 1
+  selector: {matchLabels: {app: kv}}
+---
 apiVersion: apps/v1
 kind: StatefulSet
 metadata:
@@ -332,6 +347,24 @@ fn statefulsets_run_whole_on_one_cluster_and_daemonsets_on_every_selected_one() 
     });
     for other in all.iter().filter(|c| c.name != home.name) {
         assert_eq!(copies_on(other, "sts", "kv"), Ok(vec![]), "kv runs on {} only", home.name);
+    }
+    // Its headless Service and disruption budget follow it there, as a Deployment's do.
+    wait_until(
+        "kv's companions listed",
+        DEADLINE,
+        || kd(&f, &["get", "wp", "kv", "-o", "jsonpath={.status.companions}"]),
+        |c| c.contains("PodDisruptionBudget/kv") && c.contains("Service/kv-peers"),
+    );
+    for (kind, name) in [("svc", "kv-peers"), ("pdb", "kv")] {
+        wait_until(
+            &format!("{kind}/{name} on {}", home.name),
+            DEADLINE,
+            || copies_on(home, kind, name).map(|c| c.join(" ")).unwrap_or_else(|e| e),
+            |c| c.ends_with(&format!("/{name}")) && !c.contains(' '),
+        );
+        for other in all.iter().filter(|c| c.name != home.name) {
+            assert_eq!(copies_on(other, kind, name), Ok(vec![]), "{kind}/{name} follows kv to {} only", home.name);
+        }
     }
 
     // A new image rolls out on its cluster, the workspace keeps the history, and an
