@@ -81,6 +81,9 @@ pub struct Signature {
     pub draining: bool,
     /// Not Ready, and held by the disruption brake: what runs there stays.
     pub braked: bool,
+    /// An operator confirmed it lost at its current heartbeat (`flotilla cluster
+    /// confirm-lost`): what waits for that (a StatefulSet, a CronJob) moves now.
+    pub lost_confirmed: bool,
     /// Its labels.
     pub labels: Arc<BTreeMap<String, String>>,
     /// Its taints.
@@ -120,12 +123,6 @@ pub struct Observed {
 }
 
 impl Observed {
-    /// Whether an operator confirmed the cluster lost at its current heartbeat
-    /// (`flotilla cluster confirm-lost`).
-    pub fn lost_confirmed(&self) -> bool {
-        lost_confirmed(&self.target)
-    }
-
     /// How long ago this process saw the cluster's last new heartbeat; `None` if it
     /// has seen none and does not trust the stored state.
     pub fn heartbeat_age(&self) -> Option<Duration> {
@@ -537,6 +534,7 @@ impl Book {
             cordoned: t.spec.unschedulable,
             draining: draining(t, jiff::Timestamp::now()),
             braked: false,
+            lost_confirmed: lost_confirmed(t),
             labels: Arc::new(t.metadata.labels.clone().unwrap_or_default()),
             taints: Arc::new(t.spec.taints.clone()),
         }

@@ -113,6 +113,8 @@ struct Progress {
     moved: bool,
     available: bool,
     stuck: bool,
+    /// It stays by its kind's rule until the loss is confirmed (or the brake holds it).
+    held: bool,
 }
 
 /// The replicas a workload has assigned on any of `clusters`.
@@ -216,8 +218,8 @@ async fn inject(data_dir: &Path, source: &Source, before: FleetStatus, names: &[
                 say(start, format!("{} Available again ({}/{} ready)", key_str(key), w.ready_replicas, w.replicas));
             }
             if let (Some(_), false, false, Some(why)) = (detected, p.moved, p.stuck, &w.failover_paused) {
-                p.stuck = true;
-                say(start, format!("{} stays on {all}: {why}", key_str(key)));
+                (p.stuck, p.held) = (true, true);
+                say(start, format!("{}: {why}", key_str(key)));
             }
             if detected.is_some() && !p.moved && !p.stuck && w.state == "Pending" {
                 p.stuck = true;
@@ -256,10 +258,14 @@ async fn inject(data_dir: &Path, source: &Source, before: FleetStatus, names: &[
         if let (Some(detected), true) = (detected, settled) {
             let total = start.elapsed();
             let recovered = progress.values().filter(|p| p.available).count();
-            let stuck = progress.len() - recovered;
+            let held = progress.values().filter(|p| p.held && !p.available).count();
+            let stuck = progress.len() - recovered - held;
             let mut summary = format!("failover took {:.1}s: loss detected after {:.1}s", total.as_secs_f64(), detected.as_secs_f64());
             if !progress.is_empty() {
                 let _ = write!(summary, ", {recovered} of {} workload(s) Available elsewhere", progress.len());
+            }
+            if held > 0 {
+                let _ = write!(summary, "; {held} wait for `flotilla cluster confirm-lost` (see `flotilla status`)");
             }
             if stuck > 0 {
                 let _ = write!(summary, "; {stuck} wait for room (see `flotilla status`)");
@@ -364,7 +370,8 @@ async fn wait_back(
                 ready_at = Some(start.elapsed());
                 say(start, format!("{name} is Ready again: its syncer reports heartbeats"));
                 // The workloads that stayed on it (they had nowhere else to go) come back.
-                waiting = workloads(&fleet).filter(|(_, w)| share_on(w, name) > 0).map(|(k, _)| (k, false)).collect();
+                // A finished Job that stayed is done, not coming back.
+                waiting = workloads(&fleet).filter(|(_, w)| share_on(w, name) > 0 && !finished(w)).map(|(k, _)| (k, false)).collect();
             }
             if ready_at.is_some() {
                 let now: BTreeMap<WorkloadKey, &WorkloadStatus> = workloads(&fleet).collect();

@@ -330,7 +330,8 @@ fn workload_status(namespace: String, name: String, d: &AnyWorkload, wp: Option<
             let r = reported.get(a.name.as_str());
             clusters.push(Share {
                 name: a.name.clone(),
-                replicas: a.replicas,
+                // A DaemonSet's share is its nodes there, as the WorkloadPlacement's summary counts it.
+                replicas: r.map_or(a.replicas, |r| placement_api::workload::desired_on(d.kind(), r, a.replicas)),
                 ready_replicas: r.map_or(0, |r| r.ready_replicas),
                 available_replicas: r.map_or(0, |r| r.available_replicas),
             });

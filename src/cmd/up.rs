@@ -154,7 +154,7 @@ pub(super) async fn fleet_up(
     println!("next, in another terminal {here}:");
     let kc = std::path::absolute(&kubeconfig).unwrap_or_else(|_| kubeconfig.clone());
     println!("  export PATH={bin_dir}:$PATH KUBECONFIG={}", kc.display());
-    println!("  kubectl apply -f docs/examples/       # Deployments and Placements in workspace {workspace}");
+    println!("  kubectl apply -f docs/examples/       # an app of every kind, and Placements, in workspace {workspace}");
     println!("  flotilla status                       # the clusters, and where each workload runs");
     println!("  flotilla dashboard                    # the same, live in a browser");
     println!("  flotilla drill kill west              # lose a cluster, and watch its workloads move");

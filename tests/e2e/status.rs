@@ -79,9 +79,14 @@ fn status_watch_prints_a_json_line_per_change() {
         rows.sort();
         rows.join("\n")
     };
-    let settled = wait_line("web and api Available, huge Pending", &|v| {
+    // Every example settled: the Deployments, the stateful store and the CronJob.
+    let settled = wait_line("web, api, store and report Available, huge Pending", &|v| {
         let s = states(v);
-        s.contains("api=Available:") && s.contains("huge=Pending:0/3 clusters fit") && s.contains("web=Available:")
+        s.contains("api=Available:")
+            && s.contains("huge=Pending:0/3 clusters fit")
+            && s.contains("web=Available:")
+            && s.contains("store=Available:")
+            && s.contains("report=Available:")
     });
     // The dashboard shows the state the status aggregator wrote into each
     // WorkloadPlacement: it must be what flotilla status judges, reason and all.

@@ -181,8 +181,12 @@ impl Pass<'_> {
         // The aggregator is the only writer of this status and runs one key at a
         // time, so the patch needs no resourceVersion: a cached workload that is a
         // write behind would only make every patch conflict.
+        // The status summed is the whole status: what it leaves out (a CronJob's Jobs
+        // that ended, say) is taken out of the stored one.
+        let stored = serde_json::to_value(d.status()).unwrap_or_default();
+        let patch = json!({ "status": crate::companion_status::merge_diff(&stored, &serde_json::to_value(&next).unwrap_or_default()) });
         let api: Api<W> = Api::namespaced(client, &key.namespace);
-        match api.patch_status(&key.name, &PatchParams::default(), &Patch::Merge(json!({ "status": next }))).await {
+        match api.patch_status(&key.name, &PatchParams::default(), &Patch::Merge(patch)).await {
             Ok(_) => Ok(Next::Done),
             Err(e) if is_not_found(&e) => Ok(Next::Done),
             Err(e) => Err(failed(format!("writing the status of {key}"))(e)),

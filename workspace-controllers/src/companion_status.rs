@@ -363,7 +363,7 @@ pub fn status_patch(kind: Companion, object: &Value, desired: &Value) -> Option<
 
 /// The JSON merge patch (RFC 7386) that turns `from` into `to`: fields that go are
 /// `null`, objects are patched field by field, anything else is replaced.
-fn merge_diff(from: &Value, to: &Value) -> Value {
+pub(crate) fn merge_diff(from: &Value, to: &Value) -> Value {
     match (from, to) {
         (Value::Object(from), Value::Object(to)) => {
             let mut patch = Map::new();

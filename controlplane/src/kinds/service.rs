@@ -262,7 +262,13 @@ impl Strategy for Service {
     }
 
     fn cells(&self, obj: &Value) -> Vec<Value> {
-        let cluster_ip = obj.pointer("/spec/clusterIPs/0").and_then(Value::as_str).filter(|s| !s.is_empty()).unwrap_or("<none>");
+        // A headless Service says `None`, as kubectl prints it; a workspace allocates no IP.
+        let cluster_ip = obj
+            .pointer("/spec/clusterIPs/0")
+            .or_else(|| obj.pointer("/spec/clusterIP"))
+            .and_then(Value::as_str)
+            .filter(|s| !s.is_empty())
+            .unwrap_or("<none>");
         let port_cells: Vec<String> = ports(obj)
             .iter()
             .map(|p| {

@@ -312,7 +312,7 @@ impl Scheduler {
         }
         current
             .iter()
-            .filter(|s| self.book.get(&s.cluster).is_some_and(|o| !o.signature.ready && !o.lost_confirmed()))
+            .filter(|s| self.book.get(&s.cluster).is_some_and(|o| !o.signature.ready && !o.signature.lost_confirmed))
             .map(|s| s.cluster.clone())
             .collect()
     }
