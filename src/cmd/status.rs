@@ -267,11 +267,19 @@ fn assemble(
         let (ws, ns, name) = (ws_of(meta), meta.namespace.clone().unwrap_or_default(), meta.name.clone().unwrap_or_default());
         // A lost cluster's last report is not counted, as in the workload's status. A
         // WorkloadPlacement of another kind of the same name is not this one's.
-        let wp = wps
-            .get(&(ws.clone(), ns.clone(), name.clone()))
-            .filter(|wp| WorkloadKind::of(&wp.spec.workload.api_version, &wp.spec.workload.kind) == Some(d.kind()))
-            .map(|wp| placement_api::status::without_lost(wp, &lost));
-        by_ws.entry(ws).or_default().push(workload_status(ns, name, &d, wp.as_deref()));
+        let named = wps.get(&(ws.clone(), ns.clone(), name.clone()));
+        let placed_kind = named.and_then(|wp| WorkloadKind::of(&wp.spec.workload.api_version, &wp.spec.workload.kind));
+        let wp = named.filter(|_| placed_kind == Some(d.kind())).map(|wp| placement_api::status::without_lost(wp, &lost));
+        let mut status = workload_status(ns, name, &d, wp.as_deref());
+        if let Some(other) = placed_kind.filter(|k| *k != d.kind()) {
+            status.reason = Some(format!(
+                "not placed: WorkloadPlacement {0} is the {1} {0}'s, and a WorkloadPlacement has its workload's name; rename this {2} to place it",
+                status.name,
+                other.name(),
+                d.kind().name()
+            ));
+        }
+        by_ws.entry(ws).or_default().push(status);
     }
     let workspaces = by_ws
         .into_iter()
@@ -621,6 +629,27 @@ mod tests {
         assert_eq!(
             json["workspaces"][0]["workloads"][3]["clusters"][0],
             json!({"name": "east", "replicas": 3, "readyReplicas": 3, "availableReplicas": 3})
+        );
+    }
+
+    #[test]
+    fn a_workload_whose_name_another_kind_holds_says_so() {
+        let now = jiff::Timestamp::now();
+        let job: k8s_openapi::api::batch::v1::Job =
+            serde_json::from_value(json!({"metadata": {"name": "web", "namespace": "default"}, "spec": {"template": {}}})).unwrap();
+        let placements = vec![placement("web", json!([{"name": "east", "replicas": 2}]), json!({}))];
+        let workloads = vec![AnyWorkload::Deployment(Arc::new(deployment("default", "web", 2, 2, true))), AnyWorkload::Job(Arc::new(job))];
+        let fleet = assemble(now, vec![], &["demo".to_string()], Some("demo"), workloads, placements);
+        let listed: Vec<(&str, &str, &str)> =
+            fleet.workspaces[0].workloads.iter().map(|w| (w.kind.as_str(), w.state.as_str(), w.reason.as_deref().unwrap_or(""))).collect();
+        assert_eq!(listed[0].0, "Deployment");
+        assert_eq!(
+            listed[1],
+            (
+                "Job",
+                "Pending",
+                "not placed: WorkloadPlacement web is the Deployment web's, and a WorkloadPlacement has its workload's name; rename this Job to place it"
+            )
         );
     }
 
