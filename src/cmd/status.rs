@@ -272,12 +272,7 @@ fn assemble(
         let wp = named.filter(|_| placed_kind == Some(d.kind())).map(|wp| placement_api::status::without_lost(wp, &lost));
         let mut status = workload_status(ns, name, &d, wp.as_deref());
         if let Some(other) = placed_kind.filter(|k| *k != d.kind()) {
-            status.reason = Some(format!(
-                "not placed: WorkloadPlacement {0} is the {1} {0}'s, and a WorkloadPlacement has its workload's name; rename this {2} to place it",
-                status.name,
-                other.name(),
-                d.kind().name()
-            ));
+            status.reason = Some(placement_api::workload::name_taken(&status.name, other, d.kind()));
         }
         by_ws.entry(ws).or_default().push(status);
     }

@@ -278,6 +278,17 @@ pub fn copy_state(kind: WorkloadKind, entry: &ClusterSyncStatus, share: i32) -> 
     }
 }
 
+/// Why a workload of `kind` named `name` is not placed when a WorkloadPlacement of that
+/// name places the `holder` of another kind: a WorkloadPlacement has its workload's
+/// name. The scheduler's Event and `flotilla status` say it in these words.
+pub fn name_taken(name: &str, holder: WorkloadKind, kind: WorkloadKind) -> String {
+    format!(
+        "not placed: WorkloadPlacement {name} is the {} {name}'s, and a WorkloadPlacement has its workload's name; rename this {} to place it",
+        holder.name(),
+        kind.name()
+    )
+}
+
 /// Whether a cluster's copy counts as available, for the WorkloadPlacement's
 /// `Available`: a Deployment's copy while its own `Available` is True with its share
 /// available (through a rolling update too); any other once [`copy_state`] says it is

@@ -324,13 +324,7 @@ impl Scheduler {
             if !self.name_taken.insert((key.clone(), o.kind())) {
                 continue;
             }
-            let note = format!(
-                "not placed: WorkloadPlacement {} is the {} {}'s, and a WorkloadPlacement has its workload's name; rename this {} to place it",
-                key.name,
-                d.kind().name(),
-                key.name,
-                o.kind().name()
-            );
+            let note = placement_api::workload::name_taken(&key.name, d.kind(), o.kind());
             tracing::warn!(kind = o.kind().name(), reason = %note, "name taken by a workload of another kind");
             self.recorder.workload(key, o, events::Type::Warning, "FailedScheduling", note);
         }
