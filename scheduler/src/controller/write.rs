@@ -211,6 +211,7 @@ impl Scheduler {
         self.rebalancing.remove(key);
         self.drain_base.remove(key);
         self.everywhere.remove(key);
+        self.name_taken.retain(|(k, _)| k != key);
         self.own.forget(key);
         let Some(wp) = self.placements.get(key) else { return Ok(Next::Done) };
         for c in &wp.spec.clusters {

@@ -79,18 +79,6 @@ impl Syncer {
         let mark = self.covered.get(key).map(|m| m.clone());
         let same_desired = mark.as_ref().map(|m| m.share == share && m.upstream.is_of(d.meta()));
         let replicas = W::KIND.describe().copies_replicas().then_some(share);
-        // A StatefulSet's claim templates name their classes as the cluster has them,
-        // or wait for them (see `classes`).
-        let classes = match W::KIND {
-            WorkloadKind::StatefulSet => {
-                let mut probe = transform::downstream_object(&to_value(d), key, target, replicas);
-                match self.place_classes(key, &mut probe) {
-                    Ok(classes) => classes,
-                    Err(class) => return Ok(self.wait_for_class(key, &class)),
-                }
-            }
-            _ => Vec::new(),
-        };
         let desired = || {
             let mut desired = transform::downstream_object(&to_value(d), key, target, replicas);
             let _ = self.place_classes(key, &mut desired);
@@ -122,7 +110,13 @@ impl Syncer {
                 }
             }
             _ => {
-                let desired = desired();
+                // A StatefulSet's claim templates name their classes as the cluster has
+                // them, or the copy waits for them (see `classes`).
+                let mut desired = transform::downstream_object(&to_value(d), key, target, replicas);
+                let classes = match self.place_classes(key, &mut desired) {
+                    Ok(classes) => classes,
+                    Err(class) => return Ok(self.wait_for_class(key, &class)),
+                };
                 let mut drift = match (copy, same_desired) {
                     (Some(c), Some(true)) => Some(Drift::Changed(transform::drift(&to_value(c), &desired, false))),
                     (None, Some(_)) => Some(Drift::Gone),
