@@ -4,8 +4,9 @@
 //! clients of one workspace or of all of them ([`clients`]), Events on the objects a
 //! controller acts on ([`events`]), Lease-based leader election ([`leader`]), and the
 //! error predicates retries and metrics are decided by ([`errors`]), and the periodic
-//! resync beside every watch ([`resync`]), and the [`manager`] that starts, leases and
-//! stops a process's controllers. The scheduler,
+//! resync beside every watch ([`resync`]), the [`controller`] builder that puts
+//! watches, triggers, resync and a reconcile function together, and the [`manager`]
+//! that starts, leases and stops a process's controllers. The scheduler,
 //! the syncers and the workspace-side controllers are built on it; none of them
 //! depends on another.
 
@@ -13,6 +14,7 @@
 
 pub mod cache;
 pub mod clients;
+pub mod controller;
 pub mod errors;
 pub mod events;
 pub mod followers;

@@ -2,9 +2,9 @@
 //!
 //! A key queued many times before it runs runs once (kube-runtime's scheduler merges
 //! them); a key queued while it runs runs again right after; different keys run
-//! concurrently up to a limit. A failed reconcile is retried with exponential backoff,
-//! and a periodic resync queues every key again, so a missed event costs at most one
-//! resync interval.
+//! concurrently up to a limit. A failed reconcile is retried when its error policy
+//! says (exponential backoff by default). Controllers use it through
+//! [`crate::controller::Controller`].
 
 use std::collections::{HashMap, HashSet};
 use std::fmt::Display;
@@ -19,11 +19,6 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tokio_stream::wrappers::UnboundedReceiverStream;
 
-/// The first retry delay after a failure; it doubles per failure up to [`MAX_BACKOFF`].
-const FIRST_BACKOFF: Duration = Duration::from_millis(100);
-/// The longest retry delay: a downstream cluster that is down is tried this often.
-const MAX_BACKOFF: Duration = Duration::from_secs(30);
-
 /// What a reconcile asks for next.
 pub enum Next {
     /// Nothing until something changes.
@@ -32,9 +27,14 @@ pub enum Next {
     After(Duration),
 }
 
-/// Runs `work` for every key received on `keys` until the channel closes.
-pub async fn run<Q, F, Fut, E>(keys: mpsc::UnboundedReceiver<Q>, concurrency: usize, work: F)
-where
+/// Runs `work` for every key received on `keys` until the channel closes; a key whose
+/// work failed `n` times in a row runs again after `retry(n)`.
+pub async fn run<Q, F, Fut, E>(
+    keys: mpsc::UnboundedReceiver<Q>,
+    concurrency: usize,
+    retry: &(dyn Fn(u32) -> Duration + Send + Sync),
+    work: F,
+) where
     Q: Clone + Eq + Hash + Display + Unpin,
     F: Fn(Q) -> Fut,
     Fut: Future<Output = Result<Next, E>>,
@@ -73,8 +73,8 @@ where
                     Err(e) => {
                         let n = failures.entry(key.clone()).or_insert(0);
                         *n += 1;
-                        let d = FIRST_BACKOFF.saturating_mul(1 << (*n - 1).min(16)).min(MAX_BACKOFF);
-                        tracing::warn!(object = %key, error = %e, retry_in = ?d, "sync failed");
+                        let d = retry(*n);
+                        tracing::warn!(object = %key, error = %e, retry_in = ?d, failures = *n, "reconcile failed");
                         Some(d)
                     }
                 };

@@ -42,8 +42,8 @@ use placement_api::{
     SYNC_STATE_SYNC,
 };
 use runtime::clients;
+use runtime::controller::{Controller, Next};
 use runtime::errors::{is_conflict, is_not_found};
-use runtime::queue::{self, Next};
 use serde_json::{json, Map, Value};
 use tokio::sync::mpsc;
 use tracing::Instrument;
@@ -322,7 +322,7 @@ fn send(tx: &mpsc::UnboundedSender<Trigger>, t: Trigger) {
 pub async fn run(base: Client, options: Options) {
     let span = tracing::info_span!("scheduler");
     async move {
-        let (tx, mut triggers) = mpsc::unbounded_channel::<Trigger>();
+        let (tx, triggers) = mpsc::unbounded_channel::<Trigger>();
         let book = Arc::new(Book::new(options.heartbeat_grace).with_threshold(options.unhealthy_threshold));
         let assumed = Arc::new(Assumed::default());
         let wildcard = clients::workspace(&base, "*");
@@ -458,37 +458,27 @@ pub async fn run(base: Client, options: Options) {
             name_taken: DashSet::new(),
             everywhere: DashSet::new(),
         });
-        let (keys_tx, keys) = mpsc::unbounded_channel::<ObjKey>();
-
+        let mut controller = Controller::<ObjKey>::new("scheduler").concurrency(options.concurrency);
         // Triggers become workload keys.
         let fan = s.clone();
-        let keys_for_fan = keys_tx.clone();
-        let _fan = runtime::AbortOnDrop(tokio::spawn(async move {
-            while let Some(t) = triggers.recv().await {
-                for k in fan.affected(t) {
-                    let _ = keys_for_fan.send(k);
-                }
-            }
-        }));
+        controller.fan_in(triggers, move |t| fan.affected(t));
         // Health against the clock, and the SyncTargets' conditions.
         let health = s.clone();
         let t = tx.clone();
-        let _health = runtime::AbortOnDrop(tokio::spawn(async move { health.watch_health(t).await }));
-        // The periodic resync.
+        controller.spawn(async move { health.watch_health(t).await });
         let all = s.clone();
-        let resync = options.resync;
-        let _resync = runtime::resync::keys(resync, keys_tx, move || all.workloads.keys().into_iter().chain(all.placements.keys()));
+        controller.resync(options.resync, move || all.workloads.keys().into_iter().chain(all.placements.keys()));
         // Every workload once at the start.
         let start: BTreeSet<ObjKey> = s.workloads.keys().into_iter().chain(s.placements.keys()).collect();
         for k in start {
             let _ = tx.send(Trigger::Workload(k));
         }
-        queue::run(keys, options.concurrency.max(1), |key| {
-            let s = s.clone();
-            let span = tracing::info_span!("schedule", workload = %key);
-            async move { s.reconcile(&key).await }.instrument(span)
-        })
-        .await;
+        controller
+            .run(|key| {
+                let s = s.clone();
+                async move { s.reconcile(&key).await }
+            })
+            .await;
     }
     .instrument(span)
     .await

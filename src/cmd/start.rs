@@ -48,6 +48,7 @@ where
     // The scheduler's metrics are served on the control plane's /metrics.
     let scheduler_metrics = scheduler::metrics::Metrics::new(&registry)?;
     syncer::metrics::register(&registry)?;
+    runtime::controller::register(&registry)?;
     let etcd = args.etcd();
     let replicated = etcd.is_some();
     // On etcd other replicas may share the control plane: its controllers run below,

@@ -83,8 +83,8 @@ use crate::events::{Recorder, REASON_DRIFT_REVERTED};
 use crate::heartbeat::Reachability;
 use crate::key::{CopyKey, Key, Kind, Place};
 use crate::naming::{Locators, NamespaceLocator};
-use crate::queue::{self, Next};
 use crate::{clients, status, transform};
+use runtime::controller::{Controller, Next};
 
 mod classes;
 mod cleanup;
@@ -418,7 +418,8 @@ impl Syncer {
     pub async fn run(settings: Settings, upstream: Client, downstream: Client, reach: Reachability, started: impl FnOnce(Arc<Syncer>)) {
         let span = tracing::info_span!("syncer", sync_target = %settings.sync_target);
         async move {
-            let (tx, rx) = mpsc::unbounded_channel();
+            let mut controller = Controller::<Key>::new("syncer").concurrency(CONCURRENCY);
+            let tx = controller.trigger();
             let target = &settings.sync_target;
             let assigned = watcher::Config::default().labels(&format!("{}={SYNC_STATE_SYNC}", sync_state_label(target)));
             let mine = watcher::Config::default().labels(&format!("{SYNC_TARGET_LABEL}={target}"));
@@ -519,10 +520,10 @@ impl Syncer {
                 f.subscribe(target, tx.clone());
             }
             // Keys parked while the cluster did not answer go back to the queue when it does.
-            let unpark = {
+            {
                 let s = syncer.clone();
                 let tx = tx.clone();
-                crate::AbortOnDrop(tokio::spawn(async move {
+                controller.spawn(async move {
                     loop {
                         s.reach.comes_back().await;
                         let keys: Vec<Key> = s.parked.iter().map(|k| k.clone()).collect();
@@ -532,41 +533,36 @@ impl Syncer {
                             let _ = tx.send(k);
                         }
                     }
-                }))
-            };
-            let resync = {
-                let s = syncer.clone();
-                let tx = tx.clone();
-                runtime::resync::every(s.settings.resync, move || {
-                    let (s, tx) = (s.clone(), tx.clone());
+                });
+            }
+            // Every key again, and what no key owns: namespaces and classes left empty.
+            let s = syncer.clone();
+            controller.every(settings.resync, move |tx| {
+                let s = s.clone();
+                async move {
+                    for k in s.keys() {
+                        let _ = tx.send(k);
+                    }
+                    if let Err(e) = s.sweep_namespaces().await {
+                        tracing::warn!(error = %e, "sweeping empty namespaces failed; trying again at the next resync");
+                    }
+                    if let Err(e) = s.sweep_classes().await {
+                        tracing::warn!(error = %e, "sweeping unused StorageClasses failed; trying again at the next resync");
+                    }
+                }
+            });
+            drop(tx);
+            controller
+                .run(|key| {
+                    let s = syncer.clone();
                     async move {
-                        for k in s.keys() {
-                            let _ = tx.send(k);
-                        }
-                        if let Err(e) = s.sweep_namespaces().await {
-                            tracing::warn!(error = %e, "sweeping empty namespaces failed; trying again at the next resync");
-                        }
-                        if let Err(e) = s.sweep_classes().await {
-                            tracing::warn!(error = %e, "sweeping unused StorageClasses failed; trying again at the next resync");
-                        }
+                        let started = std::time::Instant::now();
+                        let result = s.reconcile(&key).await;
+                        crate::metrics::observe(&s.settings.sync_target, started.elapsed(), result.as_ref().err().map(|e| e.category()));
+                        result
                     }
                 })
-            };
-            drop(tx);
-            queue::run(rx, CONCURRENCY, |key| {
-                let s = syncer.clone();
-                let span = tracing::info_span!("sync", object = %key);
-                async move {
-                    let started = std::time::Instant::now();
-                    let result = s.reconcile(&key).await;
-                    crate::metrics::observe(&s.settings.sync_target, started.elapsed(), result.as_ref().err().map(|e| e.category()));
-                    result
-                }
-                .instrument(span)
-            })
-            .await;
-            drop(resync);
-            drop(unpark);
+                .await;
         }
         .instrument(span)
         .await

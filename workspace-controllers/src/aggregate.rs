@@ -23,15 +23,14 @@ use kube::Client;
 use placement_api::{SyncTarget, WorkloadPlacement, CONDITION_READY};
 use serde_json::json;
 use tokio::sync::mpsc;
-use tracing::Instrument;
 
 use placement_api::status;
 use placement_api::synced::Kind;
 use placement_api::workload::Workload;
 use runtime::clients;
+use runtime::controller::{Controller, Next};
 use runtime::errors::{failed, is_conflict, is_not_found, Failed};
 use runtime::key as cache;
-use runtime::queue::{self, Next};
 use runtime::Key;
 
 /// The field manager of the status fields the aggregator owns.
@@ -40,46 +39,44 @@ pub const FIELD_MANAGER: &str = "flotilla-status-aggregator";
 /// Runs until the task is dropped. `base` is a client of the control plane with no
 /// workspace path.
 pub async fn run(base: Client, resync: Duration) {
-    let span = tracing::info_span!("status-aggregator");
-    async move {
-        let (tx, rx) = mpsc::unbounded_channel();
-        let wildcard = clients::workspace(&base, "*");
-        // A WorkloadPlacement has its workload's name; it is kept under the key of
-        // that name as a Deployment's, and its changes queue its workload, of the kind
-        // it names.
-        let placements = cache::spawn_indexed(
-            Api::<WorkloadPlacement>::all(wildcard.clone()),
-            watcher::Config::default(),
-            |wp: &WorkloadPlacement| Key::upstream(Kind::Deployment, &wp.metadata),
-            |k: &Key, wp: &WorkloadPlacement| Some(k.with_kind(Kind::placed_by(wp))),
-            tx.clone(),
-            "workloadplacements",
-        );
-        // The workloads come from caches rather than a GET per event: a moved
-        // workload's WorkloadPlacement changes about seven times on its way to
-        // Available. A workload's own changes (its generation) queue it too.
-        let workloads = Arc::new(Workloads {
-            deployments: spawn_kind(&wildcard, Kind::Deployment, &tx),
-            stateful_sets: spawn_kind(&wildcard, Kind::StatefulSet, &tx),
-            daemon_sets: spawn_kind(&wildcard, Kind::DaemonSet, &tx),
-            jobs: spawn_kind(&wildcard, Kind::Job, &tx),
-            cron_jobs: spawn_kind(&wildcard, Kind::CronJob, &tx),
-        });
-        let lost = Arc::new(RwLock::new(BTreeSet::new()));
-        // Shared as an Arc: every key's pass reads it.
-        let registered: Arc<RwLock<Option<Arc<BTreeSet<String>>>>> = Arc::default();
-        let _health = runtime::AbortOnDrop(tokio::spawn(watch_lost(
-            clients::workspace(&base, placement_api::ROOT_WORKSPACE),
-            lost.clone(),
-            registered.clone(),
-            placements.clone(),
-            tx.clone(),
-        )));
-        let p = placements.clone();
-        let _resync = runtime::resync::keys(resync, tx, move || {
-            p.entries().into_iter().map(|(k, wp)| k.with_kind(Kind::placed_by(&wp))).collect::<Vec<_>>()
-        });
-        queue::run(rx, 8, |key| {
+    let mut controller = Controller::<Key>::new("status-aggregator").concurrency(8);
+    let tx = controller.trigger();
+    let wildcard = clients::workspace(&base, "*");
+    // A WorkloadPlacement has its workload's name; it is kept under the key of
+    // that name as a Deployment's, and its changes queue its workload, of the kind
+    // it names.
+    let placements = cache::spawn_indexed(
+        Api::<WorkloadPlacement>::all(wildcard.clone()),
+        watcher::Config::default(),
+        |wp: &WorkloadPlacement| Key::upstream(Kind::Deployment, &wp.metadata),
+        |k: &Key, wp: &WorkloadPlacement| Some(k.with_kind(Kind::placed_by(wp))),
+        tx.clone(),
+        "workloadplacements",
+    );
+    // The workloads come from caches rather than a GET per event: a moved
+    // workload's WorkloadPlacement changes about seven times on its way to
+    // Available. A workload's own changes (its generation) queue it too.
+    let workloads = Arc::new(Workloads {
+        deployments: spawn_kind(&wildcard, Kind::Deployment, &tx),
+        stateful_sets: spawn_kind(&wildcard, Kind::StatefulSet, &tx),
+        daemon_sets: spawn_kind(&wildcard, Kind::DaemonSet, &tx),
+        jobs: spawn_kind(&wildcard, Kind::Job, &tx),
+        cron_jobs: spawn_kind(&wildcard, Kind::CronJob, &tx),
+    });
+    let lost = Arc::new(RwLock::new(BTreeSet::new()));
+    // Shared as an Arc: every key's pass reads it.
+    let registered: Arc<RwLock<Option<Arc<BTreeSet<String>>>>> = Arc::default();
+    controller.spawn(watch_lost(
+        clients::workspace(&base, placement_api::ROOT_WORKSPACE),
+        lost.clone(),
+        registered.clone(),
+        placements.clone(),
+        tx.clone(),
+    ));
+    let p = placements.clone();
+    controller.resync(resync, move || p.entries().into_iter().map(|(k, wp)| k.with_kind(Kind::placed_by(&wp))).collect::<Vec<_>>());
+    controller
+        .run(|key| {
             // A key whose workload is not cached yet comes back when the first list of
             // its kind completes, which queues every key.
             let wp = placements.get(&key.with_kind(Kind::Deployment)).filter(|wp| Kind::placed_by(wp) == key.kind);
@@ -87,7 +84,6 @@ pub async fn run(base: Client, resync: Duration) {
             let lost = lost.read().unwrap_or_else(|e| e.into_inner()).clone();
             let registered = registered.read().unwrap_or_else(|e| e.into_inner()).clone();
             let workloads = workloads.clone();
-            let span = tracing::info_span!("aggregate", object = %key);
             async move {
                 let Some(wp) = wp else { return Ok::<_, Failed>(Next::Done) };
                 let pass = Pass { base: &base, key: &key, wp: &wp, lost: &lost, registered: registered.as_deref() };
@@ -100,12 +96,8 @@ pub async fn run(base: Client, resync: Duration) {
                     _ => Ok(Next::Done),
                 }
             }
-            .instrument(span)
         })
         .await;
-    }
-    .instrument(span)
-    .await
 }
 
 /// The workloads of every kind, by key.

@@ -31,13 +31,11 @@ use kube::runtime::watcher;
 use kube::{Client, Resource};
 use placement_api::{sync_target_of_label, sync_target_of_status_annotation, CLUSTER_ANNOTATION, SYNC_STATE_SYNC};
 use serde_json::{json, Map, Value};
-use tokio::sync::mpsc;
-use tracing::Instrument;
 
 use runtime::cache::{self, Cache, ObjKey, Workspace};
 use runtime::clients;
+use runtime::controller::{Controller, Next};
 use runtime::errors::{failed, is_conflict, is_not_found, Failed};
-use runtime::queue::{self, Next};
 
 /// The field manager of the status fields this controller writes.
 pub const FIELD_MANAGER: &str = "flotilla-companion-status";
@@ -482,47 +480,43 @@ impl fmt::Display for Target {
 /// Runs until the task is dropped. `base` is a client of the control plane with no
 /// workspace path.
 pub async fn run(base: Client, resync: Duration) {
-    let span = tracing::info_span!("companion-status");
-    async move {
-        let (tx, rx) = mpsc::unbounded_channel::<Target>();
-        let wildcard = clients::workspace(&base, "*");
-        let caches: Arc<BTreeMap<Companion, Arc<Cache<Seen>>>> = Arc::new(
-            Companion::ALL
-                .into_iter()
-                .map(|kind| {
-                    let tx = tx.clone();
-                    let cache = cache::spawn_indexed(
-                        Api::<Seen>::all_with(wildcard.clone(), &kind),
-                        watcher::Config::default(),
-                        |o: &Seen| ObjKey::of(&o.metadata, Workspace::Annotated),
-                        move |c| {
-                            // Most companions no cluster reports on: their changes
-                            // queue nothing.
-                            let concerned = c.old.as_ref().is_some_and(|o| o.concerned()) || c.seen.concerned();
-                            !concerned || tx.send(Target { kind, obj: c.key }).is_ok()
-                        },
-                        kind.plural(),
-                    );
-                    (kind, cache)
-                })
-                .collect(),
-        );
-        let c = caches.clone();
-        let _resync = runtime::resync::keys(resync, tx, move || {
-            c.iter()
-                .flat_map(|(kind, cache)| cache.entries_where(|_, o| o.concerned()).into_iter().map(|obj| Target { kind: *kind, obj }))
-                .collect::<Vec<_>>()
-        });
-        queue::run(rx, CONCURRENCY, |target| {
+    let mut controller = Controller::<Target>::new("companion-status").concurrency(CONCURRENCY);
+    let tx = controller.trigger();
+    let wildcard = clients::workspace(&base, "*");
+    let caches: Arc<BTreeMap<Companion, Arc<Cache<Seen>>>> = Arc::new(
+        Companion::ALL
+            .into_iter()
+            .map(|kind| {
+                let tx = tx.clone();
+                let cache = cache::spawn_indexed(
+                    Api::<Seen>::all_with(wildcard.clone(), &kind),
+                    watcher::Config::default(),
+                    |o: &Seen| ObjKey::of(&o.metadata, Workspace::Annotated),
+                    move |c| {
+                        // Most companions no cluster reports on: their changes
+                        // queue nothing.
+                        let concerned = c.old.as_ref().is_some_and(|o| o.concerned()) || c.seen.concerned();
+                        !concerned || tx.send(Target { kind, obj: c.key }).is_ok()
+                    },
+                    kind.plural(),
+                );
+                (kind, cache)
+            })
+            .collect(),
+    );
+    let c = caches.clone();
+    controller.resync(resync, move || {
+        c.iter()
+            .flat_map(|(kind, cache)| cache.entries_where(|_, o| o.concerned()).into_iter().map(|obj| Target { kind: *kind, obj }))
+            .collect::<Vec<_>>()
+    });
+    controller
+        .run(|target| {
             let seen = caches.get(&target.kind).and_then(|c| c.get(&target.obj));
             let base = base.clone();
-            let span = tracing::info_span!("companion status", object = %target);
-            async move { reconcile(&base, &target, seen.as_deref()).await }.instrument(span)
+            async move { reconcile(&base, &target, seen.as_deref()).await }
         })
         .await;
-    }
-    .instrument(span)
-    .await
 }
 
 /// Writes the sum of `target`'s reports as its status, if it differs. `seen` is the

@@ -37,15 +37,14 @@ use placement_api::workload::Workload;
 use placement_api::{sync_state_label, sync_target_of_label, WorkloadPlacement, REFERENCED_LABEL, SYNC_STATE_SYNC};
 use serde_json::{json, Map, Value};
 use tokio::sync::mpsc;
-use tracing::Instrument;
 
 use placement_api::references::References;
 use placement_api::synced::Kind;
 use runtime::clients;
+use runtime::controller::Next;
 use runtime::errors::{failed, is_not_found, Failed};
 use runtime::followers::Followers;
 use runtime::key::{self as cache, Cache};
-use runtime::queue::{self, Next};
 use runtime::Key;
 
 /// How many companions are labelled at once. A failover relabels every companion of
@@ -487,140 +486,114 @@ pub const FIELD_MANAGER: &str = "flotilla-companions";
 /// workspace path. Where each companion must be is also published in `followers`, for
 /// the push-mode syncers of this process ([`runtime::followers`]).
 pub async fn run(base: Client, resync: Duration, followers: Arc<Followers>) {
-    let span = tracing::info_span!("companions");
-    async move {
-        let (tx, mut rx) = mpsc::unbounded_channel::<Key>();
-        let wildcard = clients::workspace(&base, "*");
-        let all = watcher::Config::default();
-        let referenced = watcher::Config::default().labels(REFERENCED_LABEL);
-        let companions = Kind::companions()
-            .map(|kind| {
-                let config = if kind.follows() == Follows::Named { referenced.clone() } else { all.clone() };
-                let api = Api::all_with(wildcard.clone(), &kind.api_resource());
-                (kind, cache::spawn(api, config, kind, Key::upstream, tx.clone(), kind.row().plural))
-            })
-            .collect();
-        // A WorkloadPlacement's changes come as its Deployment's key, on a channel of
-        // their own: they only refresh its list.
-        let (placements_tx, mut placements_rx) = mpsc::unbounded_channel::<Key>();
-        let c = Arc::new(Controller {
-            deployments: cache::spawn(Api::all(wildcard.clone()), all.clone(), Kind::Deployment, Key::upstream, tx.clone(), "deployments"),
-            stateful_sets: cache::spawn(
-                Api::all(wildcard.clone()),
-                all.clone(),
-                Kind::StatefulSet,
-                Key::upstream,
-                tx.clone(),
-                "statefulsets",
-            ),
-            daemon_sets: cache::spawn(Api::all(wildcard.clone()), all.clone(), Kind::DaemonSet, Key::upstream, tx.clone(), "daemonsets"),
-            jobs: cache::spawn(Api::all(wildcard.clone()), all.clone(), Kind::Job, Key::upstream, tx.clone(), "jobs"),
-            cron_jobs: cache::spawn(Api::all(wildcard.clone()), all.clone(), Kind::CronJob, Key::upstream, tx.clone(), "cronjobs"),
-            placements: cache::spawn(Api::all(wildcard.clone()), all, Kind::Deployment, Key::upstream, placements_tx, "workloadplacements"),
-            companions,
-            index: Mutex::default(),
-            base,
-        });
-        followers.attach(c.companions.clone());
-        // A Deployment event queues the objects it needed or needs; an event on a
-        // companion with a rule queues that object (and a Service's Ingresses). Each
-        // also queues the Deployments whose lists of companions may change.
-        let (objects_tx, objects_rx) = mpsc::unbounded_channel::<Key>();
-        let (lists_tx, lists_rx) = mpsc::unbounded_channel::<Key>();
-        let forward = {
-            let (objects_tx, lists_tx, c) = (objects_tx.clone(), lists_tx.clone(), c.clone());
-            let followers = followers.clone();
-            runtime::AbortOnDrop(tokio::spawn(async move {
-                let mut tick = tokio::time::interval(Duration::from_millis(100));
-                loop {
-                    // What is published is complete once every cache has listed and
-                    // this task has taken in all that their lists queued.
-                    let k = tokio::select! {
-                        k = rx.recv() => match k { Some(k) => k, None => return },
-                        _ = tick.tick(), if !followers.synced() => {
-                            if c.synced() && rx.is_empty() {
-                                followers.set_synced();
-                            }
-                            continue;
+    // A Deployment event queues the objects it needed or needs; an event on a
+    // companion with a rule queues that object (and a Service's Ingresses). Each
+    // also queues the Deployments whose lists of companions may change.
+    let mut labels = runtime::controller::Controller::<Key>::new("companion-labels").concurrency(LABELLERS);
+    let mut lists = runtime::controller::Controller::<Key>::new("companion-lists").concurrency(2);
+    let (tx, mut rx) = mpsc::unbounded_channel::<Key>();
+    let wildcard = clients::workspace(&base, "*");
+    let all = watcher::Config::default();
+    let referenced = watcher::Config::default().labels(REFERENCED_LABEL);
+    let companions = Kind::companions()
+        .map(|kind| {
+            let config = if kind.follows() == Follows::Named { referenced.clone() } else { all.clone() };
+            let api = Api::all_with(wildcard.clone(), &kind.api_resource());
+            (kind, cache::spawn(api, config, kind, Key::upstream, tx.clone(), kind.row().plural))
+        })
+        .collect();
+    // A WorkloadPlacement's changes come as its Deployment's key, on a channel of
+    // their own: they only refresh its list.
+    let (placements_tx, placements_rx) = mpsc::unbounded_channel::<Key>();
+    let c = Arc::new(Controller {
+        deployments: cache::spawn(Api::all(wildcard.clone()), all.clone(), Kind::Deployment, Key::upstream, tx.clone(), "deployments"),
+        stateful_sets: cache::spawn(Api::all(wildcard.clone()), all.clone(), Kind::StatefulSet, Key::upstream, tx.clone(), "statefulsets"),
+        daemon_sets: cache::spawn(Api::all(wildcard.clone()), all.clone(), Kind::DaemonSet, Key::upstream, tx.clone(), "daemonsets"),
+        jobs: cache::spawn(Api::all(wildcard.clone()), all.clone(), Kind::Job, Key::upstream, tx.clone(), "jobs"),
+        cron_jobs: cache::spawn(Api::all(wildcard.clone()), all.clone(), Kind::CronJob, Key::upstream, tx.clone(), "cronjobs"),
+        placements: cache::spawn(Api::all(wildcard.clone()), all, Kind::Deployment, Key::upstream, placements_tx, "workloadplacements"),
+        companions,
+        index: Mutex::default(),
+        base,
+    });
+    followers.attach(c.companions.clone());
+    {
+        let (objects_tx, lists_tx, c) = (labels.trigger(), lists.trigger(), c.clone());
+        let followers = followers.clone();
+        labels.spawn(async move {
+            let mut tick = tokio::time::interval(Duration::from_millis(100));
+            loop {
+                // What is published is complete once every cache has listed and
+                // this task has taken in all that their lists queued.
+                let k = tokio::select! {
+                    k = rx.recv() => match k { Some(k) => k, None => return },
+                    _ = tick.tick(), if !followers.synced() => {
+                        if c.synced() && rx.is_empty() {
+                            followers.set_synced();
                         }
-                    };
-                    let deployment = |name: &String| Key::new(Kind::Deployment, &k.workspace, &k.namespace, name);
-                    let (touched, lists): (BTreeSet<Key>, Vec<Key>) = match k.kind.follows() {
-                        Follows::Scheduled => {
-                            // The index knows workloads by name, as WorkloadPlacements do.
-                            let k = k.with_kind(Kind::Deployment);
-                            let now = c.summary(&k);
-                            let touched = c.index().update(&k, now);
-                            let lists = if touched.is_empty() { vec![] } else { vec![k.clone()] };
-                            (touched, lists)
-                        }
-                        Follows::Named => {
-                            let lists = c.index().followed(&k).iter().map(deployment).collect();
-                            (BTreeSet::from([k.clone()]), lists)
-                        }
-                        Follows::Never => (BTreeSet::new(), vec![]),
-                        _ => {
-                            let now = c.companions.get(&k.kind).and_then(|cache| cache.get(&k)).and_then(|o| Rule::of(k.kind, &o.data));
-                            let mut index = c.index();
-                            let mut followed = index.followed(&k);
-                            let touched = index.update_rule(&k, now);
-                            // An Ingress naming a changed Service changes lists too.
-                            for t in &touched {
-                                followed.extend(index.followed(t));
-                            }
-                            (touched, followed.iter().map(deployment).collect())
-                        }
-                    };
-                    {
-                        let index = c.index();
-                        for o in &touched {
-                            followers.publish(o, index.wanted(o), *o == k);
-                        }
+                        continue;
                     }
-                    for o in touched {
-                        if objects_tx.send(o).is_err() {
-                            return;
-                        }
+                };
+                let deployment = |name: &String| Key::new(Kind::Deployment, &k.workspace, &k.namespace, name);
+                let (touched, lists): (BTreeSet<Key>, Vec<Key>) = match k.kind.follows() {
+                    Follows::Scheduled => {
+                        // The index knows workloads by name, as WorkloadPlacements do.
+                        let k = k.with_kind(Kind::Deployment);
+                        let now = c.summary(&k);
+                        let touched = c.index().update(&k, now);
+                        let lists = if touched.is_empty() { vec![] } else { vec![k.clone()] };
+                        (touched, lists)
                     }
-                    for d in lists {
-                        let _ = lists_tx.send(d);
+                    Follows::Named => {
+                        let lists = c.index().followed(&k).iter().map(deployment).collect();
+                        (BTreeSet::from([k.clone()]), lists)
+                    }
+                    Follows::Never => (BTreeSet::new(), vec![]),
+                    _ => {
+                        let now = c.companions.get(&k.kind).and_then(|cache| cache.get(&k)).and_then(|o| Rule::of(k.kind, &o.data));
+                        let mut index = c.index();
+                        let mut followed = index.followed(&k);
+                        let touched = index.update_rule(&k, now);
+                        // An Ingress naming a changed Service changes lists too.
+                        for t in &touched {
+                            followed.extend(index.followed(t));
+                        }
+                        (touched, followed.iter().map(deployment).collect())
+                    }
+                };
+                {
+                    let index = c.index();
+                    for o in &touched {
+                        followers.publish(o, index.wanted(o), *o == k);
                     }
                 }
-            }))
-        };
-        let placements = {
-            let lists_tx = lists_tx.clone();
-            runtime::AbortOnDrop(tokio::spawn(async move {
-                while let Some(k) = placements_rx.recv().await {
-                    let _ = lists_tx.send(k);
+                for o in touched {
+                    if objects_tx.send(o).is_err() {
+                        return;
+                    }
                 }
-            }))
-        };
-        let resync = {
-            let c = c.clone();
-            runtime::resync::keys(resync, objects_tx, move || {
-                let known = c.index().objects();
-                let labelled = c.companions.values().flat_map(|cache| cache.entries_where(|_, o| labelled(o)));
-                known.into_iter().chain(labelled).collect::<BTreeSet<_>>()
-            })
-        };
-        drop(tx);
-        drop(lists_tx);
-        let labels = queue::run(objects_rx, LABELLERS, |object| {
-            let c = c.clone();
-            let span = tracing::info_span!("label", object = %object);
-            async move { c.reconcile(&object).await }.instrument(span)
+                for d in lists {
+                    let _ = lists_tx.send(d);
+                }
+            }
         });
-        let lists = queue::run(lists_rx, 2, |deployment| {
-            let c = c.clone();
-            let span = tracing::info_span!("companions of", workload = %deployment);
-            async move { c.refresh_list(&deployment).await }.instrument(span)
-        });
-        tokio::join!(labels, lists);
-        drop((forward, resync, placements));
     }
-    .instrument(span)
-    .await
+    lists.fan_in(placements_rx, |k| [k]);
+    let c2 = c.clone();
+    labels.resync(resync, move || {
+        let known = c2.index().objects();
+        let labelled = c2.companions.values().flat_map(|cache| cache.entries_where(|_, o| labelled(o)));
+        known.into_iter().chain(labelled).collect::<BTreeSet<_>>()
+    });
+    let labelling = labels.run(|object| {
+        let c = c.clone();
+        async move { c.reconcile(&object).await }
+    });
+    let listing = lists.run(|deployment| {
+        let c = c.clone();
+        async move { c.refresh_list(&deployment).await }
+    });
+    tokio::join!(labelling, listing);
 }
 
 /// Whether this controller manages `o`'s assignment labels.

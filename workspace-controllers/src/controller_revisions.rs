@@ -23,14 +23,12 @@ use kube::runtime::watcher;
 use kube::Client;
 use placement_api::workload::{History, WorkloadKind};
 use serde_json::{json, Value};
-use tokio::sync::mpsc;
-use tracing::Instrument;
 
 use apimachinery::template_hash::{canonical, hash_canonical};
 use runtime::cache::{self, ObjKey, Workspace};
 use runtime::clients;
+use runtime::controller::{Controller, Next};
 use runtime::errors::{failed, is_already_exists, is_not_found, Failed};
-use runtime::queue::{self, Next};
 use runtime::settled::Settled;
 
 /// The field manager of what this controller writes.
@@ -149,53 +147,53 @@ fn owner_of(key: &ObjKey, r: &ControllerRevision) -> Option<Target> {
 /// Runs until the task is dropped. `base` is a client of the control plane with no
 /// workspace path.
 pub async fn run(base: Client, resync: Duration) {
-    let span = tracing::info_span!("controller-revisions");
-    async move {
-        let (tx, rx) = mpsc::unbounded_channel::<Target>();
-        let wildcard = clients::workspace(&base, "*");
-        let t = tx.clone();
-        let sets = cache::spawn(
-            Api::<StatefulSet>::all(wildcard.clone()),
-            watcher::Config::default(),
-            Workspace::Annotated,
-            "statefulsets",
-            move |c: cache::Change<StatefulSet>| {
-                let _ = t.send(Target { kind: WorkloadKind::StatefulSet, key: c.key });
-            },
-        );
-        let t = tx.clone();
-        let daemons = cache::spawn(
-            Api::<DaemonSet>::all(wildcard.clone()),
-            watcher::Config::default(),
-            Workspace::Annotated,
-            "daemonsets",
-            move |c: cache::Change<DaemonSet>| {
-                let _ = t.send(Target { kind: WorkloadKind::DaemonSet, key: c.key });
-            },
-        );
-        let revisions_tx = tx.clone();
-        // Each revision is also kept under its owner's key, so that a pass finds an
-        // object's revisions without looking at every revision of every workspace.
-        let revisions = cache::spawn_grouped(
-            Api::<ControllerRevision>::all(wildcard),
-            watcher::Config::default(),
-            |r: &ControllerRevision| ObjKey::of(r.metadata(), Workspace::Annotated),
-            Some(Box::new(|key: &ObjKey, r: &ControllerRevision| owner_of(key, r).map(|t| t.key))),
-            move |c: cache::Change<ControllerRevision>| {
-                if let Some(owner) = c.new.as_ref().or(c.old.as_ref()).and_then(|r| owner_of(&c.key, r)) {
-                    let _ = revisions_tx.send(owner);
-                }
-                true
-            },
-            "controllerrevisions",
-        );
-        let (s, d) = (sets.clone(), daemons.clone());
-        let _resync = runtime::resync::keys(resync, tx, move || {
-            let sets = s.keys().into_iter().map(|key| Target { kind: WorkloadKind::StatefulSet, key });
-            sets.chain(d.keys().into_iter().map(|key| Target { kind: WorkloadKind::DaemonSet, key })).collect::<Vec<_>>()
-        });
-        let settled: Arc<Settled<Target>> = Arc::default();
-        queue::run(rx, 2, |target: Target| {
+    let mut controller = Controller::<Target>::new("controller-revisions").concurrency(2);
+    let tx = controller.trigger();
+    let wildcard = clients::workspace(&base, "*");
+    let t = tx.clone();
+    let sets = cache::spawn(
+        Api::<StatefulSet>::all(wildcard.clone()),
+        watcher::Config::default(),
+        Workspace::Annotated,
+        "statefulsets",
+        move |c: cache::Change<StatefulSet>| {
+            let _ = t.send(Target { kind: WorkloadKind::StatefulSet, key: c.key });
+        },
+    );
+    let t = tx.clone();
+    let daemons = cache::spawn(
+        Api::<DaemonSet>::all(wildcard.clone()),
+        watcher::Config::default(),
+        Workspace::Annotated,
+        "daemonsets",
+        move |c: cache::Change<DaemonSet>| {
+            let _ = t.send(Target { kind: WorkloadKind::DaemonSet, key: c.key });
+        },
+    );
+    let revisions_tx = tx.clone();
+    // Each revision is also kept under its owner's key, so that a pass finds an
+    // object's revisions without looking at every revision of every workspace.
+    let revisions = cache::spawn_grouped(
+        Api::<ControllerRevision>::all(wildcard),
+        watcher::Config::default(),
+        |r: &ControllerRevision| ObjKey::of(r.metadata(), Workspace::Annotated),
+        Some(Box::new(|key: &ObjKey, r: &ControllerRevision| owner_of(key, r).map(|t| t.key))),
+        move |c: cache::Change<ControllerRevision>| {
+            if let Some(owner) = c.new.as_ref().or(c.old.as_ref()).and_then(|r| owner_of(&c.key, r)) {
+                let _ = revisions_tx.send(owner);
+            }
+            true
+        },
+        "controllerrevisions",
+    );
+    let (s, d) = (sets.clone(), daemons.clone());
+    controller.resync(resync, move || {
+        let sets = s.keys().into_iter().map(|key| Target { kind: WorkloadKind::StatefulSet, key });
+        sets.chain(d.keys().into_iter().map(|key| Target { kind: WorkloadKind::DaemonSet, key })).collect::<Vec<_>>()
+    });
+    let settled: Arc<Settled<Target>> = Arc::default();
+    controller
+        .run(|target: Target| {
             let Target { kind, key } = target.clone();
             let obj = match kind {
                 WorkloadKind::StatefulSet => {
@@ -204,7 +202,6 @@ pub async fn run(base: Client, resync: Duration) {
                 _ => daemons.get(&key).map(|o| (serde_json::to_value(&*o).unwrap_or_default(), o.metadata.uid.clone())),
             };
             let (revisions, settled, base) = (revisions.clone(), settled.clone(), base.clone());
-            let span = tracing::info_span!("controller-revisions", kind = kind.name(), object = %key);
             async move {
                 if kind.describe().history != History::ControllerRevisions {
                     return Ok::<_, Failed>(Next::Done);
@@ -233,12 +230,8 @@ pub async fn run(base: Client, resync: Duration) {
                 settled.record(target, inputs, quiet);
                 Ok(next)
             }
-            .instrument(span)
         })
         .await;
-    }
-    .instrument(span)
-    .await
 }
 
 /// A digest of what [`plan`] reads: the object's template and history limit, and each

@@ -15,13 +15,11 @@ use kube::api::{Api, DeleteParams, Preconditions};
 use kube::runtime::watcher;
 use kube::Client;
 use placement_api::synced::Kind;
-use tokio::sync::mpsc;
-use tracing::Instrument;
 
 use runtime::clients;
+use runtime::controller::{Controller, Next};
 use runtime::errors::{failed, is_conflict, is_not_found, Failed};
 use runtime::key as cache;
-use runtime::queue::{self, Next};
 use runtime::Key;
 
 /// When a finished Job's time is up: when its `Complete` or `Failed` condition turned
@@ -41,17 +39,15 @@ pub fn due(job: &Job) -> Option<jiff::Timestamp> {
 /// Runs until the task is dropped. `base` is a client of the control plane with no
 /// workspace path.
 pub async fn run(base: Client, resync: Duration) {
-    let span = tracing::info_span!("job-ttl");
-    async move {
-        let (tx, rx) = mpsc::unbounded_channel();
-        let wildcard = clients::workspace(&base, "*");
-        let jobs = cache::spawn(Api::<Job>::all(wildcard), watcher::Config::default(), Kind::Job, Key::upstream, tx.clone(), "jobs");
-        let j = jobs.clone();
-        let _resync = runtime::resync::keys(resync, tx, move || j.keys());
-        queue::run(rx, 4, |key: Key| {
+    let mut controller = Controller::<Key>::new("job-ttl");
+    let wildcard = clients::workspace(&base, "*");
+    let jobs = cache::spawn(Api::<Job>::all(wildcard), watcher::Config::default(), Kind::Job, Key::upstream, controller.trigger(), "jobs");
+    let j = jobs.clone();
+    controller.resync(resync, move || j.keys());
+    controller
+        .run(|key: Key| {
             let job = jobs.get(&key);
             let base = base.clone();
-            let span = tracing::info_span!("job-ttl", job = %key);
             async move {
                 let Some(job) = job else { return Ok::<_, Failed>(Next::Done) };
                 if job.metadata.deletion_timestamp.is_some() {
@@ -77,12 +73,8 @@ pub async fn run(base: Client, resync: Duration) {
                     Err(e) => Err(failed(format!("deleting {key}, whose ttlSecondsAfterFinished is up"))(e)),
                 }
             }
-            .instrument(span)
         })
         .await;
-    }
-    .instrument(span)
-    .await
 }
 
 #[cfg(test)]

@@ -28,16 +28,14 @@ use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, Patch, PatchParam
 use kube::runtime::watcher;
 use kube::{Client, Resource};
 use serde_json::{json, Map, Value};
-use tokio::sync::mpsc;
-use tracing::Instrument;
 
 use apimachinery::template_hash::{canonical, hash_canonical};
 use placement_api::synced::Kind;
 use runtime::cache::{ObjKey, Workspace};
 use runtime::clients;
+use runtime::controller::{Controller, Next};
 use runtime::errors::{failed, is_already_exists, is_not_found, Failed};
 use runtime::key as cache;
-use runtime::queue::{self, Next};
 use runtime::settled::Settled;
 use runtime::Key;
 
@@ -262,37 +260,36 @@ fn owner_key(key: &ObjKey, rs: &ReplicaSet) -> Option<Key> {
 /// Runs until the task is dropped. `base` is a client of the control plane with no
 /// workspace path.
 pub async fn run(base: Client, resync: Duration) {
-    let span = tracing::info_span!("revisions");
-    async move {
-        let (tx, rx) = mpsc::unbounded_channel();
-        let wildcard = clients::workspace(&base, "*");
-        let deployments = cache::spawn(
-            Api::<Deployment>::all(wildcard.clone()),
-            watcher::Config::default(),
-            Kind::Deployment,
-            Key::upstream,
-            tx.clone(),
-            "deployments",
-        );
-        let replicasets = cache::spawn_grouped(
-            Api::<ReplicaSet>::all(wildcard),
-            watcher::Config::default(),
-            |rs: &ReplicaSet| ObjKey::of(rs.meta(), Workspace::Annotated),
-            // Each under its Deployment, so that a pass finds a Deployment's own
-            // without looking at every ReplicaSet of every workspace.
-            Some(Box::new(|key: &ObjKey, rs: &ReplicaSet| owner_key(key, rs).map(|d| ObjKey::new(&d.workspace, &d.namespace, &d.name)))),
-            owner_key,
-            tx.clone(),
-            "replicasets",
-        );
-        let settled: Arc<Settled<Key>> = Arc::default();
-        let d = deployments.clone();
-        let _resync = runtime::resync::keys(resync, tx, move || d.keys());
-        queue::run(rx, 4, |key| {
+    let mut controller = Controller::<Key>::new("revisions");
+    let tx = controller.trigger();
+    let wildcard = clients::workspace(&base, "*");
+    let deployments = cache::spawn(
+        Api::<Deployment>::all(wildcard.clone()),
+        watcher::Config::default(),
+        Kind::Deployment,
+        Key::upstream,
+        tx.clone(),
+        "deployments",
+    );
+    let replicasets = cache::spawn_grouped(
+        Api::<ReplicaSet>::all(wildcard),
+        watcher::Config::default(),
+        |rs: &ReplicaSet| ObjKey::of(rs.meta(), Workspace::Annotated),
+        // Each under its Deployment, so that a pass finds a Deployment's own
+        // without looking at every ReplicaSet of every workspace.
+        Some(Box::new(|key: &ObjKey, rs: &ReplicaSet| owner_key(key, rs).map(|d| ObjKey::new(&d.workspace, &d.namespace, &d.name)))),
+        owner_key,
+        tx.clone(),
+        "replicasets",
+    );
+    let settled: Arc<Settled<Key>> = Arc::default();
+    let d = deployments.clone();
+    controller.resync(resync, move || d.keys());
+    controller
+        .run(|key| {
             let d = deployments.get(&key);
             let (replicasets, settled) = (replicasets.clone(), settled.clone());
             let base = base.clone();
-            let span = tracing::info_span!("revisions", object = %key);
             async move {
                 let Some(d) = d else {
                     settled.forget(&key);
@@ -326,12 +323,8 @@ pub async fn run(base: Client, resync: Duration) {
                 settled.record(key, inputs, quiet);
                 Ok(next)
             }
-            .instrument(span)
         })
         .await;
-    }
-    .instrument(span)
-    .await
 }
 
 /// Writes what a pass planned. Each write's watch event brings the Deployment back.
