@@ -22,8 +22,7 @@ impl Workload for Job {
 
     /// Complete or Failed, as its status conditions say.
     fn finished(&self) -> bool {
-        let conditions = self.status.as_ref().and_then(|s| s.conditions.as_ref());
-        conditions.into_iter().flatten().any(|c| (c.type_ == "Complete" || c.type_ == "Failed") && c.status == "True")
+        has_condition(self, "Complete") || has_condition(self, "Failed")
     }
 
     /// Its running pods are its replicas; a Job controller says no observedGeneration,
@@ -115,6 +114,12 @@ impl Workload for Job {
             ended,
         }
     }
+}
+
+/// Whether the Job's condition `type_` (`Complete`, `Failed`, `Suspended`...) is True, as
+/// `kubectl wait --for=condition=complete` reads it.
+pub fn has_condition(job: &Job, type_: &str) -> bool {
+    job.status.as_ref().and_then(|s| s.conditions.as_ref()).into_iter().flatten().any(|c| c.type_ == type_ && c.status == "True")
 }
 
 /// The label that ties a Job's pods to it, valued with the Job's uid.

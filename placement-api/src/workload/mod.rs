@@ -32,6 +32,7 @@ macro_rules! reported_conditions {
     };
 }
 
+pub mod cron_schedule;
 mod cronjob;
 mod daemonset;
 mod deployment;

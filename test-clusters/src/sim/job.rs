@@ -84,14 +84,11 @@ const DEADLINE_EXCEEDED: Ending = Ending {
     message: "Job was active longer than specified deadline",
 };
 
-/// Whether the Job has a condition of `type_` that is True.
-pub fn has_condition(job: &Job, type_: &str) -> bool {
-    job.status.as_ref().and_then(|s| s.conditions.as_ref()).is_some_and(|cs| cs.iter().any(|c| c.type_ == type_ && c.status == "True"))
-}
+pub use placement_api::workload::job::has_condition;
 
 /// Whether the Job has finished, for good: Complete or Failed.
 pub fn finished(job: &Job) -> bool {
-    has_condition(job, "Complete") || has_condition(job, "Failed")
+    placement_api::workload::Workload::finished(job)
 }
 
 /// Syncs one Job. `taken` holds the pod names used in the namespace; new ones are added.
