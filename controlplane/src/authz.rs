@@ -18,7 +18,10 @@
 //! - a metrics token reads `/metrics` and nothing else;
 //! - a dashboard session reads (get, list, watch) what its scope covers, Secrets
 //!   excepted, and renews itself; a sign-in link only opens a session;
-//! - a syncer's token reaches what [`crate::syncer_scope`] allows.
+//! - a syncer's token reaches what [`crate::syncer_scope`] allows;
+//! - and whatever its principal may otherwise do, only the admin writes what Flotilla's
+//!   own controllers keep in a workspace: its ReplicaSets and ControllerRevisions are
+//!   read-only to everyone else.
 
 pub use crate::access::{Attributes, Decision, ReadCheck, ReadFn, Request};
 use crate::auth::Principal;
@@ -48,8 +51,51 @@ fn is_metrics(r: &Request<'_>) -> bool {
     matches!(r, Request::NonResource { path: "/metrics" | "/metrics/token", .. })
 }
 
-/// Decides whether `principal` may make `request`; see the module's rules.
+/// Why the request `a` is the admin's alone, and what to do instead; `None` when it is
+/// a read or names nothing Flotilla keeps.
+///
+/// A workspace runs no pods, so its ReplicaSets and ControllerRevisions only record
+/// the rollout history of its workloads, one per template revision, for `kubectl
+/// rollout history` and `undo`. The revisions and controller-revisions controllers
+/// (`workspace-controllers`, with the admin's credentials) derive them from the
+/// templates: anyone else's write would be undone on their next pass, or would rewrite
+/// the history an undo goes back to. Every verb but a read is refused, whatever the
+/// subresource (`status`, `scale`), since a subresource write changes the same object.
+fn kept_by_flotilla(a: &Attributes<'_>) -> Option<&'static str> {
+    if a.group != "apps" || matches!(a.verb, "get" | "list" | "watch") {
+        return None;
+    }
+    match a.resource {
+        "replicasets" => Some(
+            "a workspace's ReplicaSets are kept by Flotilla from its Deployments' templates; \
+             change the Deployment, or use kubectl rollout undo",
+        ),
+        "controllerrevisions" => Some(
+            "a workspace's ControllerRevisions are kept by Flotilla from its StatefulSets' and DaemonSets' templates; \
+             change the StatefulSet or DaemonSet, or use kubectl rollout undo",
+        ),
+        _ => None,
+    }
+}
+
+/// Decides whether `principal` may make `request`; see the module's rules. The rules of
+/// the principal come first, so a refusal there keeps its own reason (another
+/// workspace, a read-only session); what they allow is then held to
+/// `kept_by_flotilla`, which no principal but the admin passes.
 pub fn authorize(principal: &Principal, request: &Request<'_>) -> Result<Decision, ApiError> {
+    let decision = by_principal(principal, request)?;
+    let Request::Resource(a) = request else { return Ok(decision) };
+    match kept_by_flotilla(a) {
+        Some(why) if !matches!(principal, Principal::Admin) => {
+            let what = a.subresource.map_or_else(|| a.resource.to_string(), |s| format!("{}/{s}", a.resource));
+            Err(ApiError::forbidden(format!("User \"{}\" cannot {} {what}: {why}", principal.user(), a.verb)))
+        }
+        _ => Ok(decision),
+    }
+}
+
+/// What `principal`'s own rules allow, before [`kept_by_flotilla`].
+fn by_principal(principal: &Principal, request: &Request<'_>) -> Result<Decision, ApiError> {
     let user = principal.user();
     let ws = request.workspace();
     match principal {
@@ -179,6 +225,89 @@ mod tests {
             authorize(&link, &Request::NonResource { workspace: "team-a", path: DASHBOARD_LINK_PATH }).err().map(|e| e.code),
             Some(403)
         );
+    }
+
+    /// An `apps` request in the namespace `default` of `team-a`.
+    fn apps<'a>(verb: &'a str, resource: &'a str, sub: Option<&'a str>) -> Request<'a> {
+        let Request::Resource(a) = res("team-a", verb, resource, sub) else { unreachable!() };
+        Request::Resource(Attributes { group: "apps", namespace: "default", ..a })
+    }
+
+    const WRITES: [(&str, Option<&str>); 9] = [
+        ("create", None),
+        ("update", None),
+        ("patch", None),
+        ("delete", None),
+        ("deletecollection", None),
+        ("update", Some("status")),
+        ("patch", Some("status")),
+        ("update", Some("scale")),
+        ("patch", Some("scale")),
+    ];
+
+    #[test]
+    fn a_workspace_token_reads_replicasets_and_controller_revisions_but_cannot_write_them() {
+        let p = Principal::Workspace("team-a".into());
+        for resource in ["replicasets", "controllerrevisions"] {
+            for (verb, sub) in [("get", None), ("list", None), ("watch", None), ("get", Some("scale")), ("get", Some("status"))] {
+                assert!(authorize(&p, &apps(verb, resource, sub)).is_ok(), "{verb} {resource} {sub:?}");
+            }
+            for (verb, sub) in WRITES {
+                let e = authorize(&p, &apps(verb, resource, sub)).err();
+                assert_eq!(e.as_ref().map(|e| e.code), Some(403), "{verb} {resource} {sub:?}");
+                let message = e.unwrap().message;
+                let what = sub.map_or_else(|| resource.to_string(), |s| format!("{resource}/{s}"));
+                assert!(message.starts_with(&format!("User \"flotilla:workspace:team-a\" cannot {verb} {what}: ")), "{message}");
+                assert!(message.contains("kept by Flotilla") && message.contains("kubectl rollout undo"), "{message}");
+            }
+        }
+        let e = authorize(&p, &apps("delete", "replicasets", None)).err().unwrap();
+        assert_eq!(
+            e.message,
+            "User \"flotilla:workspace:team-a\" cannot delete replicasets: a workspace's ReplicaSets are kept by Flotilla from its \
+             Deployments' templates; change the Deployment, or use kubectl rollout undo"
+        );
+        let e = authorize(&p, &apps("patch", "controllerrevisions", None)).err().unwrap();
+        assert!(
+            e.message.contains("ControllerRevisions are kept by Flotilla from its StatefulSets' and DaemonSets' templates"),
+            "{}",
+            e.message
+        );
+        // The workloads they come from stay the workspace's to change, and a custom
+        // resource that happens to share the plural is not Flotilla's.
+        for resource in ["deployments", "statefulsets", "daemonsets"] {
+            assert!(authorize(&p, &apps("patch", resource, None)).is_ok(), "{resource}");
+        }
+        let Request::Resource(a) = apps("delete", "replicasets", None) else { unreachable!() };
+        assert!(authorize(&p, &Request::Resource(Attributes { group: "example.com", ..a })).is_ok());
+        // Another workspace's keeps its own reason.
+        let Request::Resource(a) = apps("delete", "replicasets", None) else { unreachable!() };
+        let e = authorize(&p, &Request::Resource(Attributes { workspace: "team-b", ..a })).err().unwrap();
+        assert!(e.message.contains("scoped to another workspace"), "{}", e.message);
+    }
+
+    #[test]
+    fn only_the_admin_writes_replicasets_and_controller_revisions() {
+        let others = [
+            Principal::Workspace("team-a".into()),
+            Principal::Dashboard { workspace: Some("team-a".into()), until: u64::MAX },
+            Principal::Dashboard { workspace: None, until: u64::MAX },
+            Principal::SignInLink(Some("team-a".into())),
+            Principal::SyncTarget("east".into()),
+            Principal::Metrics,
+        ];
+        for resource in ["replicasets", "controllerrevisions"] {
+            for (verb, sub) in WRITES {
+                assert!(authorize(&Principal::Admin, &apps(verb, resource, sub)).is_ok(), "admin {verb} {resource} {sub:?}");
+                for p in &others {
+                    assert_eq!(
+                        authorize(p, &apps(verb, resource, sub)).err().map(|e| e.code),
+                        Some(403),
+                        "{p:?} {verb} {resource} {sub:?}"
+                    );
+                }
+            }
+        }
     }
 
     #[test]

@@ -9,7 +9,9 @@
 
 use crate::common;
 
-use common::Flotilla;
+use std::time::Duration;
+
+use common::{wait_until, Flotilla};
 
 /// A replicated store: headless and client Services, a PDB, and a StatefulSet with
 /// anti-affinity, probes, a security context and a claim template.
@@ -266,4 +268,81 @@ fn batch_work_comes_from_kubectl_create_and_bad_input_is_refused() {
     let widget = "apiVersion: example.com/v1\nkind: Widget\nmetadata: {name: w}\n";
     let o = f.kubectl_stdin(&["apply", "-f", "-"], widget);
     assert!(!o.ok && o.stderr.contains(r#"no matches for kind "Widget" in version "example.com/v1""#), "{}", o.stderr);
+}
+
+/// A Deployment and a StatefulSet, whose rollout history Flotilla keeps.
+const HISTORY: &str = r#"
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: web}
+spec:
+  replicas: 2
+  selector: {matchLabels: {app: web}}
+  template:
+    metadata: {labels: {app: web}}
+    spec: {containers: [{name: web, image: "nginx:1.27"}]}
+---
+apiVersion: apps/v1
+kind: StatefulSet
+metadata: {name: store}
+spec:
+  serviceName: store
+  selector: {matchLabels: {app: store}}
+  template:
+    metadata: {labels: {app: store}}
+    spec: {containers: [{name: store, image: "registry.example.com/store:1"}]}
+"#;
+
+/// A workspace's ReplicaSets and ControllerRevisions are the rollout history Flotilla
+/// keeps of its workloads: the workspace's own token reads them, and each write is
+/// refused with what to do instead. Deleting the Deployment, or the namespace, still
+/// takes them (the server's garbage collector and namespace deletion).
+#[test]
+fn a_workspace_reads_its_replicasets_and_controller_revisions_but_cannot_write_them() {
+    let f = Flotilla::start();
+    assert!(f.flotilla(&["workspace", "create", "team-a"]).ok);
+    let k = |args: &[&str]| {
+        let mut all = vec!["--context", "team-a", "-n", "shop"];
+        all.extend_from_slice(args);
+        f.kubectl(&all)
+    };
+    let o = k(&["create", "namespace", "shop"]);
+    assert!(o.ok, "{o:?}");
+    f.apply(&["--context", "team-a", "-n", "shop"], HISTORY);
+    let rs_why = "a workspace's ReplicaSets are kept by Flotilla from its Deployments' templates; change the Deployment, \
+                  or use kubectl rollout undo";
+    let revision_why = "a workspace's ControllerRevisions are kept by Flotilla from its StatefulSets' and DaemonSets' templates; \
+                        change the StatefulSet or DaemonSet, or use kubectl rollout undo";
+    let kept = [("rs", "app=web", rs_why, "{.spec.replicas}"), ("controllerrevisions", "app=store", revision_why, "{.revision}")];
+    for (resource, selector, why, field) in kept {
+        let seen = wait_until(
+            &format!("{resource} -l {selector}"),
+            Duration::from_secs(20),
+            || {
+                let o = k(&["get", resource, "-l", selector, "-o", "name"]);
+                format!("{}{}", o.stdout, o.stderr)
+            },
+            |o| o.lines().count() == 1 && o.contains(".apps/"),
+        );
+        let name = seen.trim().rsplit('/').next().unwrap().to_string();
+        let before = k(&["get", resource, &name, "-o", &format!("jsonpath={field}|{{.metadata.labels.x}}")]);
+        let mut writes = vec![vec!["delete", resource, &name], vec!["label", resource, &name, "x=y"]];
+        if resource == "rs" {
+            writes.push(vec!["scale", resource, &name, "--replicas=5"]);
+        }
+        for args in writes {
+            let o = k(&args);
+            assert!(!o.ok && o.stderr.contains("(Forbidden)") && o.stderr.contains(why), "kubectl {args:?}: {o:?}");
+        }
+        let after = k(&["get", resource, &name, "-o", &format!("jsonpath={field}|{{.metadata.labels.x}}")]);
+        assert!(before.ok && after.stdout == before.stdout, "{resource} {name} changed: {before:?} -> {after:?}");
+    }
+
+    // The workload's deletion takes its history, as does the namespace's.
+    assert!(k(&["delete", "deployment", "web"]).ok);
+    wait_until("the ReplicaSets deleted", Duration::from_secs(20), || k(&["get", "rs", "-o", "name"]).stdout, |o| o.trim().is_empty());
+    let o = k(&["delete", "namespace", "shop", "--timeout=30s"]);
+    assert!(o.ok, "{o:?}");
+    let left = f.kubectl(&["--context", "team-a", "get", "controllerrevisions,statefulsets", "-A", "-o", "name"]);
+    assert!(left.ok && left.stdout.trim().is_empty(), "{left:?}");
 }
