@@ -318,12 +318,12 @@ let watches = [];
 
 const clusters = new Map(); // name -> SyncTarget
 // The workload kinds the scheduler places, with the short name kubectl knows them by.
+// A CronJob is not placed (its schedule runs in the workspace): its Jobs are listed.
 const WORKLOAD_KINDS = [
   ["Deployment", "deploy", "apis/apps/v1/deployments"],
   ["StatefulSet", "sts", "apis/apps/v1/statefulsets"],
   ["DaemonSet", "ds", "apis/apps/v1/daemonsets"],
   ["Job", "job", "apis/batch/v1/jobs"],
-  ["CronJob", "cj", "apis/batch/v1/cronjobs"],
 ];
 const workloads = new Map(WORKLOAD_KINDS.map(([kind]) => [kind, new Map()])); // kind -> "ws/ns/name" -> object
 const placements = new Map(); // "ws/ns/name" -> WorkloadPlacement

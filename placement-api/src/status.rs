@@ -267,11 +267,22 @@ impl WorkloadState {
 ///   available, else the ready count.
 ///
 /// The status aggregator writes it into the WorkloadPlacement's status, for the
-/// dashboard; `flotilla status` asks it of the objects it reads.
+/// dashboard; `flotilla status` asks it of the objects it reads. A kind that is not
+/// placed has its own rule ([`in_workspace_state`]).
 pub fn workload_state(replicas: i32, headline: &Headline, wp: Option<&WorkloadPlacement>) -> (WorkloadState, Option<String>) {
     match wp {
         None => (WorkloadState::Pending, Some("not scheduled yet: the scheduler has not placed it".into())),
         Some(wp) => placed_state(replicas, headline, &wp.spec.clusters, wp.status.as_ref()),
+    }
+}
+
+/// The state of a workload that runs in the workspace itself (a CronJob's schedule),
+/// from what its status says: Available while it runs, Progressing while suspended.
+pub fn in_workspace_state(headline: &Headline) -> (WorkloadState, Option<String>) {
+    if headline.available {
+        (WorkloadState::Available, None)
+    } else {
+        (WorkloadState::Progressing, Some("suspended: it makes no Job until spec.suspend is false".into()))
     }
 }
 

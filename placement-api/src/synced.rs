@@ -18,8 +18,6 @@ pub enum Kind {
     DaemonSet,
     /// `batch/v1` Job: the workload, on one cluster.
     Job,
-    /// `batch/v1` CronJob: the workload, on one cluster at a time.
-    CronJob,
     /// A ConfigMap a synced pod template references.
     ConfigMap,
     /// A Secret a synced pod template references.
@@ -122,7 +120,7 @@ const SERVICE_OWNED: &[&str] = &[
 
 /// The table, in the order a namespace's objects are pushed: what pods mount and run
 /// as first, the workload last but one, and what watches the workload after it.
-pub const TABLE: [Row; 14] = [
+pub const TABLE: [Row; 13] = [
     Row { label: "configmap", owned: &["data", "binaryData"], ..row(Kind::ConfigMap, "ConfigMap", "", "v1", "configmaps") },
     Row { label: "secret", owned: &["data", "binaryData"], secret: true, ..row(Kind::Secret, "Secret", "", "v1", "secrets") },
     Row { label: "serviceaccount", owned: &[], ..row(Kind::ServiceAccount, "ServiceAccount", "", "v1", "serviceaccounts") },
@@ -155,7 +153,6 @@ pub const TABLE: [Row; 14] = [
     Row { label: "statefulset", follows: Follows::Scheduled, ..row(Kind::StatefulSet, "StatefulSet", "apps", "v1", "statefulsets") },
     Row { label: "daemonset", follows: Follows::Scheduled, ..row(Kind::DaemonSet, "DaemonSet", "apps", "v1", "daemonsets") },
     Row { label: "job", follows: Follows::Scheduled, ..row(Kind::Job, "Job", "batch", "v1", "jobs") },
-    Row { label: "cronjob", follows: Follows::Scheduled, ..row(Kind::CronJob, "CronJob", "batch", "v1", "cronjobs") },
     Row {
         label: "ingress",
         follows: Follows::Backends,
@@ -185,9 +182,9 @@ impl Kind {
         Kind::all().filter(|k| k.workload().is_none())
     }
 
-    /// The workload kinds, in the workload model's order.
+    /// The workload kinds clusters hold copies of, in the workload model's order.
     pub fn workloads() -> impl Iterator<Item = Kind> {
-        crate::workload::KINDS.iter().map(|k| Kind::of_workload(k.kind))
+        crate::workload::KINDS.iter().filter_map(|k| Kind::of_workload(k.kind))
     }
 
     /// The workload kind this is, if it is one.
@@ -197,7 +194,6 @@ impl Kind {
             Kind::StatefulSet => Some(WorkloadKind::StatefulSet),
             Kind::DaemonSet => Some(WorkloadKind::DaemonSet),
             Kind::Job => Some(WorkloadKind::Job),
-            Kind::CronJob => Some(WorkloadKind::CronJob),
             _ => None,
         }
     }
@@ -205,17 +201,18 @@ impl Kind {
     /// The kind of the workload a WorkloadPlacement places: the workload kind it
     /// names, or a Deployment.
     pub fn placed_by(wp: &crate::WorkloadPlacement) -> Kind {
-        WorkloadKind::of(&wp.spec.workload.api_version, &wp.spec.workload.kind).map_or(Kind::Deployment, Kind::of_workload)
+        WorkloadKind::of(&wp.spec.workload.api_version, &wp.spec.workload.kind).and_then(Kind::of_workload).unwrap_or(Kind::Deployment)
     }
 
-    /// The synced kind of a workload kind.
-    pub fn of_workload(kind: WorkloadKind) -> Kind {
+    /// The synced kind of a workload kind: none for one that is not placed (a
+    /// CronJob runs in the workspace, and its Jobs are copied).
+    pub fn of_workload(kind: WorkloadKind) -> Option<Kind> {
         match kind {
-            WorkloadKind::Deployment => Kind::Deployment,
-            WorkloadKind::StatefulSet => Kind::StatefulSet,
-            WorkloadKind::DaemonSet => Kind::DaemonSet,
-            WorkloadKind::Job => Kind::Job,
-            WorkloadKind::CronJob => Kind::CronJob,
+            WorkloadKind::Deployment => Some(Kind::Deployment),
+            WorkloadKind::StatefulSet => Some(Kind::StatefulSet),
+            WorkloadKind::DaemonSet => Some(Kind::DaemonSet),
+            WorkloadKind::Job => Some(Kind::Job),
+            WorkloadKind::CronJob => None,
         }
     }
 
@@ -327,11 +324,15 @@ mod tests {
         assert_eq!(Kind::Service.api_version(), "v1");
         assert_eq!(Kind::Namespace.name(), "Namespace");
         assert_eq!(Kind::Ingress.api_resource().plural, "ingresses");
-        assert_eq!(Kind::companions().count(), TABLE.len() - crate::workload::KINDS.len());
+        let placed = crate::workload::KINDS.iter().filter(|k| k.placed()).count();
+        assert_eq!(Kind::companions().count(), TABLE.len() - placed);
+        assert_eq!(Kind::workloads().count(), placed);
         for k in Kind::workloads() {
             let w = k.workload().unwrap();
-            assert_eq!((Kind::of_workload(w), k.name(), k.api_version()), (k, w.name(), w.describe().api_version()));
+            assert_eq!((Kind::of_workload(w), k.name(), k.api_version()), (Some(k), w.name(), w.describe().api_version()));
         }
+        assert_eq!(Kind::of_workload(crate::workload::WorkloadKind::CronJob), None, "a CronJob is never copied");
+        assert_eq!(Kind::of_resource("batch", "cronjobs"), None);
         assert_eq!(Kind::of_resource("apps", "replicasets"), None);
     }
 

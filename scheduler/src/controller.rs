@@ -34,7 +34,6 @@ use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams
 use kube::runtime::watcher;
 use kube::Client;
 use placement_api::quantity::Resources;
-use placement_api::synced::Kind as SyncedKind;
 use placement_api::workload::{AnyWorkload, Spread, WorkloadKind};
 use placement_api::{
     sync_state_label, sync_target_of_label, syncer_finalizer, ClusterAssignment, Placement, SyncTarget, WorkloadPlacement,

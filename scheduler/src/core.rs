@@ -115,13 +115,14 @@ impl<'a> Rule<'a> {
 
     /// The rule as a workload that spreads as `spread` ([`Spread`], the workload
     /// model's) takes it, with `known` clusters registered: a StatefulSet under Divide
-    /// and a Job or CronJob always run whole on one cluster, and a DaemonSet runs on
-    /// every cluster the selector picks, whatever `numberOfClusters` says.
+    /// and a Job always run whole on one cluster, and a DaemonSet runs on every cluster
+    /// the selector picks, whatever `numberOfClusters` says. A CronJob is not placed;
+    /// the rule it is given is its Jobs' (one cluster each).
     pub fn for_spread(mut self, spread: Spread, known: usize) -> Self {
         match spread {
             Spread::Replicas => {}
             Spread::Whole if self.mode == ReplicaScheduling::Duplicate => {}
-            Spread::Whole | Spread::One => {
+            Spread::Whole | Spread::One | Spread::InWorkspace => {
                 self.clusters = 1;
                 self.mode = ReplicaScheduling::Divide;
                 self.spread = &[];

@@ -1,5 +1,6 @@
-//! The workloads the scheduler places, of every kind of the workload model, watched
-//! across every workspace: one watch cache per kind, read as one set.
+//! The workloads the scheduler places, of every kind of the workload model that is
+//! placed (a CronJob is not: its Jobs are), watched across every workspace: one watch
+//! cache per kind, read as one set.
 //!
 //! A WorkloadPlacement has its workload's name, so two workloads of different kinds
 //! with the same name in one namespace cannot both have one. The first one placed
@@ -10,7 +11,7 @@
 use std::sync::Arc;
 
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, StatefulSet};
-use k8s_openapi::api::batch::v1::{CronJob, Job};
+use k8s_openapi::api::batch::v1::Job;
 use kube::api::{Api, ObjectMeta};
 use kube::runtime::watcher;
 use kube::{Client, Resource};
@@ -25,7 +26,6 @@ pub(crate) struct Workloads {
     stateful_sets: Arc<Store<StatefulSet>>,
     daemon_sets: Arc<Store<DaemonSet>>,
     jobs: Arc<Store<Job>>,
-    cron_jobs: Arc<Store<CronJob>>,
 }
 
 /// What a change of a workload's metadata may be: the key, and the metadata before
@@ -50,7 +50,6 @@ impl Workloads {
             stateful_sets: spawn(wildcard, "statefulsets", &on_change),
             daemon_sets: spawn(wildcard, "daemonsets", &on_change),
             jobs: spawn(wildcard, "jobs", &on_change),
-            cron_jobs: spawn(wildcard, "cronjobs", &on_change),
         }
     }
 
@@ -60,7 +59,6 @@ impl Workloads {
         self.stateful_sets.wait_synced().await;
         self.daemon_sets.wait_synced().await;
         self.jobs.wait_synced().await;
-        self.cron_jobs.wait_synced().await;
     }
 
     /// Every workload at `key`, of each kind that has one, in the model's order.
@@ -70,7 +68,6 @@ impl Workloads {
         found.extend(self.stateful_sets.get(key).map(AnyWorkload::StatefulSet));
         found.extend(self.daemon_sets.get(key).map(AnyWorkload::DaemonSet));
         found.extend(self.jobs.get(key).map(AnyWorkload::Job));
-        found.extend(self.cron_jobs.get(key).map(AnyWorkload::CronJob));
         found
     }
 
@@ -101,7 +98,6 @@ impl Workloads {
         keys.extend(self.stateful_sets.keys());
         keys.extend(self.daemon_sets.keys());
         keys.extend(self.jobs.keys());
-        keys.extend(self.cron_jobs.keys());
         keys
     }
 
@@ -112,12 +108,11 @@ impl Workloads {
         keys.extend(self.stateful_sets.entries_where(|k, d| keep_key(k) && keep(&d.metadata)));
         keys.extend(self.daemon_sets.entries_where(|k, d| keep_key(k) && keep(&d.metadata)));
         keys.extend(self.jobs.entries_where(|k, d| keep_key(k) && keep(&d.metadata)));
-        keys.extend(self.cron_jobs.entries_where(|k, d| keep_key(k) && keep(&d.metadata)));
         keys
     }
 
     /// How many workloads there are, of every kind.
     pub(crate) fn len(&self) -> usize {
-        self.deployments.len() + self.stateful_sets.len() + self.daemon_sets.len() + self.jobs.len() + self.cron_jobs.len()
+        self.deployments.len() + self.stateful_sets.len() + self.daemon_sets.len() + self.jobs.len()
     }
 }

@@ -12,7 +12,6 @@ use anyhow::Context;
 use k8s_openapi::api::core::v1::Namespace;
 use kube::api::{Api, DynamicObject, ListParams};
 use kube::ResourceExt;
-use placement_api::synced::Kind as SyncedKind;
 use placement_api::workload::{AnyWorkload, WorkloadKind};
 use placement_api::{Placement, ReplicaScheduling, SyncTarget, TaintEffect, WorkloadPlacement, CLUSTER_ANNOTATION};
 use scheduler::core::{self, Share};
@@ -98,16 +97,20 @@ pub(super) fn shares_text(shares: &[Share]) -> String {
 
 fn parse_target(target: &str) -> anyhow::Result<(WorkloadKind, &str)> {
     match target.split_once('/').map(|(t, name)| (WorkloadKind::of_resource(t), name)) {
-        Some((Some(kind), name)) if !name.is_empty() => Ok((kind, name)),
+        Some((Some(kind), name)) if !name.is_empty() && kind.describe().placed() => Ok((kind, name)),
+        Some((Some(kind), name)) if !name.is_empty() => anyhow::bail!(
+            "a {} is not placed: its schedule runs in the workspace, and each Job it makes is placed as a Job; explain one of them, `flotilla explain job/JOB` (`kubectl get jobs` lists {name}'s)",
+            kind.name()
+        ),
         _ => anyhow::bail!(
-            "name the workload as TYPE/NAME, with TYPE one of the kinds the scheduler places (deploy, sts, ds, job, cj), not {target:?}"
+            "name the workload as TYPE/NAME, with TYPE one of the kinds the scheduler places (deploy, sts, ds, job), not {target:?}"
         ),
     }
 }
 
 /// The workloads of `kind` named `name` in namespace `ns`, through `client`.
 async fn list_named(client: &kube::Client, kind: WorkloadKind, ns: &str, name: &str) -> anyhow::Result<Vec<AnyWorkload>> {
-    let api: Api<DynamicObject> = Api::all_with(client.clone(), &SyncedKind::of_workload(kind).api_resource());
+    let api: Api<DynamicObject> = Api::all_with(client.clone(), &kind.describe().api_resource());
     let found = api
         .list(&ListParams::default().fields(&format!("metadata.namespace={ns},metadata.name={name}")))
         .await
@@ -142,7 +145,7 @@ async fn find(
                     .and_then(|wp| WorkloadKind::of(&wp.spec.workload.api_version, &wp.spec.workload.kind)),
                 None => None,
             };
-            placed.into_iter().chain(placement_api::workload::KINDS.iter().map(|k| k.kind)).collect()
+            placed.into_iter().chain(placement_api::workload::KINDS.iter().filter(|k| k.placed()).map(|k| k.kind)).collect()
         }
     };
     let what = |k: WorkloadKind| format!("{}/{name}", k.describe().short);

@@ -134,6 +134,11 @@ where
             .boxed()
         })
     });
+    // CronJobs' schedules, which run in the workspace so that no cluster fires one.
+    controllers.add("flotilla-cronjobs", {
+        let client = client.clone();
+        Box::new(move || workspace_controllers::cronjobs::run(client(), resync).boxed())
+    });
     controllers.add("flotilla-companion-status", {
         let client = client.clone();
         Box::new(move || workspace_controllers::companion_status::run(client(), resync).boxed())

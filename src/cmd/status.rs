@@ -231,7 +231,7 @@ impl Source {
 pub(super) async fn list_workloads(view: &kube::Client) -> anyhow::Result<Vec<AnyWorkload>> {
     let mut workloads = Vec::new();
     for kind in placement_api::workload::KINDS.iter().map(|k| k.kind) {
-        let api: Api<DynamicObject> = Api::all_with(view.clone(), &placement_api::synced::Kind::of_workload(kind).api_resource());
+        let api: Api<DynamicObject> = Api::all_with(view.clone(), &kind.describe().api_resource());
         let items = api.list(&ListParams::default()).await.with_context(|| format!("listing {}s", kind.name()))?.items;
         for o in items {
             workloads.push(AnyWorkload::from_value(kind, serde_json::to_value(o)?).with_context(|| format!("reading a {}", kind.name()))?);
@@ -352,7 +352,11 @@ fn workload_status(namespace: String, name: String, d: &AnyWorkload, wp: Option<
         // The clusters it runs on by name, then those it is leaving.
         clusters.sort_by(|a, b| (a.replicas == 0, &a.name).cmp(&(b.replicas == 0, &b.name)));
     }
-    let (state, reason) = placement_api::status::workload_state(d.replicas(), &headline, wp);
+    let (state, reason) = if d.kind().describe().placed() {
+        placement_api::status::workload_state(d.replicas(), &headline, wp)
+    } else {
+        placement_api::status::in_workspace_state(&headline)
+    };
     let state = state.as_str().to_string();
     let companions = wp.and_then(|wp| wp.status.as_ref()).map(|s| s.companions.clone()).unwrap_or_default();
     let conds = wp.and_then(|wp| wp.status.as_ref()).map(|s| s.conditions.as_slice()).unwrap_or_default();

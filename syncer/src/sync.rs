@@ -61,7 +61,7 @@ use std::time::Duration;
 
 use jiff::Timestamp;
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, StatefulSet};
-use k8s_openapi::api::batch::v1::{CronJob, Job};
+use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Namespace, ObjectReference};
 use k8s_openapi::api::storage::v1::StorageClass;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, ObjectMeta, Time};
@@ -255,7 +255,6 @@ synced!(Deployment, deployments);
 synced!(StatefulSet, stateful_sets);
 synced!(DaemonSet, daemon_sets);
 synced!(Job, jobs);
-synced!(CronJob, cron_jobs);
 
 impl<K> Side<K> {
     fn synced(&self) -> bool {
@@ -307,7 +306,6 @@ pub struct Syncer {
     stateful_sets: Side<StatefulSet>,
     daemon_sets: Side<DaemonSet>,
     jobs: Side<Job>,
-    cron_jobs: Side<CronJob>,
     /// Every other kind of the table ([`placement_api::synced`]), in its order.
     companions: Vec<Side<DynamicObject>>,
     /// This syncer's namespaces downstream (labelled with its SyncTarget), by name.
@@ -433,7 +431,6 @@ impl Syncer {
             let daemon_sets =
                 Side::spawn(Kind::DaemonSet, [Api::all(wildcard.clone()), Api::all(downstream.clone())], configs, &locators, &tx);
             let jobs = Side::spawn(Kind::Job, [Api::all(wildcard.clone()), Api::all(downstream.clone())], configs, &locators, &tx);
-            let cron_jobs = Side::spawn(Kind::CronJob, [Api::all(wildcard.clone()), Api::all(downstream.clone())], configs, &locators, &tx);
             let companions = Kind::companions()
                 .map(|kind| {
                     let ar = kind.api_resource();
@@ -497,7 +494,6 @@ impl Syncer {
                 stateful_sets,
                 daemon_sets,
                 jobs,
-                cron_jobs,
                 companions,
                 namespaces,
                 locators,
@@ -569,8 +565,8 @@ impl Syncer {
     }
 
     /// Every workload kind's side.
-    fn workload_sides(&self) -> [&dyn WorkloadSide; 5] {
-        [&self.deployments, &self.stateful_sets, &self.daemon_sets, &self.jobs, &self.cron_jobs]
+    fn workload_sides(&self) -> [&dyn WorkloadSide; 4] {
+        [&self.deployments, &self.stateful_sets, &self.daemon_sets, &self.jobs]
     }
 
     /// How many workloads are assigned to this cluster now.
@@ -677,7 +673,6 @@ impl Syncer {
             Kind::StatefulSet => self.reconcile_workload::<StatefulSet>(key).await,
             Kind::DaemonSet => self.reconcile_workload::<DaemonSet>(key).await,
             Kind::Job => self.reconcile_workload::<Job>(key).await,
-            Kind::CronJob => self.reconcile_workload::<CronJob>(key).await,
             Kind::Namespace => self.reconcile_namespace(key).await,
             _ => self.reconcile_companion(key).await,
         }

@@ -264,7 +264,7 @@ fn follower_of_web(kind: placement_api::synced::Kind) -> serde_json::Value {
         Kind::HorizontalPodAutoscaler => {
             json!({"scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "web"}, "minReplicas": 2, "maxReplicas": 4})
         }
-        Kind::Deployment | Kind::StatefulSet | Kind::DaemonSet | Kind::Job | Kind::CronJob | Kind::Namespace => {
+        Kind::Deployment | Kind::StatefulSet | Kind::DaemonSet | Kind::Job | Kind::Namespace => {
             unreachable!("not a companion")
         }
     };

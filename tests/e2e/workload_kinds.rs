@@ -1,7 +1,8 @@
 //! The workload kinds beyond Deployments, placed and run end to end: StatefulSets,
 //! DaemonSets, Jobs and CronJobs applied to a workspace go to clusters by their kind's
-//! spread rule (a StatefulSet whole on one, a Job and a CronJob on exactly one, a
-//! DaemonSet on every selected cluster), their copies run on the simulated clusters,
+//! spread rule (a StatefulSet whole on one, a Job on exactly one, a DaemonSet on every
+//! selected cluster; a CronJob's schedule runs in the workspace and its Jobs are placed
+//! as Jobs), their copies run on the simulated clusters,
 //! their status is summed back up so that `kubectl rollout status` and `kubectl wait`
 //! work in the workspace, deleting them removes the copies, and a lost cluster moves
 //! each kind as its failover rule says (a StatefulSet only once confirmed lost or under
@@ -10,7 +11,7 @@
 use crate::common;
 use test_clusters::fixtures::deployment;
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 
 use common::fleet::{assignment, fleet, wait_assignment, DEADLINE, FAST};
 use common::{tail, wait_for, wait_until, Flotilla, Out, SimCluster};
@@ -526,7 +527,9 @@ fn statefulsets_run_whole_on_one_cluster_and_daemonsets_on_every_selected_one() 
 
     // Deleting them upstream removes every copy.
     for what in ["sts/kv", "ds/probe"] {
-        let o = demo(&f, &["delete", what, "--timeout=30s"]);
+        // from-report is the CronJob's too (kubectl makes it its controller), so its
+        // history limit may have deleted it already.
+        let o = demo(&f, &["delete", what, "--timeout=30s", "--ignore-not-found"]);
         assert!(o.ok, "kubectl delete {what}: {o:?}\n{}", tail(&f.log()));
     }
     wait_no_copies(&all, "sts", "kv");
@@ -572,7 +575,7 @@ spec:
       - {name: migrate, image: "registry.example.com/schema-migrate:broken"}
 "#;
 
-/// A CronJob every 3 s (the simulated cronjob controller honours `@every`), under
+/// A CronJob every 3 s (`@every`, as Kubernetes' cron parser accepts it), under
 /// Placement `spread`.
 const REPORT: &str = r#"
 apiVersion: batch/v1
@@ -595,10 +598,10 @@ spec:
           - {name: report, image: "registry.example.com/nightly-report:5.2", args: [--since=1h]}
 "#;
 
-/// Jobs and CronJobs run on exactly one cluster, even under a Placement that asks for
-/// two; a Job completes or fails as its pods do, a CronJob's schedule fires there,
-/// kubectl's `create job` (plain and `--from=cronjob`) runs, and deleting each removes
-/// its copies.
+/// Jobs run on exactly one cluster, even under a Placement that asks for two; a Job
+/// completes or fails as its pods do; a CronJob's schedule fires in the workspace and
+/// its Jobs run like any Job, with no cluster holding the schedule; kubectl's `create
+/// job` (plain and `--from=cronjob`) runs, and deleting each removes its copies.
 #[test]
 fn jobs_and_cronjobs_run_on_one_cluster_and_report_completion_upstream() {
     let (east, west) = (cluster("east", 2), cluster("west", 2));
@@ -613,10 +616,7 @@ fn jobs_and_cronjobs_run_on_one_cluster_and_report_completion_upstream() {
     f.apply(&["--context", "demo", "-n", "default"], REPORT);
 
     // Each on exactly one cluster, with a copy there and none on the other.
-    let mut home = BTreeMap::new();
-    for (name, kind, resource) in
-        [("pi", "Job", "job"), ("tally", "Job", "job"), ("migrate", "Job", "job"), ("report", "CronJob", "cronjob")]
-    {
+    for (name, kind, resource) in [("pi", "Job", "job"), ("tally", "Job", "job"), ("migrate", "Job", "job")] {
         let placed = wait_placed(&f, name, |c| !c.is_empty());
         assert_eq!(placed["spec"]["workload"]["kind"], kind, "{}", placed["spec"]);
         let on = cluster_names(&placed);
@@ -626,45 +626,36 @@ fn jobs_and_cronjobs_run_on_one_cluster_and_report_completion_upstream() {
         for other in all.iter().filter(|o| o.name != c.name) {
             assert_eq!(copies_on(other, resource, name), Ok(vec![]), "{name} runs on {} only", c.name);
         }
-        home.insert(name, c);
     }
 
-    // Status up: completions, the failure of a broken image, the schedule firing.
+    // Status up: completions, the failure of a broken image.
     met(&f, "job/pi", "complete", "45s");
     met(&f, "job/tally", "complete", "45s");
     assert_eq!(kd(&f, &["get", "job", "tally", "-o", "jsonpath={.status.succeeded}"]), "3", "tally's three completions counted");
     met(&f, "job/migrate", "failed", "45s");
+
+    // The schedule fires in the workspace: its Jobs are made there, each placed on one
+    // cluster and run like any Job, and no cluster holds the CronJob.
     let last = wait_until(
-        "report's first schedule, upstream",
+        "report's first schedule",
         DEADLINE,
         || kd(&f, &["get", "cronjob", "report", "-o", "jsonpath={.status.lastScheduleTime}"]),
         |t| !t.trim().is_empty(),
     );
-    // Its Jobs are made on its cluster only.
-    let made_by_report = |c: &SimCluster| -> Result<Vec<String>, String> {
-        let o = c.kubectl(&[
-            "get",
-            "jobs",
-            "-A",
-            "-o",
-            r#"jsonpath={range .items[*]}{.metadata.name} {.metadata.ownerReferences[0].kind}/{.metadata.ownerReferences[0].name}{"\n"}{end}"#,
-        ]);
-        if !o.ok {
-            return Err(format!("{} did not answer: {}", c.name, o.stderr.trim()));
-        }
-        Ok(o.stdout.lines().filter(|l| l.ends_with(" CronJob/report")).map(str::to_string).collect())
-    };
-    let report_home = home["report"];
-    let made = wait_for(&format!("report's Jobs on {}", report_home.name), DEADLINE, || {
-        Some(made_by_report(report_home)?).filter(|m| !m.is_empty()).ok_or_else(|| "none yet".to_string())
+    let first = wait_for("a Job of report's, completed", DEADLINE, || {
+        let done = made_by(&f, "report")?.into_iter().find(|(_, complete)| *complete);
+        done.map(|(name, _)| name).ok_or_else(|| format!("report's Jobs: {:?}", made_by(&f, "report")))
     });
-    for other in all.iter().filter(|o| o.name != report_home.name) {
-        assert_eq!(
-            made_by_report(other),
-            Ok(vec![]),
-            "report's schedule fires on {} only (last scheduled {last}; there: {made:?})",
-            report_home.name
-        );
+    let placed = wait_placed(&f, &first, |c| c.len() == 1);
+    assert_eq!(placed["spec"]["workload"]["kind"], "Job", "{}", placed["spec"]);
+    wait_until(
+        &format!("report's lastSuccessfulTime, from its completed Job {first} (last scheduled {last})"),
+        DEADLINE,
+        || kd(&f, &["get", "cronjob", "report", "-o", "jsonpath={.status.lastSuccessfulTime}"]),
+        |t| !t.trim().is_empty(),
+    );
+    for c in &all {
+        assert_eq!(cluster_made(c), Ok(vec![]), "no cluster runs report's schedule itself");
     }
 
     // A finished Job whose ttlSecondsAfterFinished is up is deleted in the workspace,
@@ -696,21 +687,164 @@ fn jobs_and_cronjobs_run_on_one_cluster_and_report_completion_upstream() {
 
     // Deleting each upstream removes its copy, and the CronJob's Jobs with it.
     for what in ["job/pi", "job/tally", "job/migrate", "job/from-report", "cronjob/report"] {
-        let o = demo(&f, &["delete", what, "--timeout=30s"]);
+        // from-report is the CronJob's too (kubectl makes it its controller), so its
+        // history limit may have deleted it already.
+        let o = demo(&f, &["delete", what, "--timeout=30s", "--ignore-not-found"]);
         assert!(o.ok, "kubectl delete {what}: {o:?}\n{}", tail(&f.log()));
     }
-    for name in ["pi", "tally", "migrate", "from-report"] {
+    for name in ["pi", "tally", "migrate", "from-report", &first] {
         wait_no_copies(&all, "job", name);
     }
-    wait_no_copies(&all, "cronjob", "report");
-    wait_for("the Jobs report made removed", DEADLINE, || {
-        let left: Vec<String> = all.iter().map(|c| made_by_report(c)).collect::<Result<Vec<_>, _>>()?.concat();
-        if left.is_empty() {
-            Ok(())
-        } else {
-            Err(format!("still there: {left:?}"))
+    wait_for("the Jobs report made removed with it", DEADLINE, || match made_by(&f, "report")?.as_slice() {
+        [] => Ok(()),
+        left => Err(format!("still there: {left:?}")),
+    });
+}
+
+/// The Jobs in `demo` that the CronJob `cronjob` made, by name, and whether each completed.
+fn made_by(f: &Flotilla, cronjob: &str) -> Result<Vec<(String, bool)>, String> {
+    let o = demo(
+        f,
+        &[
+            "get",
+            "jobs",
+            "-o",
+            r#"jsonpath={range .items[*]}{.metadata.name} {.metadata.ownerReferences[0].kind}/{.metadata.ownerReferences[0].name} {.status.succeeded}{"\n"}{end}"#,
+        ],
+    );
+    if !o.ok {
+        return Err(format!("kubectl get jobs: {}", o.stderr.trim()));
+    }
+    let owner = format!("CronJob/{cronjob}");
+    Ok(o.stdout
+        .lines()
+        .filter_map(|l| {
+            let mut w = l.split(' ');
+            let (name, by, succeeded) = (w.next()?, w.next()?, w.next().unwrap_or_default());
+            (by == owner).then(|| (name.to_string(), succeeded == "1"))
+        })
+        .collect())
+}
+
+/// What `c` runs of its own accord from a schedule: its CronJobs, and the Jobs a
+/// CronJob of its own made (a Job Flotilla copied there has no owner). Err when the
+/// cluster does not answer.
+fn cluster_made(c: &SimCluster) -> Result<Vec<String>, String> {
+    let o = c.kubectl(&[
+        "get",
+        "cronjobs,jobs",
+        "-A",
+        "-o",
+        r#"jsonpath={range .items[*]}{.kind}/{.metadata.name} {.metadata.ownerReferences[0].kind}{"\n"}{end}"#,
+    ]);
+    if !o.ok {
+        return Err(format!("{} did not answer `kubectl get cronjobs,jobs -A`: {}", c.name, o.stderr.trim()));
+    }
+    Ok(o.stdout.lines().filter(|l| l.starts_with("CronJob/") || l.ends_with(" CronJob")).map(str::to_string).collect())
+}
+
+/// A CronJob every 2 s whose Jobs run a second each.
+const TICK: &str = r#"
+apiVersion: batch/v1
+kind: CronJob
+metadata: {name: tick}
+spec:
+  schedule: "@every 2s"
+  successfulJobsHistoryLimit: 30
+  jobTemplate:
+    spec:
+      backoffLimit: 0
+      template:
+        metadata:
+          annotations: {sim.flotilla.io/run-seconds: "1"}
+        spec:
+          restartPolicy: Never
+          containers:
+          - {name: tick, image: "busybox:1.36", args: [date]}
+"#;
+
+/// The copies of `cronjob`'s Jobs on `c` whose Jobs are not assigned to `c` (a
+/// copy the syncer has still to remove); Err when a cluster or the workspace does not
+/// answer.
+fn stray_copies(f: &Flotilla, c: &SimCluster, cronjob: &str) -> Result<Vec<String>, String> {
+    let mut stray = Vec::new();
+    for (name, _) in made_by(f, cronjob)? {
+        if !copies_on(c, "job", &name)?.is_empty() && !cluster_names(&wp(f, &name)).contains(&c.name) {
+            stray.push(name);
+        }
+    }
+    Ok(stray)
+}
+
+/// A CronJob's schedule never fires on two clusters. It runs in the workspace: while
+/// the cluster its Jobs ran on is frozen, the schedule goes on and its Jobs run
+/// elsewhere, and when the cluster is restored it fires nothing of its own, because no
+/// cluster ever holds the CronJob.
+#[test]
+fn a_cronjob_never_fires_on_two_clusters_across_a_freeze_and_a_restore() {
+    let (east, west) = (cluster("east", 2), cluster("west", 2));
+    let f = fleet(&FAST, &[(&east, &[]), (&west, &[])]);
+    let all = [&east, &west];
+    // Its Jobs start on east: west takes nothing new until one runs there.
+    let o = f.flotilla(&["cluster", "cordon", "west"]);
+    assert!(o.ok, "flotilla cluster cordon west: {o:?}");
+    f.apply(&["--context", "demo", "-n", "default"], TICK);
+    let first = wait_for("a Job of tick's with its copy on east", DEADLINE, || {
+        let made = made_by(&f, "tick")?;
+        for (name, _) in &made {
+            if cluster_names(&wp(&f, name)) == ["east"] && !copies_on(&east, "job", name)?.is_empty() {
+                return Ok(name.clone());
+            }
+        }
+        Err(format!("tick's Jobs: {made:?}"))
+    });
+    for c in &all {
+        assert_eq!(cluster_made(c), Ok(vec![]), "{} runs no schedule of its own, with {first} on east", c.name);
+    }
+    let o = f.flotilla(&["cluster", "uncordon", "west"]);
+    assert!(o.ok, "flotilla cluster uncordon west: {o:?}");
+
+    east.signal("STOP");
+    let frozen_at = wait_until(
+        "tick's lastScheduleTime",
+        DEADLINE,
+        || kd(&f, &["get", "cj", "tick", "-o", "jsonpath={.status.lastScheduleTime}"]),
+        |t| !t.is_empty(),
+    );
+    // The schedule goes on without east: a Job made since completes on west.
+    let on_west = wait_for("a Job of tick's completed on west while east is frozen", DEADLINE, || {
+        let made = made_by(&f, "tick")?;
+        for (name, complete) in &made {
+            if *complete && name != &first && cluster_names(&wp(&f, name)) == ["west"] {
+                return Ok(name.clone());
+            }
+        }
+        Err(format!("tick's Jobs: {made:?}"))
+    });
+
+    // Restored, east fires nothing of its own, now or once its syncer has caught up.
+    east.signal("CONT");
+    let ready = r#"jsonpath={.status.conditions[?(@.type=="Ready")].status}"#;
+    wait_until("east Ready again", DEADLINE, || f.k(&["get", "st", "east", "-o", ready]), |r| r == "True");
+    wait_for("east's copies of tick's Jobs to be only those assigned to it", DEADLINE, || {
+        match stray_copies(&f, &east, "tick")?.as_slice() {
+            [] => Ok(()),
+            stray => Err(format!("copies of Jobs no longer assigned to east: {stray:?}")),
         }
     });
+    for c in &all {
+        assert_eq!(
+            cluster_made(c),
+            Ok(vec![]),
+            "{} fired no schedule of its own after east's restore (frozen near {frozen_at}; {on_west} ran on west meanwhile)",
+            c.name
+        );
+    }
+    // Each time the schedule fired made one Job, and each Job has one cluster.
+    for (name, _) in made_by(&f, "tick").unwrap_or_default() {
+        let on = cluster_names(&wp(&f, &name));
+        assert!(on.len() <= 1, "{name} is assigned to one cluster at most: {on:?}");
+    }
 }
 
 /// A StatefulSet of `replicas` pods with a claim each, under Placement `placement`

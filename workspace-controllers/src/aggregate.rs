@@ -15,7 +15,7 @@ use std::time::Duration;
 use futures::{FutureExt, StreamExt};
 
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, StatefulSet};
-use k8s_openapi::api::batch::v1::{CronJob, Job};
+use k8s_openapi::api::batch::v1::Job;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::runtime::watcher;
 use kube::runtime::WatchStreamExt;
@@ -61,7 +61,6 @@ pub async fn run(base: Client, resync: Duration) {
         stateful_sets: spawn_kind(&wildcard, Kind::StatefulSet, &tx),
         daemon_sets: spawn_kind(&wildcard, Kind::DaemonSet, &tx),
         jobs: spawn_kind(&wildcard, Kind::Job, &tx),
-        cron_jobs: spawn_kind(&wildcard, Kind::CronJob, &tx),
     });
     let lost = Arc::new(RwLock::new(BTreeSet::new()));
     // Shared as an Arc: every key's pass reads it.
@@ -92,7 +91,6 @@ pub async fn run(base: Client, resync: Duration) {
                     Kind::StatefulSet => pass.run(workloads.stateful_sets.get(&key)).await,
                     Kind::DaemonSet => pass.run(workloads.daemon_sets.get(&key)).await,
                     Kind::Job => pass.run(workloads.jobs.get(&key)).await,
-                    Kind::CronJob => pass.run(workloads.cron_jobs.get(&key)).await,
                     _ => Ok(Next::Done),
                 }
             }
@@ -106,7 +104,6 @@ struct Workloads {
     stateful_sets: Arc<cache::Cache<StatefulSet>>,
     daemon_sets: Arc<cache::Cache<DaemonSet>>,
     jobs: Arc<cache::Cache<Job>>,
-    cron_jobs: Arc<cache::Cache<CronJob>>,
 }
 
 fn spawn_kind<K>(wildcard: &Client, kind: Kind, tx: &mpsc::UnboundedSender<Key>) -> Arc<cache::Cache<K>>

@@ -28,7 +28,7 @@ use std::time::Duration;
 
 use apimachinery::selector::LabelSelector;
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, StatefulSet};
-use k8s_openapi::api::batch::v1::{CronJob, Job};
+use k8s_openapi::api::batch::v1::Job;
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use kube::runtime::watcher;
 use kube::Client;
@@ -468,7 +468,6 @@ struct Controller {
     stateful_sets: Arc<Cache<StatefulSet>>,
     daemon_sets: Arc<Cache<DaemonSet>>,
     jobs: Arc<Cache<Job>>,
-    cron_jobs: Arc<Cache<CronJob>>,
     /// Per companion kind: the named ones labelled already, and every object of the
     /// other kinds (their rules are read from them).
     companions: HashMap<Kind, Arc<Cache<DynamicObject>>>,
@@ -510,7 +509,6 @@ pub async fn run(base: Client, resync: Duration, followers: Arc<Followers>) {
         stateful_sets: cache::spawn(Api::all(wildcard.clone()), all.clone(), Kind::StatefulSet, Key::upstream, tx.clone(), "statefulsets"),
         daemon_sets: cache::spawn(Api::all(wildcard.clone()), all.clone(), Kind::DaemonSet, Key::upstream, tx.clone(), "daemonsets"),
         jobs: cache::spawn(Api::all(wildcard.clone()), all.clone(), Kind::Job, Key::upstream, tx.clone(), "jobs"),
-        cron_jobs: cache::spawn(Api::all(wildcard.clone()), all.clone(), Kind::CronJob, Key::upstream, tx.clone(), "cronjobs"),
         placements: cache::spawn(Api::all(wildcard.clone()), all, Kind::Deployment, Key::upstream, placements_tx, "workloadplacements"),
         companions,
         index: Mutex::default(),
@@ -611,7 +609,6 @@ impl Controller {
             && self.stateful_sets.synced()
             && self.daemon_sets.synced()
             && self.jobs.synced()
-            && self.cron_jobs.synced()
             && self.companions.values().all(|c| c.synced())
     }
 
@@ -625,7 +622,6 @@ impl Controller {
             self.stateful_sets.get(&at(Kind::StatefulSet)).map(|w| Summary::of(&*w)),
             self.daemon_sets.get(&at(Kind::DaemonSet)).map(|w| Summary::of(&*w)),
             self.jobs.get(&at(Kind::Job)).map(|w| Summary::of(&*w)),
-            self.cron_jobs.get(&at(Kind::CronJob)).map(|w| Summary::of(&*w)),
         ];
         let mut found = all.into_iter().flatten();
         let first = found.next()?;

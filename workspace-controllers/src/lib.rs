@@ -7,8 +7,9 @@
 //! autoscalers, ConfigMaps and Secrets), so that it goes to the same clusters, and
 //! [`revisions`] keeps a Deployment's rollout history as ReplicaSets, and
 //! [`controller_revisions`] a StatefulSet's or DaemonSet's as ControllerRevisions, and
-//! [`job_ttl`] deletes finished Jobs whose `ttlSecondsAfterFinished` is up. One
-//! of each runs in the control plane's process.
+//! [`job_ttl`] deletes finished Jobs whose `ttlSecondsAfterFinished` is up, and
+//! [`cronjobs`] runs CronJobs' schedules, making their Jobs in the workspace. One of
+//! each runs in the control plane's process.
 
 #![warn(missing_docs)]
 
@@ -16,5 +17,6 @@ pub mod aggregate;
 pub mod companion_status;
 pub mod companions;
 pub mod controller_revisions;
+pub mod cronjobs;
 pub mod job_ttl;
 pub mod revisions;

@@ -8,13 +8,13 @@
 //! dashboard ask it, and keep no rule of their own about a kind.
 //!
 //! ```text
-//!                 ┌──────────────────── WorkloadKind ─────────────────────┐
-//!   apply ──────▶ │ Deployment  StatefulSet  DaemonSet  Job  CronJob      │
-//!                 │   spread:   Replicas     Whole      Every One  One    │ ──▶ scheduler
-//!                 │   failover: Move   AfterConfirm Stay Rerun AfterConfirm│ ──▶ health, drain
-//!                 │   history:  ReplicaSets  ControllerRevisions  ─   ─   │ ──▶ revisions
-//!                 │   reports:  copy_state(entry, share)                  │ ──▶ aggregator,
-//!                 └───────────────────────────────────────────────────────┘     status, dashboard
+//!                 ┌────────────────────── WorkloadKind ───────────────────────┐
+//!   apply ──────▶ │ Deployment   StatefulSet   DaemonSet  Job    CronJob      │
+//!                 │   spread:   Replicas  Whole   Every      One    InWorkspace │ ──▶ scheduler
+//!                 │   failover: Move   AfterConfirm Stay     Rerun  (its Jobs)  │ ──▶ health, drain
+//!                 │   history:  ReplicaSets  ControllerRevisions  ─      ─      │ ──▶ revisions
+//!                 │   reports:  copy_state(entry, share)                        │ ──▶ aggregator,
+//!                 └───────────────────────────────────────────────────────────┘     status, dashboard
 //! ```
 //!
 //! Adding a kind is one more variant, its row in [`KINDS`], and one module that
@@ -77,6 +77,11 @@ pub enum Spread {
     EveryCluster,
     /// It runs on exactly one cluster, whatever the Placement asks.
     One,
+    /// It is not placed: it runs in the workspace itself, and what it makes is placed
+    /// on its own. A CronJob's schedule runs in the workspace, under one Lease, and
+    /// each Job it makes is placed as a Job: no cluster holds the schedule, so a lost
+    /// cluster that comes back cannot fire it a second time.
+    InWorkspace,
 }
 
 /// What a failover may do with the copy on a cluster that was lost.
@@ -87,13 +92,13 @@ pub enum Failover {
     /// Start it elsewhere only once the lost cluster is confirmed lost (`flotilla
     /// cluster confirm-lost`), or at once where the Placement says
     /// `failover.statefulSets: Immediate`: at most one copy is ever alive, as
-    /// Kubernetes treats a StatefulSet's pods on an unreachable node. A CronJob's
-    /// schedule moves the same way, so that it never runs on two clusters.
+    /// Kubernetes treats a StatefulSet's pods on an unreachable node.
     AfterConfirm,
     /// Run it again elsewhere unless it finished; a finished one never runs again.
     RerunUnlessFinished,
     /// Nothing moves: it runs on every selected cluster, and a lost one just has no
-    /// copy until it returns.
+    /// copy until it returns; or it has no copies at all (a CronJob, whose Jobs move
+    /// by their own rule).
     Stay,
 }
 
@@ -191,8 +196,8 @@ pub const KINDS: [Kind; 5] = [
         plural: "cronjobs",
         short: "cj",
         label: "cronjob",
-        spread: Spread::One,
-        failover: Failover::AfterConfirm,
+        spread: Spread::InWorkspace,
+        failover: Failover::Stay,
         history: History::None,
     },
 ];
@@ -229,6 +234,23 @@ impl WorkloadKind {
 }
 
 impl Kind {
+    /// Whether the scheduler places it, and clusters hold copies of it: every kind but
+    /// one that runs in the workspace ([`Spread::InWorkspace`]).
+    pub fn placed(&self) -> bool {
+        self.spread != Spread::InWorkspace
+    }
+
+    /// Its resource, for a dynamic client.
+    pub fn api_resource(&self) -> kube::api::ApiResource {
+        kube::api::ApiResource {
+            group: self.group.into(),
+            version: self.version.into(),
+            api_version: self.api_version(),
+            kind: self.name.into(),
+            plural: self.plural.into(),
+        }
+    }
+
     /// Whether a cluster's copy says its replicas: its share of them (a Deployment, a
     /// StatefulSet). The others' copies say what the workspace's object says.
     pub fn copies_replicas(&self) -> bool {
@@ -275,7 +297,8 @@ pub fn copy_state(kind: WorkloadKind, entry: &ClusterSyncStatus, share: i32) -> 
         WorkloadKind::StatefulSet => statefulset::copy_state(entry, share),
         WorkloadKind::DaemonSet => daemonset::copy_state(entry),
         WorkloadKind::Job => job::copy_state(entry),
-        WorkloadKind::CronJob => cronjob::copy_state(entry),
+        // Never copied: its Jobs are.
+        WorkloadKind::CronJob => CopyState::Progressing,
     }
 }
 
@@ -349,11 +372,11 @@ pub trait Workload {
 /// ([`crate::status::workload_state`]).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Headline {
-    /// Its ready replicas: a DaemonSet's ready nodes, a Job's succeeded pods, 1 for a
-    /// CronJob whose schedule runs.
+    /// Its ready replicas: a DaemonSet's ready nodes, a Job's succeeded pods, a
+    /// CronJob's running Jobs.
     pub ready: i32,
     /// What `ready` counts towards: its replicas, a DaemonSet's nodes, a Job's
-    /// completions, 1 for a CronJob.
+    /// completions, a CronJob's running Jobs.
     pub desired: i32,
     /// Whether it is available as a whole.
     pub available: bool,

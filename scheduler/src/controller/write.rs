@@ -6,7 +6,7 @@ use super::*;
 impl Scheduler {
     /// The API of `d`'s kind in its namespace, through `client` (of its workspace).
     fn workload_api(&self, key: &ObjKey, d: &AnyWorkload, client: Client) -> Api<DynamicObject> {
-        Api::namespaced_with(client, &key.namespace, &SyncedKind::of_workload(d.kind()).api_resource())
+        Api::namespaced_with(client, &key.namespace, &d.kind().describe().api_resource())
     }
 
     /// Nothing fits (or the Placement cannot be found): the workload keeps the
