@@ -51,8 +51,8 @@ fn each_kind_reads_its_copies_reports_by_its_own_rule() {
         (Job, entry([0, 0, 0, 0], true, &[("Complete", "True", "CompletionsReached")]), 1, Complete),
         (Job, entry([0, 0, 0, 0], true, &[("Failed", "True", "BackoffLimitExceeded")]), 1, Failed("BackoffLimitExceeded".into())),
         (Job, entry([1, 0, 1, 0], true, &[]), 1, Progressing),
-        (CronJob, entry([0, 0, 0, 0], true, &[]), 1, Available),
-        (CronJob, entry([0, 0, 0, 0], false, &[]), 1, Progressing),
+        // Never copied, so no report of a copy means anything for it.
+        (CronJob, entry([0, 0, 0, 0], true, &[]), 1, Progressing),
     ];
     for (kind, e, share, want) in cases {
         assert_eq!(&copy_state(*kind, e, *share), want, "{kind:?} with share {share}: {e:?}");
@@ -98,4 +98,24 @@ fn the_replicas_placed_come_from_each_kinds_own_fields() {
     .unwrap();
     assert_eq!([deploy.replicas(), sts.replicas(), ds.replicas(), job.replicas(), cron.replicas()], [4, 1, 1, 2, 3]);
     assert!(cron.pod_template().is_some() && job.pod_template().is_some());
+}
+
+#[test]
+fn a_cronjob_is_not_placed_and_its_state_is_its_schedules() {
+    use k8s_openapi::api::batch::v1 as batch;
+    assert!(KINDS.iter().all(|k| k.placed() == (k.kind != WorkloadKind::CronJob)), "only the CronJob runs in the workspace");
+    let cron = |suspend: bool, active: usize| -> batch::CronJob {
+        let active: Vec<_> = (0..active).map(|i| serde_json::json!({"name": format!("r-{i}")})).collect();
+        serde_json::from_value(serde_json::json!({
+            "spec": {"schedule": "* * * * *", "suspend": suspend, "jobTemplate": {"spec": {"template": {}}}},
+            "status": {"active": active},
+        }))
+        .unwrap()
+    };
+    let state = |cj: &batch::CronJob| crate::status::in_workspace_state(&cj.headline(cj.status()));
+    assert_eq!(state(&cron(false, 2)), (crate::status::WorkloadState::Available, None));
+    assert_eq!(cron(false, 2).headline(cron(false, 2).status()).ready, 2, "its running Jobs count");
+    let (suspended, why) = state(&cron(true, 0));
+    assert_eq!(suspended, crate::status::WorkloadState::Progressing);
+    assert!(why.unwrap_or_default().contains("spec.suspend"));
 }
