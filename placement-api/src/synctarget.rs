@@ -132,6 +132,9 @@ pub struct SyncTargetStatus {
     /// nodes no other node beats on every resource, largest first.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub node_headroom: Vec<NodeHeadroom>,
+    /// How many nodes take pods (Ready, not cordoned): a DaemonSet runs a pod on each.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nodes: Option<i32>,
     /// How many workloads are assigned to this cluster.
     #[serde(default)]
     pub workloads: i32,

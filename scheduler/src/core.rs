@@ -56,6 +56,9 @@ pub struct Cluster {
     /// The free room of the roomiest nodes. Empty when the heartbeat says nothing about
     /// nodes; then only the total is checked.
     pub headroom: Vec<Resources>,
+    /// How many nodes take pods: a workload with a pod on every node needs room for
+    /// this many. 0 when the heartbeat does not say; then it counts as 1.
+    pub nodes: u32,
     /// `spec.taints`.
     pub taints: Arc<Vec<Taint>>,
 }
@@ -81,6 +84,21 @@ pub struct Workload {
     pub replicas: u32,
     /// The requests of one replica, including its pod slot.
     pub per_replica: Resources,
+    /// It runs one replica on every node of each cluster it runs on (a DaemonSet), so
+    /// a cluster's share is its nodes, whatever `replicas` says.
+    pub per_node: bool,
+}
+
+impl Workload {
+    /// The replicas it runs on `c` when it runs there whole: one per node for a
+    /// workload with a pod on every node, else all of them.
+    fn whole_on(&self, c: &Cluster) -> u32 {
+        if self.per_node {
+            c.nodes.max(1)
+        } else {
+            self.replicas
+        }
+    }
 }
 
 /// The parts of a Placement the decision uses.
@@ -343,6 +361,8 @@ struct Eligible<'a> {
     name: &'a str,
     /// Replicas of this workload it can run: its free room, plus its current share.
     room: u64,
+    /// The replicas it runs when it runs the workload whole ([`Workload::whole_on`]).
+    whole: u32,
     /// It runs the workload now.
     sticky: bool,
     /// It has a `PreferNoSchedule` taint the Placement does not tolerate.
@@ -548,7 +568,7 @@ fn decide_among<'a>(
     };
     let short = chosen.len() < needed as usize && (duplicate || replicas as usize > chosen.len());
     let mut shares: Vec<Share> = if duplicate {
-        chosen.iter().map(|e| Share::new(e.name, replicas)).collect()
+        chosen.iter().map(|e| Share::new(e.name, e.whole)).collect()
     } else {
         let mut shares = keep_or_divide(replicas, &chosen, current);
         if let Err(no_fit) = within_skew(&mut shares, &chosen, rule) {
@@ -827,14 +847,15 @@ fn evaluate<'a>(
     // them all is decided over the set, and a cluster the workload runs on stays a
     // candidate whatever its room.
     let spread = !duplicate && rule.needed() > 1;
-    let need = if spread { 1 } else { u64::from(workload.replicas).max(1) };
+    let whole = workload.whole_on(c);
+    let need = if spread { 1 } else { u64::from(whole).max(1) };
     if room < need && !(sticky && spread) {
         return Err(Reason::Insufficient(limit));
     }
     if !sticky && !c.headroom.is_empty() && !c.headroom.iter().any(|h| workload.per_replica.fits(h)) {
         return Err(Reason::NoNodeFits);
     }
-    Ok(Eligible { name: &c.name, room, sticky, avoided, weight: weight.unwrap_or(0), groups, until, limit })
+    Ok(Eligible { name: &c.name, room, whole, sticky, avoided, weight: weight.unwrap_or(0), groups, until, limit })
 }
 
 /// The Divide shares over `chosen`: the current ones when the clusters and the total

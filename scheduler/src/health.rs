@@ -326,6 +326,11 @@ fn room_of(t: &SyncTarget) -> (Resources, Vec<Resources>) {
     (available, headroom)
 }
 
+/// How many nodes take pods, as the heartbeat says (0 when it does not).
+fn nodes_of(t: &SyncTarget) -> u32 {
+    t.status.as_ref().and_then(|s| s.nodes).map_or(0, |n| u32::try_from(n).unwrap_or(0))
+}
+
 /// Whether the syncer has reported the cluster's capacity. Its first heartbeats may
 /// come before it has listed the nodes and pods; until then nothing can be placed
 /// there with any confidence, so the cluster is not Ready.
@@ -361,6 +366,7 @@ pub fn published_view(t: &SyncTarget, now: jiff::Timestamp) -> core::Cluster {
         draining: draining(t, now),
         available,
         headroom,
+        nodes: nodes_of(t),
         taints: Arc::new(t.spec.taints.iter().map(|taint| taint_view(taint, now, None)).collect()),
     }
 }
@@ -783,6 +789,7 @@ impl Book {
                 draining: o.signature.draining,
                 available: o.available.saturating_sub(assumed(o.key())),
                 headroom: o.headroom.clone(),
+                nodes: nodes_of(&o.target),
             })
             .collect()
     }

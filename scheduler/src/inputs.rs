@@ -18,14 +18,16 @@ use crate::core::{self, Share};
 /// for; only rebalancing widens it again.
 pub const REASON_FEWER_CLUSTERS: &str = "FewerClusters";
 
-/// The workload's demand: the replicas the workload model places for its kind, and
-/// what one replica asks for (its pod's requests, and one pod).
+/// The workload's demand: the replicas the workload model places for its kind, what
+/// one replica asks for (its pod's requests, and one pod), and whether it runs one on
+/// every node (a DaemonSet, which the model spreads over every cluster).
 pub fn workload(d: &AnyWorkload) -> Result<core::Workload, QuantityError> {
     let per_replica = d.pod_template().and_then(|t| t.spec.as_ref()).map(Resources::for_pod).transpose()?;
     let replicas = d.replicas();
     Ok(core::Workload {
         replicas: u32::try_from(replicas).unwrap_or(0),
         per_replica: per_replica.unwrap_or(Resources::ZERO).max(Resources::new(0, 0, 1)),
+        per_node: d.kind().describe().spread == placement_api::workload::Spread::EveryCluster,
     })
 }
 

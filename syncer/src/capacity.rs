@@ -29,6 +29,8 @@ pub struct Capacity {
     pub available: Resources,
     /// The roomiest nodes' free room, largest cpu first; at most [`MAX_HEADROOM`].
     pub headroom: Vec<(Resources, u32)>,
+    /// How many nodes take pods.
+    pub nodes: u32,
 }
 
 fn takes_pods(node: &Node) -> bool {
@@ -94,7 +96,8 @@ where
             None => available = available.saturating_sub(request),
         }
     }
-    Capacity { allocatable, available, headroom: frontier(free.values().copied().collect()) }
+    let nodes = u32::try_from(free.len()).unwrap_or(u32::MAX);
+    Capacity { allocatable, available, headroom: frontier(free.values().copied().collect()), nodes }
 }
 
 /// The Pareto frontier of the nodes' free room, each with how many nodes have at
@@ -137,6 +140,7 @@ impl Capacity {
                     nodes: i32::try_from(*n).unwrap_or(i32::MAX),
                 })
                 .collect(),
+            nodes: i32::try_from(self.nodes).unwrap_or(i32::MAX),
             cpu: format!("{}/{}", format_cpu(self.available.cpu_millis), format_cpu(self.allocatable.cpu_millis)),
             memory: format!("{}/{}", format_memory(self.available.memory_bytes), format_memory(self.allocatable.memory_bytes)),
         }
@@ -152,6 +156,8 @@ pub struct StatusFields {
     pub available: BTreeMap<String, Quantity>,
     /// `status.nodeHeadroom`.
     pub node_headroom: Vec<NodeHeadroom>,
+    /// `status.nodes`.
+    pub nodes: i32,
     /// `status.cpu`, e.g. `3500m/4`.
     pub cpu: String,
     /// `status.memory`, e.g. `6Gi/8Gi`.

@@ -154,6 +154,7 @@ pub async fn run(
                         status.insert("allocatable".into(), json!(f.allocatable));
                         status.insert("available".into(), json!(f.available));
                         status.insert("nodeHeadroom".into(), json!(f.node_headroom));
+                        status.insert("nodes".into(), json!(f.nodes));
                         status.insert("cpu".into(), json!(f.cpu));
                         status.insert("memory".into(), json!(f.memory));
                     }

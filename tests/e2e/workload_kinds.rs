@@ -391,6 +391,8 @@ fn statefulsets_run_whole_on_one_cluster_and_daemonsets_on_every_selected_one() 
     f.apply(&["--context", "demo", "-n", "default"], NODE_AGENT);
     let probe = wait_placed(&f, "probe", |c| c == ["east", "west"]);
     assert_eq!(probe["spec"]["workload"]["kind"], "DaemonSet", "{}", probe["spec"]);
+    // Room is reserved for a pod on every node: each cluster's share is its nodes.
+    assert_eq!(assignment(&f, "probe"), "east=2 west=3", "{}", probe["spec"]);
     let out = rolled_out(&f, "ds/probe");
     assert!(out.contains("successfully rolled out"), "{out}");
     wait_until(

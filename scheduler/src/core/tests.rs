@@ -14,13 +14,14 @@ fn cluster(name: &str, cpu: u64, mem: u64) -> Cluster {
         draining: false,
         available: Resources::new(cpu * 1000, mem * GI, 110),
         headroom: vec![Resources::new(cpu * 1000, mem * GI, 110)],
+        nodes: 0,
         taints: Arc::new(Vec::new()),
     }
 }
 
 /// One replica: half a core and 1 GiB.
 fn workload(replicas: u32) -> Workload {
-    Workload { replicas, per_replica: Resources::new(500, GI, 1) }
+    Workload { replicas, per_replica: Resources::new(500, GI, 1), per_node: false }
 }
 
 fn divide_on(n: u32) -> (LabelSelector, u32, ReplicaScheduling) {
@@ -157,7 +158,7 @@ fn a_replica_must_fit_on_one_node() {
     // 4 cores free in total, but on four 1-core nodes: a 2-core replica fits nowhere.
     let mut fragmented = cluster("frag", 4, 64);
     fragmented.headroom = vec![Resources::new(1000, 16 * GI, 110)];
-    let w = Workload { replicas: 1, per_replica: Resources::new(2000, GI, 1) };
+    let w = Workload { replicas: 1, per_replica: Resources::new(2000, GI, 1), per_node: false };
     let err = run(&[fragmented.clone()], w, divide_on(1), &[]).unwrap_err();
     assert_eq!(err.to_string(), "0/1 clusters fit: 1 NoNodeFits");
     // Without per-node figures only the total is checked.
@@ -582,4 +583,21 @@ fn explain_ranks_as_place_chooses_under_a_spread() {
     // eu-1 is taken second, before the roomier us-west: its rank says so.
     let rank = |c: &str| rows.iter().find(|r| r.cluster == c).and_then(|r| r.rank);
     assert_eq!((rank("us-east"), rank("eu-1"), rank("us-west")), (Some(1), Some(2), Some(3)));
+}
+
+#[test]
+fn a_workload_with_a_pod_on_every_node_needs_room_for_one_per_node_and_its_share_is_the_nodes() {
+    // Half a core a pod: us-east has 3 nodes and room for 8 pods, us-west 5 nodes and
+    // room for 4, eu-1 does not say how many nodes it has (one, then).
+    let mut fleet = [cluster("us-east", 4, 8), cluster("us-west", 2, 8), cluster("eu-1", 1, 8)];
+    fleet[0].nodes = 3;
+    fleet[1].nodes = 5;
+    let daemon = Workload { per_node: true, ..workload(1) };
+    let every = LabelSelector::default();
+    let all = Rule::plain(&every, 1, ReplicaScheduling::Divide).for_spread(Spread::EveryCluster, fleet.len());
+    let decided = decide(&fleet, &daemon, &all, &[]);
+    assert_eq!(decided, Ok(shares(&[("eu-1", 1), ("us-east", 3)])), "us-west has room for 4 of its 5 nodes' pods");
+    // The same workload with one pod per cluster fits all three.
+    let one = Workload { per_node: false, ..daemon };
+    assert_eq!(decide(&fleet, &one, &all, &[]).map(|s| s.len()), Ok(3));
 }
