@@ -97,6 +97,7 @@ fn replicas_share_one_control_plane_and_survive_each_other_and_etcd() {
         "flotilla-companion-status",
         "flotilla-companions",
         "flotilla-controlplane-controllers",
+        "flotilla-cronjobs",
         "flotilla-revisions",
         "flotilla-scheduler",
         "flotilla-status-aggregator",
