@@ -376,9 +376,14 @@ async fn wait_back(
             if ready_at.is_some() {
                 let now: BTreeMap<WorkloadKey, &WorkloadStatus> = workloads(&fleet).collect();
                 for (key, done) in waiting.iter_mut().filter(|(_, d)| !**d) {
-                    if now.get(key).is_none_or(|w| w.state == "Available") {
-                        *done = true;
-                        say(start, format!("{} Available on {name}", key_str(key)));
+                    // A Job that stayed may run to its end before it is seen running.
+                    match now.get(key) {
+                        None => *done = true,
+                        Some(w) if w.state == "Available" || finished(w) => {
+                            *done = true;
+                            say(start, format!("{} {} on {name}", key_str(key), w.state));
+                        }
+                        Some(_) => {}
                     }
                 }
                 if waiting.values().all(|d| *d) {
@@ -392,9 +397,14 @@ async fn wait_back(
             }
         }
         if Instant::now() > deadline {
+            let still: Vec<String> = waiting.iter().filter(|(_, d)| !**d).map(|(k, _)| key_str(k)).collect();
             anyhow::bail!(
                 "{name} {} within {:?}; see its log under {} and `kubectl --context root describe synctarget {name}`",
-                if ready_at.is_none() { "did not turn Ready" } else { "is Ready, but not all its workloads are Available" },
+                if ready_at.is_none() {
+                    "did not turn Ready".to_string()
+                } else {
+                    format!("is Ready, but these workloads that stayed on it are not Available: {}", still.join(", "))
+                },
                 args.timeout,
                 data_dir.join("logs").display()
             );

@@ -309,10 +309,23 @@ fn a_failover_under_way_when_the_scheduling_replica_dies_is_completed_by_another
         wait_assignment(&b, name, |a| a == "west=1");
     }
     let moved = lost.elapsed();
+    // Until B holds the status aggregator too (A may have held it), the workspace's
+    // status is the one written before east was lost, and `rollout status` would
+    // pass on it: the copies on west are what proves B synced them.
+    wait_until(
+        "B to sum the workloads' status",
+        Duration::from_secs(30),
+        || leases(&b),
+        |l| l.contains(&format!("flotilla-status-aggregator={id_b}")),
+    );
     for name in &names {
+        wait_until(
+            &format!("{name}'s copy on west with 1 replica"),
+            Duration::from_secs(30),
+            || common::fleet::copy_replicas(&west, name),
+            |c| c == "1",
+        );
         common::fleet::rollout(&b, name);
-        let copy = common::fleet::copy_replicas(&west, name);
-        assert_eq!(copy, "1", "{name}'s copy on west has 1 replica");
     }
     let available = lost.elapsed();
     let holders = leases(&b);
