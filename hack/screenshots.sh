@@ -6,5 +6,5 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 mkdir -p docs/images
 FLOTILLA_SCREENSHOTS="$PWD/docs/images" FLOTILLA_REQUIRE_BROWSER=1 \
-  cargo nextest run --test dashboard -E 'test(the_dashboard_shows_up_s_fleet)'
+  cargo nextest run --test e2e -E 'test(the_dashboard_shows_up_s_fleet)'
 ls -l docs/images/dashboard-*.png
