@@ -790,12 +790,14 @@ function workloadView(key) {
   const short = (WORKLOAD_KINDS.find(([k]) => k === kind) || [kind, kind])[1];
   const wp = placements.get(key);
   const [ws, ns, name] = key.split("/");
-  const statusOf = new Map(((wp && wp.status && wp.status.clusters) || []).map((c) => [c.name, c]));
   const assigned = (wp && wp.spec && wp.spec.clusters) || [];
-  const shares = assigned.map((c) => {
-    const s = statusOf.get(c.name);
-    return `${c.name} ${s ? s.readyReplicas || 0 : 0}/${c.replicas}`;
-  });
+  // Each cluster's done/wanted as the aggregator wrote it in the summary
+  // (`east=2/2 west=1/1`; a Job's succeeded/completions): the page does not count.
+  const summed = new Map(((wp && wp.status && wp.status.summary) || "").split(" ").filter(Boolean).map((t) => {
+    const at = t.lastIndexOf("=");
+    return [t.slice(0, at), t.slice(at + 1)];
+  }));
+  const shares = assigned.map((c) => `${c.name} ${summed.get(c.name) || `0/${c.replicas}`}`);
   const where = assigned.map((c) => `${c.name}=${c.replicas}`).join(" ");
   // The state is the server's (the status aggregator writes it with the same rule
   // `flotilla status` uses); the page never judges it itself. Until the aggregator has

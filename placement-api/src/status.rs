@@ -172,14 +172,14 @@ fn derive(status: &mut WorkloadPlacementStatus, wp: &WorkloadPlacement, generati
     let kind = WorkloadKind::of(&wp.spec.workload.api_version, &wp.spec.workload.kind).unwrap_or(WorkloadKind::Deployment);
     for a in assigned {
         let e = entry(&a.name);
+        let (r, of) = workload::copy_counts(kind, e, a.replicas);
         let share = e.map_or(a.replicas, |e| workload::desired_on(kind, e, a.replicas));
         if let Some(c) = e.and_then(|e| e.conditions.iter().find(|c| c.type_ == CONDITION_COMPANIONS_SYNCED && c.status == "False")) {
             refused.push(format!("{}: {}", a.name, c.message));
         }
-        let r = e.map_or(0, |e| e.ready_replicas);
-        summary.push(format!("{}={}/{}", a.name, r, share));
+        summary.push(format!("{}={r}/{of}", a.name));
         ready += r;
-        desired += share;
+        desired += of;
         let failure = e.and_then(|e| e.conditions.iter().find(|c| c.type_ == CONDITION_SYNCED && c.status == "False"));
         match failure {
             Some(f) => behind.push(format!("{} ({}: {})", a.name, f.reason, f.message)),

@@ -83,10 +83,13 @@ pub struct WorkloadPlacementStatus {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
     pub conditions: Vec<Condition>,
-    /// `east=2/2 west=1/1`: ready/assigned replicas per cluster, for `kubectl get`.
+    /// `east=2/2 west=1/1`: ready/assigned replicas per cluster (a Job's: its pods that
+    /// succeeded over its completions), for `kubectl get`
+    /// ([`crate::workload::copy_counts`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub summary: Option<String>,
-    /// Ready/desired replicas over all clusters, for `kubectl get`.
+    /// Ready/desired replicas over all clusters (a Job's: succeeded/completions), for
+    /// `kubectl get`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ready: Option<String>,
     /// `Pending`, `Progressing` or `Available`: the workload's state as the status
@@ -153,6 +156,11 @@ pub struct BatchReport {
     /// A Job's pods that failed.
     #[serde(default)]
     pub failed: i32,
+    /// The successes a Job's copy runs to (its `spec.completions`; 1 when it names
+    /// none), so that its cluster reads `succeeded/completions` as `kubectl get job`'s
+    /// COMPLETIONS does.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub completions: Option<i32>,
     /// When a Job started.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub start_time: Option<Time>,

@@ -116,10 +116,15 @@ pub struct WorkloadStatus {
 #[serde(rename_all = "camelCase")]
 pub struct Share {
     pub name: String,
-    /// Replicas assigned there; 0 for a cluster the workload is leaving.
+    /// Replicas assigned there (a DaemonSet's: its nodes); 0 for a cluster the workload
+    /// is leaving.
     pub replicas: i32,
     pub ready_replicas: i32,
     pub available_replicas: i32,
+    /// What the copy there shows as done over wanted ([`placement_api::workload::copy_counts`]),
+    /// as the WorkloadPlacement's summary says it: ready replicas over the share, or a
+    /// Job's pods that succeeded over its completions.
+    pub shown: String,
 }
 
 /// Runs `flotilla status`.
@@ -331,12 +336,15 @@ fn workload_status(namespace: String, name: String, d: &AnyWorkload, wp: Option<
         let reported: HashMap<&str, _> = wp.status.iter().flat_map(|s| &s.clusters).map(|c| (c.name.as_str(), c)).collect();
         for a in &wp.spec.clusters {
             let r = reported.get(a.name.as_str());
+            // As the WorkloadPlacement's summary counts it: a DaemonSet's share is its
+            // nodes there, a Job's its completions.
+            let (done, of) = placement_api::workload::copy_counts(d.kind(), r.copied(), a.replicas);
             clusters.push(Share {
                 name: a.name.clone(),
-                // A DaemonSet's share is its nodes there, as the WorkloadPlacement's summary counts it.
                 replicas: r.map_or(a.replicas, |r| placement_api::workload::desired_on(d.kind(), r, a.replicas)),
                 ready_replicas: r.map_or(0, |r| r.ready_replicas),
                 available_replicas: r.map_or(0, |r| r.available_replicas),
+                shown: format!("{done}/{of}"),
             });
         }
         for (cluster, r) in &reported {
@@ -346,6 +354,7 @@ fn workload_status(namespace: String, name: String, d: &AnyWorkload, wp: Option<
                     replicas: 0,
                     ready_replicas: r.ready_replicas,
                     available_replicas: r.available_replicas,
+                    shown: format!("{}/0", r.ready_replicas),
                 });
             }
         }
@@ -449,7 +458,7 @@ fn render_text(fleet: &FleetStatus) -> String {
                 let clusters = if w.clusters.is_empty() {
                     "-".to_string()
                 } else {
-                    w.clusters.iter().map(|s| format!("{} {}/{}", s.name, s.ready_replicas, s.replicas)).collect::<Vec<_>>().join(", ")
+                    w.clusters.iter().map(|s| format!("{} {}", s.name, s.shown)).collect::<Vec<_>>().join(", ")
                 };
                 let mut state = match &w.reason {
                     Some(r) => format!("{}: {r}", w.state),
@@ -627,7 +636,7 @@ mod tests {
         assert_eq!(json["workspaces"][0]["workloads"][3]["companions"], json!(["Ingress/web", "Service/web"]));
         assert_eq!(
             json["workspaces"][0]["workloads"][3]["clusters"][0],
-            json!({"name": "east", "replicas": 3, "readyReplicas": 3, "availableReplicas": 3})
+            json!({"name": "east", "replicas": 3, "readyReplicas": 3, "availableReplicas": 3, "shown": "3/3"})
         );
     }
 
@@ -650,6 +659,30 @@ mod tests {
                 "not placed: WorkloadPlacement web is the Deployment web's, and a WorkloadPlacement has its workload's name; rename this Job to place it"
             )
         );
+    }
+
+    #[test]
+    fn a_finished_jobs_cluster_shows_its_successes_over_its_completions() {
+        let now = jiff::Timestamp::now();
+        let job: k8s_openapi::api::batch::v1::Job = serde_json::from_value(json!({
+            "metadata": {"name": "pi", "namespace": "default"},
+            "spec": {"completions": 1, "template": {"spec": {"containers": []}}},
+            "status": {"succeeded": 1, "conditions": [{"type": "Complete", "status": "True"}]},
+        }))
+        .unwrap();
+        let wp = placement(
+            "pi",
+            json!([{"name": "west", "replicas": 1}]),
+            json!({"clusters": [{"name": "west", "batch": {"succeeded": 1, "completions": 1}}]}),
+        );
+        let mut wp = wp;
+        // What the syncer of this build reports of it, and a workload of kind Job.
+        wp.spec.workload.kind = "Job".into();
+        wp.spec.workload.api_version = "batch/v1".into();
+        let fleet = assemble(now, vec![], &["demo".to_string()], Some("demo"), vec![AnyWorkload::Job(Arc::new(job))], vec![wp]);
+        let text = render_text(&fleet);
+        assert!(text.contains("job/pi     1/1     west 1/1"), "{text}");
+        assert!(text.contains("Complete"), "{text}");
     }
 
     #[test]

@@ -12,6 +12,7 @@ use crate::common;
 use test_clusters::fixtures::deployment;
 
 use std::collections::BTreeSet;
+use std::time::Duration;
 
 use common::fleet::{assignment, fleet, wait_assignment, DEADLINE, FAST};
 use common::{tail, wait_for, wait_until, Flotilla, Out, SimCluster};
@@ -813,8 +814,11 @@ fn a_cronjob_never_fires_on_two_clusters_across_a_freeze_and_a_restore() {
         || kd(&f, &["get", "cj", "tick", "-o", "jsonpath={.status.lastScheduleTime}"]),
         |t| !t.is_empty(),
     );
-    // The schedule goes on without east: a Job made since completes on west.
-    let on_west = wait_for("a Job of tick's completed on west while east is frozen", DEADLINE, || {
+    // The schedule goes on without east: a Job made since completes on west. A Job is
+    // named by its scheduled minute, as Kubernetes names it, so `@every 2s` makes at
+    // most one a minute: the next may be a minute away.
+    let next_minute = Duration::from_secs(60) + DEADLINE;
+    let on_west = wait_for("a Job of tick's completed on west while east is frozen", next_minute, || {
         let made = made_by(&f, "tick")?;
         for (name, complete) in &made {
             if *complete && name != &first && cluster_names(&wp(&f, name)) == ["west"] {

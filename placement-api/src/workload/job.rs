@@ -40,6 +40,7 @@ impl Workload for Job {
                 active,
                 succeeded: st.succeeded.unwrap_or(0),
                 failed: st.failed.unwrap_or(0),
+                completions: Some(completions(self.spec.as_ref())),
                 start_time: st.start_time,
                 completion_time: st.completion_time,
                 ..Default::default()
@@ -106,10 +107,9 @@ impl Workload for Job {
             (None, None) => None,
         };
         let succeeded = status.and_then(|s| s.succeeded).unwrap_or(0);
-        let completions = self.spec.as_ref().and_then(|s| s.completions).unwrap_or(1);
         Headline {
             ready: succeeded,
-            desired: completions,
+            desired: completions(self.spec.as_ref()),
             available: ended.is_none() && status.and_then(|s| s.active).unwrap_or(0) > 0,
             ended,
         }
@@ -159,6 +159,20 @@ pub fn generated_field(path: &str) -> bool {
 }
 
 /// The pods a Job spec runs at once: its parallelism, no more than its completions.
+/// The successes a Job runs to: `spec.completions`, or 1 when it names none (any one
+/// success ends it).
+pub(super) fn completions(spec: Option<&JobSpec>) -> i32 {
+    spec.and_then(|s| s.completions).unwrap_or(1)
+}
+
+/// What a cluster's copy of a Job shows, as `kubectl get job`'s COMPLETIONS does: its
+/// pods that succeeded over the successes it runs to (from a syncer that does not
+/// report those, `share`).
+pub(super) fn copy_counts(entry: &ClusterSyncStatus, share: i32) -> (i32, i32) {
+    let batch = entry.batch.as_ref();
+    (batch.map_or(0, |b| b.succeeded), batch.and_then(|b| b.completions).unwrap_or(share))
+}
+
 pub(super) fn pods_at_once(spec: Option<&JobSpec>) -> i32 {
     let parallelism = spec.and_then(|s| s.parallelism).unwrap_or(1);
     spec.and_then(|s| s.completions).map_or(parallelism, |c| parallelism.min(c))

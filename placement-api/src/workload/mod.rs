@@ -324,6 +324,21 @@ pub fn copy_available(kind: WorkloadKind, entry: &ClusterSyncStatus, share: i32)
     }
 }
 
+/// What a cluster's copy of a workload of `kind` shows as done over wanted, with
+/// `share` assigned there (`None`: no report yet). The WorkloadPlacement's summary and
+/// ready count, `flotilla status` and the dashboard all read it:
+/// - ready replicas over the share, for a DaemonSet over the nodes it reports
+///   ([`desired_on`]);
+/// - for a Job, its pods that succeeded over its completions, as the Job's own READY
+///   reads.
+pub fn copy_counts(kind: WorkloadKind, entry: Option<&ClusterSyncStatus>, share: i32) -> (i32, i32) {
+    match (kind, entry) {
+        (_, None) => (0, share),
+        (WorkloadKind::Job, Some(e)) => job::copy_counts(e, share),
+        (_, Some(e)) => (e.ready_replicas, desired_on(kind, e, share)),
+    }
+}
+
 /// The replicas a cluster's copy should run, as its summary counts them: its share,
 /// or for a DaemonSet the nodes it reports.
 pub fn desired_on(kind: WorkloadKind, entry: &ClusterSyncStatus, share: i32) -> i32 {

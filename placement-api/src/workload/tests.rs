@@ -119,3 +119,30 @@ fn a_cronjob_is_not_placed_and_its_state_is_its_schedules() {
     assert_eq!(suspended, crate::status::WorkloadState::Progressing);
     assert!(why.unwrap_or_default().contains("spec.suspend"));
 }
+
+#[test]
+fn a_copy_shows_ready_over_its_share_and_a_job_its_successes_over_its_completions() {
+    use WorkloadKind::*;
+    let job = |succeeded, completions| ClusterSyncStatus {
+        batch: Some(crate::BatchReport { succeeded, completions, ..Default::default() }),
+        ..entry([0, 0, 0, 0], true, &[])
+    };
+    // The kind, its copy's report, its share there, and what the copy shows.
+    type Case = (WorkloadKind, Option<ClusterSyncStatus>, i32, (i32, i32));
+    let cases: &[Case] = &[
+        (Deployment, Some(entry([3, 3, 2, 2], true, &[])), 3, (2, 3)),
+        (StatefulSet, Some(entry([3, 3, 3, 3], true, &[])), 3, (3, 3)),
+        // A DaemonSet's share is the nodes its copy reports.
+        (DaemonSet, Some(entry([4, 4, 1, 1], true, &[])), 1, (1, 4)),
+        (Deployment, None, 2, (0, 2)),
+        // A finished Job has no pod ready: it shows its successes, as its READY does.
+        (Job, Some(job(1, Some(1))), 1, (1, 1)),
+        (Job, Some(job(3, Some(5))), 2, (3, 5)),
+        // From a syncer that does not report completions: the share.
+        (Job, Some(job(0, None)), 1, (0, 1)),
+        (Job, None, 1, (0, 1)),
+    ];
+    for (kind, e, share, want) in cases {
+        assert_eq!(copy_counts(*kind, e.as_ref(), *share), *want, "{kind:?} {e:?} share {share}");
+    }
+}
