@@ -491,6 +491,14 @@ async fn resource(
             decision.check_read(&obj)?;
             Ok(object_response(200, &obj, omit_managed_fields))
         }
+        ("get", Some("log")) if rt.plural == "pods" && rt.group.is_empty() && state.api.pod_logs().is_some() => {
+            let name = name.unwrap_or_default();
+            let pod = state.api.get(&scope, name)?;
+            decision.check_read(&pod)?;
+            let opts = crate::pod_logs::parse(query, name, jiff::Timestamp::now())?;
+            let logs = state.api.pod_logs().ok_or_else(|| ApiError::no_route("pods/log"))?;
+            crate::pod_logs::respond(state.api.clone(), logs, scope.clone(), name, &pod, opts, state.stopping.clone())
+        }
         ("get", Some("scale")) if rt.scale.is_some() => {
             decision.check_read(&*state.api.get(&scope, name.unwrap_or_default())?)?;
             Ok(json_response(200, &state.api.get_scale(&scope, name.unwrap_or_default())?))

@@ -26,6 +26,7 @@ pub mod kubeconfig;
 pub mod listener;
 pub mod metrics;
 pub mod openapi;
+pub mod pod_logs;
 pub mod registry;
 pub mod server;
 pub mod syncer_scope;

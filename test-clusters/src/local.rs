@@ -8,11 +8,13 @@
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
+use controlplane::error::ApiError;
+use controlplane::pod_logs::{LogLines, LogQuery, PodLogs};
 use controlplane::server::{self, Server, ServerConfig};
 use tokio::sync::watch;
 
 use crate::driver;
-use crate::sim::Simulator;
+use crate::sim::{logs, Simulator};
 use crate::ClusterDef;
 
 /// A running simulated cluster.
@@ -31,6 +33,7 @@ impl LocalCluster {
         let mut config = ServerConfig::physical_cluster(&def.name, state_dir, kubeconfig, listen);
         config.service_cidr = def.service_cidr;
         let server = server::start(config, prometheus::Registry::new()).await?;
+        server.api.install_pod_logs(std::sync::Arc::new(SimulatedLogs));
         let simulator = Simulator::new(def);
         driver::register_nodes(&server.api, &simulator).await?;
         let (stop, stopped) = watch::channel(false);
@@ -49,5 +52,18 @@ impl LocalCluster {
         let _ = self.stop.send(true);
         let _ = self.simulation.await;
         self.server.shutdown().await
+    }
+}
+
+/// The simulated containers' logs ([`crate::sim::logs`]), for `kubectl logs`.
+struct SimulatedLogs;
+
+impl PodLogs for SimulatedLogs {
+    fn read(&self, pod: &serde_json::Value, query: &LogQuery, now: jiff::Timestamp) -> Result<LogLines, ApiError> {
+        let pod: k8s_openapi::api::core::v1::Pod =
+            serde_json::from_value(pod.clone()).map_err(|e| ApiError::bad_request(format!("reading the pod: {e}")))?;
+        let asked = logs::Query { container: query.container.as_deref(), previous: query.previous, since: query.since, tail: query.tail };
+        let log = logs::read(&pod, &asked, now).map_err(|logs::Refused(why)| ApiError::bad_request(why))?;
+        Ok(LogLines { lines: log.lines, running: log.running })
     }
 }

@@ -6,7 +6,7 @@ use test_clusters::fixtures::deployment;
 
 use std::time::Duration;
 
-use common::{wait_for, SimCluster};
+use common::{wait_for, wait_until, SimCluster};
 
 /// Two nodes of 2 cpu / 4Gi; pods start 200 ms after binding.
 const EAST: &str = r#"
@@ -286,4 +286,59 @@ fn a_daemonset_runs_on_every_node() {
     let on = c.k(&["get", "pods", "-l", "app=agent", "-o", "jsonpath={.items[*].spec.nodeName}"]);
     let distinct: std::collections::BTreeSet<&str> = on.split_whitespace().collect();
     assert_eq!(distinct.len(), nodes, "one per node: {on}");
+}
+
+/// A simulated container's log through `kubectl logs`: the line naming its image and
+/// pod, a line every few seconds while it runs, `--tail`, a followed log that ends when
+/// the pod is deleted, a crashed container's last run, and kube-apiserver's refusals.
+#[test]
+fn kubectl_logs_reads_a_simulated_containers_log() {
+    let c = SimCluster::start(EAST);
+    c.k(&["create", "deployment", "web", "--image=nginx:1.27"]);
+    c.k(&["rollout", "status", "deployment/web", "--timeout=30s"]);
+    let pod = c.k(&["get", "pods", "-l", "app=web", "-o", "jsonpath={.items[0].metadata.name}"]);
+    let node = c.k(&["get", "pod", &pod, "-o", "jsonpath={.spec.nodeName}"]);
+    let log = c.k(&["logs", "deploy/web"]);
+    let first = log.lines().next().unwrap_or_default();
+    assert_eq!(first, format!("nginx:1.27 started in pod default/{pod} on node {node}"), "{log}");
+    // It goes on writing while it runs.
+    let grown = wait_until("a line written since the start", DEADLINE, || c.k(&["logs", &pod]), |l| l.lines().count() >= 2);
+    assert!(grown.lines().nth(1).is_some_and(|l| l == "nginx is running: 5s since it started"), "{grown}");
+    assert_eq!(c.k(&["logs", &pod, "--tail=1"]).lines().count(), 1);
+    let stamped = c.k(&["logs", &pod, "--timestamps", "--tail=1"]);
+    assert!(stamped.split_whitespace().next().is_some_and(|t| t.parse::<jiff::Timestamp>().is_ok()), "{stamped}");
+
+    // Refusals, as kube-apiserver words them.
+    let o = c.kubectl(&["logs", &pod, "-c", "db"]);
+    assert!(!o.ok && o.stderr.contains(&format!("container db is not valid for pod {pod}")), "{o:?}");
+    let o = c.kubectl(&["logs", &pod, "--previous"]);
+    assert!(!o.ok && o.stderr.contains(&format!("previous terminated container \"nginx\" in pod \"{pod}\" not found")), "{o:?}");
+    let o = c.kubectl(&["logs", &pod, "--since=-1s"]);
+    assert!(!o.ok, "a negative --since is refused: {o:?}");
+
+    // A followed log gets the new lines, and ends when the pod is deleted.
+    let out = c.dir.path().join("follow.txt");
+    let written = c.k(&["logs", &pod]).lines().count();
+    let mut follow = c.kubectl_background(&["logs", "-f", &pod], &out);
+    let read = || std::fs::read_to_string(&out).unwrap_or_default();
+    wait_until("the followed log to gain a line", DEADLINE, read, |l| l.lines().count() > written);
+    c.k(&["delete", "pod", &pod, "--wait=false"]);
+    let ended = wait_for("kubectl logs -f to end once the pod is gone", DEADLINE, || match follow.try_wait() {
+        Ok(Some(status)) => Ok(status),
+        _ => Err(read()),
+    });
+    assert!(ended.success(), "{ended:?}: {}", read());
+
+    // A crash-looping container shows its last run, with --previous too.
+    c.k(&["create", "deployment", "crash", "--image=nginx:broken"]);
+    let crashed = wait_for("the crashed container's log", DEADLINE, || {
+        let pod = c.k(&["get", "pods", "-l", "app=crash", "-o", "jsonpath={.items[0].metadata.name}"]);
+        let o = c.kubectl(&["logs", &pod, "--previous"]);
+        if o.ok && o.stdout.contains("nginx exited with code 1 (Error)") {
+            Ok((pod, o.stdout))
+        } else {
+            Err(format!("{o:?}"))
+        }
+    });
+    assert_eq!(c.k(&["logs", &crashed.0]), crashed.1, "the last run is what kubectl logs shows of a waiting container");
 }

@@ -24,6 +24,7 @@ pub mod deployment;
 pub mod events;
 pub mod job;
 pub mod kubelet;
+pub mod logs;
 pub mod names;
 pub mod nodes;
 pub mod pod;

@@ -374,6 +374,12 @@ impl SimCluster {
         Out::from(kubectl_cmd(&self.kubeconfig(), self.dir.path(), args).output().expect("run kubectl"))
     }
 
+    /// Starts kubectl against the cluster, its output going to `out`.
+    pub fn kubectl_background(&self, args: &[&str], out: &Path) -> Child {
+        let f = std::fs::File::create(out).expect("out file");
+        kubectl_cmd(&self.kubeconfig(), self.dir.path(), args).stdout(f.try_clone().unwrap()).stderr(f).spawn().expect("spawn kubectl")
+    }
+
     /// Runs kubectl, which must succeed; returns stdout.
     pub fn k(&self, args: &[&str]) -> String {
         must(self.kubectl(args), args, &self.log())
