@@ -239,8 +239,6 @@ pub struct Api {
     pub registry: Arc<Registry>,
     /// Cluster IPs and node ports, in a physical cluster only ([`crate::allocator`]).
     allocator: std::sync::OnceLock<crate::allocator::ServiceAllocator>,
-    /// What reads containers' logs, in a cluster whose pods run ([`crate::pod_logs`]).
-    pod_logs: std::sync::OnceLock<Arc<dyn crate::pod_logs::PodLogs>>,
 }
 
 /// A continue token: where the next page starts and the revision of the first page.
@@ -253,24 +251,13 @@ struct ContinueToken {
 impl Api {
     /// The engine over a store and registry.
     pub fn new(store: Arc<dyn Store>, registry: Arc<Registry>) -> Arc<Self> {
-        Arc::new(Self { store, registry, allocator: Default::default(), pod_logs: Default::default() })
+        Arc::new(Self { store, registry, allocator: Default::default() })
     }
 
     /// Makes every Service written from now on get its cluster IP and node ports from
     /// `allocator`, as in a physical cluster; a second call changes nothing.
     pub fn install_allocator(&self, allocator: crate::allocator::ServiceAllocator) {
         let _ = self.allocator.set(allocator);
-    }
-
-    /// Serves `pods/log` from `logs`: a cluster that runs its pods installs what reads
-    /// their containers' logs. Without it, `pods/log` is not served.
-    pub fn install_pod_logs(&self, logs: Arc<dyn crate::pod_logs::PodLogs>) {
-        let _ = self.pod_logs.set(logs);
-    }
-
-    /// What reads containers' logs, once installed.
-    pub fn pod_logs(&self) -> Option<Arc<dyn crate::pod_logs::PodLogs>> {
-        self.pod_logs.get().cloned()
     }
 
     /// What a physical cluster allocates for a Service about to be stored, reserved

@@ -46,6 +46,9 @@ pub struct AppState {
     /// Explains a workload for the dashboard, once the process that runs the scheduler's
     /// core has said how.
     pub explain: Arc<std::sync::OnceLock<dashboard::Explainer>>,
+    /// Reads containers' logs for `pods/log`, in a cluster whose pods run, once it has
+    /// said how ([`crate::pod_logs`]); without it `pods/log` is not served.
+    pub pod_logs: Arc<std::sync::OnceLock<Arc<dyn crate::pod_logs::PodLogs>>>,
 }
 
 /// The router: everything goes through one handler, because Kubernetes paths are
@@ -491,12 +494,12 @@ async fn resource(
             decision.check_read(&obj)?;
             Ok(object_response(200, &obj, omit_managed_fields))
         }
-        ("get", Some("log")) if rt.plural == "pods" && rt.group.is_empty() && state.api.pod_logs().is_some() => {
+        ("get", Some("log")) if rt.plural == "pods" && rt.group.is_empty() && state.pod_logs.get().is_some() => {
             let name = name.unwrap_or_default();
             let pod = state.api.get(&scope, name)?;
             decision.check_read(&pod)?;
             let opts = crate::pod_logs::parse(query, name, jiff::Timestamp::now())?;
-            let logs = state.api.pod_logs().ok_or_else(|| ApiError::no_route("pods/log"))?;
+            let logs = state.pod_logs.get().cloned().ok_or_else(|| ApiError::no_route("pods/log"))?;
             crate::pod_logs::respond(state.api.clone(), logs, scope.clone(), name, &pod, opts, state.stopping.clone())
         }
         ("get", Some("scale")) if rt.scale.is_some() => {

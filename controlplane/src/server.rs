@@ -103,6 +103,7 @@ pub struct Server {
     controllers: Option<tokio::task::JoinHandle<()>>,
     stop: tokio::sync::watch::Sender<bool>,
     explain: Arc<std::sync::OnceLock<crate::dashboard::Explainer>>,
+    pod_logs: Arc<std::sync::OnceLock<Arc<dyn crate::pod_logs::PodLogs>>>,
     _lock: File,
 }
 
@@ -119,6 +120,12 @@ impl Server {
     /// Lets the dashboard explain placements with `explainer` (the first one set stays).
     pub fn serve_explain(&self, explainer: crate::dashboard::Explainer) {
         let _ = self.explain.set(explainer);
+    }
+
+    /// Serves `pods/log` from `logs`: a cluster that runs its pods says how their
+    /// containers' logs are read (the first one set stays).
+    pub fn serve_pod_logs(&self, logs: Arc<dyn crate::pod_logs::PodLogs>) {
+        let _ = self.pod_logs.set(logs);
     }
 
     /// Stops serving: new connections are refused, in-flight requests get a grace period.
@@ -266,6 +273,7 @@ pub async fn start(config: ServerConfig, prometheus: prometheus::Registry) -> an
         ready: std::sync::atomic::AtomicBool::new(false),
         stopping,
         explain: Arc::default(),
+        pod_logs: Arc::default(),
     });
     let controllers = config.run_controllers.then(|| tokio::spawn(controllers::run(api.clone())));
 
@@ -277,8 +285,8 @@ pub async fn start(config: ServerConfig, prometheus: prometheus::Registry) -> an
     kubeconfig::write_admin(&kubeconfig, &config.name, addr, &tls.ca_pem, auth.admin_token(), &contexts, config.single_cluster)?;
     state.ready.store(true, Ordering::Release);
     tracing::info!(%addr, data_dir = %config.data_dir.display(), "control plane serving");
-    let explain = state.explain.clone();
-    Ok(Server { api, addr, kubeconfig, auth, router, serving, controllers, stop, explain, _lock: lock })
+    let (explain, pod_logs) = (state.explain.clone(), state.pod_logs.clone());
+    Ok(Server { api, addr, kubeconfig, auth, router, serving, controllers, stop, explain, pod_logs, _lock: lock })
 }
 
 /// (workspace, scoped token) for every workspace, for the kubeconfig.

@@ -33,7 +33,7 @@ impl LocalCluster {
         let mut config = ServerConfig::physical_cluster(&def.name, state_dir, kubeconfig, listen);
         config.service_cidr = def.service_cidr;
         let server = server::start(config, prometheus::Registry::new()).await?;
-        server.api.install_pod_logs(std::sync::Arc::new(SimulatedLogs));
+        server.serve_pod_logs(std::sync::Arc::new(SimulatedLogs));
         let simulator = Simulator::new(def);
         driver::register_nodes(&server.api, &simulator).await?;
         let (stop, stopped) = watch::channel(false);

@@ -328,6 +328,11 @@ fn kubectl_logs_reads_a_simulated_containers_log() {
         _ => Err(read()),
     });
     assert!(ended.success(), "{ended:?}: {}", read());
+    // The pod's story, as kube-scheduler and a kubelet record it.
+    let reasons = c.k(&["get", "events", "--field-selector", &format!("involvedObject.name={pod}"), "-o", "jsonpath={.items[*].reason}"]);
+    for reason in ["Scheduled", "Pulled", "Created", "Started"] {
+        assert!(reasons.split_whitespace().any(|r| r == reason), "{reason} among the pod's Events: {reasons}");
+    }
 
     // A crash-looping container shows its last run, with --previous too.
     c.k(&["create", "deployment", "crash", "--image=nginx:broken"]);

@@ -52,10 +52,30 @@ impl Recorder {
         self.event(kind, about, "Warning", component, reason, message)
     }
 
+    /// An action creating a `Normal` event from a component on one host (a node's
+    /// kubelet).
+    pub fn normal_from(&mut self, kind: Kind, about: &ObjectMeta, component: &str, host: &str, reason: &str, message: String) -> Action {
+        self.on_host("Normal", kind, about, component, host, reason, message)
+    }
+
     /// An action creating a `Warning` event from a component on one host (a node's
     /// kubelet), as `kubectl describe` shows `kubelet` with the node.
     pub fn warning_from(&mut self, kind: Kind, about: &ObjectMeta, component: &str, host: &str, reason: &str, message: String) -> Action {
-        let mut action = self.event(kind, about, "Warning", component, reason, message);
+        self.on_host("Warning", kind, about, component, host, reason, message)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn on_host(
+        &mut self,
+        type_: &str,
+        kind: Kind,
+        about: &ObjectMeta,
+        component: &str,
+        host: &str,
+        reason: &str,
+        message: String,
+    ) -> Action {
+        let mut action = self.event(kind, about, type_, component, reason, message);
         if let Action::Create(Object::Event(e)) = &mut action {
             if let Some(source) = e.source.as_mut() {
                 source.host = Some(host.to_string());

@@ -75,6 +75,11 @@ pub fn sync(
         let node_name = bound_node(p).unwrap_or_default();
         let node = by_name[node_name];
         if p.metadata.deletion_timestamp.is_some() {
+            let running = p.status.iter().flat_map(|s| s.container_statuses.iter().flatten());
+            for c in running.filter(|c| c.state.as_ref().is_some_and(|s| s.running.is_some())) {
+                let message = format!("Stopping container {}", c.name);
+                out.actions.push(rec.normal_from(Kind::Pod, &p.metadata, component::KUBELET, node_name, "Killing", message));
+            }
             out.actions.push(Action::Delete { target: ObjectRef::from_meta(Kind::Pod, &p.metadata), grace_period_seconds: Some(0) });
             continue;
         }
@@ -101,8 +106,10 @@ pub fn sync(
     out
 }
 
-/// The Events a kubelet records as a container fails: `BackOff` each time a crash-looping
-/// container is restarted, and `Failed` when a pod that does not restart fails.
+/// The Events a kubelet records about a pod's containers: `Pulled`, `Created` and
+/// `Started` each time one starts (a crash-looping one at each restart), `BackOff` each
+/// time a crash-looping container is restarted, and `Failed` when a pod that does not
+/// restart fails.
 fn container_events(p: &Pod, status: &PodStatus, node: &str, rec: &mut Recorder) -> Vec<Action> {
     let old = p.status.as_ref();
     let mut out = Vec::new();
@@ -111,6 +118,17 @@ fn container_events(p: &Pod, status: &PodStatus, node: &str, rec: &mut Recorder)
     let uid = p.metadata.uid.as_deref().unwrap_or_default();
     for c in status.container_statuses.iter().flatten() {
         let before = find_status(old.and_then(|s| s.container_statuses.as_ref()), &c.name);
+        if started_anew(before, c) {
+            let image = p.spec.iter().flat_map(|s| &s.containers).find(|s| s.name == c.name).and_then(|s| s.image.as_deref());
+            let image = image.unwrap_or_default();
+            for (reason, message) in [
+                ("Pulled", format!("Container image \"{image}\" already present on machine")),
+                ("Created", format!("Created container: {}", c.name)),
+                ("Started", format!("Started container {}", c.name)),
+            ] {
+                out.push(rec.normal_from(Kind::Pod, &p.metadata, component::KUBELET, node, reason, message));
+            }
+        }
         let looping = c.state.as_ref().and_then(|s| s.waiting.as_ref()).and_then(|w| w.reason.as_deref()) == Some("CrashLoopBackOff");
         let was_looping = before.and_then(|b| b.state.as_ref()?.waiting.as_ref()?.reason.as_deref()) == Some("CrashLoopBackOff");
         if looping && (!was_looping || before.is_some_and(|b| b.restart_count != c.restart_count)) {
@@ -124,6 +142,19 @@ fn container_events(p: &Pod, status: &PodStatus, node: &str, rec: &mut Recorder)
         out.push(rec.warning_from(Kind::Pod, &p.metadata, component::KUBELET, node, "Failed", message));
     }
     out
+}
+
+/// Whether a container ran a new instance since `before`: it runs or has run where it
+/// had not, or it was restarted.
+fn started_anew(before: Option<&ContainerStatus>, now: &ContainerStatus) -> bool {
+    let ran = |c: &ContainerStatus| {
+        c.state.as_ref().is_some_and(|s| s.running.is_some() || s.terminated.is_some())
+            || c.last_state.as_ref().is_some_and(|s| s.terminated.is_some())
+    };
+    match before {
+        None => ran(now),
+        Some(b) => (ran(now) && !ran(b)) || now.restart_count > b.restart_count,
+    }
 }
 
 fn bound_node(p: &Pod) -> Option<&str> {
@@ -710,19 +741,56 @@ mod tests {
         let ips: BTreeSet<String> = later
             .actions
             .iter()
-            .map(|x| match x {
-                Action::UpdateStatus(Object::Pod(p)) => p.status.as_ref().unwrap().pod_ip.clone().unwrap(),
-                other => panic!("{other:?}"),
+            .filter_map(|x| match x {
+                Action::UpdateStatus(Object::Pod(p)) => Some(p.status.as_ref().unwrap().pod_ip.clone().unwrap()),
+                _ => None,
             })
             .collect();
         assert_eq!(ips, BTreeSet::from(["10.244.1.2".to_string(), "10.244.1.3".to_string()]));
+        // Each container that starts is pulled, created and started, as a kubelet records.
+        let events: Vec<(String, String)> = later
+            .actions
+            .iter()
+            .filter_map(|x| match x {
+                Action::Create(Object::Event(e)) => Some((e.reason.clone()?, e.message.clone()?)),
+                _ => None,
+            })
+            .collect();
+        let reasons: Vec<&str> = events.iter().map(|(r, _)| r.as_str()).collect();
+        assert_eq!(reasons, ["Pulled", "Created", "Started", "Pulled", "Created", "Started"], "{events:?}");
+        assert_eq!(events[0].1, "Container image \"nginx:1.27\" already present on machine");
+        assert!(events[1].1.starts_with("Created container: ") && events[2].1.starts_with("Started container "), "{events:?}");
+        let after = sync(&nodes, &statuses_of(&later), &none, DELAY, &[], t(3), &mut Recorder::new(t(3)));
+        assert!(after.actions.is_empty(), "nothing is recorded twice: {:?}", after.actions);
+    }
+
+    fn statuses_of(out: &KubeletSync) -> Vec<Pod> {
+        out.actions
+            .iter()
+            .filter_map(|x| match x {
+                Action::UpdateStatus(Object::Pod(p)) => Some((**p).clone()),
+                _ => None,
+            })
+            .collect()
     }
 
     #[test]
     fn deleting_pods_are_finished() {
-        let p = Pod::test("a").on_node("n1").ready_at(t(0)).deleting().build();
+        let mut p = Pod::test("a").on_node("n1").ready_at(t(0)).deleting().build();
+        // Its container runs.
+        let running: ContainerStatus = serde_json::from_value(serde_json::json!({
+            "name": "c", "image": "nginx:1.27", "imageID": "", "ready": true, "restartCount": 0,
+            "state": {"running": {"startedAt": "2023-11-14T22:13:20Z"}}
+        }))
+        .unwrap();
+        p.status.get_or_insert_with(Default::default).container_statuses = Some(vec![running]);
         let out = sync(&[node()], &[p], &BTreeMap::new(), DELAY, &[], t(5), &mut Recorder::new(t(5)));
-        assert!(matches!(&out.actions[..], [Action::Delete { target, grace_period_seconds: Some(0) }] if target.name == "a"));
+        assert!(
+            matches!(&out.actions[..], [Action::Create(Object::Event(e)), Action::Delete { target, grace_period_seconds: Some(0) }]
+                if target.name == "a" && e.reason.as_deref() == Some("Killing")),
+            "{:?}",
+            out.actions
+        );
     }
 
     /// Statuses from the first sync to `until`, a second at a time, as a driver that
