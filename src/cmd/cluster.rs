@@ -95,7 +95,7 @@ async fn confirm_lost(targets: &Api<SyncTarget>, name: &str) -> anyhow::Result<(
 }
 
 /// One argument of `flotilla cluster taint`.
-#[derive(Debug, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 enum TaintEdit {
     /// Add this taint, or set the value of the one with its key and effect.
     Add(ClusterTaint),
@@ -182,21 +182,29 @@ fn taint_text(t: &ClusterTaint) -> String {
 
 /// `flotilla cluster taint`: a read, the edits, and a write conditional on what was
 /// read, so that a concurrent change is not overwritten.
+/// How many times a taint edit is made again on the SyncTarget as it now is, when it
+/// changed between the read and the write (a heartbeat lands every few seconds).
+const TAINT_ATTEMPTS: usize = 5;
+
 async fn taint(targets: &Api<SyncTarget>, name: &str, args: &[String]) -> anyhow::Result<()> {
     let edits = args.iter().map(|a| parse_taint(a)).collect::<anyhow::Result<Vec<_>>>()?;
-    let st = targets.get(name).await.map_err(|e| not_registered(name, e))?;
-    let mut taints = st.spec.taints.clone();
-    let done = edit_taints(&mut taints, edits, Time(k8s_openapi::jiff::Timestamp::now())).with_context(|| format!("cluster {name}"))?;
-    let patch = json!({"metadata": {"resourceVersion": st.metadata.resource_version}, "spec": {"taints": taints}});
-    match targets.patch(name, &PatchParams { field_manager: Some(MANAGER.into()), ..Default::default() }, &Patch::Merge(patch)).await {
-        Ok(_) => {}
-        Err(kube::Error::Api(e)) if e.code == 409 => {
-            anyhow::bail!("cluster {name} changed while its taints were edited: run the command again")
+    for _ in 0..TAINT_ATTEMPTS {
+        let st = targets.get(name).await.map_err(|e| not_registered(name, e))?;
+        let mut taints = st.spec.taints.clone();
+        let done = edit_taints(&mut taints, edits.clone(), Time(k8s_openapi::jiff::Timestamp::now()))
+            .with_context(|| format!("cluster {name}"))?;
+        let patch = json!({"metadata": {"resourceVersion": st.metadata.resource_version}, "spec": {"taints": taints}});
+        match targets.patch(name, &PatchParams { field_manager: Some(MANAGER.into()), ..Default::default() }, &Patch::Merge(patch)).await {
+            Ok(_) => {
+                println!("cluster {name}: {}", done.join(", "));
+                return Ok(());
+            }
+            // Edited again on what it now holds.
+            Err(kube::Error::Api(e)) if e.code == 409 => continue,
+            Err(e) => return Err(e).with_context(|| format!("updating the taints of SyncTarget {name}")),
         }
-        Err(e) => return Err(e).with_context(|| format!("updating the taints of SyncTarget {name}")),
     }
-    println!("cluster {name}: {}", done.join(", "));
-    Ok(())
+    anyhow::bail!("cluster {name} changed {TAINT_ATTEMPTS} times while its taints were edited: run the command again")
 }
 
 /// Registers a cluster; `hint` adds the line that says how to look at it.
