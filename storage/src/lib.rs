@@ -16,6 +16,7 @@ pub mod conformance;
 mod doc;
 mod etcd;
 pub mod local_etcd;
+mod memory;
 mod mirror;
 mod sqlite;
 mod window;
@@ -27,6 +28,7 @@ use serde_json::Value;
 
 pub use doc::{Doc, DocMeta, OwnerUid};
 pub use etcd::{EtcdConfig, EtcdStore, EtcdTls, DEFAULT_COMPACTION_INTERVAL, DEFAULT_REQUEST_TIMEOUT};
+pub use memory::MemoryStore;
 pub use sqlite::SqliteStore;
 pub use window::{Event, EventType, WatchStream, WindowLimits, EVENT_WINDOW};
 

@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock, RwLockReadGuard};
 
 use super::window::{Window, WindowLimits};
-use super::{Doc, Entry, Event, Range, Revision, StoreError, WatchStream};
+use super::{stamp, Doc, Entry, Event, EventType, Range, Revision, StoreError, WatchStream, WriteOp};
 
 /// What the index keeps per key: the revision and the serialized document.
 #[derive(Debug, Clone)]
@@ -154,5 +154,50 @@ impl Mirror {
 
     pub(crate) fn watch(&self, prefix: &str, from: Revision) -> Result<WatchStream, StoreError> {
         self.window.subscribe(prefix, from)
+    }
+}
+
+/// Checks one request against the current value and builds the stored entry and event.
+pub(crate) fn stage(op: WriteOp, current: Option<Stored>, rev: Revision) -> Result<(Entry, Event), StoreError> {
+    match op {
+        WriteOp::Create { key, value } => {
+            if current.is_some() {
+                return Err(StoreError::AlreadyExists(key));
+            }
+            let value = Arc::new(stamp(value, rev));
+            let doc = within_limit(&key, Doc::new(&value))?;
+            let event = Event { rev, key, kind: EventType::Added, doc, prev_doc: None };
+            Ok((Entry { rev, value, doc: Some(event.doc.clone()) }, event))
+        }
+        WriteOp::Update { key, value, expected } => {
+            let cur = current.ok_or_else(|| StoreError::NotFound(key.clone()))?;
+            if cur.rev != expected {
+                return Err(StoreError::Conflict { key, expected, actual: cur.rev });
+            }
+            let value = Arc::new(stamp(value, rev));
+            let doc = within_limit(&key, Doc::new(&value))?;
+            let event = Event { rev, key, kind: EventType::Modified, doc, prev_doc: Some(cur.doc) };
+            Ok((Entry { rev, value, doc: Some(event.doc.clone()) }, event))
+        }
+        WriteOp::Delete { key, expected } => {
+            let cur = current.ok_or_else(|| StoreError::NotFound(key.clone()))?;
+            if let Some(expected) = expected {
+                if cur.rev != expected {
+                    return Err(StoreError::Conflict { key, expected, actual: cur.rev });
+                }
+            }
+            // The DELETED event carries the deletion revision, as etcd-backed watches do.
+            let value = Arc::new(stamp((*cur.doc.value()).clone(), rev));
+            let event = Event { rev, key, kind: EventType::Deleted, doc: Doc::new(&value), prev_doc: Some(cur.doc) };
+            Ok((Entry { rev, value, doc: Some(event.doc.clone()) }, event))
+        }
+    }
+}
+
+/// The stored document, if it is within [`super::MAX_OBJECT_BYTES`].
+fn within_limit(key: &str, doc: Arc<Doc>) -> Result<Arc<Doc>, StoreError> {
+    match doc.raw().len() {
+        size if size > super::MAX_OBJECT_BYTES => Err(StoreError::TooLarge { key: key.to_string(), size }),
+        _ => Ok(doc),
     }
 }

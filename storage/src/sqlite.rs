@@ -21,9 +21,9 @@ use prometheus::{Histogram, HistogramOpts, IntCounter};
 use rusqlite::{params, Connection};
 use tokio::sync::oneshot;
 
-use super::mirror::{Index, Mirror, Stored};
+use super::mirror::{stage, Index, Mirror, Stored};
 use super::window::WindowLimits;
-use super::{stamp, Doc, Entry, Event, EventType, Revision, Store, StoreError, WatchStream, WriteOp};
+use super::{Doc, Entry, Event, EventType, Revision, Store, StoreError, WatchStream, WriteOp};
 
 /// Upper bound on writes per transaction. Large enough that 32+ concurrent clients
 /// share one fsync, small enough that one huge burst doesn't delay its first writer.
@@ -302,51 +302,6 @@ impl Writer {
         for s in staged {
             let _ = s.reply.send(s.result.map(|(entry, _)| entry));
         }
-    }
-}
-
-/// Checks one request against the current value and builds the stored entry and event.
-fn stage(op: WriteOp, current: Option<Stored>, rev: Revision) -> Result<(Entry, Event), StoreError> {
-    match op {
-        WriteOp::Create { key, value } => {
-            if current.is_some() {
-                return Err(StoreError::AlreadyExists(key));
-            }
-            let value = Arc::new(stamp(value, rev));
-            let doc = within_limit(&key, Doc::new(&value))?;
-            let event = Event { rev, key, kind: EventType::Added, doc, prev_doc: None };
-            Ok((Entry { rev, value, doc: Some(event.doc.clone()) }, event))
-        }
-        WriteOp::Update { key, value, expected } => {
-            let cur = current.ok_or_else(|| StoreError::NotFound(key.clone()))?;
-            if cur.rev != expected {
-                return Err(StoreError::Conflict { key, expected, actual: cur.rev });
-            }
-            let value = Arc::new(stamp(value, rev));
-            let doc = within_limit(&key, Doc::new(&value))?;
-            let event = Event { rev, key, kind: EventType::Modified, doc, prev_doc: Some(cur.doc) };
-            Ok((Entry { rev, value, doc: Some(event.doc.clone()) }, event))
-        }
-        WriteOp::Delete { key, expected } => {
-            let cur = current.ok_or_else(|| StoreError::NotFound(key.clone()))?;
-            if let Some(expected) = expected {
-                if cur.rev != expected {
-                    return Err(StoreError::Conflict { key, expected, actual: cur.rev });
-                }
-            }
-            // The DELETED event carries the deletion revision, as etcd-backed watches do.
-            let value = Arc::new(stamp((*cur.doc.value()).clone(), rev));
-            let event = Event { rev, key, kind: EventType::Deleted, doc: Doc::new(&value), prev_doc: Some(cur.doc) };
-            Ok((Entry { rev, value, doc: Some(event.doc.clone()) }, event))
-        }
-    }
-}
-
-/// The stored document, if it is within [`super::MAX_OBJECT_BYTES`].
-fn within_limit(key: &str, doc: Arc<Doc>) -> Result<Arc<Doc>, StoreError> {
-    match doc.raw().len() {
-        size if size > super::MAX_OBJECT_BYTES => Err(StoreError::TooLarge { key: key.to_string(), size }),
-        _ => Ok(doc),
     }
 }
 
