@@ -235,6 +235,8 @@ impl Scope {
 pub struct Api {
     /// The store.
     pub store: Arc<dyn Store>,
+    /// What the clusters report, for the types served from it ([`crate::views`]).
+    pub views: Arc<dyn Store>,
     /// The served types.
     pub registry: Arc<Registry>,
     /// Cluster IPs and node ports, in a physical cluster only ([`crate::allocator`]).
@@ -251,7 +253,22 @@ struct ContinueToken {
 impl Api {
     /// The engine over a store and registry.
     pub fn new(store: Arc<dyn Store>, registry: Arc<Registry>) -> Arc<Self> {
-        Arc::new(Self { store, registry, allocator: Default::default() })
+        Arc::new(Self { store, views: crate::views::new_store(), registry, allocator: Default::default() })
+    }
+
+    /// The store that holds `rt`'s objects: the views' for a type served from what the
+    /// clusters report, the store for every other.
+    pub fn store_for(&self, rt: &ResourceType) -> &Arc<dyn Store> {
+        if rt.view {
+            &self.views
+        } else {
+            &self.store
+        }
+    }
+
+    /// The objects of a view that `name` addresses in `scope` ([`crate::views::find`]).
+    pub fn find_in_view(&self, scope: &Scope, name: &str) -> Vec<Entry> {
+        crate::views::find(&*self.views, &scope.key(name), name)
     }
 
     /// Makes every Service written from now on get its cluster IP and node ports from
@@ -267,11 +284,14 @@ impl Api {
     }
 
     fn entry(&self, scope: &Scope, name: &str) -> Result<Entry, ApiError> {
-        self.store.get(&scope.key(name)).ok_or_else(|| ApiError::not_found(scope.obj(name)))
+        self.get_raw(scope, name).ok_or_else(|| ApiError::not_found(scope.obj(name)))
     }
 
     /// GET one object.
     pub fn get(&self, scope: &Scope, name: &str) -> Result<Presented, ApiError> {
+        if scope.rt.view {
+            return Ok(present_shared(scope, &scope.workspace, &self.entry(scope, name)?));
+        }
         if shown_as_stored(scope) {
             let doc = self.store.get_doc(&scope.key(name)).ok_or_else(|| ApiError::not_found(scope.obj(name)))?;
             return Ok(Presented::raw(doc));
@@ -282,6 +302,9 @@ impl Api {
 
     /// The stored object and its revision, without presentation.
     pub fn get_raw(&self, scope: &Scope, name: &str) -> Option<Entry> {
+        if scope.rt.view {
+            return self.find_in_view(scope, name).into_iter().next();
+        }
         self.store.get(&scope.key(name))
     }
 
@@ -299,6 +322,7 @@ impl Api {
     /// The matching objects of a collection, the list revision, and a continue token.
     pub fn list_items(&self, scope: &Scope, opts: &ListOptions) -> Result<(Vec<Presented>, Revision, Option<String>), ApiError> {
         self.check_field_selector(scope, opts.fields.as_ref())?;
+        let store = self.store_for(&scope.rt);
         let prefix = scope.prefix();
         let (mut start, mut list_rv) = (None, None);
         if let Some(tok) = opts.continue_token.as_deref().filter(|t| !t.is_empty()) {
@@ -313,7 +337,7 @@ impl Api {
             if list_rv.is_some() {
                 return Err(ApiError::bad_request("specifying resource version is not allowed when using continue"));
             }
-            let current = self.store.revision();
+            let current = store.revision();
             if rv > current {
                 return Err(ApiError::too_large_resource_version(rv, current));
             }
@@ -323,7 +347,7 @@ impl Api {
         // Nothing to filter or change: pass the stored documents through unparsed.
         let passthrough = list_rv.is_none() && opts.labels.is_none() && opts.fields.is_none() && shown_as_stored(scope);
         if passthrough {
-            let (docs, rev) = self.store.list_docs(&prefix);
+            let (docs, rev) = store.list_docs(&prefix);
             let mut items = Vec::new();
             let mut cont = None;
             for (key, doc) in docs {
@@ -339,13 +363,13 @@ impl Api {
         // Every page of one list is served from the snapshot of the first page.
         let (entries, list_rv) = match list_rv {
             Some(rv) => (
-                self.store.list_at(&prefix, start.as_deref(), rv).map_err(|_| match opts.exact {
-                    Some(rv) => ApiError::expired(format!("too old resource version: {rv} ({})", self.store.revision())),
+                store.list_at(&prefix, start.as_deref(), rv).map_err(|_| match opts.exact {
+                    Some(rv) => ApiError::expired(format!("too old resource version: {rv} ({})", store.revision())),
                     None => ApiError::expired("The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter."),
                 })?,
                 rv,
             ),
-            None => self.store.list(&prefix, None, None),
+            None => store.list(&prefix, None, None),
         };
         let mut items = Vec::new();
         let mut cont = None;

@@ -413,7 +413,7 @@ async fn resource(
     // A get or a list of the latest state must show every write made before it, on
     // whichever replica: confirm with the store that this one has them.
     let unconfirmed = match verb {
-        "get" | "list" if wants_latest(verb, query, state.api.store.revision()) => {
+        "get" | "list" if !rt.view && wants_latest(verb, query, state.api.store.revision()) => {
             let key = name.map_or_else(|| scope.prefix(), |n| scope.key(n));
             let range = if name.is_some() { Range::Key(&key) } else { Range::Prefix(&key) };
             let started = Instant::now();

@@ -33,6 +33,7 @@ pub mod syncer_scope;
 pub mod table;
 pub mod tenancy;
 pub mod tls;
+pub mod views;
 pub mod watch;
 
 // The machinery and the storage this server is built on, under the paths its modules

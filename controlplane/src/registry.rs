@@ -51,6 +51,9 @@ pub struct ResourceType {
     pub scale: Option<ScalePaths>,
     /// The rules of the kind.
     pub strategy: Arc<dyn Strategy>,
+    /// Served from what the clusters report ([`crate::views`]), not from the store:
+    /// the objects are the clusters' own and never written by a client.
+    pub view: bool,
 }
 
 impl ResourceType {
@@ -234,6 +237,7 @@ fn rt(
         status: false,
         scale: None,
         strategy: Arc::new(strategy),
+        view: false,
     }
 }
 
@@ -263,6 +267,7 @@ pub fn builtin_types(profile: Profile) -> Vec<ResourceType> {
     if profile == Profile::ControlPlane {
         let mut pod = rt("", "v1", "Pod", "pods", true, &["po"], kinds::WorkspacePod);
         pod.status = true;
+        pod.view = true;
         pod.categories = vec!["all".into()];
         types.push(pod);
     }
@@ -411,6 +416,7 @@ pub fn custom_types(crd: &Value) -> Vec<ResourceType> {
                 columns,
                 crd_name: name.clone(),
             }))),
+            view: false,
         });
     }
     out

@@ -250,9 +250,9 @@ async fn run(
         }
         rev
     } else {
-        from.unwrap_or_else(|| api.store.revision())
+        from.unwrap_or_else(|| api.store_for(&scope.rt).revision())
     };
-    let mut stream = match api.store.watch(&scope.prefix(), start_rev) {
+    let mut stream = match api.store_for(&scope.rt).watch(&scope.prefix(), start_rev) {
         Ok(s) => s,
         Err(e) => {
             let _ = out.expired(&e).await;

@@ -43,6 +43,9 @@ pub const PLACEMENT_ANNOTATION: &str = "scheduling.flotilla.io/placement";
 pub const NAMESPACE_LOCATOR_ANNOTATION: &str = "workload.flotilla.io/namespace-locator";
 /// Label on every downstream object Flotilla owns, with the SyncTarget's name.
 pub const SYNC_TARGET_LABEL: &str = "workload.flotilla.io/sync-target";
+/// Label on each pod (and Event) a workspace shows from one of its clusters, naming
+/// that cluster (its SyncTarget).
+pub const CLUSTER_LABEL: &str = "workload.flotilla.io/cluster";
 /// Annotation on every downstream object: the upstream workspace/namespace/name.
 pub const UPSTREAM_ANNOTATION: &str = "workload.flotilla.io/upstream";
 /// Annotation on a downstream workload copy: the upstream `metadata.generation` it was

@@ -35,14 +35,21 @@ impl Strategy for WorkspacePod {
         Pod.selectable_fields()
     }
 
+    /// kubectl's pod columns, and with `-o wide` the cluster the pod runs on.
     fn columns(&self) -> Vec<Value> {
-        Pod.columns()
+        let mut cols = Pod.columns();
+        cols.push(print::column(&CLUSTER));
+        cols
     }
 
     fn cells(&self, obj: &Value) -> Vec<Value> {
-        Pod.cells(obj)
+        let mut cells = Pod.cells(obj);
+        cells.push(json!(crate::views::cluster_of(obj).unwrap_or("<none>")));
+        cells
     }
 }
+
+const CLUSTER: print::Col = col("Cluster", "string", 1, "The cluster this pod runs on, as its workload.flotilla.io/cluster label says.");
 
 impl Strategy for Pod {
     fn decode(&self, obj: Value, old: Option<&Value>, status_write: bool) -> Result<Decoded, String> {
